@@ -1,0 +1,92 @@
+# cinder — build with GNU make (why make and not CMake: one small C tree, no configure
+# step, and per-file ISA flags for kernels are two pattern rules; see README).
+#
+#   make              libcinder.a, the cinder CLI, the unit-test binary
+#   make test         everything, then all tests (unit, sanitizers, python checks)
+#   make BUILD=dir    build into another folder (parallel checkouts, sanitizer builds)
+#   make SAN=1        ASan + UBSan build (default folder build-san)
+
+SAN     ?= 0
+ifeq ($(SAN),1)
+BUILD   ?= build-san
+SANFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
+OPT     ?= -O1
+else
+BUILD   ?= build
+SANFLAGS =
+OPT     ?= -O2
+endif
+
+CC      ?= cc
+PKGS     = libpcre2-8 jansson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS  ?=
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc \
+           -fno-strict-aliasing $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
+LDFLAGS += $(SANFLAGS)
+LDLIBS  += $(PKG_LIBS) -lpthread -lm
+
+# Per-ISA kernel files: compiled with their ISA enabled, called only after dispatch
+# checked the CPU (src/core/cpu.c). Everything else stays baseline x86-64 / arm64.
+ARCH := $(shell uname -m)
+ISA_AVX2   = -mavx2 -mfma -mf16c
+ISA_AVX512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512dq
+
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
+              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/text/*.c src/gen/*.c src/serve/*.c))
+ifeq ($(ARCH),x86_64)
+LIB_SRC  += $(sort $(wildcard src/kernels/x86/*.c))
+endif
+ifeq ($(ARCH),aarch64)
+LIB_SRC  += $(sort $(wildcard src/kernels/arm/*.c))
+endif
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/unit/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+
+LIB   := $(BUILD)/libcinder.a
+CLI   := $(BUILD)/cinder
+UNIT  := $(BUILD)/test_unit
+
+.PHONY: all test test-unit test-san test-py clean models
+all: $(LIB) $(CLI) $(UNIT)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/src/kernels/x86/%_avx2.o: src/kernels/x86/%_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ISA_AVX2) -c $< -o $@
+
+$(BUILD)/obj/src/kernels/x86/%_avx512.o: src/kernels/x86/%_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ISA_AVX512) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(CLI): $(CLI_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+
+$(UNIT): $(TEST_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS) -lcriterion
+
+# The README's test command. Unit tests (optimized build, then ASan+UBSan build), then
+# the python checks against independent implementations (gguf package, llama.cpp goldens).
+test: all
+	./scripts/test.sh
+
+test-unit: $(UNIT)
+	$(UNIT) --jobs 2
+
+clean:
+	rm -rf build build-san
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -1,0 +1,69 @@
+/* core.h — errors, checked size arithmetic, aligned allocation, file mapping, clock,
+ * logging. The bottom layer: it knows nothing of models, only libc and the OS.
+ * Nothing here prints to stdout; logging goes to stderr and only when enabled. */
+#ifndef CN_CORE_H
+#define CN_CORE_H
+
+#include "cinder.h"
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define CN_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define CN_UNUSED __attribute__((unused))
+#else
+#define CN_PRINTF(a, b)
+#define CN_UNUSED
+#endif
+
+#define CN_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CN_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define CN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Sets err (may be NULL) and returns s, so callers write `return cn_err(err, ...)`.
+ * The message is truncated to fit; never fails. */
+cn_status cn_err(cn_error *err, cn_status s, const char *fmt, ...) CN_PRINTF(3, 4);
+void cn_err_clear(cn_error *err);
+
+/* Checked size arithmetic: return false on overflow, leaving *out untouched. */
+static inline bool cn_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
+    uint64_t r;
+    if (__builtin_add_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+static inline bool cn_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+
+/* Aligned allocation (64 bytes, a cache line and an AVX-512 register). Returns NULL on
+ * failure or n == 0 overflow; cn_free_aligned(NULL) is a no-op. */
+#define CN_ALIGN 64
+void *cn_alloc_aligned(size_t n_bytes);
+void *cn_calloc_aligned(size_t n_bytes);
+void cn_free_aligned(void *p);
+
+/* A read-only mapping of a whole file. */
+typedef struct {
+    const uint8_t *data;
+    size_t n_bytes;
+} cn_mapped_file;
+
+cn_status cn_map_file(const char *path, cn_mapped_file *out, cn_error *err);
+void cn_unmap_file(cn_mapped_file *m); /* accepts a zeroed struct */
+
+/* Monotonic clock. */
+double cn_time_ms(void);
+int64_t cn_time_us(void);
+
+/* Logging to stderr, off unless CINDER_LOG=1 or cn_log_set_level was called. */
+typedef enum { CN_LOG_ERROR = 0, CN_LOG_WARN, CN_LOG_INFO, CN_LOG_DEBUG } cn_log_level;
+void cn_log_set_level(cn_log_level lvl);
+void cn_log(cn_log_level lvl, const char *fmt, ...) CN_PRINTF(2, 3);
+
+#endif

@@ -1,0 +1,31 @@
+/* tensor.h — element formats: the type-traits table (block size, bytes per block, row
+ * dequantize, reference row quantize) and half/bfloat conversions. Pure functions, no
+ * allocation; the block layouts are GGUF's (ggml's) so files are used in place. */
+#ifndef CN_TENSOR_H
+#define CN_TENSOR_H
+
+#include "core/core.h"
+
+typedef void (*cn_to_float_fn)(const void *src, float *dst, int64_t n_elem);
+typedef void (*cn_from_float_fn)(const float *src, void *dst, int64_t n_elem);
+
+typedef struct {
+    const char *name;          /* "q4_K", as GGUF tools spell it */
+    int64_t block_size;        /* elements per block (1 for F32/F16/BF16) */
+    size_t type_size;          /* bytes per block */
+    cn_to_float_fn to_float;   /* n_elem a multiple of block_size */
+    cn_from_float_fn from_float_ref; /* reference quantizer; NULL if not provided */
+} cn_type_traits;
+
+/* NULL for a value that is not a known type. */
+const cn_type_traits *cn_type_traits_get(uint32_t type);
+/* Bytes of a row of n_elem elements; 0 if n_elem is not a multiple of the block size or
+ * the type is unknown or the size overflows. */
+uint64_t cn_type_row_bytes(uint32_t type, int64_t n_elem);
+
+float cn_f16_to_f32(uint16_t h);
+uint16_t cn_f32_to_f16(float f);   /* round to nearest even, as numpy's astype(float16) */
+float cn_bf16_to_f32(uint16_t h);
+uint16_t cn_f32_to_bf16(float f);  /* round to nearest even; NaN stays NaN */
+
+#endif
