@@ -1,0 +1,50 @@
+/* tokenizer.h — text ⇄ token ids, built from a GGUF file's tokenizer.ggml.* metadata:
+ * SentencePiece-style (model "llama") and byte-level BPE (model "gpt2", pre-tokenizer
+ * family from tokenizer.ggml.pre). Also the incremental, UTF-8-safe detokenizer.
+ * Knows nothing about models beyond the metadata keys. */
+#ifndef CN_TOKENIZER_H
+#define CN_TOKENIZER_H
+
+#include "gguf/gguf.h"
+
+typedef struct cn_tokenizer cn_tokenizer;
+
+/* Builds a tokenizer from g's metadata (copies what it needs: g may be closed after). */
+cn_status cn_tokenizer_load(const cn_gguf *g, cn_tokenizer **out, cn_error *err);
+void cn_tokenizer_free(cn_tokenizer *t);
+
+int32_t cn_tokenizer_n_vocab(const cn_tokenizer *t);
+int32_t cn_tokenizer_bos(const cn_tokenizer *t); /* -1 if none */
+int32_t cn_tokenizer_eos(const cn_tokenizer *t); /* -1 if none */
+/* True for every end-of-generation token (EOS, EOT, <|im_end|>, <end_of_turn>, ...). */
+bool cn_tokenizer_is_eog(const cn_tokenizer *t, int32_t id);
+/* Looks up a token by its exact text; -1 if absent. */
+int32_t cn_tokenizer_find(const cn_tokenizer *t, const char *text);
+
+/* Tokenizes text[0..len). add_special: add BOS/EOS as the metadata says
+ * (tokenizer.ggml.add_bos_token / add_eos_token). parse_special: match the text of
+ * control/user-defined special tokens in the input. Writes up to cap ids; *n_out is the
+ * full count (if > cap, call again with a larger buffer). */
+cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
+                      cn_error *err);
+
+/* The raw bytes a token stands for (byte tokens decoded, SentencePiece ▁ as space, BPE
+ * byte-to-unicode undone). Control tokens render as their text only if render_special.
+ * Returns the byte count written (may exceed cap: then nothing useful was written). */
+size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_special, char *buf,
+                         size_t cap);
+
+/* Incremental detokenizer: push ids, get bytes that end on a UTF-8 boundary; holds back
+ * an incomplete multi-byte sequence until its last byte arrives. Handles the
+ * SentencePiece leading-space rule on the first piece. */
+typedef struct cn_detok cn_detok;
+cn_status cn_detok_new(const cn_tokenizer *t, bool render_special, cn_detok **out);
+void cn_detok_free(cn_detok *d);
+/* Appends id; *text points at the newly final bytes (view valid until the next call),
+ * *n_bytes their count (may be 0). */
+cn_status cn_detok_push(cn_detok *d, int32_t id, const char **text, size_t *n_bytes);
+/* Emits whatever is held back (an incomplete sequence becomes U+FFFD). */
+cn_status cn_detok_flush(cn_detok *d, const char **text, size_t *n_bytes);
+
+#endif
