@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs everything cinder needs, idempotently: Debian packages (compiler, PCRE2,
+# jansson, libmicrohttpd, Criterion), the Python packages the tests use, and the real
+# models (scripts/fetch_models.sh). Safe to run again: each step checks first.
+#
+#   scripts/setup.sh          packages + default model
+#   scripts/setup.sh --all    packages + every model the tests use (CI)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev
+          libcriterion-dev python3 python3-pip)
+PIP_PKGS=(numpy==2.4.6 gguf==0.19.0 pytest==9.2.0)
+
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
+fi
+
+if ! python3 -c 'import numpy, gguf, pytest' 2>/dev/null; then
+    echo "setup: installing Python packages: ${PIP_PKGS[*]}" >&2
+    python3 -m pip install --quiet --disable-pip-version-check "${PIP_PKGS[@]}" >&2 ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${PIP_PKGS[@]}" >&2
+fi
+
+if [ "${1:-}" = --all ]; then
+    scripts/fetch_models.sh all
+else
+    scripts/fetch_models.sh
+fi
