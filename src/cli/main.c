@@ -15,8 +15,6 @@ typedef struct {
 } command;
 
 static const command commands[] = {
-    {"inspect", cn_cli_inspect, "print a GGUF file's metadata and tensor table"},
-    {"tokenize", cn_cli_tokenize, "print the token ids and pieces of a text"},
 };
 
 void cn_cli_errorf(const char *fmt, ...) {
