@@ -8,6 +8,13 @@
 
 #include "cinder.h"
 
+static int cmd_version(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    printf("cinder %s\n", CN_VERSION);
+    return 0;
+}
+
 typedef struct {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -15,6 +22,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"version", cmd_version, "print the version"},
 };
 
 void cn_cli_errorf(const char *fmt, ...) {
