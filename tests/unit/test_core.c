@@ -1,0 +1,128 @@
+/* test_core.c — the bottom layer: errors, checked arithmetic, file mapping, the thread
+ * pool (every index runs exactly once per region, many regions in a row) and the
+ * contiguous split helper. */
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "core/cpu.h"
+#include "core/pool.h"
+
+Test(core, err_formats_and_truncates) {
+    cn_error e;
+    cr_assert_eq(cn_err(&e, CN_STATUS_CORRUPT, "kv %d: %s", 3, "bad"), CN_STATUS_CORRUPT);
+    cr_assert_str_eq(e.msg, "kv 3: bad");
+    char big[1000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    cn_err(&e, CN_STATUS_IO, "%s", big);
+    cr_assert_eq(strlen(e.msg), CN_ERROR_MSG_LEN - 1);
+    cr_assert_eq(cn_err(NULL, CN_STATUS_IO, "ignored"), CN_STATUS_IO);
+}
+
+Test(core, checked_math) {
+    uint64_t r = 7;
+    cr_assert(!cn_mul_ok(1ull << 40, 1ull << 30, &r));
+    cr_assert_eq(r, 7);
+    cr_assert(cn_mul_ok(1ull << 20, 1ull << 30, &r));
+    cr_assert_eq(r, 1ull << 50);
+    cr_assert(!cn_add_ok(UINT64_MAX, 1, &r));
+    cr_assert(cn_add_ok(UINT64_MAX - 1, 1, &r));
+    cr_assert_eq(r, UINT64_MAX);
+}
+
+Test(core, map_missing_file_is_io_error) {
+    cn_mapped_file m;
+    cn_error e;
+    cr_assert_eq(cn_map_file("/nonexistent/cinder/file.gguf", &m, &e), CN_STATUS_IO);
+    cr_assert(strstr(e.msg, "cannot open") != NULL);
+    cr_assert_eq(cn_map_file(".", &m, &e), CN_STATUS_IO); /* a directory */
+    cn_unmap_file(&m);
+}
+
+Test(core, map_reads_file_bytes) {
+    char path[] = "/tmp/cinder_core_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "hello", 5), 5);
+    close(fd);
+    cn_mapped_file m;
+    cr_assert_eq(cn_map_file(path, &m, NULL), CN_STATUS_OK);
+    cr_assert_eq(m.n_bytes, 5);
+    cr_assert_eq(memcmp(m.data, "hello", 5), 0);
+    cn_unmap_file(&m);
+    unlink(path);
+}
+
+Test(core, split_covers_range_once) {
+    for (int64_t n = 0; n < 50; n++)
+        for (int nth = 1; nth <= 7; nth++) {
+            int64_t expect = 0;
+            for (int ith = 0; ith < nth; ith++) {
+                int64_t b, e;
+                cn_split(n, ith, nth, &b, &e);
+                cr_assert_eq(b, expect);
+                cr_assert(e >= b && e - b <= n / nth + 1);
+                expect = e;
+            }
+            cr_assert_eq(expect, n);
+        }
+}
+
+typedef struct {
+    atomic_int hits[16];
+    atomic_int total;
+} pool_ctx;
+
+static void count_fn(void *p, int ith, int nth) {
+    pool_ctx *c = p;
+    cr_assert(ith >= 0 && ith < nth);
+    atomic_fetch_add(&c->hits[ith], 1);
+    atomic_fetch_add(&c->total, 1);
+}
+
+Test(core, pool_runs_each_thread_once_per_region) {
+    for (int n = 1; n <= 4; n++) {
+        cn_pool *p;
+        cr_assert_eq(cn_pool_create(n, &p, NULL), CN_STATUS_OK);
+        cr_assert_eq(cn_pool_size(p), n);
+        pool_ctx c;
+        memset(&c, 0, sizeof c);
+        for (int r = 0; r < 2000; r++) cn_pool_run(p, count_fn, &c);
+        for (int i = 0; i < n; i++) cr_assert_eq(atomic_load(&c.hits[i]), 2000, "thread %d", i);
+        cr_assert_eq(atomic_load(&c.total), 2000 * n);
+        /* after a pause long enough for workers to fall asleep, they still wake */
+        usleep(50 * 1000);
+        cn_pool_run(p, count_fn, &c);
+        cr_assert_eq(atomic_load(&c.total), 2001 * n);
+        cn_pool_free(p);
+    }
+    cn_pool_free(NULL);
+}
+
+Test(core, pool_rejects_bad_sizes) {
+    cn_pool *p = (cn_pool *)1;
+    cn_error e;
+    cr_assert_eq(cn_pool_create(0, &p, &e), CN_STATUS_INVALID_ARG);
+    cr_assert_null(p);
+    cr_assert_eq(cn_pool_create(100000, &p, &e), CN_STATUS_INVALID_ARG);
+}
+
+Test(core, null_pool_runs_inline) {
+    pool_ctx c;
+    memset(&c, 0, sizeof c);
+    cn_pool_run(NULL, count_fn, &c);
+    cr_assert_eq(atomic_load(&c.hits[0]), 1);
+}
+
+Test(core, cpu_isa_is_consistent) {
+    const cn_cpu_features *f = cn_cpu_get();
+    cn_isa isa = cn_cpu_isa();
+    if (isa == CN_ISA_AVX512) cr_assert(f->avx512f && f->avx512vnni && f->avx2);
+    if (isa == CN_ISA_AVX2) cr_assert(f->avx2 && f->fma && !f->avx512f);
+    if (isa == CN_ISA_REF) cr_assert(!f->avx2 && !f->avx512f);
+    cr_assert_not_null(cn_isa_name(isa));
+}
