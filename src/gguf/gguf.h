@@ -50,6 +50,14 @@ void cn_gguf_close(cn_gguf *g); /* NULL is a no-op */
 uint32_t cn_gguf_version(const cn_gguf *g);
 uint32_t cn_gguf_alignment(const cn_gguf *g);
 uint64_t cn_gguf_data_offset(const cn_gguf *g); /* start of the tensor data section */
+size_t cn_gguf_file_size(const cn_gguf *g);     /* bytes of the parsed file or buffer */
+
+/* ggml block geometry of a tensor type as GGUF stores it (all ggml types, not only the
+ * ones cinder computes with): false for a type this reader does not know. */
+bool cn_gguf_type_size(uint32_t type, uint32_t *block_size, uint32_t *type_bytes);
+/* Bytes of a tensor of this type and shape; false if the type is unknown, ne[0] is not a
+ * multiple of the block size, a dimension is negative or the size overflows. */
+bool cn_gguf_tensor_bytes(uint32_t type, uint32_t n_dims, const int64_t *ne, uint64_t *out);
 
 /* --- metadata --- */
 int64_t cn_gguf_n_kv(const cn_gguf *g);
@@ -124,6 +132,19 @@ cn_status cn_gguf_writer_set_arr(cn_gguf_writer *w, const char *key, cn_gguf_vty
                                  const void *data, uint64_t n);
 cn_status cn_gguf_writer_set_arr_str(cn_gguf_writer *w, const char *key,
                                      const char *const *strs, uint64_t n);
+/* A string value with explicit length (may hold NUL or any bytes). */
+cn_status cn_gguf_writer_set_strn(cn_gguf_writer *w, const char *key, const char *v, uint64_t len);
+
+/* Array values built element by element, for nested arrays (arrays of arrays of ...).
+ * A cn_gguf_warr is independent of any writer; set_warr and push_arr copy it. */
+typedef struct cn_gguf_warr cn_gguf_warr;
+cn_gguf_warr *cn_gguf_warr_new(cn_gguf_vtype elem); /* NULL on out of memory or bad type */
+void cn_gguf_warr_free(cn_gguf_warr *a);             /* NULL is a no-op */
+cn_status cn_gguf_warr_push(cn_gguf_warr *a, const void *v); /* fixed-size element types */
+cn_status cn_gguf_warr_push_str(cn_gguf_warr *a, const char *s, uint64_t len); /* STRING */
+cn_status cn_gguf_warr_push_arr(cn_gguf_warr *a, const cn_gguf_warr *sub);    /* ARRAY */
+cn_status cn_gguf_writer_set_warr(cn_gguf_writer *w, const char *key, const cn_gguf_warr *a);
+
 /* Tensors: data copied; n_bytes must equal the type's row size × rows. */
 cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type type,
                                     uint32_t n_dims, const int64_t *ne, const void *data,
