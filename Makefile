@@ -43,17 +43,21 @@ LIB_SRC  += $(sort $(wildcard src/kernels/arm/*.c))
 endif
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
+TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 
 LIB   := $(BUILD)/libcinder.a
 CLI   := $(BUILD)/cinder
 UNIT  := $(BUILD)/test_unit
+# small test helpers run by tests/py (tests/tools/x.c -> $(BUILD)/tools/x)
+TOOLS := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 
 .PHONY: all test test-unit test-san test-py clean models
-all: $(LIB) $(CLI) $(UNIT)
+all: $(LIB) $(CLI) $(UNIT) $(TOOLS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -78,6 +82,10 @@ $(CLI): $(CLI_OBJ) $(LIB)
 $(UNIT): $(TEST_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS) -lcriterion
 
+$(TOOLS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
 # The README's test command. Unit tests (optimized build, then ASan+UBSan build), then
 # the python checks against independent implementations (gguf package, llama.cpp goldens).
 test: all
@@ -86,7 +94,19 @@ test: all
 test-unit: $(UNIT)
 	$(UNIT) --jobs 2
 
+# libFuzzer builds of the parser harnesses (clang; not part of `all`, whose unit tests
+# replay the same entry points): make fuzz BUILD=dir, then
+#   $(BUILD)/tools/gguf_tool seeds CORPUS && $(BUILD)/fuzz/fuzz_gguf CORPUS
+FUZZ_CC ?= clang
+.PHONY: fuzz
+fuzz: $(BUILD)/fuzz/fuzz_gguf
+
+$(BUILD)/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(wildcard src/gguf/*.c) src/core/core.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc \
+	    -fsanitize=fuzzer,address,undefined -o $@ $^
+
 clean:
 	rm -rf build build-san
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)
