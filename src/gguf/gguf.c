@@ -668,6 +668,15 @@ bool cn_gguf_kv_i64(const cn_gguf *g, int64_t i, int64_t *out) {
     return true;
 }
 
+bool cn_gguf_kv_u64(const cn_gguf *g, int64_t i, uint64_t *out) {
+    const kv_entry *e = kv_at(g, i);
+    bool neg;
+    uint64_t mag;
+    if (!e || !int_value(e->type, e->val, &neg, &mag) || neg) return false;
+    *out = mag;
+    return true;
+}
+
 bool cn_gguf_kv_f64(const cn_gguf *g, int64_t i, double *out) {
     const kv_entry *e = kv_at(g, i);
     if (!e || !(vtype_is_int(e->type) || e->type == CN_GGUF_FLOAT32 || e->type == CN_GGUF_FLOAT64))
@@ -703,12 +712,7 @@ bool cn_gguf_get_u32(const cn_gguf *g, const char *key, uint32_t *out) {
 }
 
 bool cn_gguf_get_u64(const cn_gguf *g, const char *key, uint64_t *out) {
-    const kv_entry *e = kv_by_key(g, key);
-    bool neg;
-    uint64_t mag;
-    if (!e || !int_value(e->type, e->val, &neg, &mag) || neg) return false;
-    *out = mag;
-    return true;
+    return cn_gguf_kv_u64(g, cn_gguf_find_key(g, key), out);
 }
 
 bool cn_gguf_get_i64(const cn_gguf *g, const char *key, int64_t *out) {

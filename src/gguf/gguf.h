@@ -77,6 +77,7 @@ bool cn_gguf_get_str(const cn_gguf *g, const char *key, cn_gguf_str *out);
 
 /* Scalar getters by index (value of kv i; false if of another kind). */
 bool cn_gguf_kv_i64(const cn_gguf *g, int64_t i, int64_t *out);  /* any integer or bool */
+bool cn_gguf_kv_u64(const cn_gguf *g, int64_t i, uint64_t *out); /* a non-negative integer */
 bool cn_gguf_kv_f64(const cn_gguf *g, int64_t i, double *out);   /* any number */
 bool cn_gguf_kv_str(const cn_gguf *g, int64_t i, cn_gguf_str *out);
 

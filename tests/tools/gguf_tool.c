@@ -81,6 +81,7 @@ static int dump(const char *path) {
         str_leaves(f, k);
         fprintf(f, ",%u,", (unsigned)t);
         int64_t v;
+        uint64_t u;
         double d;
         cn_gguf_str s;
         cn_gguf_arr a;
@@ -92,14 +93,10 @@ static int dump(const char *path) {
             fprintf(f, "%.17g", d);
         } else if (cn_gguf_kv_i64(g, i, &v)) {
             fprintf(f, "%lld", (long long)v);
+        } else if (cn_gguf_kv_u64(g, i, &u)) { /* a u64 above INT64_MAX */
+            fprintf(f, "%llu", (unsigned long long)u);
         } else {
-            /* a u64 above INT64_MAX: only the by-key getter reaches it */
-            char *key = strndup(k.ptr, k.len);
-            uint64_t u = 0;
-            bool ok = key && cn_gguf_get_u64(g, key, &u);
-            free(key);
-            if (ok) fprintf(f, "%llu", (unsigned long long)u);
-            else fprintf(f, "null");
+            fprintf(f, "null");
         }
         fprintf(f, "]}");
     }
