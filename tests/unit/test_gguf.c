@@ -285,10 +285,13 @@ static void check_vocab(const char *path) {
     cr_assert(cn_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks), "%s: no token list", path);
     cr_assert_eq(toks.type, CN_GGUF_STRING);
     cr_assert_gt(toks.n, 1000);
-    for (uint64_t j = 0; j < toks.n; j++) {
+    /* the offset table: each string's bytes follow the previous one's and its 8-byte length */
+    cn_gguf_str prev = cn_gguf_arr_str(&toks, 0);
+    cr_assert_eq((const uint8_t *)prev.ptr, toks.data + 8);
+    for (uint64_t j = 1; j < toks.n; j++) {
         cn_gguf_str s = cn_gguf_arr_str(&toks, j);
-        cr_assert(s.ptr != NULL);
-        cr_assert_leq((const uint8_t *)s.ptr + s.len, (const uint8_t *)toks.data + (cn_gguf_file_size(g)));
+        cr_assert_eq(s.ptr, prev.ptr + prev.len + 8, "%s: token %llu", path, (unsigned long long)j);
+        prev = s;
     }
     cn_gguf_str model;
     cr_assert(cn_gguf_get_str(g, "tokenizer.ggml.model", &model), "%s", path);
@@ -341,4 +344,68 @@ Test(gguf, open_missing_file) {
     cr_assert_eq(cn_gguf_open("/nonexistent/x.gguf", &g, &err), CN_STATUS_IO);
     cr_assert_null(g);
     cr_assert(strstr(err.msg, "/nonexistent/x.gguf"), "%s", err.msg);
+}
+
+/* 262k strings (a Gemma-sized vocabulary) and 50k keys: parse stays linear (a quadratic
+ * offset walk or duplicate check would take minutes here) and lookups are exact. */
+Test(gguf, large_vocab_and_many_keys, .timeout = 60) {
+    enum { N_TOK = 262144, N_KEYS = 50000 };
+    cn_gguf_writer *w = cn_gguf_writer_new();
+    char **toks = malloc(N_TOK * sizeof *toks);
+    cr_assert(w && toks);
+    for (int i = 0; i < N_TOK; i++) {
+        toks[i] = malloc(16);
+        cr_assert(toks[i]);
+        snprintf(toks[i], 16, "t%d", i);
+    }
+    cr_assert_eq(cn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, N_TOK), 0);
+    for (int i = 0; i < N_TOK; i++) free(toks[i]);
+    free(toks);
+    /* keys through the raw builder: the writer's replace-on-set is a linear scan */
+    uint8_t *buf;
+    size_t n;
+    cr_assert_eq(cn_gguf_writer_write_mem(w, &buf, &n, NULL), 0);
+    cn_gguf_writer_free(w);
+    size_t extra = (size_t)N_KEYS * (8 + 8 + 4 + 1);
+    uint8_t *big = malloc(n + extra);
+    cr_assert(big);
+    memcpy(big, buf, n);
+    free(buf);
+    uint64_t n_kv = 1 + N_KEYS;
+    memcpy(big + 16, &n_kv, 8);
+    /* no tensors: the metadata ends where the writer padded; append keys after it */
+    size_t pos = n;
+    while (pos > 24 && big[pos - 1] == 0) pos--; /* strip the zero padding */
+    for (int i = 0; i < N_KEYS; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "k%07d", i % 10000000);
+        uint64_t len = 8;
+        uint32_t t = CN_GGUF_UINT8;
+        memcpy(big + pos, &len, 8);
+        memcpy(big + pos + 8, k, 8);
+        memcpy(big + pos + 16, &t, 4);
+        big[pos + 20] = (uint8_t)i;
+        pos += 21;
+    }
+    cn_gguf *g;
+    cn_error err;
+    double t0 = cn_time_ms();
+    cr_assert_eq(cn_gguf_parse(big, pos, &g, &err), CN_STATUS_OK, "%s", err.msg);
+    double ms = cn_time_ms() - t0;
+    cr_log_info("parsed %d strings and %d keys in %.1f ms", N_TOK, N_KEYS, ms);
+    cn_gguf_arr a;
+    cr_assert(cn_gguf_get_arr(g, "tokenizer.ggml.tokens", &a));
+    cr_assert_eq(a.n, N_TOK);
+    cr_assert(cn_gguf_str_eq(cn_gguf_arr_str(&a, 123456), "t123456"));
+    cr_assert(cn_gguf_str_eq(cn_gguf_arr_str(&a, N_TOK - 1), "t262143"));
+    cr_assert_eq(cn_gguf_find_key(g, "k0049999"), N_KEYS);
+    uint32_t v;
+    cr_assert(cn_gguf_get_u32(g, "k0000300", &v));
+    cr_assert_eq(v, 300 & 0xff);
+    cn_gguf_close(g);
+    /* the same keys twice: the duplicate is found */
+    memcpy(big + pos - 21 + 8, "k0000007", 8);
+    cr_assert_eq(cn_gguf_parse(big, pos, &g, &err), CN_STATUS_CORRUPT);
+    cr_assert(strstr(err.msg, "kv 50000 ('k0000007'): duplicate key"), "%s", err.msg);
+    free(big);
 }
