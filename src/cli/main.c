@@ -23,6 +23,7 @@ typedef struct {
 
 static const command commands[] = {
     {"version", cmd_version, "print the version"},
+    {"tokenize", cn_cli_tokenize, "print the token ids and pieces of a text"},
 };
 
 void cn_cli_errorf(const char *fmt, ...) {
