@@ -61,6 +61,83 @@ typedef enum {
     CN_TYPE_COUNT = 40,      /* one past the largest value; not a type */
 } cn_type;
 
+/* ==== sampling ============================================================================
+ * The sampler chain's parameters (implementation: src/gen/sampling.c; the chain order and
+ * the top-p rule are documented there and in docs/sampling.md). */
+
+/* One stage of the sampler chain. A chain is an ordered list of distinct stages; after its
+ * last stage the sampler always takes the softmax of what is left and draws one token. */
+typedef enum {
+    CN_SAMPLER_LOGIT_BIAS = 0, /* add per-token biases; a bias of -inf bans the token */
+    CN_SAMPLER_PENALTIES,      /* repetition (CTRL), then presence and frequency (OpenAI) */
+    CN_SAMPLER_TEMPERATURE,    /* logits / T; T = 0 keeps only the argmax (lowest id on ties) */
+    CN_SAMPLER_TOP_K,          /* keep the k most probable (ties: lowest id) */
+    CN_SAMPLER_TOP_P,          /* keep the smallest most-probable set with mass >= p */
+    CN_SAMPLER_MIN_P,          /* keep tokens with p >= min_p * p_max */
+    CN_SAMPLER_TYPICAL,        /* locally typical sampling (Meister et al. 2022) */
+    CN_SAMPLER_N_STAGES        /* the number of stages; not a stage */
+} cn_sampler_stage;
+
+/* One logit bias: logits[token] += bias. */
+typedef struct {
+    int32_t token;
+    float bias; /* finite, or -INFINITY to ban the token */
+} cn_logit_bias;
+
+#define CN_SAMPLING_SEED_RANDOM UINT64_MAX /* seed: let the sampler pick one (and report it) */
+#define CN_SAMPLING_MAX_LOGPROBS 20        /* the most n_logprobs can ask for */
+#define CN_SAMPLING_MAX_LOGIT_BIAS 65536   /* the most logit_bias entries one request may carry */
+
+/* Sampling parameters of one request. Get defaults from cn_sampling_default() and set
+ * fields; the defaults are neutral (sample from the model's own distribution), as in the
+ * OpenAI API and vLLM. Each comment gives the valid range and the value that turns the
+ * stage off. */
+typedef struct {
+    float temperature;        /* [0, 100]; 0 = greedy; 1 = off (default) */
+    int32_t top_k;            /* >= 0; 0 = off (default) */
+    float top_p;              /* (0, 1]; 1 = off (default) */
+    float min_p;              /* [0, 1]; 0 = off (default) */
+    float typical_p;          /* (0, 1]; 1 = off (default) */
+    float repetition_penalty; /* (0, 10]; 1 = off (default) */
+    float presence_penalty;   /* [-2, 2]; 0 = off (default) */
+    float frequency_penalty;  /* [-2, 2]; 0 = off (default) */
+    int32_t penalty_last_n;   /* >= -1: penalize the last n tokens of the history;
+                                 -1 = all of it (default), 0 = no penalties */
+    const cn_logit_bias *logit_bias; /* borrowed: n_logit_bias entries, copied by the sampler;
+                                        a token listed twice gets the sum of its biases */
+    int32_t n_logit_bias;     /* [0, CN_SAMPLING_MAX_LOGIT_BIAS]; default 0 */
+    uint64_t seed;            /* any value; CN_SAMPLING_SEED_RANDOM (default) = pick one */
+    int32_t n_logprobs;       /* [-1, CN_SAMPLING_MAX_LOGPROBS]: -1 = none (default); 0 = the
+                                 chosen token's log-probability; n = also the n most likely
+                                 tokens' (both under the model's raw distribution) */
+    bool ignore_eos;          /* for the generation loop: keep going past end-of-generation
+                                 tokens by banning them (the sampler knows no token ids) */
+    int32_t n_chain;          /* [1, CN_SAMPLER_N_STAGES] stages in chain[] */
+    cn_sampler_stage chain[CN_SAMPLER_N_STAGES]; /* the order the stages run in; each at
+                                 most once. Default: logit_bias, penalties, temperature,
+                                 top_k, top_p, min_p, typical (HF transformers / vLLM) */
+} cn_sampling_params;
+
+cn_sampling_params cn_sampling_default(void);
+
+/* Checks every field against its range, and that every stage that is not off is in the
+ * chain. n_vocab > 0 also checks logit_bias token ids against [0, n_vocab); 0 skips that.
+ * On failure: CN_STATUS_INVALID_ARG and a message naming the field, its value and its
+ * valid range ("top_p = 1.7 is out of range: must be in (0, 1], 1 = off"). */
+cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_error *err);
+
+/* Sets p->chain from a spec: stage names separated by ';' or ',' (logit_bias, penalties,
+ * temperature|temp, top_k, top_p, min_p, typical|typical_p|typ_p), or a preset: "default"
+ * (= "hf" = "vllm") or "llama.cpp" (penalties;top_k;typical;top_p;min_p;temperature, i.e.
+ * temperature last). logit_bias goes first unless the spec places it. p is unchanged on
+ * error (an unknown or repeated name). */
+cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, cn_error *err);
+
+/* The spec name of a stage ("top_p"), or "?" for a value out of range. */
+const char *cn_sampler_stage_name(cn_sampler_stage s);
+
+/* ==== end of sampling ===================================================================== */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,436 @@
+/* explain.c — `cinder explain`: shows what the sampler chain does to one next-token
+ * distribution, stage by stage: the input, the greedy choice, the candidates each active
+ * stage keeps (renormalized, dropped tokens marked '-'), and a seeded draw at the end.
+ *
+ * Today the distribution comes from the command line (--probs name=p,... or
+ * --logits name=l,...). The model mode (`-m MODEL -p PROMPT -n 8`) is meant to reuse
+ * explain_step() unchanged, once per generated token: it takes one logits row, a sampler
+ * and a token-name callback, and knows nothing about where the logits came from. This
+ * file only parses flags and prints; every sampling decision is the library's. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cinder.h"
+#include "cli.h"
+#include "core/core.h"
+#include "gen/sampling.h"
+
+#define EXPLAIN_MAX_TOKENS 1024 /* --probs / --logits entries */
+#define EXPLAIN_SHOW 10         /* tokens listed per line */
+#define EXPLAIN_LABEL_W 18
+
+/* Writes a printable name of token id into buf and returns it (or another string that
+ * lives at least until the next call). */
+typedef const char *(*explain_name_fn)(void *user, int32_t id, char *buf, size_t n);
+
+typedef struct {
+    FILE *out;
+    explain_name_fn name;
+    void *user;
+    const cn_sampling_params *p;
+    int32_t n_vocab;
+    int32_t shown[EXPLAIN_SHOW]; /* the input line's tokens: a stage that drops one marks it */
+    size_t n_shown;
+} explain_ctx;
+
+static void print_label(FILE *out, const char *label) {
+    fprintf(out, "%-*s", EXPLAIN_LABEL_W - 1, label);
+    fputc(' ', out);
+}
+
+static void stage_label(const cn_sampling_params *p, cn_sampler_stage st, char *buf, size_t n) {
+    switch (st) {
+    case CN_SAMPLER_TEMPERATURE: snprintf(buf, n, "temperature %g", p->temperature); break;
+    case CN_SAMPLER_TOP_K: snprintf(buf, n, "top_k %d", (int)p->top_k); break;
+    case CN_SAMPLER_TOP_P: snprintf(buf, n, "top_p %g", p->top_p); break;
+    case CN_SAMPLER_MIN_P: snprintf(buf, n, "min_p %g", p->min_p); break;
+    case CN_SAMPLER_TYPICAL: snprintf(buf, n, "typical %g", p->typical_p); break;
+    default: snprintf(buf, n, "%s", cn_sampler_stage_name(st)); break;
+    }
+}
+
+/* "name 0.123  name 0.045 ..." for the first candidates of a set, then the shown tokens
+ * that are no longer in it as "name -", then "(kept k of n)". */
+static void print_set(explain_ctx *x, const cn_candidate *cand, size_t n, bool mark_dropped) {
+    cn_candidate top[EXPLAIN_SHOW];
+    size_t m = cn_cands_top(cand, n, EXPLAIN_SHOW, top);
+    char nb[64];
+    for (size_t i = 0; i < m; i++)
+        fprintf(x->out, "%s%s %.3f", i ? "  " : "", x->name(x->user, top[i].id, nb, sizeof nb), top[i].p);
+    if (mark_dropped) {
+        bool present[EXPLAIN_SHOW] = {false};
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < x->n_shown; k++)
+                if (cand[i].id == x->shown[k]) present[k] = true;
+        for (size_t k = 0; k < x->n_shown; k++)
+            if (!present[k]) fprintf(x->out, "  %s -", x->name(x->user, x->shown[k], nb, sizeof nb));
+    }
+    if (mark_dropped)
+        fprintf(x->out, "  (kept %zu of %d)\n", n, (int)x->n_vocab);
+    else
+        fprintf(x->out, "  (%zu tokens)\n", n);
+}
+
+static void on_stage(void *user, cn_sampler_stage st, const cn_candidate *cand, size_t n) {
+    explain_ctx *x = user;
+    char label[64];
+    stage_label(x->p, st, label, sizeof label);
+    print_label(x->out, label);
+    print_set(x, cand, n, true);
+}
+
+/* The token temperature 0 would pick under the same bias and penalties. */
+static cn_status greedy_token(const cn_sampling_params *p, const float *logits, int32_t n_vocab,
+                              const int32_t *hist, size_t n_hist, int32_t *tok, cn_error *err) {
+    cn_sampling_params g = *p;
+    g.temperature = 0.0f;
+    g.top_k = 0, g.top_p = 1.0f, g.min_p = 0.0f, g.typical_p = 1.0f;
+    g.n_logprobs = -1;
+    g.seed = 0;
+    cn_status st = cn_sampling_set_chain(&g, "default", err);
+    cn_sampler *s = NULL;
+    if (st == CN_STATUS_OK) st = cn_sampler_create(&g, n_vocab, &s, err);
+    if (st == CN_STATUS_OK) st = cn_sampler_sample(s, logits, n_vocab, hist, n_hist, tok, NULL, err);
+    cn_sampler_free(s);
+    return st;
+}
+
+/* One explained sampling step over a logits row (n_vocab, borrowed): prints the input,
+ * the greedy choice, each active stage and the draw to out, and returns the drawn token.
+ * s is the request's sampler (its observer is set and cleared here); hist is the token
+ * history the penalties see. */
+static cn_status explain_step(FILE *out, cn_sampler *s, const float *logits, int32_t n_vocab,
+                              const int32_t *hist, size_t n_hist, explain_name_fn name, void *user,
+                              int32_t *out_token, cn_error *err) {
+    const cn_sampling_params *p = cn_sampler_params(s);
+    explain_ctx x = {out, name, user, p, n_vocab, {0}, 0};
+
+    cn_candidate *cand = malloc((size_t)n_vocab * sizeof *cand);
+    if (!cand) return cn_err(err, CN_STATUS_NO_MEMORY, "explain: out of memory");
+    cn_cands c;
+    cn_status st = cn_cands_init(&c, cand, logits, n_vocab, err);
+    if (st != CN_STATUS_OK) {
+        free(cand);
+        return st;
+    }
+    cn_candidate top[EXPLAIN_SHOW];
+    x.n_shown = cn_cands_top(c.data, c.n, EXPLAIN_SHOW, top);
+    for (size_t i = 0; i < x.n_shown; i++) x.shown[i] = top[i].id;
+    print_label(out, "input");
+    print_set(&x, c.data, c.n, false);
+    free(cand);
+
+    int32_t g;
+    st = greedy_token(p, logits, n_vocab, hist, n_hist, &g, err);
+    if (st != CN_STATUS_OK) return st;
+    char nb[64];
+    print_label(out, "greedy");
+    fprintf(out, "%s\n", name(user, g, nb, sizeof nb));
+
+    cn_sample_info info;
+    cn_sampler_set_observer(s, on_stage, &x);
+    st = cn_sampler_sample(s, logits, n_vocab, hist, n_hist, out_token, &info, err);
+    cn_sampler_set_observer(s, NULL, NULL);
+    if (st != CN_STATUS_OK) return st;
+    print_label(out, "draw");
+    fprintf(out, "%s %.3f  (seed %llu, u %.6f)\n", name(user, info.token, nb, sizeof nb), info.p,
+            (unsigned long long)cn_sampler_seed(s), info.u);
+    return CN_STATUS_OK;
+}
+
+/* ---- the command line ---- */
+
+typedef struct {
+    char *names[EXPLAIN_MAX_TOKENS]; /* point into text */
+    float logits[EXPLAIN_MAX_TOKENS];
+    int32_t n;
+    char *text; /* owned copy of the --probs / --logits argument */
+} toy_vocab;
+
+static const char *toy_name(void *user, int32_t id, char *buf, size_t n) {
+    const toy_vocab *v = user;
+    (void)buf, (void)n;
+    return v->names[id];
+}
+
+static int32_t toy_find(const toy_vocab *v, const char *name, size_t len) {
+    for (int32_t i = 0; i < v->n; i++)
+        if (strlen(v->names[i]) == len && !strncmp(v->names[i], name, len)) return i;
+    return -1;
+}
+
+static bool parse_double(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+/* --probs blue=0.5,gray=0.25 or --logits blue=2,gray=1: names are unique, non-empty, free
+ * of spaces; probabilities finite and >= 0 (logit ln p; 0 = never), logits finite or -inf. */
+static int parse_vocab(toy_vocab *v, const char *flag, const char *arg, bool probs) {
+    v->text = strdup(arg);
+    if (!v->text) {
+        cn_cli_errorf("explain: out of memory");
+        return 1;
+    }
+    double sum = 0.0;
+    char *save = NULL;
+    for (char *item = strtok_r(v->text, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (!eq || eq == item) {
+            cn_cli_errorf("explain: %s: '%s' is not name=value", flag, item);
+            return 2;
+        }
+        *eq = '\0';
+        if (strpbrk(item, " \t\n")) {
+            cn_cli_errorf("explain: %s: token name '%s' contains a space", flag, item);
+            return 2;
+        }
+        if (toy_find(v, item, strlen(item)) >= 0) {
+            cn_cli_errorf("explain: %s: token '%s' appears twice", flag, item);
+            return 2;
+        }
+        if (v->n == EXPLAIN_MAX_TOKENS) {
+            cn_cli_errorf("explain: %s: more than %d tokens", flag, EXPLAIN_MAX_TOKENS);
+            return 2;
+        }
+        double x;
+        if (!parse_double(eq + 1, &x) || isnan(x) || (probs ? !(x >= 0 && x < INFINITY) : x == INFINITY)) {
+            cn_cli_errorf("explain: %s: %s = '%s' must be %s", flag, item, eq + 1,
+                          probs ? "a probability >= 0" : "a finite logit or -inf");
+            return 2;
+        }
+        v->names[v->n] = item;
+        v->logits[v->n] = probs ? (float)log(x) : (float)x;
+        v->n++;
+        sum += x;
+    }
+    if (v->n == 0) {
+        cn_cli_errorf("explain: %s: no tokens given", flag);
+        return 2;
+    }
+    if (probs && !(sum > 0)) {
+        cn_cli_errorf("explain: %s: the probabilities sum to 0", flag);
+        return 2;
+    }
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: cinder explain --probs NAME=P,... [options]\n"
+            "       cinder explain --logits NAME=L,... [options]\n"
+            "\n"
+            "Shows the sampler chain stage by stage on one distribution: the input, the\n"
+            "greedy choice, what each active stage keeps (renormalized; '-' = dropped), and a\n"
+            "seeded draw.\n"
+            "\n"
+            "options:\n"
+            "  --temp T                temperature, 0 = greedy (default 1)\n"
+            "  --top-k K               keep the K most probable (0 = off)\n"
+            "  --top-p P               keep the smallest set with mass >= P (1 = off)\n"
+            "  --min-p P               keep p >= P * p_max (0 = off)\n"
+            "  --typical P             locally typical sampling (1 = off)\n"
+            "  --repeat-penalty R      repetition penalty over --history (1 = off)\n"
+            "  --presence-penalty X    OpenAI presence penalty (0 = off)\n"
+            "  --frequency-penalty X   OpenAI frequency penalty (0 = off)\n"
+            "  --last-n N              penalize the last N history tokens (-1 = all)\n"
+            "  --history NAME,...      tokens generated so far, oldest first\n"
+            "  --bias NAME=B,...       logit bias; B = -inf bans the token\n"
+            "  --samplers SPEC         stage order: 'default', 'llama.cpp', or names joined\n"
+            "                          by ';' (penalties;top_k;top_p;min_p;typical;temperature)\n"
+            "  --seed N                seed of the draw (default: random, printed)\n");
+}
+
+typedef struct {
+    const char *name;
+    const char *value;
+} flag_arg;
+
+int cn_cli_explain(int argc, char **argv) {
+    cn_sampling_params p = cn_sampling_default();
+    toy_vocab v = {0};
+    const char *probs = NULL, *logits = NULL, *history = NULL, *bias = NULL, *samplers = NULL;
+    cn_logit_bias biases[EXPLAIN_MAX_TOKENS];
+    int32_t hist[EXPLAIN_MAX_TOKENS];
+    size_t n_hist = 0;
+    int rc = 2;
+    cn_sampler *s = NULL;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strncmp(a, "--model=", 8)) {
+            cn_cli_errorf("explain: the model mode (-m MODEL -p PROMPT) is not implemented yet; "
+                          "use --probs or --logits");
+            goto out;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            cn_cli_errorf("explain: unexpected argument '%s' (see 'cinder explain --help')", a);
+            goto out;
+        }
+        /* --flag value or --flag=value */
+        char name[32];
+        const char *val;
+        const char *eq = strchr(a, '=');
+        if (eq) {
+            size_t len = (size_t)(eq - a);
+            if (len >= sizeof name) len = sizeof name - 1;
+            memcpy(name, a, len);
+            name[len] = '\0';
+            val = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", a);
+            if (i + 1 >= argc) {
+                cn_cli_errorf("explain: %s needs a value", a);
+                goto out;
+            }
+            val = argv[++i];
+        }
+        double d;
+        long long ll;
+        float *fp = NULL;
+        if (!strcmp(name, "--probs")) probs = val;
+        else if (!strcmp(name, "--logits")) logits = val;
+        else if (!strcmp(name, "--history")) history = val;
+        else if (!strcmp(name, "--bias")) bias = val;
+        else if (!strcmp(name, "--samplers")) samplers = val;
+        else if (!strcmp(name, "--temp") || !strcmp(name, "--temperature")) fp = &p.temperature;
+        else if (!strcmp(name, "--top-p")) fp = &p.top_p;
+        else if (!strcmp(name, "--min-p")) fp = &p.min_p;
+        else if (!strcmp(name, "--typical")) fp = &p.typical_p;
+        else if (!strcmp(name, "--repeat-penalty")) fp = &p.repetition_penalty;
+        else if (!strcmp(name, "--presence-penalty")) fp = &p.presence_penalty;
+        else if (!strcmp(name, "--frequency-penalty")) fp = &p.frequency_penalty;
+        else if (!strcmp(name, "--top-k") || !strcmp(name, "--last-n")) {
+            if (!parse_int(val, INT32_MIN, INT32_MAX, &ll)) {
+                cn_cli_errorf("explain: %s: '%s' is not an integer", name, val);
+                goto out;
+            }
+            if (!strcmp(name, "--top-k"))
+                p.top_k = (int32_t)ll;
+            else
+                p.penalty_last_n = (int32_t)ll;
+        } else if (!strcmp(name, "--seed")) {
+            char *end;
+            errno = 0;
+            unsigned long long sd = strtoull(val, &end, 10);
+            if (end == val || *end || errno == ERANGE || val[0] == '-') {
+                cn_cli_errorf("explain: --seed: '%s' is not an integer in [0, 2^64)", val);
+                goto out;
+            }
+            p.seed = (uint64_t)sd;
+        } else {
+            cn_cli_errorf("explain: unknown option '%s' (see 'cinder explain --help')", name);
+            goto out;
+        }
+        if (fp) {
+            if (!parse_double(val, &d)) {
+                cn_cli_errorf("explain: %s: '%s' is not a number", name, val);
+                goto out;
+            }
+            *fp = (float)d;
+        }
+    }
+
+    if (!probs == !logits) {
+        cn_cli_errorf("explain: give exactly one of --probs or --logits (see 'cinder explain --help')");
+        goto out;
+    }
+    rc = parse_vocab(&v, probs ? "--probs" : "--logits", probs ? probs : logits, probs != NULL);
+    if (rc) goto out;
+    rc = 2;
+
+    cn_error err = {0};
+    if (samplers && cn_sampling_set_chain(&p, samplers, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        goto out;
+    }
+    if (history) {
+        const char *h = history;
+        while (*h) {
+            size_t len = strcspn(h, ",");
+            int32_t id = toy_find(&v, h, len);
+            if (id < 0 || n_hist == EXPLAIN_MAX_TOKENS) {
+                cn_cli_errorf("explain: --history: %s '%.*s'", id < 0 ? "unknown token" : "too many tokens at",
+                              (int)len, h);
+                goto out;
+            }
+            hist[n_hist++] = id;
+            h += len;
+            if (*h == ',') h++;
+        }
+    }
+    if (bias) {
+        const char *b = bias;
+        int32_t nb = 0;
+        while (*b) {
+            size_t len = strcspn(b, ",");
+            const char *eq = memchr(b, '=', len);
+            int32_t id = eq ? toy_find(&v, b, (size_t)(eq - b)) : -1;
+            char num[64];
+            size_t nlen = eq ? len - (size_t)(eq - b) - 1 : 0;
+            if (id < 0 || nlen >= sizeof num || nb == EXPLAIN_MAX_TOKENS) {
+                cn_cli_errorf("explain: --bias: '%.*s' is not KNOWN_TOKEN=BIAS", (int)len, b);
+                goto out;
+            }
+            memcpy(num, eq + 1, nlen);
+            num[nlen] = '\0';
+            double bv;
+            if (!parse_double(num, &bv)) {
+                cn_cli_errorf("explain: --bias: '%s' is not a number", num);
+                goto out;
+            }
+            biases[nb++] = (cn_logit_bias){id, (float)bv};
+            b += len;
+            if (*b == ',') b++;
+        }
+        p.logit_bias = biases;
+        p.n_logit_bias = nb;
+    }
+
+    if (cn_sampling_validate(&p, v.n, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        goto out;
+    }
+    rc = 1;
+    if (cn_sampler_create(&p, v.n, &s, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        goto out;
+    }
+
+    printf("%-*s ", EXPLAIN_LABEL_W - 1, "chain");
+    const cn_sampling_params *sp = cn_sampler_params(s);
+    for (int32_t k = 0; k < sp->n_chain; k++) printf("%s%s", k ? " > " : "", cn_sampler_stage_name(sp->chain[k]));
+    printf("%sdraw\n", sp->n_chain ? " > " : "");
+    int32_t tok;
+    cn_status st = explain_step(stdout, s, v.logits, v.n, hist, n_hist, toy_name, &v, &tok, &err);
+    if (st != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        rc = st == CN_STATUS_INVALID_ARG ? 2 : 1; /* e.g. --bias banning every token */
+        goto out;
+    }
+    rc = 0;
+out:
+    cn_sampler_free(s);
+    free(v.text);
+    return rc;
+}
