@@ -25,6 +25,7 @@ static const command commands[] = {
     {"version", cmd_version, "print the version"},
     {"tokenize", cn_cli_tokenize, "print the token ids and pieces of a text"},
     {"explain", cn_cli_explain, "show the sampler chain stage by stage on a distribution"},
+    {"run", cn_cli_run, "generate text from a prompt (greedy) with timings"},
 };
 
 void cn_cli_errorf(const char *fmt, ...) {
