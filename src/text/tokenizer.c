@@ -291,30 +291,31 @@ static int32_t detect(cn_tokenizer *t, const char *const *texts) {
 #define LOWBAR "\xE2\x96\x81"
 
 static void set_eog(cn_tokenizer *t) {
-    static const char *const eot_texts[] = {"<|eot_id|>",
-                                            "<|im_end|>",
-                                            "<|end|>",
-                                            "<end_of_turn>",
-                                            "<|endoftext|>",
-                                            "<EOT>",
-                                            "<" FWBAR "end" LOWBAR "of" LOWBAR "sentence" FWBAR ">",
-                                            NULL};
+    /* clang-format off */
+    static const char *const eot_texts[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+        "<" FWBAR "end" LOWBAR "of" LOWBAR "sentence" FWBAR ">", NULL};
     static const char *const eom_texts[] = {"<|eom_id|>", NULL};
-    static const char *const fim_texts[][5] = {
+    static const char *const fim_texts[][6] = {
         {"<|fim_prefix|>", "<fim-prefix>", "<" FWBAR "fim" LOWBAR "begin" FWBAR ">", "<PRE>", NULL},
         {"<|fim_suffix|>", "<fim-suffix>", "<" FWBAR "fim" LOWBAR "hole" FWBAR ">", "<SUF>", NULL},
         {"<|fim_middle|>", "<fim-middle>", "<" FWBAR "fim" LOWBAR "end" FWBAR ">", "<MID>", NULL},
     };
-    static const char *const fim_end_texts[][5] = {
+    /* FIM pad / repo / file separator end generation too. */
+    static const char *const fim_end_texts[][6] = {
         {"<|fim_pad|>", "<fim-pad>", "<PAD>", NULL},
-        {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", NULL},
+        {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
         {"<|file_sep|>", NULL},
     };
+    /* llama.cpp's list (2025), less "</s>": newer llama.cpp forces that one to control for
+     * one model and so breaks Gemma's user-defined "</s>". */
     static const char *const eog_texts[] = {
-        "<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
-        "<|endoftext|>", "<|eom_id|>", "<EOT>",   NULL};
-    /* Only when they are control tokens already: some vocabularies use these as text. */
-    static const char *const eog_if_control[] = {"</s>", "<|end_of_text|>", NULL};
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+        "<|calls|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
+        "[EOS]", "<|end_of_text|>", "<end_of_utterance>", NULL};
+    /* Only when they are control tokens already: elsewhere they may be plain text. */
+    static const char *const eog_if_control[] = {"</s>", NULL};
+    /* clang-format on */
 
     if (t->eot < 0) t->eot = detect(t, eot_texts);
     if (t->eom < 0) t->eom = detect(t, eom_texts);

@@ -113,25 +113,40 @@ Test(tokenizer_special, end_of_generation) {
     cn_tokenizer_free(t);
 }
 
-/* A byte-level BPE vocabulary of the 256 byte characters only, with a given pre name. */
+/* A byte-level BPE vocabulary of the 256 byte characters (ids 0..255, in byte order) plus
+ * "hello" (id 256) and no merges, with a given pre name. */
 static cn_tokenizer *bytes_vocab(const char *pre) {
     static char store[256][4];
-    const char *tokens[256];
+    const char *tokens[257];
     for (int b = 0; b < 256; b++) {
         size_t n = cn_utf8_encode(cn_bpe_byte_to_cp((uint8_t)b), store[b]);
         store[b][n] = 0;
         tokens[b] = store[b];
     }
+    tokens[256] = "hello";
     cn_gguf_writer *w = cn_gguf_writer_new();
     cn_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     if (pre) cn_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
-    cn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 256);
+    cn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 257);
     cn_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", tokens, 0);
     cn_tokenizer *t;
     cn_error e;
     cr_assert_eq(tt_load_written(w, &t, &e), CN_STATUS_OK, "%s", e.msg);
     cn_gguf_writer_free(w);
     return t;
+}
+
+/* llama3-family vocabularies take a whole pre-token that is a token, merges or not. */
+Test(tokenizer_pretok, llama3_ignores_merges) {
+    cn_tokenizer *t = bytes_vocab("llama-bpe");
+    int32_t want[] = {256};
+    expect_ids(t, "hello", false, want, 1);
+    cr_assert(cn_tokenizer_add_bos(t) == false); /* add_bos on, but there is no BOS id */
+    cn_tokenizer_free(t);
+    t = bytes_vocab("gpt-2");
+    int32_t bytes[] = {'h', 'e', 'l', 'l', 'o'};
+    expect_ids(t, "hello", false, bytes, 5);
+    cn_tokenizer_free(t);
 }
 
 static void expect_split(const char *pre, const char *text, const char *const *want,
@@ -201,7 +216,7 @@ Test(tokenizer_pretok, long_runs) {
         cn_tokenizer *t = bytes_vocab("llama-bpe");
         size_t k;
         int32_t *ids = tt_tokenize(t, s, n, false, false, &k);
-        cr_assert_eq(k, n); /* no merges: one token per byte */
+        cr_assert_eq(k, n); /* no merges, no such long token: one token per byte */
         free(ids);
         cn_tokenizer_free(t);
     }
