@@ -61,6 +61,19 @@ typedef enum {
     CN_TYPE_COUNT = 40,      /* one past the largest value; not a type */
 } cn_type;
 
+/* ---- finish reasons (implemented in src/gen/stop.c) ---- */
+/* Why a generation ended; the names are OpenAI's finish_reason values. */
+typedef enum {
+    CN_FINISH_NONE = 0,      /* still running (OpenAI: null) */
+    CN_FINISH_STOP,          /* a stop string or an end-of-generation token */
+    CN_FINISH_LENGTH,        /* max_tokens reached or the context is full */
+    CN_FINISH_CANCELLED,     /* the caller or the client gave up */
+} cn_finish_reason;
+
+/* "stop", "length", "cancelled"; "none" for CN_FINISH_NONE, "unknown" out of range. */
+const char *cn_finish_reason_str(cn_finish_reason r);
+/* ---- end finish reasons ---- */
+
 /* ==== sampling ============================================================================
  * The sampler chain's parameters (implementation: src/gen/sampling.c; the chain order and
  * the top-p rule are documented there and in docs/sampling.md). */
