@@ -1,0 +1,515 @@
+/* test_chat.c — chat templates (src/text/chat.c): family detection from real Jinja
+ * templates, rendering of each family against strings produced by the reference
+ * templates, Unicode trimming, and bad input.
+ *
+ * Provenance of the expected strings: rendered once by hand with python jinja2 3.1.6
+ * (ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True), HF transformers'
+ * settings, bos_token = "" because cinder leaves BOS to the tokenizer; with the real
+ * bos_token the output differs only by that prefix) from these templates:
+ *   SmolLM2: tokenizer.chat_template of SmolLM2-135M-Instruct.Q4_1.gguf (read with the
+ *            gguf package), copied below as SMOLLM2_TEMPLATE;
+ *   Gemma 3: google/gemma-3-*-it tokenizer_config.json chat_template (GEMMA3_TEMPLATE;
+ *            the gemma-3-270m GGUF in the model cache is the base model and has none);
+ *   Llama 3: Meta-Llama-3-8B-Instruct tokenizer_config.json chat_template (LLAMA3_TEMPLATE).
+ * The plain "chatml" by-name cases are hand-derived: SmolLM2's output without its default
+ * system turn. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/chat.h"
+
+static const char SMOLLM2_TEMPLATE[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n"
+    "' + message['content'] + '<|im_end|>' + '\n"
+    "'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n"
+    "' }}{% endif %}";
+
+static const char GEMMA3_TEMPLATE[] =
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\\n\\n' -%}\n"
+    "    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    "        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n"
+    "        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n"
+    "                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n"
+    "                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n"
+    "        {%- endfor -%}\n"
+    "    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\\n' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\\n'}}\n"
+    "{%- endif -%}";
+
+static const char LLAMA3_TEMPLATE[] =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+
+/* Conversations rendered by every family. */
+static const cn_chat_msg USER_ONLY[] = {{"user", "Hello!"}};
+static const cn_chat_msg SYSTEM_USER[] = {{"system", "You are terse."}, {"user", "What is 2+2?"}};
+static const cn_chat_msg MULTI_TURN[] = {{"system", "Be kind."}, {"user", "Hi"},
+                                         {"assistant", "Hello! How can I help?"},
+                                         {"user", "Tell me a joke."}};
+static const cn_chat_msg NO_GEN_PROMPT[] = {{"user", "Hi"}, {"assistant", "Hey."}};
+/* Leading/trailing ASCII and Unicode whitespace (U+3000, U+00A0, U+2003), inner newlines. */
+static const cn_chat_msg WHITESPACE[] = {
+    {"system", "  sys\n"},
+    {"user", " \343\200\200 café 日本\n\nline2 \302\240\t\n"},
+    {"assistant", "\n ok \342\200\203"}};
+static const cn_chat_msg SYSTEM_ONLY[] = {{"system", "Only system."}};
+static const cn_chat_msg EMPTY_CONTENT[] = {{"user", ""}};
+static const cn_chat_msg SYSTEM_MID[] = {{"user", "a"}, {"system", "b"}};
+/* Only whitespace (U+2028, U+3000, U+0085, U+001C); whitespace inside kept (U+205F end). */
+static const cn_chat_msg ALL_SPACE[] = {{"user", " \342\200\250\343\200\200\n\302\205\034"}};
+static const cn_chat_msg INNER_SPACE[] = {{"user", "\302\240a \343\200\200 b\342\201\237"}};
+
+typedef struct {
+    const char *name;
+    const cn_chat_msg *msgs;
+    size_t n;
+    bool gen;
+    const char *want;
+} render_case;
+
+#define CASE(name, msgs, gen, want) {name, msgs, CN_ARRAY_LEN(msgs), gen, want}
+
+static const render_case SMOLLM2_CASES[] = {
+    CASE("user_only", USER_ONLY, true,
+         "<|im_start|>system\n"
+         "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+         "<|im_start|>user\n"
+         "Hello!<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("system_user", SYSTEM_USER, true,
+         "<|im_start|>system\n"
+         "You are terse.<|im_end|>\n"
+         "<|im_start|>user\n"
+         "What is 2+2?<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("multi_turn", MULTI_TURN, true,
+         "<|im_start|>system\n"
+         "Be kind.<|im_end|>\n"
+         "<|im_start|>user\n"
+         "Hi<|im_end|>\n"
+         "<|im_start|>assistant\n"
+         "Hello! How can I help?<|im_end|>\n"
+         "<|im_start|>user\n"
+         "Tell me a joke.<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("no_gen_prompt", NO_GEN_PROMPT, false,
+         "<|im_start|>system\n"
+         "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+         "<|im_start|>user\n"
+         "Hi<|im_end|>\n"
+         "<|im_start|>assistant\n"
+         "Hey.<|im_end|>\n"),
+    CASE("whitespace", WHITESPACE, true,
+         "<|im_start|>system\n"
+         "  sys\n"
+         "<|im_end|>\n"
+         "<|im_start|>user\n"
+         " \343\200\200 café 日本\n"
+         "\n"
+         "line2 \302\240\t\n"
+         "<|im_end|>\n"
+         "<|im_start|>assistant\n"
+         "\n"
+         " ok \342\200\203<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("system_only", SYSTEM_ONLY, true,
+         "<|im_start|>system\n"
+         "Only system.<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("empty_content", EMPTY_CONTENT, true,
+         "<|im_start|>system\n"
+         "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+         "<|im_start|>user\n"
+         "<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("system_mid", SYSTEM_MID, true,
+         "<|im_start|>system\n"
+         "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+         "<|im_start|>user\n"
+         "a<|im_end|>\n"
+         "<|im_start|>system\n"
+         "b<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("all_space", ALL_SPACE, true,
+         "<|im_start|>system\n"
+         "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+         "<|im_start|>user\n"
+         " \342\200\250\343\200\200\n"
+         "\302\205\034<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+};
+
+static const render_case GEMMA3_CASES[] = {
+    CASE("user_only", USER_ONLY, true,
+         "<start_of_turn>user\n"
+         "Hello!<end_of_turn>\n"
+         "<start_of_turn>model\n"),
+    CASE("system_user", SYSTEM_USER, true,
+         "<start_of_turn>user\n"
+         "You are terse.\n"
+         "\n"
+         "What is 2+2?<end_of_turn>\n"
+         "<start_of_turn>model\n"),
+    CASE("multi_turn", MULTI_TURN, true,
+         "<start_of_turn>user\n"
+         "Be kind.\n"
+         "\n"
+         "Hi<end_of_turn>\n"
+         "<start_of_turn>model\n"
+         "Hello! How can I help?<end_of_turn>\n"
+         "<start_of_turn>user\n"
+         "Tell me a joke.<end_of_turn>\n"
+         "<start_of_turn>model\n"),
+    CASE("no_gen_prompt", NO_GEN_PROMPT, false,
+         "<start_of_turn>user\n"
+         "Hi<end_of_turn>\n"
+         "<start_of_turn>model\n"
+         "Hey.<end_of_turn>\n"),
+    /* The system text goes in untrimmed; the turn contents are trimmed. */
+    CASE("whitespace", WHITESPACE, true,
+         "<start_of_turn>user\n"
+         "  sys\n"
+         "\n"
+         "\n"
+         "café 日本\n"
+         "\n"
+         "line2<end_of_turn>\n"
+         "<start_of_turn>model\n"
+         "ok<end_of_turn>\n"
+         "<start_of_turn>model\n"),
+    /* The reference template drops a lone system message. */
+    CASE("system_only", SYSTEM_ONLY, true,
+         "<start_of_turn>model\n"),
+    CASE("empty_content", EMPTY_CONTENT, true,
+         "<start_of_turn>user\n"
+         "<end_of_turn>\n"
+         "<start_of_turn>model\n"),
+    /* A system message at an odd turn passes the template's alternation test. */
+    CASE("system_mid", SYSTEM_MID, true,
+         "<start_of_turn>user\n"
+         "a<end_of_turn>\n"
+         "<start_of_turn>system\n"
+         "b<end_of_turn>\n"
+         "<start_of_turn>model\n"),
+    CASE("all_space", ALL_SPACE, true,
+         "<start_of_turn>user\n"
+         "<end_of_turn>\n"
+         "<start_of_turn>model\n"),
+    CASE("inner_space", INNER_SPACE, false,
+         "<start_of_turn>user\n"
+         "a \343\200\200 b<end_of_turn>\n"),
+};
+
+static const render_case LLAMA3_CASES[] = {
+    CASE("user_only", USER_ONLY, true,
+         "<|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "Hello!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"),
+    CASE("system_user", SYSTEM_USER, true,
+         "<|start_header_id|>system<|end_header_id|>\n"
+         "\n"
+         "You are terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "What is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"),
+    CASE("multi_turn", MULTI_TURN, true,
+         "<|start_header_id|>system<|end_header_id|>\n"
+         "\n"
+         "Be kind.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "Hi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"
+         "Hello! How can I help?<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "Tell me a joke.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"),
+    CASE("no_gen_prompt", NO_GEN_PROMPT, false,
+         "<|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "Hi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"
+         "Hey.<|eot_id|>"),
+    CASE("whitespace", WHITESPACE, true,
+         "<|start_header_id|>system<|end_header_id|>\n"
+         "\n"
+         "sys<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "café 日本\n"
+         "\n"
+         "line2<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"
+         "ok<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"),
+    CASE("system_only", SYSTEM_ONLY, true,
+         "<|start_header_id|>system<|end_header_id|>\n"
+         "\n"
+         "Only system.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"),
+    CASE("empty_content", EMPTY_CONTENT, true,
+         "<|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"),
+    CASE("system_mid", SYSTEM_MID, true,
+         "<|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "a<|eot_id|><|start_header_id|>system<|end_header_id|>\n"
+         "\n"
+         "b<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"),
+    CASE("all_space", ALL_SPACE, true,
+         "<|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+         "\n"),
+    CASE("inner_space", INNER_SPACE, false,
+         "<|start_header_id|>user<|end_header_id|>\n"
+         "\n"
+         "a \343\200\200 b<|eot_id|>"),
+};
+
+static cn_chat_template *detect(const char *jinja) {
+    cn_chat_template *t = NULL;
+    cn_error e;
+    cr_assert_eq(cn_chat_template_detect(jinja, strlen(jinja), &t, &e), CN_STATUS_OK, "%s", e.msg);
+    return t;
+}
+
+/* Renders every case and compares; a mismatch names the case and the first differing byte. */
+static void check_cases(const cn_chat_template *t, const render_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char *got = NULL;
+        size_t len = 0;
+        cn_error e;
+        cr_assert_eq(cn_chat_render(t, cases[i].msgs, cases[i].n, cases[i].gen, &got, &len, &e),
+                     CN_STATUS_OK, "%s: %s", cases[i].name, e.msg);
+        size_t k = 0;
+        while (got[k] && got[k] == cases[i].want[k]) k++;
+        cr_assert_str_eq(got, cases[i].want, "%s/%s: first difference at byte %zu",
+                         cn_chat_template_name(t), cases[i].name, k);
+        cr_assert_eq(len, strlen(cases[i].want));
+        free(got);
+    }
+}
+
+Test(chat, smollm2_template_renders_like_jinja) {
+    cn_chat_template *t = detect(SMOLLM2_TEMPLATE);
+    cr_assert_eq(cn_chat_template_family(t), CN_CHAT_CHATML);
+    cr_assert_str_eq(cn_chat_template_name(t), "chatml");
+    cr_assert_str_eq(cn_chat_template_default_system(t),
+                     "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+    cr_assert_str_eq(cn_chat_template_end_of_turn(t), "<|im_end|>");
+    cr_assert(!cn_chat_template_bos_in_template(t));
+    check_cases(t, SMOLLM2_CASES, CN_ARRAY_LEN(SMOLLM2_CASES));
+    cn_chat_template_free(t);
+}
+
+Test(chat, gemma3_template_renders_like_jinja) {
+    cn_chat_template *t = detect(GEMMA3_TEMPLATE);
+    cr_assert_eq(cn_chat_template_family(t), CN_CHAT_GEMMA);
+    cr_assert_null(cn_chat_template_default_system(t));
+    cr_assert_str_eq(cn_chat_template_end_of_turn(t), "<end_of_turn>");
+    cr_assert(cn_chat_template_bos_in_template(t));
+    check_cases(t, GEMMA3_CASES, CN_ARRAY_LEN(GEMMA3_CASES));
+    cn_chat_template_free(t);
+}
+
+Test(chat, llama3_template_renders_like_jinja) {
+    cn_chat_template *t = detect(LLAMA3_TEMPLATE);
+    cr_assert_eq(cn_chat_template_family(t), CN_CHAT_LLAMA3);
+    cr_assert_str_eq(cn_chat_template_end_of_turn(t), "<|eot_id|>");
+    cr_assert(cn_chat_template_bos_in_template(t));
+    check_cases(t, LLAMA3_CASES, CN_ARRAY_LEN(LLAMA3_CASES));
+    cn_chat_template_free(t);
+}
+
+Test(chat, by_name) {
+    cn_chat_template *t = NULL;
+    cn_error e;
+    cr_assert_eq(cn_chat_template_from_name("chatml", &t, &e), CN_STATUS_OK);
+    cr_assert_null(cn_chat_template_default_system(t));
+    static const render_case plain[] = {
+        CASE("user_only", USER_ONLY, true,
+             "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n"),
+        CASE("no_gen_prompt", NO_GEN_PROMPT, false,
+             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHey.<|im_end|>\n"),
+    };
+    check_cases(t, plain, CN_ARRAY_LEN(plain));
+    cn_chat_template_free(t);
+
+    cr_assert_eq(cn_chat_template_from_name("Gemma", &t, &e), CN_STATUS_OK);
+    check_cases(t, GEMMA3_CASES, CN_ARRAY_LEN(GEMMA3_CASES));
+    cn_chat_template_free(t);
+    cr_assert_eq(cn_chat_template_from_name("LLAMA3", &t, &e), CN_STATUS_OK);
+    check_cases(t, LLAMA3_CASES, CN_ARRAY_LEN(LLAMA3_CASES));
+    cn_chat_template_free(t);
+
+    t = (cn_chat_template *)1;
+    cr_assert_eq(cn_chat_template_from_name("vicuna", &t, &e), CN_STATUS_INVALID_ARG);
+    cr_assert_null(t);
+    cr_assert(strstr(e.msg, "vicuna") && strstr(e.msg, "chatml, gemma, llama3"), "%s", e.msg);
+    cr_assert_eq(cn_chat_template_from_name(NULL, &t, &e), CN_STATUS_INVALID_ARG);
+}
+
+/* Qwen2.5's template shape: the default system turn is one literal with Jinja "\n"
+ * escapes, after literals that continue with an expression (which are not defaults). */
+Test(chat, chatml_default_system_from_escaped_literal) {
+    static const char qwen_like[] =
+        "{%- if tools %}\n"
+        "    {{- '<|im_start|>system\\n' }}\n"
+        "{%- else %}\n"
+        "    {%- if messages[0]['role'] == 'system' %}\n"
+        "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+        "    {%- else %}\n"
+        "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a "
+        "helpful assistant.<|im_end|>\\n' }}\n"
+        "    {%- endif %}\n"
+        "{%- endif %}\n";
+    cn_chat_template *t = detect(qwen_like);
+    cr_assert_str_eq(cn_chat_template_default_system(t),
+                     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    cn_chat_template_free(t);
+
+    /* A ChatML template without a literal default (Qwen3-style). */
+    t = detect("{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}"
+               "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + "
+               "messages[0].content + '<|im_end|>\\n' }}{%- endif %}");
+    cr_assert_eq(cn_chat_template_family(t), CN_CHAT_CHATML);
+    cr_assert_null(cn_chat_template_default_system(t));
+    cn_chat_template_free(t);
+}
+
+Test(chat, unknown_template_is_unsupported) {
+    static const char mistral[] =
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+        "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + "
+        "eos_token }}{% endif %}{% endfor %}";
+    cn_chat_template *t = (cn_chat_template *)1;
+    cn_error e;
+    cr_assert_eq(cn_chat_template_detect(mistral, strlen(mistral), &t, &e), CN_STATUS_UNSUPPORTED);
+    cr_assert_null(t);
+    cr_assert(strstr(e.msg, "--chat-template NAME") && strstr(e.msg, "chatml, gemma, llama3"),
+              "%s", e.msg);
+    cr_assert_eq(cn_chat_template_detect(NULL, 0, &t, &e), CN_STATUS_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "--chat-template"), "%s", e.msg);
+    cr_assert_eq(cn_chat_template_detect("", 0, &t, &e), CN_STATUS_UNSUPPORTED);
+    /* The marker must lie inside [0, len): a longer buffer is not read past len. */
+    cr_assert_eq(cn_chat_template_detect("ab<|im_start|>", 2, &t, &e), CN_STATUS_UNSUPPORTED);
+    cr_assert_eq(cn_chat_template_detect(mistral, 10, NULL, &e), CN_STATUS_INVALID_ARG);
+}
+
+static cn_status render_status(const cn_chat_template *t, const cn_chat_msg *m, size_t n,
+                               cn_error *e) {
+    char *out = (char *)1;
+    size_t len = 7;
+    cn_status st = cn_chat_render(t, m, n, true, &out, &len, e);
+    if (st != CN_STATUS_OK) {
+        cr_assert_null(out);
+        cr_assert_eq(len, 0);
+    }
+    free(st == CN_STATUS_OK ? out : NULL);
+    return st;
+}
+
+Test(chat, bad_messages) {
+    cn_chat_template *t = NULL;
+    cn_error e;
+    cr_assert_eq(cn_chat_template_from_name("chatml", &t, &e), CN_STATUS_OK);
+
+    static const cn_chat_msg tool[] = {{"user", "x"}, {"tool", "{}"}};
+    cr_assert_eq(render_status(t, tool, 2, &e), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(e.msg, "message 1") && strstr(e.msg, "unknown role 'tool'"), "%s", e.msg);
+    static const cn_chat_msg upper[] = {{"User", "x"}};
+    cr_assert_eq(render_status(t, upper, 1, &e), CN_STATUS_INVALID_ARG);
+    static const cn_chat_msg null_content[] = {{"user", "x"}, {"assistant", NULL}};
+    cr_assert_eq(render_status(t, null_content, 2, &e), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(e.msg, "message 1: NULL content"), "%s", e.msg);
+    static const cn_chat_msg null_role[] = {{NULL, "x"}};
+    cr_assert_eq(render_status(t, null_role, 1, &e), CN_STATUS_INVALID_ARG);
+    cr_assert_eq(render_status(t, USER_ONLY, 0, &e), CN_STATUS_INVALID_ARG);
+    cr_assert_eq(render_status(t, NULL, 3, &e), CN_STATUS_INVALID_ARG);
+    cr_assert_eq(render_status(NULL, USER_ONLY, 1, &e), CN_STATUS_INVALID_ARG);
+    cr_assert_eq(cn_chat_render(t, USER_ONLY, 1, true, NULL, NULL, &e), CN_STATUS_INVALID_ARG);
+
+    /* Absurd counts are refused before any message is read; at the limit it works. */
+    cr_assert_eq(render_status(t, USER_ONLY, (size_t)CN_CHAT_MAX_MESSAGES + 1, &e), CN_STATUS_LIMIT);
+    cr_assert_eq(render_status(t, USER_ONLY, SIZE_MAX, &e), CN_STATUS_LIMIT);
+    cn_chat_msg *many = malloc(CN_CHAT_MAX_MESSAGES * sizeof *many);
+    for (size_t i = 0; i < CN_CHAT_MAX_MESSAGES; i++)
+        many[i] = (cn_chat_msg){i % 2 ? "assistant" : "user", "hi"};
+    char *out = NULL;
+    size_t len = 0;
+    cr_assert_eq(cn_chat_render(t, many, CN_CHAT_MAX_MESSAGES, false, &out, &len, &e), CN_STATUS_OK);
+    cr_assert_eq(len, (CN_CHAT_MAX_MESSAGES / 2) * (strlen("<|im_start|>user\nhi<|im_end|>\n") +
+                                                    strlen("<|im_start|>assistant\nhi<|im_end|>\n")));
+    free(out);
+    free(many);
+
+    /* A prompt over the byte limit: two contents of just over half the limit each. */
+    size_t half = CN_CHAT_MAX_PROMPT_BYTES / 2 + 1;
+    char *big = malloc(half + 1);
+    memset(big, 'x', half);
+    big[half] = 0;
+    cn_chat_msg two_big[] = {{"user", big}, {"assistant", big}};
+    cr_assert_eq(render_status(t, two_big, 2, &e), CN_STATUS_LIMIT);
+    cr_assert(strstr(e.msg, "prompt of"), "%s", e.msg);
+    free(big);
+    cn_chat_template_free(t);
+
+    /* Gemma: turns must alternate user/assistant from the first non-system message. */
+    cr_assert_eq(cn_chat_template_from_name("gemma", &t, &e), CN_STATUS_OK);
+    static const cn_chat_msg user_user[] = {{"user", "a"}, {"user", "b"}};
+    cr_assert_eq(render_status(t, user_user, 2, &e), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(e.msg, "alternate"), "%s", e.msg);
+    static const cn_chat_msg assistant_first[] = {{"system", "s"}, {"assistant", "a"}};
+    cr_assert_eq(render_status(t, assistant_first, 2, &e), CN_STATUS_INVALID_ARG);
+    static const cn_chat_msg system_second[] = {{"system", "s"}, {"system", "t"}};
+    cr_assert_eq(render_status(t, system_second, 2, &e), CN_STATUS_INVALID_ARG);
+    cn_chat_template_free(t);
+    cn_chat_template_free(NULL);
+}
+
+/* Trimming never reads past a malformed sequence and keeps bytes it cannot decode. */
+Test(chat, trim_leaves_invalid_utf8) {
+    cn_chat_template *t = NULL;
+    cr_assert_eq(cn_chat_template_from_name("llama3", &t, NULL), CN_STATUS_OK);
+    static const cn_chat_msg odd[] = {{"user", "\x80 x \xe3\x80"}};
+    char *out = NULL;
+    cr_assert_eq(cn_chat_render(t, odd, 1, false, &out, NULL, NULL), CN_STATUS_OK);
+    cr_assert_str_eq(out, "<|start_header_id|>user<|end_header_id|>\n\n\x80 x \xe3\x80<|eot_id|>");
+    free(out);
+    cn_chat_template_free(t);
+}
