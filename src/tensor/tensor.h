@@ -1,6 +1,7 @@
 /* tensor.h — element formats: the type-traits table (block size, bytes per block, row
  * dequantize, reference row quantize) and half/bfloat conversions. Pure functions, no
- * allocation; the block layouts are GGUF's (ggml's) so files are used in place. */
+ * allocation; the block layouts are GGUF's (ggml's) so files are used in place. The block
+ * structs and the per-type row functions are in tensor/quants.h. */
 #ifndef CN_TENSOR_H
 #define CN_TENSOR_H
 
@@ -22,6 +23,8 @@ const cn_type_traits *cn_type_traits_get(uint32_t type);
 /* Bytes of a row of n_elem elements; 0 if n_elem is not a multiple of the block size or
  * the type is unknown or the size overflows. */
 uint64_t cn_type_row_bytes(uint32_t type, int64_t n_elem);
+/* The type whose traits name is `name` ("q4_K", case-insensitive); false if none. */
+bool cn_type_from_name(const char *name, uint32_t *out);
 
 float cn_f16_to_f32(uint16_t h);
 uint16_t cn_f32_to_f16(float f);   /* round to nearest even, as numpy's astype(float16) */
