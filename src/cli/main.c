@@ -23,6 +23,7 @@ typedef struct {
 
 static const command commands[] = {
     {"version", cmd_version, "print the version"},
+    {"inspect", cn_cli_inspect, "print a GGUF file's metadata and tensor table"},
     {"tokenize", cn_cli_tokenize, "print the token ids and pieces of a text"},
     {"explain", cn_cli_explain, "show the sampler chain stage by stage on a distribution"},
     {"run", cn_cli_run, "generate text from a prompt (greedy) with timings"},

@@ -1,0 +1,275 @@
+/* inspect.c — `cinder inspect MODEL.gguf`: what a GGUF file holds, readable at a glance.
+ *
+ * Prints the header (version, alignment, counts, data offset, file size), every metadata
+ * key with its type and value (strings escaped and shortened, long arrays abbreviated to
+ * their first elements, nested arrays in parentheses), the tensor table (name, type,
+ * shape, bytes, offset) and totals (parameters, bytes by type). Reads only through the
+ * gguf reader; type names come from src/tensor, and a type cinder cannot compute with is
+ * flagged, not hidden. Output is for people: tests match on lines, not on exact layout. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gguf/gguf.h"
+#include "tensor/tensor.h"
+
+#define STR_SHOW 60   /* characters of a string value shown */
+#define ARR_SHOW 8    /* elements of an array shown */
+#define ARR_CHARS 100 /* about this many characters of array elements shown */
+
+/* A bounded text buffer for one value. */
+typedef struct {
+    char p[1024];
+    size_t n;
+} line;
+
+static void lput(line *l, const char *s, size_t n) {
+    if (n > sizeof l->p - 1 - l->n) n = sizeof l->p - 1 - l->n;
+    memcpy(l->p + l->n, s, n);
+    l->n += n;
+    l->p[l->n] = '\0';
+}
+
+static void lprintf(line *l, const char *fmt, ...) CN_PRINTF(2, 3);
+static void lprintf(line *l, const char *fmt, ...) {
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k > 0) lput(l, tmp, CN_MIN((size_t)k, sizeof tmp - 1));
+}
+
+/* Length of a valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
+static size_t utf8_len(const unsigned char *p, size_t n) {
+    unsigned c = p[0];
+    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (k == 0 || k > n) return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    if (k == 2 && c < 0xc2) return 0; /* overlong */
+    return k;
+}
+
+/* "escaped text", cut after max characters with "..." and the full length in bytes. */
+static void put_str(line *l, cn_gguf_str s, size_t max) {
+    const unsigned char *p = (const unsigned char *)s.ptr;
+    size_t i = 0, shown = 0;
+    lput(l, "\"", 1);
+    while (i < s.len && shown < max) {
+        unsigned c = p[i];
+        size_t k = utf8_len(p + i, s.len - i);
+        if (c == '"' || c == '\\') lprintf(l, "\\%c", c);
+        else if (c == '\n') lput(l, "\\n", 2);
+        else if (c == '\t') lput(l, "\\t", 2);
+        else if (c == '\r') lput(l, "\\r", 2);
+        else if (c < 0x20 || c == 0x7f || k == 0) lprintf(l, "\\x%02x", c);
+        else lput(l, (const char *)p + i, k);
+        i += k ? k : 1;
+        shown++;
+    }
+    lput(l, "\"", 1);
+    if (i < s.len) lprintf(l, "... (%llu bytes)", (unsigned long long)s.len);
+}
+
+static void put_f64(line *l, double d, bool f32) { lprintf(l, f32 ? "%.7g" : "%.15g", d); }
+
+static void put_arr(line *l, const cn_gguf_arr *a) {
+    lprintf(l, "[%llu × %s]", (unsigned long long)a->n, cn_gguf_vtype_name(a->type));
+    size_t start = l->n;
+    uint64_t j = 0;
+    for (; j < a->n && j < ARR_SHOW && l->n - start < ARR_CHARS; j++) {
+        lput(l, j ? ", " : " ", j ? 2 : 1);
+        switch (a->type) {
+        case CN_GGUF_STRING: put_str(l, cn_gguf_arr_str(a, j), 24); break;
+        case CN_GGUF_ARRAY: {
+            cn_gguf_arr sub;
+            lput(l, "(", 1);
+            if (cn_gguf_arr_sub(a, j, &sub)) put_arr(l, &sub);
+            lput(l, ")", 1);
+            break;
+        }
+        case CN_GGUF_FLOAT32: case CN_GGUF_FLOAT64:
+            put_f64(l, cn_gguf_arr_f64(a, j), a->type == CN_GGUF_FLOAT32);
+            break;
+        case CN_GGUF_BOOL: lput(l, cn_gguf_arr_i64(a, j) ? "true" : "false", cn_gguf_arr_i64(a, j) ? 4 : 5); break;
+        case CN_GGUF_UINT64: lprintf(l, "%llu", (unsigned long long)(uint64_t)cn_gguf_arr_i64(a, j)); break;
+        default: lprintf(l, "%lld", (long long)cn_gguf_arr_i64(a, j)); break;
+        }
+    }
+    if (j < a->n) lput(l, ", ...", 5);
+}
+
+static void put_value(line *l, const cn_gguf *g, int64_t i) {
+    cn_gguf_vtype t = cn_gguf_kv_type(g, i);
+    cn_gguf_str s;
+    cn_gguf_arr a;
+    double d;
+    int64_t v;
+    uint64_t u;
+    if (t == CN_GGUF_STRING && cn_gguf_kv_str(g, i, &s)) {
+        put_str(l, s, STR_SHOW);
+    } else if (t == CN_GGUF_ARRAY && cn_gguf_kv_arr(g, i, &a)) {
+        put_arr(l, &a);
+    } else if (t == CN_GGUF_BOOL && cn_gguf_kv_i64(g, i, &v)) {
+        lput(l, v ? "true" : "false", v ? 4 : 5);
+    } else if ((t == CN_GGUF_FLOAT32 || t == CN_GGUF_FLOAT64) && cn_gguf_kv_f64(g, i, &d)) {
+        put_f64(l, d, t == CN_GGUF_FLOAT32);
+    } else if (cn_gguf_kv_i64(g, i, &v)) {
+        lprintf(l, "%lld", (long long)v);
+    } else if (cn_gguf_kv_u64(g, i, &u)) { /* a u64 above INT64_MAX */
+        lprintf(l, "%llu", (unsigned long long)u);
+    }
+}
+
+/* "1.23M" style, for parameter counts. */
+static void human_count(char *buf, size_t cap, uint64_t n) {
+    if (n >= 1000000000ull) snprintf(buf, cap, "%.2fB", (double)n / 1e9);
+    else if (n >= 1000000ull) snprintf(buf, cap, "%.2fM", (double)n / 1e6);
+    else if (n >= 1000ull) snprintf(buf, cap, "%.2fK", (double)n / 1e3);
+    else snprintf(buf, cap, "%llu", (unsigned long long)n);
+}
+
+static void human_bytes(char *buf, size_t cap, uint64_t n) {
+    if (n >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)n / (double)(1ull << 30));
+    else if (n >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)n / (double)(1ull << 20));
+    else if (n >= (1ull << 10)) snprintf(buf, cap, "%.2f KiB", (double)n / (double)(1ull << 10));
+    else snprintf(buf, cap, "%llu B", (unsigned long long)n);
+}
+
+static const char *type_name(uint32_t type, char *buf, size_t cap) {
+    const cn_type_traits *tr = cn_type_traits_get(type);
+    if (tr) return tr->name;
+    snprintf(buf, cap, "type%u?", type);
+    return buf;
+}
+
+static void print_tensors(const cn_gguf *g) {
+    int64_t n = cn_gguf_n_tensors(g);
+    size_t w_name = 4;
+    for (int64_t i = 0; i < n; i++) w_name = CN_MAX(w_name, (size_t)CN_MIN(cn_gguf_tensor(g, i)->name.len, 60));
+    printf("\ntensors:\n  %5s  %-*s  %-8s  %-18s  %12s  %12s\n", "#", (int)w_name, "name", "type", "shape",
+           "bytes", "offset");
+    uint64_t n_params = 0, by_type_bytes[CN_TYPE_COUNT] = {0}, other_bytes = 0;
+    int64_t by_type_n[CN_TYPE_COUNT] = {0}, n_unknown = 0, n_other = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const cn_gguf_tensor_info *t = cn_gguf_tensor(g, i);
+        line nm = {0}, shape = {0};
+        cn_gguf_str name = t->name;
+        /* names are shown bare (no quotes) unless they need escaping */
+        put_str(&nm, name, 60);
+        const char *shown = nm.p;
+        if (nm.n >= 2 && nm.n == name.len + 2 && memcmp(nm.p + 1, name.ptr, name.len) == 0) {
+            nm.p[nm.n - 1] = '\0';
+            shown = nm.p + 1;
+        }
+        lput(&shape, "[", 1);
+        uint64_t n_elem = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) {
+            lprintf(&shape, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+            n_elem *= (uint64_t)t->ne[d]; /* the reader checked the product fits */
+        }
+        lput(&shape, "]", 1);
+        n_params += n_elem;
+        char tb[32], bytes[32];
+        bool sized = cn_gguf_type_size(t->type, NULL, NULL);
+        if (sized) snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)t->n_bytes);
+        else snprintf(bytes, sizeof bytes, "?");
+        printf("  %5lld  %-*s  %-8s  %-18s  %12s  %12llu\n", (long long)i, (int)w_name, shown,
+               type_name(t->type, tb, sizeof tb), shape.p, bytes, (unsigned long long)t->offset);
+        if (!cn_type_traits_get(t->type)) n_unknown++;
+        if (t->type < CN_TYPE_COUNT) {
+            by_type_bytes[t->type] += t->n_bytes;
+            by_type_n[t->type]++;
+        } else {
+            other_bytes += t->n_bytes;
+            n_other++;
+        }
+    }
+    char hc[32], hb[32];
+    human_count(hc, sizeof hc, n_params);
+    printf("\ntotals:\n  parameters  %s (%llu)\n", hc, (unsigned long long)n_params);
+    uint64_t all = other_bytes;
+    for (uint32_t t = 0; t < CN_TYPE_COUNT; t++) {
+        if (!by_type_n[t]) continue;
+        char tb[32];
+        human_bytes(hb, sizeof hb, by_type_bytes[t]);
+        printf("  %-10s  %lld tensors, %llu bytes (%s)\n", type_name(t, tb, sizeof tb),
+               (long long)by_type_n[t], (unsigned long long)by_type_bytes[t], hb);
+        all += by_type_bytes[t];
+    }
+    if (n_other) printf("  %-10s  %lld tensors\n", "unknown", (long long)n_other);
+    human_bytes(hb, sizeof hb, all);
+    printf("  %-10s  %lld tensors, %llu bytes (%s)\n", "all", (long long)n, (unsigned long long)all, hb);
+    if (n_unknown)
+        printf("\nnote: %lld tensor(s) have a type cinder cannot compute with (marked '?')\n",
+               (long long)n_unknown);
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: cinder inspect MODEL.gguf\n\n"
+               "Prints the header, metadata and tensor table of a GGUF file.\n");
+}
+
+int cn_cli_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            cn_cli_errorf("inspect: unknown option '%s' (try 'cinder inspect --help')", argv[i]);
+            return 2;
+        }
+        if (path) {
+            cn_cli_errorf("inspect: one file at a time ('%s' and '%s')", path, argv[i]);
+            return 2;
+        }
+        path = argv[i];
+    }
+    if (!path) {
+        cn_cli_errorf("inspect: no file given (usage: cinder inspect MODEL.gguf)");
+        return 2;
+    }
+    cn_gguf *g;
+    cn_error err;
+    if (cn_gguf_open(path, &g, &err)) {
+        cn_cli_errorf("%s", err.msg);
+        return 1;
+    }
+    char hb[32];
+    human_bytes(hb, sizeof hb, cn_gguf_file_size(g));
+    printf("file: %s\n", path);
+    printf("  version      %u\n  alignment    %u\n  kvs          %lld\n  tensors      %lld\n"
+           "  data offset  %llu\n  file size    %zu (%s)\n",
+           cn_gguf_version(g), cn_gguf_alignment(g), (long long)cn_gguf_n_kv(g),
+           (long long)cn_gguf_n_tensors(g), (unsigned long long)cn_gguf_data_offset(g),
+           cn_gguf_file_size(g), hb);
+
+    printf("\nmetadata:\n");
+    size_t w_key = 8;
+    for (int64_t i = 0; i < cn_gguf_n_kv(g); i++)
+        w_key = CN_MAX(w_key, (size_t)CN_MIN(cn_gguf_kv_key(g, i).len, 48));
+    for (int64_t i = 0; i < cn_gguf_n_kv(g); i++) {
+        line key = {0}, val = {0};
+        cn_gguf_str k = cn_gguf_kv_key(g, i);
+        put_str(&key, k, 60);
+        /* bare keys unless escaping changed them */
+        const char *shown = key.p;
+        if (key.n == k.len + 2 && memcmp(key.p + 1, k.ptr, k.len) == 0) {
+            key.p[key.n - 1] = '\0';
+            shown = key.p + 1;
+        }
+        put_value(&val, g, i);
+        printf("  %-*s  %-6s  %s\n", (int)w_key, shown, cn_gguf_vtype_name(cn_gguf_kv_type(g, i)), val.p);
+    }
+    if (cn_gguf_n_tensors(g) > 0) print_tensors(g);
+    else printf("\ntensors: none (a vocabulary-only file)\n");
+    cn_gguf_close(g);
+    if (fflush(stdout) != 0) {
+        cn_cli_errorf("inspect: cannot write the output");
+        return 1;
+    }
+    return 0;
+}
