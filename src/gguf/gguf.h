@@ -35,7 +35,9 @@ typedef struct {
     int64_t ne[CN_GGUF_MAX_DIMS]; /* ne[0] is the innermost (row) length; unused dims are 1 */
     uint32_t type;                /* cn_type value as stored; may be unknown to cinder */
     uint64_t offset;              /* relative to the start of the data section */
-    const void *data;             /* view into the mapping; NULL if the type is unknown */
+    const void *data;             /* view into the mapping; NULL if the type's block size is
+                                   * unknown (cn_gguf_type_size: all ggml types through MXFP4 are
+                                   * known, so check cn_type_traits_get before computing) */
     uint64_t n_bytes;             /* 0 if the type is unknown */
 } cn_gguf_tensor_info;
 
