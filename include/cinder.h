@@ -151,6 +151,111 @@ const char *cn_sampler_stage_name(cn_sampler_stage s);
 
 /* ==== end of sampling ===================================================================== */
 
+/* ==== generation ==========================================================================
+ * One request: what to generate (cn_gen_params), what each generated token was
+ * (cn_gen_token) and how long it took (cn_gen_timings). The functions that run a request
+ * take the engine's internal handles and live in src/gen/generate.h (the per-request step
+ * machine and the single-request loop) and src/gen/beam.h (beam search). */
+
+#define CN_GEN_MAX_STOP 16           /* stop strings per request */
+#define CN_GEN_MAX_STOP_LEN 256      /* bytes per stop string */
+#define CN_GEN_MAX_TOKENS (1 << 24)  /* the largest max_tokens */
+#define CN_GEN_MAX_BEAMS 64
+
+/* A token and a log-probability. */
+typedef struct {
+    int32_t id;
+    float logprob;
+} cn_gen_logprob;
+
+/* One generated token, as on_token receives it and the result keeps it.
+ *
+ * Log-probabilities (when sampling.n_logprobs >= 0): by default under the model's RAW
+ * distribution, log_softmax of the logits before any stage of the chain (what vLLM reports
+ * by default and what beam search scores). With logprobs_after_chain they are under the
+ * distribution the token was actually drawn from: after every stage (bias, penalties,
+ * temperature, truncation), renormalized; tokens the chain dropped are not listed there,
+ * and greedy gives the chosen token logprob 0. End-of-generation tokens that end the
+ * request are not reported as tokens. */
+typedef struct {
+    int32_t id;
+    int32_t index;                 /* 0, 1, ... among the request's generated tokens */
+    bool has_logprob;              /* sampling.n_logprobs >= 0 */
+    float logprob;                 /* the token's log-probability */
+    int32_t n_top;                 /* entries in top[] (<= n_logprobs) */
+    cn_gen_logprob top[CN_SAMPLING_MAX_LOGPROBS]; /* most likely first (ties: lowest id) */
+} cn_gen_token;
+
+/* Callbacks; user is cn_gen_params.user. on_text gets final text only (never retracted,
+ * never repeated, valid UTF-8, stop strings removed); the view is valid during the call.
+ * should_cancel is asked before each token is chosen; returning true ends the request
+ * with finish reason "cancelled" (text already final stays emitted; held text is
+ * flushed). */
+typedef void (*cn_gen_text_fn)(void *user, const char *text, size_t n_bytes);
+typedef void (*cn_gen_token_fn)(void *user, const cn_gen_token *tok);
+typedef bool (*cn_gen_cancel_fn)(void *user);
+
+/* Beam search (used when n_beams > 1 by the callers that support it): keeps the n_beams
+ * best partial sequences by summed raw log-probability; a finished sequence scores
+ * sum_logprob / n_tokens^length_penalty (HF transformers' convention; n_tokens excludes
+ * the end-of-generation token). early_stopping: stop as soon as n_beams sequences have
+ * finished; otherwise stop only when no live beam can still beat the finished ones. */
+typedef struct {
+    int32_t n_beams;               /* [1, CN_GEN_MAX_BEAMS]; 1 = no beam search (default) */
+    float length_penalty;          /* [-10, 10]; default 1 */
+    bool early_stopping;           /* default false */
+} cn_beam_params;
+
+/* What to generate. Get defaults from cn_gen_default() and set fields. */
+typedef struct {
+    cn_sampling_params sampling;   /* the sampler chain; sampling.ignore_eos and
+                                      sampling.n_logprobs are honoured here */
+    int32_t max_tokens;            /* [1, CN_GEN_MAX_TOKENS], default 256: the most tokens to
+                                      generate. An output limit: the context size may end
+                                      the request sooner (finish reason "length" either way) */
+    const char *const *stop;       /* borrowed until create returns (copied): n_stop stop
+                                      strings, each non-empty valid UTF-8 of at most
+                                      CN_GEN_MAX_STOP_LEN bytes, matched on the decoded text
+                                      across token boundaries and cut from the output */
+    int32_t n_stop;                /* [0, CN_GEN_MAX_STOP] */
+    bool logprobs_after_chain;     /* see cn_gen_token; default false (raw) */
+    cn_beam_params beam;
+    cn_gen_text_fn on_text;        /* may be NULL */
+    cn_gen_token_fn on_token;      /* may be NULL */
+    cn_gen_cancel_fn should_cancel;/* may be NULL */
+    void *user;
+} cn_gen_params;
+
+cn_gen_params cn_gen_default(void);
+
+/* Checks every field (the sampling params with n_vocab as cn_sampling_validate does; 0
+ * skips the token-id checks). CN_STATUS_INVALID_ARG with a message naming the field, its
+ * value and its valid range ("max_tokens = 0 is out of range: must be in [1, 16777216]"). */
+cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_error *err);
+
+/* Timings of one request, in milliseconds unless named otherwise. Arrival is when the
+ * request was created (or set by the server); prefill starts when its prompt first goes
+ * into a forward pass. */
+typedef struct {
+    int32_t n_prompt_tokens;       /* the prompt's length */
+    int32_t n_cached_tokens;       /* of them, reused from the KV cache (not prefilled) */
+    int32_t n_generated_tokens;    /* tokens generated (an ending end-of-generation token
+                                      not counted) */
+    double queue_ms;               /* arrival -> prefill start */
+    double prefill_ms;             /* prefill start -> first token chosen */
+    double ttft_ms;                /* arrival -> first token chosen (time to first token) */
+    double decode_ms;              /* first token -> last token */
+    double total_ms;               /* arrival -> finish */
+    double itl_mean_ms, itl_p50_ms, itl_p90_ms, itl_p99_ms; /* inter-token latency: the gaps
+                                      between consecutive tokens; percentiles by linear
+                                      interpolation between order statistics (numpy's
+                                      default); all 0 with fewer than 2 tokens */
+    double prefill_tok_s;          /* (n_prompt - n_cached) / prefill_ms */
+    double decode_tok_s;           /* (n_generated - 1) / decode_ms; 0 below 2 tokens */
+} cn_gen_timings;
+
+/* ==== end of generation =================================================================== */
+
 #ifdef __cplusplus
 }
 #endif
