@@ -6,7 +6,11 @@
 
 #include <pthread.h>
 
+#include "core/cpu.h"
 #include "kernels/ref/ref.h"
+#if defined(__x86_64__)
+#include "kernels/x86/x86.h"
+#endif
 
 static const cn_kernels g_ref = {
     .name = "ref",
@@ -28,9 +32,17 @@ const cn_kernels *cn_kernels_ref(void) {
 static const cn_kernels *g_chosen;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* CINDER_REF=1 will force this choice once a SIMD family exists; today every ISA
- * (cn_cpu_isa()) maps to ref. */
-static void choose(void) { g_chosen = cn_kernels_ref(); }
+/* The family for cn_cpu_isa(), which already applies CINDER_ISA=ref|avx2|avx512 and
+ * CINDER_REF=1 (src/core/cpu.c). The x86 families live in kernels/x86 (x86.h). */
+static void choose(void) {
+    switch (cn_cpu_isa()) {
+#if defined(__x86_64__)
+    case CN_ISA_AVX512: g_chosen = cn_kernels_avx512(); return;
+    case CN_ISA_AVX2: g_chosen = cn_kernels_avx2(); return;
+#endif
+    default: g_chosen = cn_kernels_ref(); return;
+    }
+}
 
 const cn_kernels *cn_kernels_get(void) {
     pthread_once(&g_once, choose);

@@ -1,0 +1,25 @@
+/* kernels_avx512.c — the AVX-512 VNNI family: matmul_tmpl.h at 16 lanes with vpdpbusd.
+ * Compiled with -mavx512f/bw/vl/dq/vnni (Makefile pattern rule); entered only after the
+ * CPU check (x86.h). */
+#define CN_X86_AVX512 1
+#define CN_X86_SUFFIX(name) avx512_##name
+#include "matmul_tmpl.h"
+
+#include "x86.h"
+
+static const cn_kernels g_avx512 = {
+    .name = "avx512",
+    .rmsnorm = cn_ref_rmsnorm,
+    .rope_cache = cn_ref_rope_cache,
+    .rope = cn_ref_rope,
+    .softmax = cn_ref_softmax,
+    .gated_act = cn_ref_gated_act,
+    .quantize_rows = avx512_quantize_rows,
+    .matmul = avx512_matmul,
+    .attention = cn_ref_attention,
+};
+
+const cn_kernels *cn_kernels_avx512(void) {
+    cn_ref_init();
+    return &g_avx512;
+}

@@ -1,0 +1,679 @@
+/* matmul_tmpl.h — the quantized matmul and the activation quantizers of the x86
+ * families, written once over simd.h and compiled twice (kernels_avx2.c: 8 lanes,
+ * kernels_avx512.c: 16 lanes + VNNI). Pure kernels: pointers, sizes, (ith, nth).
+ *
+ * Shape of the matmul: output rows are taken VL at a time (one row per lane, see
+ * simd.h) and tokens TMAX at a time; for each weight block the VL rows are decoded once
+ * into 8-bit codes (u8, so vpdpbusd applies) and dotted with each token's activation
+ * block, so a weight block is reused across the token tile from registers (the
+ * register-tiled GEMM of prefill; decode is the same loop with one token). Offsets of
+ * the unsigned codes (Q4_0's 8, Q5_0's 16, Q8_0's 128, Q6_K's 32) come back out
+ * exactly through the activation block sums.
+ *
+ * Results are bit-identical to the scalar reference (kernels/ref/matmul.c): per block
+ * the integer dot is exact, and each lane then does the reference's float operations
+ * in the reference's order (no FMA: this file must not be compiled with FP contraction,
+ * which -std=c11 turns off in GCC; clang gets the pragma below). So an output element
+ * does not depend on the tile it fell in, on n_tok, or on the thread split.
+ *
+ * The including file defines CN_X86_AVX512 and CN_X86_SUFFIX(name). */
+#ifndef CN_X86_SUFFIX
+#error "define CN_X86_SUFFIX before including matmul_tmpl.h"
+#endif
+
+#include "simd.h"
+
+#include <math.h>
+
+#include "core/pool.h"
+#include "kernels/kernels.h"
+#include "kernels/ref/ref.h"
+#include "tensor/tensor.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* Tokens per register tile, and legacy blocks per K-chunk of precomputed activation
+ * terms (8192 elements; longer rows keep their partial sums in y between chunks, which
+ * changes no bit: a float stored and reloaded is the same float). */
+#define TMAX (VL == 16 ? 8 : 4)
+#define CN_UNROLL _Pragma("GCC unroll 16")
+#define KCH 256
+
+static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+static inline uint16_t rd_u16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* ---------------------------------------------------------------- quantize_rows */
+
+/* max |x| over n (multiple of 8) floats. */
+static inline float amax8(const float *x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* q[i] = round-half-even(x[i] * s) for 8 values, as int32. */
+static inline __m256i round8(const float *x, float s) {
+    return _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), _mm256_set1_ps(s)));
+}
+
+/* 32 int32 (in 4 vectors, values in [-128, 127]) to 32 int8 in order. */
+static inline __m256i pack32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+    const __m256i p = _mm256_packs_epi16(ab, cd);
+    /* packs interleave 128-bit lanes: dwords come out as a0 b0 c0 d0 a1 b1 c1 d1 */
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline int32_t hsum_i32x8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Sum of 32 int8. */
+static inline int32_t sum_i8x32(const int8_t *q) {
+    const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)q), _mm256_set1_epi8((char)0x80));
+    const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256()); /* sums of (q + 128) */
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
+    return (int32_t)_mm_cvtsi128_si32(t) - 32 * 128;
+}
+
+static void q8_0_row(const float *x, cn_block_q8_0 *y, int64_t k, bool with_sum, cn_block_q8_1 *y1) {
+    for (int64_t b = 0; b < k / 32; b++, x += 32) {
+        const float amax = amax8(x, 32);
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const __m256i q = pack32(round8(x, id), round8(x + 8, id), round8(x + 16, id), round8(x + 24, id));
+        if (with_sum) {
+            _mm256_storeu_si256((__m256i *)(void *)y1[b].qs, q);
+            y1[b].d = cn_f32_to_f16(d);
+            y1[b].s = cn_f32_to_f16(d * (float)sum_i8x32(y1[b].qs));
+        } else {
+            _mm256_storeu_si256((__m256i *)(void *)y[b].qs, q);
+            y[b].d = cn_f32_to_f16(d);
+        }
+    }
+}
+
+static void q8_K_row(const float *x, cn_block_q8_K *y, int64_t k) {
+    for (int64_t b = 0; b < k / CN_QK_K; b++, x += CN_QK_K) {
+        const float amax = amax8(x, CN_QK_K);
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        int j = 0; /* the first element of largest magnitude gives the sign, as the reference */
+        while (fabsf(x[j]) != amax) j++;
+        const float iscale = -127.0f / x[j];
+        const __m256i hi = _mm256_set1_epi32(127);
+        for (int i = 0; i < CN_QK_K; i += 32) {
+            const __m256i q = pack32(_mm256_min_epi32(round8(x + i, iscale), hi), _mm256_min_epi32(round8(x + i + 8, iscale), hi),
+                                     _mm256_min_epi32(round8(x + i + 16, iscale), hi), _mm256_min_epi32(round8(x + i + 24, iscale), hi));
+            _mm256_storeu_si256((__m256i *)(void *)(y[b].qs + i), q);
+        }
+        for (int s = 0; s < CN_QK_K / 16; s++) {
+            const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(y[b].qs + 16 * s)));
+            y[b].bsums[s] = (int16_t)hsum_i32x8(_mm256_madd_epi16(w, _mm256_set1_epi16(1)));
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+static void f16_row(const float *x, uint16_t *h, int64_t k) {
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < k; i++) h[i] = cn_f32_to_f16(x[i]);
+}
+
+/* Round to nearest even; NaN keeps its sign and top payload bits and turns quiet. */
+static void bf16_row(const float *x, uint16_t *h, int64_t k) {
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+        const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+        const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
+        const __m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+        r = _mm256_blendv_epi8(r, qn, nan);
+        const __m256i p = _mm256_packus_epi32(r, r); /* values < 65536: exact */
+        _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08)));
+    }
+    for (; i < k; i++) h[i] = cn_f32_to_bf16(x[i]);
+}
+
+static void CN_X86_SUFFIX(quantize_rows)(uint32_t act_type, const float *x, int64_t k, int64_t n_rows,
+                                         void *dst, size_t dst_row_bytes, int ith, int nth) {
+    int64_t r0, r1;
+    cn_split(n_rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * k;
+        void *d = (uint8_t *)dst + (size_t)r * dst_row_bytes;
+        switch (act_type) {
+        case CN_TYPE_F32: memcpy(d, xr, (size_t)k * sizeof(float)); break;
+        case CN_TYPE_F16: f16_row(xr, d, k); break;
+        case CN_TYPE_BF16: bf16_row(xr, d, k); break;
+        case CN_TYPE_Q8_0: q8_0_row(xr, d, k, false, NULL); break;
+        case CN_TYPE_Q8_1: q8_0_row(xr, NULL, k, true, d); break;
+        case CN_TYPE_Q8_K: q8_K_row(xr, d, k); break;
+        default: break;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- matmul: shared */
+
+typedef struct {
+    const cn_matmul_args *a;
+    int64_t t0;             /* first token of the tile */
+    int64_t b0, nbc;        /* block range of this K-chunk */
+    /* per token of the tile and block of the chunk (legacy formats) */
+    const float *da;        /* activation scale */
+    const int32_t *corr;    /* offset * sum of the activation block's qs */
+    const float *sa;        /* Q8_1 s */
+} mm_ctx;
+
+typedef struct {
+    const uint8_t *rp[VL];  /* row pointers, the tail clamped to the last row */
+    vi ridx;                /* rp[r] - rp[0], for gathers */
+    int64_t row0;
+    int n;                  /* valid rows */
+} tile_rows;
+
+static inline void tile_setup(const cn_matmul_args *a, int64_t tile, tile_rows *R) {
+    R->row0 = tile * VL;
+    R->n = (int)CN_MIN((int64_t)VL, a->n_out - R->row0);
+    int32_t idx[VL];
+    CN_UNROLL
+    for (int r = 0; r < VL; r++) {
+        const int64_t rr = R->row0 + CN_MIN(r, R->n - 1);
+        R->rp[r] = (const uint8_t *)a->w + (size_t)rr * a->w_row_bytes;
+        idx[r] = (int32_t)((size_t)CN_MIN(r, R->n - 1) * a->w_row_bytes);
+    }
+    memcpy(&R->ridx, idx, sizeof idx);
+}
+
+CN_INLINE const uint8_t *act_row(const cn_matmul_args *a, int64_t t) {
+    return (const uint8_t *)a->xq + (size_t)t * a->xq_row_bytes;
+}
+
+CN_INLINE void acc_init(const mm_ctx *c, const tile_rows *R, const int T, vf *acc, bool resume) {
+    CN_UNROLL
+    for (int t = 0; t < T; t++)
+        acc[t] = resume ? vf_load_n(c->a->y + (c->t0 + t) * c->a->ldy + R->row0, R->n) : vf_zero();
+}
+
+CN_INLINE void acc_store(const mm_ctx *c, const tile_rows *R, const int T, const vf *acc) {
+    CN_UNROLL
+    for (int t = 0; t < T; t++) vf_store_n(c->a->y + (c->t0 + t) * c->a->ldy + R->row0, acc[t], R->n);
+}
+
+/* ---------------------------------------------------------------- 32-element blocks */
+
+typedef struct {
+    vi w[8];   /* w[c] lane r: codes of elements 4c .. 4c+3 of row r's block */
+    vf d, m;   /* row scales (and Q4_1/Q5_1 offsets) as float */
+} blk32;
+
+static size_t blk32_bytes(uint32_t type) {
+    switch (type) {
+    case CN_TYPE_Q4_0: return 18;
+    case CN_TYPE_Q4_1: return 20;
+    case CN_TYPE_Q5_0: return 22;
+    case CN_TYPE_Q5_1: return 24;
+    default: return 34; /* Q8_0 */
+    }
+}
+
+/* qs[16] nibbles at off: low nibbles are elements 0..15, high nibbles 16..31. */
+CN_INLINE void unpack_nibbles(const tile_rows *R, size_t off, vi *w) {
+    const vi lo4 = vi_set1_8(0x0F);
+    vi v[4];
+    vi_load_t4(R->rp, off, v);
+    CN_UNROLL
+    for (int c = 0; c < 4; c++) {
+        w[c] = vi_and(v[c], lo4);
+        w[c + 4] = vi_and(vi_srli(v[c], 4), lo4);
+    }
+}
+
+/* Bit 4 of element j is bit j of qh (one uint32 per lane). */
+CN_INLINE void add_q5_bits(vi qh, vi *w) {
+    CN_UNROLL
+    for (int c = 0; c < 8; c++) {
+        const int8_t s = (int8_t)(c / 2);
+        const vi idx = vi_bcast128(_mm_setr_epi8(s, s, s, s, (int8_t)(4 + s), (int8_t)(4 + s), (int8_t)(4 + s), (int8_t)(4 + s),
+                                                 (int8_t)(8 + s), (int8_t)(8 + s), (int8_t)(8 + s), (int8_t)(8 + s),
+                                                 (int8_t)(12 + s), (int8_t)(12 + s), (int8_t)(12 + s), (int8_t)(12 + s)));
+        const vi m = vi_set1(c % 2 ? (int32_t)0x80402010 : 0x08040201);
+        w[c] = vi_or_bit4_where(w[c], vi_shuffle8(qh, idx), m);
+    }
+}
+
+CN_INLINE void unpack32(const uint32_t type, const tile_rows *R, size_t off, blk32 *o) {
+    const uint8_t *base = R->rp[0] + off;
+    switch (type) {
+    case CN_TYPE_Q4_0:
+        o->d = vf_h2f_lo(vi_gather32(base, R->ridx));
+        unpack_nibbles(R, off + 2, o->w);
+        break;
+    case CN_TYPE_Q4_1: {
+        const vi h = vi_gather32(base, R->ridx);
+        o->d = vf_h2f_lo(h);
+        o->m = vf_h2f_hi(h);
+        unpack_nibbles(R, off + 4, o->w);
+    } break;
+    case CN_TYPE_Q5_0:
+        o->d = vf_h2f_lo(vi_gather32(base, R->ridx));
+        unpack_nibbles(R, off + 6, o->w);
+        add_q5_bits(vi_gather32(base + 2, R->ridx), o->w);
+        break;
+    case CN_TYPE_Q5_1: {
+        const vi h = vi_gather32(base, R->ridx);
+        o->d = vf_h2f_lo(h);
+        o->m = vf_h2f_hi(h);
+        unpack_nibbles(R, off + 8, o->w);
+        add_q5_bits(vi_gather32(base + 4, R->ridx), o->w);
+    } break;
+    default: { /* Q8_0: signed codes; AVX-512 shifts them to u8 (+128) */
+        o->d = vf_h2f_lo(vi_gather32(base, R->ridx));
+        vi_load_t4(R->rp, off + 2, o->w);
+        vi_load_t4(R->rp, off + 18, o->w + 4);
+#if CN_X86_AVX512
+        CN_UNROLL
+        for (int c = 0; c < 8; c++) o->w[c] = vi_xor(o->w[c], vi_set1_8((int8_t)0x80));
+#endif
+    } break;
+    }
+}
+
+/* acc + this block's contribution for one token; aqs is the activation block's qs. */
+CN_INLINE vf tok32(const uint32_t type, const blk32 *B, const int8_t *aqs, vf acc, int32_t corr, float da,
+                   float sa) {
+    vi s0 = vi_zero(), s1 = vi_zero();
+    CN_UNROLL
+    for (int c = 0; c < 8; c += 2) {
+#if !CN_X86_AVX512
+        if (type == CN_TYPE_Q8_0) { /* vpmaddubsw would saturate on 255 * 127: |w| * sign(a, w) */
+            s0 = vi_dp4(s0, _mm256_abs_epi8(B->w[c]), _mm256_sign_epi8(vi_bcast32(aqs + 4 * c), B->w[c]));
+            s1 = vi_dp4(s1, _mm256_abs_epi8(B->w[c + 1]), _mm256_sign_epi8(vi_bcast32(aqs + 4 * c + 4), B->w[c + 1]));
+            continue;
+        }
+#endif
+        s0 = vi_dp4(s0, B->w[c], vi_bcast32(aqs + 4 * c));
+        s1 = vi_dp4(s1, B->w[c + 1], vi_bcast32(aqs + 4 * c + 4));
+    }
+    vi s = vi_add(s0, s1);
+    if (type == CN_TYPE_Q4_0 || type == CN_TYPE_Q5_0 || (CN_X86_AVX512 && type == CN_TYPE_Q8_0))
+        s = vi_sub(s, vi_set1(corr));
+    const vf p = vf_mul(B->d, vf_set1(da));
+    if (type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1)
+        return vf_add(acc, vf_add(vf_mul(vf_cvt(s), p), vf_mul(B->m, vf_set1(sa))));
+    return vf_add(acc, vf_mul(vf_cvt(s), p));
+}
+
+CN_INLINE void tile32(const uint32_t type, const int T, const mm_ctx *c, int64_t tile) {
+    const cn_matmul_args *a = c->a;
+    const size_t bb = blk32_bytes(type);
+    const bool q81 = type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1;
+    const size_t ab = q81 ? sizeof(cn_block_q8_1) : sizeof(cn_block_q8_0), aoff = q81 ? 4 : 2;
+    tile_rows R;
+    tile_setup(a, tile, &R);
+    vf acc[TMAX];
+    acc_init(c, &R, T, acc, c->b0 > 0);
+    const uint8_t *arow[TMAX];
+    CN_UNROLL
+    for (int t = 0; t < T; t++) arow[t] = act_row(a, c->t0 + t) + (size_t)c->b0 * ab + aoff;
+    for (int64_t b = 0; b < c->nbc; b++) {
+        blk32 B;
+        unpack32(type, &R, (size_t)(c->b0 + b) * bb, &B);
+        CN_UNROLL
+        for (int t = 0; t < T; t++)
+            acc[t] = tok32(type, &B, (const int8_t *)(arow[t] + (size_t)b * ab), acc[t], c->corr[t * KCH + b],
+                           c->da[t * KCH + b], c->sa[t * KCH + b]);
+    }
+    acc_store(c, &R, T, acc);
+}
+
+/* Activation terms of the token tile for the chunk's blocks. */
+static void prep32(uint32_t type, mm_ctx *c, int T, float *da, int32_t *corr, float *sa) {
+    const bool q81 = type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1;
+    const int32_t off = type == CN_TYPE_Q4_0 ? 8 : type == CN_TYPE_Q5_0 ? 16 : type == CN_TYPE_Q8_0 ? 128 : 0;
+    CN_UNROLL
+    for (int t = 0; t < T; t++) {
+        const uint8_t *row = act_row(c->a, c->t0 + t);
+        for (int64_t b = 0; b < c->nbc; b++) {
+            if (q81) {
+                const cn_block_q8_1 *ab = (const cn_block_q8_1 *)(const void *)row + c->b0 + b;
+                da[t * KCH + b] = h2f(rd_u16(&ab->d));
+                sa[t * KCH + b] = h2f(rd_u16(&ab->s));
+                corr[t * KCH + b] = 0;
+            } else {
+                const cn_block_q8_0 *ab = (const cn_block_q8_0 *)(const void *)row + c->b0 + b;
+                da[t * KCH + b] = h2f(rd_u16(&ab->d));
+                sa[t * KCH + b] = 0.0f;
+                corr[t * KCH + b] = off ? off * sum_i8x32(ab->qs) : 0;
+            }
+        }
+    }
+}
+
+#define TILE32_FN(NAME, TYPE)                                                  \
+    static void NAME(const mm_ctx *c, int T, int64_t tile) {                   \
+        if (T == TMAX) tile32(TYPE, TMAX, c, tile);                            \
+        else if (T == 4) tile32(TYPE, 4, c, tile);                             \
+        else tile32(TYPE, 1, c, tile);                                         \
+    }
+TILE32_FN(tile_q4_0, CN_TYPE_Q4_0)
+TILE32_FN(tile_q4_1, CN_TYPE_Q4_1)
+TILE32_FN(tile_q5_0, CN_TYPE_Q5_0)
+TILE32_FN(tile_q5_1, CN_TYPE_Q5_1)
+TILE32_FN(tile_q8_0, CN_TYPE_Q8_0)
+
+typedef void (*tile_fn)(const mm_ctx *c, int T, int64_t tile);
+
+static inline int tok_tile(int64_t left) { return left >= TMAX ? TMAX : left >= 4 ? 4 : 1; }
+
+static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t tile1) {
+    const int64_t nb = a->k / 32;
+    float da[TMAX * KCH], sa[TMAX * KCH];
+    int32_t corr[TMAX * KCH];
+    for (int64_t t0 = 0; t0 < a->n_tok;) {
+        const int T = tok_tile(a->n_tok - t0);
+        for (int64_t b0 = 0; b0 < nb; b0 += KCH) {
+            mm_ctx c = {.a = a, .t0 = t0, .b0 = b0, .nbc = CN_MIN((int64_t)KCH, nb - b0), .da = da, .corr = corr, .sa = sa};
+            prep32(type, &c, T, da, corr, sa);
+            for (int64_t tile = tile0; tile < tile1; tile++) fn(&c, T, tile);
+        }
+        t0 += T;
+    }
+}
+
+/* ---------------------------------------------------------------- Q4_K, Q5_K */
+
+/* 6-bit scales and mins of the 8 sub-blocks from scales[12] (s[0..2] dwords per lane). */
+CN_INLINE void k4_scales(const vi *s, vi *sc, vi *mn) {
+    const vi m6 = vi_set1(63), m4 = vi_set1(15), m2 = vi_set1(3);
+    CN_UNROLL
+    for (int j = 0; j < 4; j++) {
+        sc[j] = vi_and(vi_srlv(s[0], vi_set1(8 * j)), m6);
+        mn[j] = vi_and(vi_srlv(s[1], vi_set1(8 * j)), m6);
+        sc[j + 4] = vi_or(vi_and(vi_srlv(s[2], vi_set1(8 * j)), m4),
+                          vi_slli(vi_and(vi_srlv(s[0], vi_set1(8 * j + 6)), m2), 4));
+        mn[j + 4] = vi_or(vi_and(vi_srlv(s[2], vi_set1(8 * j + 4)), m4),
+                          vi_slli(vi_and(vi_srlv(s[1], vi_set1(8 * j + 6)), m2), 4));
+    }
+}
+
+CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
+    const size_t bb = five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K);
+    const int64_t nb = a->k / CN_QK_K;
+    const mm_ctx c = {.a = a, .t0 = t0};
+    tile_rows R;
+    tile_setup(a, tile, &R);
+    vf acc[TMAX];
+    acc_init(&c, &R, T, acc, false);
+    const cn_block_q8_K *arow[TMAX];
+    CN_UNROLL
+    for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
+    const vi lo4 = vi_set1_8(0x0F), bit4 = vi_set1_8(0x10);
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t off = (size_t)b * bb;
+        const vi h = vi_gather32(R.rp[0] + off, R.ridx);
+        vi s[4], sc[8], mn[8], qh[8];
+        vi_load_t4(R.rp, off + 4, s); /* scales[12] and 4 bytes past them */
+        k4_scales(s, sc, mn);
+        if (five) {
+            vi_load_t4(R.rp, off + 16, qh);
+            vi_load_t4(R.rp, off + 32, qh + 4);
+        }
+        const size_t qs = off + (five ? 48 : 16);
+        vi sq[TMAX];
+        CN_UNROLL
+        for (int t = 0; t < T; t++) sq[t] = vi_zero();
+        CN_UNROLL
+        for (int p = 0; p < 4; p++) {
+            vi v[8];
+            vi_load_t4(R.rp, qs + 32 * (size_t)p, v);
+            vi_load_t4(R.rp, qs + 32 * (size_t)p + 16, v + 4);
+            CN_UNROLL
+            for (int half = 0; half < 2; half++) {
+                const int j = 2 * p + half;
+                vi w[8];
+                CN_UNROLL
+                for (int cc = 0; cc < 8; cc++) {
+                    w[cc] = half ? vi_and(vi_srli(v[cc], 4), lo4) : vi_and(v[cc], lo4);
+                    if (five) /* bit j of qh byte -> bit 4 */
+                        w[cc] = vi_or(w[cc], vi_and(j <= 4 ? vi_sllv(qh[cc], vi_set1(4 - j)) : vi_srlv(qh[cc], vi_set1(j - 4)), bit4));
+                }
+                CN_UNROLL
+                for (int t = 0; t < T; t++) {
+                    const int8_t *aq = arow[t][b].qs + 32 * j;
+                    vi s0 = vi_zero(), s1 = vi_zero();
+                    CN_UNROLL
+                    for (int cc = 0; cc < 8; cc += 2) {
+                        s0 = vi_dp4(s0, w[cc], vi_bcast32(aq + 4 * cc));
+                        s1 = vi_dp4(s1, w[cc + 1], vi_bcast32(aq + 4 * cc + 4));
+                    }
+                    sq[t] = vi_add(sq[t], vi_mullo(vi_add(s0, s1), sc[j]));
+                }
+            }
+        }
+        const vf dv = vf_h2f_lo(h), dmv = vf_h2f_hi(h);
+        CN_UNROLL
+        for (int t = 0; t < T; t++) {
+            vi sm = vi_zero(); /* sum_j m_j * (bsums[2j] + bsums[2j+1]) as int16 pair dots */
+            CN_UNROLL
+            for (int j = 0; j < 8; j++) sm = vi_dp2w(sm, vi_or(mn[j], vi_slli(mn[j], 16)), vi_bcast32(&arow[t][b].bsums[2 * j]));
+            const vf ad = vf_set1(arow[t][b].d);
+            const vf d = vf_mul(dv, ad), dmin = vf_mul(dmv, ad);
+            acc[t] = vf_add(acc[t], vf_sub(vf_mul(d, vf_cvt(sq[t])), vf_mul(dmin, vf_cvt(sm))));
+        }
+    }
+    acc_store(&c, &R, T, acc);
+}
+
+/* ---------------------------------------------------------------- Q6_K */
+
+CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
+    const size_t bb = sizeof(cn_block_q6_K);
+    const int64_t nb = a->k / CN_QK_K;
+    const mm_ctx c = {.a = a, .t0 = t0};
+    tile_rows R;
+    tile_setup(a, tile, &R);
+    vf acc[TMAX];
+    acc_init(&c, &R, T, acc, false);
+    const cn_block_q8_K *arow[TMAX];
+    CN_UNROLL
+    for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
+    const vi lo4 = vi_set1_8(0x0F), lo2 = vi_set1_8(0x03);
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t off = (size_t)b * bb;
+        vi sv[4];
+        vi_load_t4(R.rp, off + 192, sv); /* scales[16], int8 */
+        vi sq[TMAX];
+        CN_UNROLL
+        for (int t = 0; t < T; t++) sq[t] = vi_zero();
+        CN_UNROLL
+        for (int hh = 0; hh < 2; hh++)
+            CN_UNROLL
+            for (int lp = 0; lp < 2; lp++) {
+                vi qa[4], qb[4], qh[4];
+                vi_load_t4(R.rp, off + 64 * (size_t)hh + 16 * (size_t)lp, qa);      /* k = 0 low, 2 high */
+                vi_load_t4(R.rp, off + 64 * (size_t)hh + 32 + 16 * (size_t)lp, qb); /* k = 1 low, 3 high */
+                vi_load_t4(R.rp, off + 128 + 32 * (size_t)hh + 16 * (size_t)lp, qh);
+                CN_UNROLL
+                for (int kk = 0; kk < 4; kk++) {
+                    const int j = 8 * hh + 2 * kk + lp; /* sub-block of 16 */
+                    const vi *src = kk & 1 ? qb : qa;
+                    vi w[4];
+                    CN_UNROLL
+                    for (int cc = 0; cc < 4; cc++) {
+                        const vi lo = kk < 2 ? vi_and(src[cc], lo4) : vi_and(vi_srli(src[cc], 4), lo4);
+                        w[cc] = vi_or(lo, vi_slli(vi_and(vi_srlv(qh[cc], vi_set1(2 * kk)), lo2), 4));
+                    }
+                    const vi scj = vi_srai(vi_sllv(sv[j / 4], vi_set1(24 - 8 * (j % 4))), 24);
+                    CN_UNROLL
+                    for (int t = 0; t < T; t++) {
+                        const int8_t *aq = arow[t][b].qs + 16 * j;
+                        vi s0 = vi_dp4(vi_zero(), w[0], vi_bcast32(aq));
+                        vi s1 = vi_dp4(vi_zero(), w[1], vi_bcast32(aq + 4));
+                        s0 = vi_dp4(s0, w[2], vi_bcast32(aq + 8));
+                        s1 = vi_dp4(s1, w[3], vi_bcast32(aq + 12));
+                        sq[t] = vi_add(sq[t], vi_mullo(vi_add(s0, s1), scj));
+                    }
+                }
+            }
+        /* the -32 offset: 32 * sum_j sc_j * bsums[j], as int16 pair dots (sc_2i, sc_2i+1) */
+        vi pr[8];
+        CN_UNROLL
+        for (int q = 0; q < 4; q++) {
+            const vi ev = vi_srai16(vi_slli16(sv[q], 8), 8), od = vi_srai16(sv[q], 8); /* (b0, b2), (b1, b3) */
+            pr[2 * q] = vi_or(vi_and(ev, vi_set1(0xFFFF)), vi_slli(od, 16));
+            pr[2 * q + 1] = vi_or(vi_srli(ev, 16), vi_and(od, vi_set1((int32_t)0xFFFF0000)));
+        }
+        const vf dv = vf_h2f_hi(vi_gather32(R.rp[0] + off + 206, R.ridx));
+        CN_UNROLL
+        for (int t = 0; t < T; t++) {
+            vi cs = vi_zero();
+            CN_UNROLL
+            for (int q = 0; q < 8; q++) cs = vi_dp2w(cs, pr[q], vi_bcast32(&arow[t][b].bsums[2 * q]));
+            const vi s = vi_sub(sq[t], vi_slli(cs, 5));
+            acc[t] = vf_add(acc[t], vf_mul(vf_mul(dv, vf_set1(arow[t][b].d)), vf_cvt(s)));
+        }
+    }
+    acc_store(&c, &R, T, acc);
+}
+
+#define TILEK_FN(NAME, CALL)                                                            \
+    static void NAME(const cn_matmul_args *a, int64_t t0, int T, int64_t tile) {        \
+        if (T == TMAX) CALL(TMAX, a, t0, tile);                                         \
+        else if (T == 4) CALL(4, a, t0, tile);                                          \
+        else CALL(1, a, t0, tile);                                                      \
+    }
+#define Q4K_CALL(T, a, t0, tile) tile_q45k(false, T, a, t0, tile)
+#define Q5K_CALL(T, a, t0, tile) tile_q45k(true, T, a, t0, tile)
+#define Q6K_CALL(T, a, t0, tile) tile_q6k(T, a, t0, tile)
+TILEK_FN(tilek_q4_k, Q4K_CALL)
+TILEK_FN(tilek_q5_k, Q5K_CALL)
+TILEK_FN(tilek_q6_k, Q6K_CALL)
+
+typedef void (*tilek_fn)(const cn_matmul_args *a, int64_t t0, int T, int64_t tile);
+
+static void mmk(tilek_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t tile1) {
+    for (int64_t t0 = 0; t0 < a->n_tok;) {
+        const int T = tok_tile(a->n_tok - t0);
+        for (int64_t tile = tile0; tile < tile1; tile++) fn(a, t0, T, tile);
+        t0 += T;
+    }
+}
+
+/* ---------------------------------------------------------------- float weights */
+
+/* The reference's 8 lanes (element i in lane i % 8, no FMA) and its reduction tree. */
+static inline float reduce8(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* a0+a4 .. a3+a7 */
+    const __m128 t = _mm_add_ps(s, _mm_movehdup_ps(s));                                  /* (s0+s1), -, (s2+s3), - */
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehl_ps(t, t)));
+}
+
+static inline __m256 load8(uint32_t type, const void *p, int64_t i) {
+    switch (type) {
+    case CN_TYPE_F32: return _mm256_loadu_ps((const float *)p + i);
+    case CN_TYPE_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)p + i)));
+    default:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)p + i))), 16));
+    }
+}
+
+static inline float load1(uint32_t type, const void *p, int64_t i) {
+    switch (type) {
+    case CN_TYPE_F32: return ((const float *)p)[i];
+    case CN_TYPE_F16: return h2f(((const uint16_t *)p)[i]);
+    default: return cn_bf16_to_f32(((const uint16_t *)p)[i]);
+    }
+}
+
+/* 4 rows against one activation row. */
+CN_INLINE void dot_float4(const uint32_t type, const void *const *w, const void *x, int64_t k, float *out, int nr) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) {
+        const __m256 xv = load8(type, x, i);
+        CN_UNROLL
+        for (int r = 0; r < 4; r++)
+            if (r < nr) acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(load8(type, w[r], i), xv));
+    }
+    CN_UNROLL
+    for (int r = 0; r < nr; r++) {
+        float l[8];
+        _mm256_storeu_ps(l, acc[r]);
+        for (int64_t j = i; j < k; j++) l[j - i] += load1(type, w[r], j) * load1(type, x, j);
+        out[r] = reduce8(_mm256_loadu_ps(l));
+    }
+}
+
+static void mm_float(uint32_t type, const cn_matmul_args *a, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int nr = (int)CN_MIN((int64_t)4, r1 - r);
+        const void *w[4];
+        CN_UNROLL
+        for (int q = 0; q < 4; q++) w[q] = (const uint8_t *)a->w + (size_t)(r + CN_MIN(q, nr - 1)) * a->w_row_bytes;
+        for (int64_t t = 0; t < a->n_tok; t++) {
+            float out[4] = {0};
+            dot_float4(type, w, act_row(a, t), a->k, out, nr);
+            CN_UNROLL
+            for (int q = 0; q < nr; q++) a->y[t * a->ldy + r + q] = out[q];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- entry */
+
+static void CN_X86_SUFFIX(matmul)(const cn_matmul_args *a, int ith, int nth) {
+    const int64_t n_tiles = (a->n_out + VL - 1) / VL;
+    int64_t t0, t1;
+    /* gathers index rows by int32 byte offsets from the tile's first row */
+    if (a->w_row_bytes > (size_t)INT32_MAX / VL) {
+        cn_ref_matmul(a, ith, nth);
+        return;
+    }
+    switch (a->w_type) {
+    case CN_TYPE_F32:
+    case CN_TYPE_F16:
+    case CN_TYPE_BF16: {
+        int64_t r0, r1;
+        cn_split(a->n_out, ith, nth, &r0, &r1);
+        mm_float(a->w_type, a, r0, r1);
+        return;
+    }
+    default: break;
+    }
+    cn_split(n_tiles, ith, nth, &t0, &t1);
+    switch (a->w_type) {
+    case CN_TYPE_Q4_0: mm32(CN_TYPE_Q4_0, tile_q4_0, a, t0, t1); break;
+    case CN_TYPE_Q4_1: mm32(CN_TYPE_Q4_1, tile_q4_1, a, t0, t1); break;
+    case CN_TYPE_Q5_0: mm32(CN_TYPE_Q5_0, tile_q5_0, a, t0, t1); break;
+    case CN_TYPE_Q5_1: mm32(CN_TYPE_Q5_1, tile_q5_1, a, t0, t1); break;
+    case CN_TYPE_Q8_0: mm32(CN_TYPE_Q8_0, tile_q8_0, a, t0, t1); break;
+    case CN_TYPE_Q4_K: mmk(tilek_q4_k, a, t0, t1); break;
+    case CN_TYPE_Q5_K: mmk(tilek_q5_k, a, t0, t1); break;
+    case CN_TYPE_Q6_K: mmk(tilek_q6_k, a, t0, t1); break;
+    default: cn_ref_matmul(a, ith, nth); break;
+    }
+}

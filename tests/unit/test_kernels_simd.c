@@ -1,0 +1,226 @@
+/* test_kernels_simd.c — every SIMD kernel family this CPU runs (cn_cpu_get() decides;
+ * with CINDER_ISA=ref there is none and the checks pass vacuously on ref alone) against
+ * the scalar reference, kernels/ref:
+ *  - matmul for every weight format on random weight bytes and random activations, odd
+ *    block counts, n_out off the lane tile, n_tok 1..17, rows longer than the kernels'
+ *    K-chunk, a y stride wider than n_out: the SIMD result must be BIT-IDENTICAL to ref
+ *    (the families do ref's integer dot exactly and then ref's float operations in ref's
+ *    order, so the bound is 0 ulp, not a tolerance);
+ *  - batch invariance and thread invariance inside each family: an output row computed
+ *    alone (n_tok 1) or inside a batch of 17, by any (ith, nth), has the same bits;
+ *  - quantize_rows for every activation format, byte-identical to ref, including
+ *    all-zero blocks, ties in magnitude with opposite signs, and tails of F16/BF16 rows. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/cpu.h"
+#include "kernels/kernels.h"
+#include "tensor/tensor.h"
+#if defined(__x86_64__)
+#include "kernels/x86/x86.h"
+#endif
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float frnd(void) { return (float)(rnd() & 0xFFFFFF) / (float)(1 << 23) - 1.0f; } /* [-1, 1) */
+
+/* The SIMD families this CPU can run. */
+static int simd_families(const cn_kernels **out) {
+    int n = 0;
+#if defined(__x86_64__)
+    const cn_cpu_features *f = cn_cpu_get();
+    if (f->avx2 && f->fma && f->f16c) out[n++] = cn_kernels_avx2();
+    if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni)
+        out[n++] = cn_kernels_avx512();
+#else
+    (void)out;
+#endif
+    return n;
+}
+
+static const uint32_t k_types[] = {CN_TYPE_F32,  CN_TYPE_F16,  CN_TYPE_BF16, CN_TYPE_Q4_0,
+                                   CN_TYPE_Q4_1, CN_TYPE_Q5_0, CN_TYPE_Q5_1, CN_TYPE_Q8_0,
+                                   CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
+
+static uint16_t f16_of(float x) { return cn_f32_to_f16(x); }
+
+/* Random weight rows: random code bytes, finite random scales (f16 fields rewritten). */
+static void fill_weights(uint32_t type, uint8_t *w, size_t n_bytes, int64_t n_rows, int64_t k) {
+    for (size_t i = 0; i < n_bytes; i++) w[i] = (uint8_t)rnd();
+    const cn_type_traits *tr = cn_type_traits_get(type);
+    const size_t rb = cn_type_row_bytes(type, k);
+    for (int64_t r = 0; r < n_rows; r++) {
+        uint8_t *row = w + (size_t)r * rb;
+        if (type == CN_TYPE_F32) {
+            for (int64_t i = 0; i < k; i++) ((float *)(void *)row)[i] = frnd() * 2;
+            continue;
+        }
+        if (type == CN_TYPE_F16 || type == CN_TYPE_BF16) {
+            for (int64_t i = 0; i < k; i++) {
+                const uint16_t h = type == CN_TYPE_F16 ? f16_of(frnd() * 2) : cn_f32_to_bf16(frnd() * 2);
+                memcpy(row + 2 * i, &h, 2);
+            }
+            continue;
+        }
+        for (int64_t b = 0; b < k / tr->block_size; b++) {
+            uint8_t *blk = row + (size_t)b * tr->type_size;
+            const uint16_t d = f16_of(frnd() * 0.05f), m = f16_of(frnd() * 0.05f);
+            switch (type) {
+            case CN_TYPE_Q6_K: memcpy(blk + 208, &d, 2); break;
+            case CN_TYPE_Q4_1:
+            case CN_TYPE_Q5_1:
+            case CN_TYPE_Q4_K:
+            case CN_TYPE_Q5_K:
+                memcpy(blk, &d, 2);
+                memcpy(blk + 2, &m, 2);
+                break;
+            default: memcpy(blk, &d, 2); break;
+            }
+        }
+    }
+}
+
+/* y = x · Wᵀ by ref and by family K on the same bytes; compares every element bit for
+ * bit and checks the padding of y past n_out is untouched. */
+static void check_one(const cn_kernels *K, uint32_t type, int64_t k, int64_t n_out, int64_t n_tok) {
+    const cn_kernels *R = cn_kernels_ref();
+    const uint32_t at = cn_matmul_act_type(type);
+    const size_t wrb = cn_type_row_bytes(type, k), arb = cn_act_row_bytes(at, k);
+    const int64_t ldy = n_out + 3;
+    uint8_t *w = malloc(wrb * (size_t)n_out + 64);
+    float *x = malloc((size_t)(n_tok * k) * sizeof(float));
+    uint8_t *xq = malloc(arb * (size_t)n_tok);
+    float *y0 = malloc((size_t)(n_tok * ldy) * sizeof(float)), *y1 = malloc((size_t)(n_tok * ldy) * sizeof(float));
+    cr_assert(w && x && xq && y0 && y1);
+    fill_weights(type, w, wrb * (size_t)n_out, n_out, k);
+    for (int64_t i = 0; i < n_tok * k; i++) x[i] = frnd() * (1.0f + (float)(i % 5));
+    R->quantize_rows(at, x, k, n_tok, xq, arb, 0, 1);
+    for (int64_t i = 0; i < n_tok * ldy; i++) y0[i] = y1[i] = -7.5f;
+    cn_matmul_args a = {.w_type = type, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
+                        .y = y0, .ldy = ldy, .n_out = n_out, .k = k, .n_tok = n_tok};
+    R->matmul(&a, 0, 1);
+    a.y = y1;
+    K->matmul(&a, 0, 1);
+    const char *tn = cn_type_traits_get(type)->name;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t o = 0; o < ldy; o++) {
+            const float r = y0[t * ldy + o], g = y1[t * ldy + o];
+            cr_assert(memcmp(&r, &g, 4) == 0, "%s %s k=%lld n_out=%lld n_tok=%lld: y[%lld][%lld] = %.9g, ref %.9g",
+                      K->name, tn, (long long)k, (long long)n_out, (long long)n_tok, (long long)t,
+                      (long long)o, g, r);
+        }
+    free(w), free(x), free(xq), free(y0), free(y1);
+}
+
+static int64_t block_of(uint32_t type) { return cn_type_traits_get(type)->block_size; }
+
+Test(kernels_simd, matmul_bit_identical_to_ref, .timeout = 300) {
+    const cn_kernels *fam[4];
+    const int nf = simd_families(fam);
+    for (int f = 0; f < nf; f++)
+        for (size_t i = 0; i < CN_ARRAY_LEN(k_types); i++) {
+            const uint32_t type = k_types[i];
+            const int64_t bs = block_of(type);
+            const int64_t unit = bs == 1 ? 1 : bs;
+            /* fixed edges: one block, one row, one token; odd tails */
+            check_one(fam[f], type, unit * (bs == 1 ? 37 : 1), 1, 1);
+            check_one(fam[f], type, unit * (bs == 256 ? 3 : 19), 17, 17);
+            /* random shapes */
+            for (int rep = 0; rep < 12; rep++) {
+                const int64_t nblk = bs == 256 ? 1 + rnd() % 6 : bs == 32 ? 1 + rnd() % 40 : 1 + rnd() % 300;
+                const int64_t n_out = 1 + rnd() % 70, n_tok = 1 + rnd() % 17;
+                check_one(fam[f], type, unit * nblk, n_out, n_tok);
+            }
+            /* rows longer than a K-chunk (8192 elements) */
+            check_one(fam[f], type, bs == 256 ? 256 * 35 : bs == 32 ? 32 * 269 : 8200, 19, 9);
+        }
+}
+
+/* Within a family: each token alone, and any thread split, give the batch's bits. */
+Test(kernels_simd, batch_and_thread_invariance, .timeout = 120) {
+    const cn_kernels *fam[4];
+    int nf = simd_families(fam);
+    fam[nf++] = cn_kernels_ref();
+    const int64_t n_tok = 17, n_out = 45;
+    for (int f = 0; f < nf; f++)
+        for (size_t i = 0; i < CN_ARRAY_LEN(k_types); i++) {
+            const cn_kernels *K = fam[f];
+            const uint32_t type = k_types[i], at = cn_matmul_act_type(type);
+            const int64_t k = block_of(type) == 256 ? 512 : 160;
+            const size_t wrb = cn_type_row_bytes(type, k), arb = cn_act_row_bytes(at, k);
+            uint8_t *w = malloc(wrb * (size_t)n_out), *xq = malloc(arb * (size_t)n_tok);
+            float *x = malloc((size_t)(n_tok * k) * 4), *yb = malloc((size_t)(n_tok * n_out) * 4);
+            float *y1 = malloc((size_t)n_out * 4), *yt = malloc((size_t)(n_tok * n_out) * 4);
+            fill_weights(type, w, wrb * (size_t)n_out, n_out, k);
+            for (int64_t j = 0; j < n_tok * k; j++) x[j] = frnd() * 3;
+            K->quantize_rows(at, x, k, n_tok, xq, arb, 0, 1);
+            cn_matmul_args a = {.w_type = type, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
+                                .y = yb, .ldy = n_out, .n_out = n_out, .k = k, .n_tok = n_tok};
+            K->matmul(&a, 0, 1);
+            for (int64_t t = 0; t < n_tok; t++) {
+                cn_matmul_args one = a;
+                one.n_tok = 1;
+                one.xq = xq + (size_t)t * arb;
+                one.y = y1;
+                K->matmul(&one, 0, 1);
+                cr_assert(memcmp(y1, yb + t * n_out, (size_t)n_out * 4) == 0, "%s %s: token %lld alone differs",
+                          K->name, cn_type_traits_get(type)->name, (long long)t);
+            }
+            for (int nth = 2; nth <= 5; nth++) {
+                memset(yt, 0, (size_t)(n_tok * n_out) * 4);
+                a.y = yt;
+                for (int ith = nth - 1; ith >= 0; ith--) K->matmul(&a, ith, nth);
+                cr_assert(memcmp(yt, yb, (size_t)(n_tok * n_out) * 4) == 0, "%s %s: %d threads differ", K->name,
+                          cn_type_traits_get(type)->name, nth);
+                a.y = yb;
+            }
+            free(w), free(xq), free(x), free(yb), free(y1), free(yt);
+        }
+}
+
+static void check_quant(const cn_kernels *K, uint32_t at, const float *x, int64_t k, int64_t n_rows) {
+    const cn_kernels *R = cn_kernels_ref();
+    const size_t rb = cn_act_row_bytes(at, k);
+    uint8_t *q0 = calloc(n_rows, rb), *q1 = calloc(n_rows, rb);
+    R->quantize_rows(at, x, k, n_rows, q0, rb, 0, 1);
+    for (int ith = 0; ith < 3; ith++) K->quantize_rows(at, x, k, n_rows, q1, rb, ith, 3);
+    for (size_t i = 0; i < rb * (size_t)n_rows; i++)
+        cr_assert_eq(q0[i], q1[i], "%s quantize to %s k=%lld: byte %zu is %u, ref %u", K->name,
+                     cn_type_traits_get(at)->name, (long long)k, i, q1[i], q0[i]);
+    free(q0), free(q1);
+}
+
+Test(kernels_simd, quantize_rows_byte_identical_to_ref) {
+    const cn_kernels *fam[4];
+    const int nf = simd_families(fam);
+    enum { K = 1024, ROWS = 5 };
+    static float x[ROWS * K];
+    for (int i = 0; i < ROWS * K; i++) x[i] = frnd() * (i % 3 ? 1.0f : 30.0f);
+    for (int i = 0; i < 256; i++) x[K + i] = 0.0f;                 /* row 1 starts with zero blocks */
+    x[2 * K + 5] = 4.0f, x[2 * K + 9] = -4.0f, x[2 * K + 200] = 4.0f; /* magnitude ties of both signs */
+    for (int i = 0; i < 32; i++) x[3 * K + i] = (float)(i - 16) * 0.5f; /* codes land on .5 ties */
+    x[4 * K + 3] = 1e-30f, x[4 * K + 300] = 70000.0f;                 /* tiny and f16-overflowing */
+    const uint32_t acts[] = {CN_TYPE_F32, CN_TYPE_F16, CN_TYPE_BF16, CN_TYPE_Q8_0, CN_TYPE_Q8_1, CN_TYPE_Q8_K};
+    for (int f = 0; f < nf; f++)
+        for (size_t i = 0; i < CN_ARRAY_LEN(acts); i++) {
+            check_quant(fam[f], acts[i], x, K, ROWS);
+            if (acts[i] == CN_TYPE_F16 || acts[i] == CN_TYPE_BF16 || acts[i] == CN_TYPE_F32)
+                check_quant(fam[f], acts[i], x, 37, 7); /* tails past the 8-wide loop */
+        }
+}
+
+/* The chooser hands out a family this CPU can run, and ref when CINDER_ISA=ref. */
+Test(kernels_simd, chooser_respects_cpu) {
+    const cn_kernels *K = cn_kernels_get();
+    const cn_isa isa = cn_cpu_isa();
+    if (isa == CN_ISA_REF) cr_assert_str_eq(K->name, "ref");
+    if (!strcmp(K->name, "avx512")) cr_assert(cn_cpu_get()->avx512vnni);
+    if (!strcmp(K->name, "avx2")) cr_assert(cn_cpu_get()->avx2);
+}
