@@ -2,11 +2,13 @@
  * distribution, stage by stage: the input, the greedy choice, the candidates each active
  * stage keeps (renormalized, dropped tokens marked '-'), and a seeded draw at the end.
  *
- * Today the distribution comes from the command line (--probs name=p,... or
- * --logits name=l,...). The model mode (`-m MODEL -p PROMPT -n 8`) is meant to reuse
- * explain_step() unchanged, once per generated token: it takes one logits row, a sampler
- * and a token-name callback, and knows nothing about where the logits came from. This
- * file only parses flags and prints; every sampling decision is the library's. */
+ * The distribution comes from the command line (--probs name=p,... or --logits
+ * name=l,...), or, in the model mode (`-m MODEL -p PROMPT -n 8`), from a model: then
+ * explain_step() runs once per generated token on the request's own sampler, and the
+ * generation state (src/gen/generate.h) accepts the token it drew, so stopping and the
+ * token history are exactly those of `cinder run`. explain_step takes one logits row, a
+ * sampler and a token-name callback, and knows nothing about where the logits came from.
+ * This file only parses flags and prints; every sampling decision is the library's. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include "cinder.h"
 #include "cli.h"
 #include "core/core.h"
+#include "gen/generate.h"
 #include "gen/sampling.h"
 
 #define EXPLAIN_MAX_TOKENS 1024 /* --probs / --logits entries */
@@ -235,10 +238,12 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: cinder explain --probs NAME=P,... [options]\n"
             "       cinder explain --logits NAME=L,... [options]\n"
+            "       cinder explain -m MODEL -p PROMPT [-n STEPS] [-t THREADS] [--ctx N] [options]\n"
             "\n"
             "Shows the sampler chain stage by stage on one distribution: the input, the\n"
             "greedy choice, what each active stage keeps (renormalized; '-' = dropped), and a\n"
-            "seeded draw.\n"
+            "seeded draw. With a model, once per generated token (default 8 steps; tokens are\n"
+            "shown as their text, a space as '\xE2\x90\xA3').\n"
             "\n"
             "options:\n"
             "  --temp T                temperature, 0 = greedy (default 1)\n"
@@ -257,6 +262,159 @@ static void usage(FILE *f) {
             "  --seed N                seed of the draw (default: random, printed)\n");
 }
 
+/* ---- the model mode ---- */
+
+/* A token as text on one line without spaces: its piece (special tokens as their text),
+ * with ' ' shown as U+2423, \n and \t escaped, other control or stray bytes as \xNN. */
+static const char *model_token_name(void *user, int32_t id, char *buf, size_t n) {
+    const cn_tokenizer *tok = user;
+    char piece[64];
+    size_t len = cn_token_to_piece(tok, id, true, piece, sizeof piece);
+    if (len > sizeof piece) len = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < len && k + 8 < n;) {
+        const unsigned char c = (unsigned char)piece[i];
+        size_t cl = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        bool whole = cl > 0 && i + cl <= len && k + cl + 1 < n;
+        for (size_t j = 1; whole && j < cl; j++) whole = ((unsigned char)piece[i + j] & 0xC0) == 0x80;
+        if (c == ' ')
+            k += (size_t)snprintf(buf + k, n - k, "\xE2\x90\xA3");
+        else if (c == '\n')
+            k += (size_t)snprintf(buf + k, n - k, "\\n");
+        else if (c == '\t')
+            k += (size_t)snprintf(buf + k, n - k, "\\t");
+        else if (c < 0x20 || c == 0x7F || !whole) { /* a control byte, or part of a character */
+            k += (size_t)snprintf(buf + k, n - k, "\\x%02X", c);
+            cl = 1;
+        } else {
+            memcpy(buf + k, piece + i, cl);
+            k += cl;
+        }
+        i += cl ? cl : 1;
+    }
+    if (k == 0) k = (size_t)snprintf(buf, n, "#%d", (int)id);
+    buf[k < n ? k : n - 1] = '\0';
+    return buf;
+}
+
+typedef struct {
+    const char *model, *prompt;
+    long n_steps, n_threads, n_ctx;
+} model_args;
+
+/* Generates up to a->n_steps tokens from the prompt, explaining each draw. */
+static int explain_model(const model_args *a, const cn_sampling_params *p) {
+    int rc = 1;
+    cn_error err = {0};
+    cn_model *m = NULL;
+    cn_tokenizer *tok = NULL;
+    cn_ctx *c = NULL;
+    cn_kv *kv = NULL;
+    cn_gen *g = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    cn_batch b = {0};
+    cn_model_params mp = cn_model_default_params();
+    if (cn_model_load(a->model, &mp, &m, &err) != CN_STATUS_OK ||
+        cn_tokenizer_load(cn_model_gguf(m), &tok, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        goto out;
+    }
+    const int32_t V = cn_model_hparams(m)->n_vocab;
+    const int32_t n_ctx = a->n_ctx ? (int32_t)a->n_ctx : CN_MIN(cn_model_hparams(m)->n_ctx_train, 4096);
+    size_t n_prompt = 0, again = 0, len = strlen(a->prompt);
+    if (cn_tokenize(tok, a->prompt, len, true, true, NULL, 0, &n_prompt, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        goto out;
+    }
+    if (n_prompt == 0 || n_prompt >= (size_t)n_ctx) {
+        cn_cli_errorf("explain: the prompt is %zu tokens; it must be at least 1 and less than the context (%d)",
+                      n_prompt, (int)n_ctx);
+        goto out;
+    }
+    ids = malloc(n_prompt * sizeof *ids);
+    logits = malloc((size_t)V * sizeof *logits);
+    if (!ids || !logits || cn_tokenize(tok, a->prompt, len, true, true, ids, n_prompt, &again, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", ids && logits ? err.msg : "out of memory");
+        goto out;
+    }
+    cn_gen_params gp = cn_gen_default();
+    gp.sampling = *p;
+    gp.max_tokens = (int32_t)a->n_steps;
+    cn_kv_params kp = cn_model_kv_params(m);
+    kp.n_blocks = (n_ctx + kp.block_tokens - 1) / kp.block_tokens;
+    cn_ctx_params cp = cn_ctx_default_params();
+    cp.n_threads = (int32_t)a->n_threads;
+    cp.n_batch_max = (int32_t)CN_MIN(n_prompt, 512);
+    cp.n_ctx = n_ctx;
+    if (cn_gen_create(tok, V, &gp, &g, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        rc = err.status == CN_STATUS_INVALID_ARG ? 2 : 1;
+        goto out;
+    }
+    if (cn_kv_create(&kp, &kv, &err) != CN_STATUS_OK || cn_ctx_create(m, &cp, &c, &err) != CN_STATUS_OK ||
+        cn_batch_init(&b, 1, &err) != CN_STATUS_OK || cn_gen_begin(g, ids, (int32_t)n_prompt, 0, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        goto out;
+    }
+    const cn_gen_runner run = {m, c, kv, cp.n_batch_max};
+    if (cn_gen_prefill(&run, 0, ids, (int32_t)n_prompt, 0, logits, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("explain: %s", err.msg);
+        goto out;
+    }
+
+    cn_sampler *s = cn_gen_sampler(g);
+    const cn_sampling_params *sp = cn_sampler_params(s);
+    printf("%-*s ", EXPLAIN_LABEL_W - 1, "chain");
+    for (int32_t k = 0; k < sp->n_chain; k++) printf("%s%s", k ? " > " : "", cn_sampler_stage_name(sp->chain[k]));
+    printf("%sdraw\n", sp->n_chain ? " > " : "");
+    printf("%-*s %zu tokens, vocabulary %d\n", EXPLAIN_LABEL_W - 1, "prompt", n_prompt, (int)V);
+    for (int32_t step = 1; !cn_gen_done(g); step++) {
+        const int32_t pos = (int32_t)n_prompt + step - 1;
+        printf("\nstep %d (position %d)\n", (int)step, (int)pos);
+        size_t n_hist;
+        const int32_t *hist = cn_gen_history(g, &n_hist);
+        cn_gen_token t;
+        memset(&t, 0, sizeof t);
+        if (explain_step(stdout, s, logits, V, hist, n_hist, model_token_name, tok, &t.id, &err) != CN_STATUS_OK) {
+            cn_cli_errorf("explain: %s", err.msg);
+            goto out;
+        }
+        cn_gen_step st;
+        if (cn_gen_accept(g, &t, -1.0, &st, &err) != CN_STATUS_OK) {
+            cn_cli_errorf("explain: %s", err.msg);
+            goto out;
+        }
+        if (st.done) break;
+        if (pos + 1 >= n_ctx) {
+            cn_gen_finish(g, CN_FINISH_LENGTH);
+            break;
+        }
+        cn_batch_clear(&b);
+        cn_batch_add(&b, t.id, pos, 0, true);
+        if (cn_forward(m, c, &b, kv, logits, &err) != CN_STATUS_OK) {
+            cn_cli_errorf("explain: %s", err.msg);
+            goto out;
+        }
+    }
+    size_t n_text;
+    const char *text = cn_gen_text(g, &n_text);
+    printf("\n%-*s %d tokens, finish %s\n", EXPLAIN_LABEL_W - 1, "generated", (int)cn_gen_n_generated(g),
+           cn_finish_reason_str(cn_gen_finish_reason(g)));
+    printf("%-*s %s%.*s\n", EXPLAIN_LABEL_W - 1, "text", a->prompt, (int)n_text, text);
+    rc = 0;
+out:
+    cn_batch_free(&b);
+    cn_gen_free(g);
+    free(ids);
+    free(logits);
+    cn_ctx_free(c);
+    cn_kv_free(kv);
+    cn_tokenizer_free(tok);
+    cn_model_free(m);
+    return rc;
+}
+
 typedef struct {
     const char *name;
     const char *value;
@@ -271,6 +429,7 @@ int cn_cli_explain(int argc, char **argv) {
     size_t n_hist = 0;
     int rc = 2;
     cn_sampler *s = NULL;
+    model_args margs = {NULL, NULL, 8, 1, 0};
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -278,10 +437,23 @@ int cn_cli_explain(int argc, char **argv) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "-m") || !strcmp(a, "--model") || !strncmp(a, "--model=", 8)) {
-            cn_cli_errorf("explain: the model mode (-m MODEL -p PROMPT) is not implemented yet; "
-                          "use --probs or --logits");
-            goto out;
+        if (!strcmp(a, "-m") || !strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-t") || !strcmp(a, "-c")) {
+            if (i + 1 >= argc) {
+                cn_cli_errorf("explain: %s needs a value", a);
+                goto out;
+            }
+            const char *v = argv[++i];
+            long long ln;
+            if (a[1] == 'm') margs.model = v;
+            else if (a[1] == 'p') margs.prompt = v;
+            else if (!parse_int(v, a[1] == 'c' ? 0 : 1, a[1] == 'n' ? 1024 : a[1] == 't' ? 1024 : 1 << 24, &ln)) {
+                cn_cli_errorf("explain: %s: '%s' is not an integer in range (%s)", a, v,
+                              a[1] == 'n' ? "1..1024 steps" : a[1] == 't' ? "1..1024 threads" : "0..2^24, 0 = the model's");
+                goto out;
+            } else if (a[1] == 'n') margs.n_steps = (long)ln;
+            else if (a[1] == 't') margs.n_threads = ln > 64 ? 64 : (long)ln;
+            else margs.n_ctx = (long)ln;
+            continue;
         }
         if (strncmp(a, "--", 2) != 0) {
             cn_cli_errorf("explain: unexpected argument '%s' (see 'cinder explain --help')", a);
@@ -308,7 +480,18 @@ int cn_cli_explain(int argc, char **argv) {
         double d;
         long long ll;
         float *fp = NULL;
-        if (!strcmp(name, "--probs")) probs = val;
+        if (!strcmp(name, "--model")) margs.model = val;
+        else if (!strcmp(name, "--prompt")) margs.prompt = val;
+        else if (!strcmp(name, "--ctx") || !strcmp(name, "--threads") || !strcmp(name, "--max-tokens")) {
+            const bool steps = name[2] == 'm', thr = name[2] == 't';
+            if (!parse_int(val, steps || thr ? 1 : 0, steps || thr ? 1024 : 1 << 24, &ll)) {
+                cn_cli_errorf("explain: %s: '%s' is not an integer in range", name, val);
+                goto out;
+            }
+            if (steps) margs.n_steps = (long)ll;
+            else if (thr) margs.n_threads = ll > 64 ? 64 : (long)ll;
+            else margs.n_ctx = (long)ll;
+        } else if (!strcmp(name, "--probs")) probs = val;
         else if (!strcmp(name, "--logits")) logits = val;
         else if (!strcmp(name, "--history")) history = val;
         else if (!strcmp(name, "--bias")) bias = val;
@@ -351,6 +534,24 @@ int cn_cli_explain(int argc, char **argv) {
         }
     }
 
+    if (margs.model || margs.prompt) {
+        cn_error merr = {0};
+        if (!margs.model || !margs.prompt || probs || logits || history || bias) {
+            cn_cli_errorf("explain: the model mode takes -m MODEL and -p PROMPT, and no --probs, --logits, "
+                          "--history or --bias (see 'cinder explain --help')");
+            goto out;
+        }
+        if (samplers && cn_sampling_set_chain(&p, samplers, &merr) != CN_STATUS_OK) {
+            cn_cli_errorf("explain: %s", merr.msg);
+            goto out;
+        }
+        if (cn_sampling_validate(&p, 0, &merr) != CN_STATUS_OK) {
+            cn_cli_errorf("explain: %s", merr.msg);
+            goto out;
+        }
+        rc = explain_model(&margs, &p);
+        goto out;
+    }
     if (!probs == !logits) {
         cn_cli_errorf("explain: give exactly one of --probs or --logits (see 'cinder explain --help')");
         goto out;

@@ -26,7 +26,8 @@ static const command commands[] = {
     {"inspect", cn_cli_inspect, "print a GGUF file's metadata and tensor table"},
     {"tokenize", cn_cli_tokenize, "print the token ids and pieces of a text"},
     {"explain", cn_cli_explain, "show the sampler chain stage by stage on a distribution"},
-    {"run", cn_cli_run, "generate text from a prompt (greedy) with timings"},
+    {"run", cn_cli_run, "generate text from a prompt (sampling, beams, stop strings) with timings"},
+    {"chat", cn_cli_chat, "chat with a model interactively (its chat template, KV cache reuse)"},
 };
 
 void cn_cli_errorf(const char *fmt, ...) {

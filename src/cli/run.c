@@ -1,209 +1,243 @@
-/* run.c — `cinder run`: one prompt, greedy decoding, text streamed to stdout as it is
- * generated, one timing summary on stderr. The prompt is tokenized as the model's
- * metadata says (BOS or not), evaluated as one prefill batch, then each new token is
- * decoded alone through the KV cache. The generation loop (generate_greedy) is kept apart
- * from argument handling so the sampler/stop machinery can replace it later. */
+/* run.c — `cinder run`: one prompt through the generation loop (src/gen). Text streams to
+ * stdout as it becomes final and one timing summary goes to stderr; with --json, one JSON
+ * object (text, finish reason, token counts, timings, logprobs when asked) goes to stdout
+ * instead. --chat wraps the prompt in the model's chat template as a user message;
+ * --beams N runs beam search. Argument handling and output only: the loop, stopping and
+ * sampling are the library's (cn_generate, cn_beam_search). */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "core/core.h"
-#include "model/model.h"
-#include "text/tokenizer.h"
-
-typedef struct {
-    int32_t n_prompt, n_gen;
-    double t_prefill_ms, t_first_ms; /* prefill alone; start to first token out */
-    double *itl_ms;                  /* (n_gen - 1) gaps between generated tokens */
-    int32_t n_itl;
-} run_timings;
-
-static int argmax(const float *x, int32_t n) {
-    int a = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[a]) a = i;
-    return a;
-}
-
-/* Prefill `prompt`, then greedy-decode up to n_max tokens (stopping at an end-of-generation
- * token or a full context), writing text to out as it becomes final. */
-static cn_status generate_greedy(const cn_model *m, cn_ctx *c, cn_kv *kv, const cn_tokenizer *tok,
-                                 const int32_t *prompt, int32_t n_prompt, int32_t n_max, FILE *out,
-                                 run_timings *tm, cn_error *err) {
-    const int32_t V = cn_model_hparams(m)->n_vocab;
-    cn_batch b;
-    cn_detok *dt = NULL;
-    float *logits = malloc((size_t)V * sizeof(float));
-    cn_status s = cn_batch_init(&b, n_prompt, err);
-    if (s == CN_STATUS_OK && !logits) s = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for logits");
-    if (s == CN_STATUS_OK) s = cn_detok_new(tok, false, &dt);
-    if (s != CN_STATUS_OK) goto done;
-
-    const double t0 = cn_time_ms();
-    for (int32_t i = 0; i < n_prompt; i++) cn_batch_add(&b, prompt[i], i, 0, i == n_prompt - 1);
-    if ((s = cn_forward(m, c, &b, kv, logits, err)) != CN_STATUS_OK) goto done;
-    tm->t_prefill_ms = cn_time_ms() - t0;
-    double t_prev = 0;
-    for (int32_t pos = n_prompt; tm->n_gen < n_max && pos < cn_ctx_n_ctx(c); pos++) {
-        const int32_t id = argmax(logits, V);
-        if (cn_tokenizer_is_eog(tok, id)) break;
-        const double now = cn_time_ms();
-        if (tm->n_gen == 0) tm->t_first_ms = now - t0;
-        else tm->itl_ms[tm->n_itl++] = now - t_prev;
-        t_prev = now;
-        tm->n_gen++;
-        const char *text;
-        size_t n_text;
-        if ((s = cn_detok_push(dt, id, &text, &n_text)) != CN_STATUS_OK) goto done;
-        fwrite(text, 1, n_text, out);
-        fflush(out);
-        if (tm->n_gen == n_max || pos + 1 >= cn_ctx_n_ctx(c)) break;
-        cn_batch_clear(&b);
-        cn_batch_add(&b, id, pos, 0, true);
-        if ((s = cn_forward(m, c, &b, kv, logits, err)) != CN_STATUS_OK) goto done;
-    }
-    const char *text;
-    size_t n_text;
-    if ((s = cn_detok_flush(dt, &text, &n_text)) == CN_STATUS_OK) fwrite(text, 1, n_text, out);
-    fputc('\n', out);
-    fflush(out);
-done:
-    cn_detok_free(dt);
-    cn_batch_free(&b);
-    free(logits);
-    return s;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void print_timings(run_timings *tm) {
-    double sum = 0;
-    for (int32_t i = 0; i < tm->n_itl; i++) sum += tm->itl_ms[i];
-    const double mean = tm->n_itl ? sum / tm->n_itl : 0;
-    qsort(tm->itl_ms, (size_t)tm->n_itl, sizeof(double), cmp_double);
-    const double p90 = tm->n_itl ? tm->itl_ms[(int32_t)(0.9 * (tm->n_itl - 1) + 0.5)] : 0;
-    fprintf(stderr,
-            "cinder: prompt %d tokens, prefill %.1f tok/s (%.1f ms), time to first token %.1f ms\n"
-            "cinder: generated %d tokens, decode %.1f tok/s, inter-token latency mean %.2f ms, p90 %.2f ms\n",
-            tm->n_prompt, tm->t_prefill_ms > 0 ? tm->n_prompt * 1000.0 / tm->t_prefill_ms : 0,
-            tm->t_prefill_ms, tm->t_first_ms, tm->n_gen, mean > 0 ? 1000.0 / mean : 0, mean, p90);
-}
+#include "gen/beam.h"
+#include "genopts.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: cinder run -m MODEL -p PROMPT [-n N] [-t THREADS] [-c CONTEXT]\n"
-               "  greedy generation of up to N tokens (default 128); text to stdout, timings to stderr\n"
-               "  -c: context length (default: the model's, at most 4096)\n");
+    fprintf(f, "usage: cinder run [-m MODEL] -p PROMPT [options]\n"
+               "  generates a continuation of PROMPT: text to stdout, one timing summary to stderr\n"
+               "  --json                    print one JSON object instead (text, finish_reason, timings)\n"
+               "  --chat                    apply the model's chat template to PROMPT as a user message\n");
+    cli_gen_opts_help(f);
+}
+
+static void stream_text(void *user, const char *text, size_t n) {
+    (void)user;
+    fwrite(text, 1, n, stdout);
+    fflush(stdout);
+}
+
+/* Bytes as a JSON-safe string: invalid UTF-8 bytes become U+FFFD (a token's piece may be
+ * part of a character). */
+static json_t *json_bytes_str(const char *s, size_t n) {
+    char *buf = malloc(3 * n + 1);
+    if (!buf) return json_null();
+    size_t k = 0;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t len = u[i] < 0x80 ? 1 : (u[i] & 0xE0) == 0xC0 ? 2 : (u[i] & 0xF0) == 0xE0 ? 3 : (u[i] & 0xF8) == 0xF0 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n;
+        for (size_t j = 1; ok && j < len; j++) ok = (u[i + j] & 0xC0) == 0x80;
+        if (ok && len > 1) { /* overlong, surrogates, > U+10FFFF */
+            uint32_t cp = u[i] & (0x7F >> len);
+            for (size_t j = 1; j < len; j++) cp = (cp << 6) | (u[i + j] & 0x3F);
+            const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+            ok = cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
+        }
+        if (ok) {
+            memcpy(buf + k, s + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(buf + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(buf, k);
+    free(buf);
+    return j ? j : json_null();
+}
+
+static json_t *json_token(const cn_tokenizer *tok, int32_t id, float logprob) {
+    char piece[256];
+    size_t n = cn_token_to_piece(tok, id, true, piece, sizeof piece);
+    if (n > sizeof piece) n = 0;
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
+    return json_pack("{s:i, s:o, s:o, s:f}", "id", (int)id, "token", json_bytes_str(piece, n), "bytes", bytes,
+                     "logprob", (double)logprob);
+}
+
+static int print_json(const cli_gen_opts *o, const cli_engine *e, const cn_gen *g, const cn_beam_result *beam) {
+    cn_gen_timings t;
+    cn_gen_get_timings(g, &t);
+    size_t n_text;
+    const char *text = cn_gen_text(g, &n_text);
+    int32_t n_tok;
+    const int32_t *ids = cn_gen_tokens(g, &n_tok);
+    json_t *tokens = json_array();
+    for (int32_t i = 0; i < n_tok; i++) json_array_append_new(tokens, json_integer(ids[i]));
+    json_t *root = json_pack(
+        "{s:o, s:s, s:i, s:i, s:i, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+        "text", json_stringn(text, n_text), "finish_reason", cn_finish_reason_str(cn_gen_finish_reason(g)),
+        "n_prompt_tokens", t.n_prompt_tokens, "n_cached_tokens", t.n_cached_tokens, "n_generated_tokens",
+        t.n_generated_tokens, "tokens", tokens, "queue_ms", t.queue_ms, "prefill_ms", t.prefill_ms, "ttft_ms",
+        t.ttft_ms, "decode_ms", t.decode_ms, "total_ms", t.total_ms, "itl_mean_ms", t.itl_mean_ms, "itl_p50_ms",
+        t.itl_p50_ms, "itl_p90_ms", t.itl_p90_ms, "itl_p99_ms", t.itl_p99_ms, "prefill_tok_s", t.prefill_tok_s,
+        "decode_tok_s", t.decode_tok_s);
+    if (!root) {
+        cn_cli_errorf("run: could not build the JSON output");
+        return 1;
+    }
+    /* < 2^63: the CLI takes and picks seeds in jansson's int64 range */
+    json_object_set_new(root, "seed", json_integer((json_int_t)cn_sampler_seed(cn_gen_sampler((cn_gen *)g))));
+    json_object_set_new(root, "n_ctx", json_integer(e->n_ctx));
+    json_object_set_new(root, "stop_index", json_integer(cn_gen_stop_index(g)));
+    if (o->gp.sampling.n_logprobs >= 0) {
+        json_t *lp = json_array();
+        int32_t n;
+        const cn_gen_token *ti = cn_gen_token_info(g, &n);
+        for (int32_t i = 0; i < n; i++) {
+            json_t *entry = json_token(e->tok, ti[i].id, ti[i].logprob);
+            json_t *top = json_array();
+            for (int32_t k = 0; k < ti[i].n_top; k++)
+                json_array_append_new(top, json_token(e->tok, ti[i].top[k].id, ti[i].top[k].logprob));
+            json_object_set_new(entry, "top_logprobs", top);
+            json_array_append_new(lp, entry);
+        }
+        json_object_set_new(root, "logprobs", lp);
+        json_object_set_new(root, "logprobs_distribution",
+                            json_string(o->gp.logprobs_after_chain && o->gp.beam.n_beams == 1 ? "after_chain" : "raw"));
+    }
+    if (beam)
+        json_object_set_new(root, "beam",
+                            json_pack("{s:i, s:f, s:f, s:f, s:i}", "n_beams", (int)o->gp.beam.n_beams,
+                                      "length_penalty", (double)o->gp.beam.length_penalty, "score", beam->score,
+                                      "sum_logprob", beam->sum_logprob, "n_finished", (int)beam->n_finished));
+    char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(root);
+    if (!s) {
+        cn_cli_errorf("run: could not write the JSON output");
+        return 1;
+    }
+    puts(s);
+    free(s);
+    return 0;
+}
+
+/* The prompt text: -p itself, or -p as a user message in the chat template. */
+static char *prompt_text(cli_gen_opts *o, const cli_engine *e) {
+    if (!o->chat) return strdup(o->prompt);
+    cn_chat_template *t = cli_chat_template(e, o);
+    if (!t) return NULL;
+    char *out = NULL;
+    if (cli_add_end_of_turn_stop(o, e, t) == 0) {
+        cn_chat_msg msgs[2];
+        size_t n = 0;
+        if (o->system) msgs[n++] = (cn_chat_msg){"system", o->system};
+        msgs[n++] = (cn_chat_msg){"user", o->prompt};
+        cn_error err = {0};
+        if (cn_chat_render(t, msgs, n, true, &out, NULL, &err) != CN_STATUS_OK) {
+            cn_cli_errorf("run: %s", err.msg);
+            out = NULL;
+        }
+    }
+    cn_chat_template_free(t);
+    return out;
 }
 
 int cn_cli_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL;
-    long n_gen = 128, n_threads = sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0;
+    cli_gen_opts o;
+    cli_gen_opts_init(&o, "run");
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return 0;
         }
-        if (i + 1 >= argc) {
-            usage(stderr);
-            return 2;
-        }
-        char *end = NULL;
-        if (!strcmp(a, "-m")) model_path = argv[++i];
-        else if (!strcmp(a, "-p")) prompt = argv[++i];
-        else if (!strcmp(a, "-n")) n_gen = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "-t")) n_threads = strtol(argv[++i], &end, 10);
-        else if (!strcmp(a, "-c")) n_ctx = strtol(argv[++i], &end, 10);
-        else {
-            cn_cli_errorf("run: unknown option '%s'", a);
-            usage(stderr);
-            return 2;
-        }
-        if (end && (*end || end == argv[i])) {
-            cn_cli_errorf("run: option %s wants a number, got '%s'", a, argv[i]);
+        const int r = cli_gen_opts_parse(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r == 0) {
+            cn_cli_errorf("run: unknown option '%s' (see 'cinder run --help')", argv[i]);
             return 2;
         }
     }
-    if (!model_path || !prompt) {
-        usage(stderr);
+    if (!o.prompt) {
+        cn_cli_errorf("run: no prompt: give -p PROMPT (see 'cinder run --help')");
         return 2;
     }
-    if (n_gen < 0 || n_gen > (1 << 24) || n_threads < 1 || n_threads > 1024 || n_ctx < 0 || n_ctx > (1 << 24)) {
-        cn_cli_errorf("run: -n, -t or -c out of range");
-        return 2;
-    }
-    if (n_threads > 64) n_threads = 64;
+    if (cli_gen_opts_check(&o)) return 2;
 
     int rc = 1;
-    cn_error err = {0};
-    cn_model *m = NULL;
-    cn_tokenizer *tok = NULL;
-    cn_ctx *c = NULL;
-    cn_kv *kv = NULL;
+    cli_engine e;
+    char *text = NULL;
     int32_t *ids = NULL;
-    run_timings tm = {0};
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(model_path, &mp, &m, &err) != CN_STATUS_OK ||
-        cn_tokenizer_load(cn_model_gguf(m), &tok, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("%s", err.msg);
+    cn_gen *g = NULL;
+    cn_error err = {0};
+    if (cli_engine_load(&e, &o)) goto done;
+    if (cn_gen_validate(&o.gp, e.n_vocab, &err) != CN_STATUS_OK) { /* token ids against the vocabulary */
+        cn_cli_errorf("run: %s", err.msg);
+        rc = 2;
         goto done;
     }
-    const cn_hparams *hp = cn_model_hparams(m);
-    if (n_ctx == 0) n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-
-    size_t n_prompt = 0, len = strlen(prompt);
-    if (cn_tokenize(tok, prompt, len, true, true, NULL, 0, &n_prompt, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("%s", err.msg);
+    if (!(text = prompt_text(&o, &e))) {
+        rc = o.chat_template ? 2 : 1; /* a bad --chat-template NAME is a usage error */
         goto done;
     }
+    int32_t n_prompt = 0;
+    if (!(ids = cli_tokenize(&e, text, &n_prompt))) goto done;
     if (n_prompt == 0) {
         cn_cli_errorf("run: the prompt is empty (no tokens)");
         goto done;
     }
-    if (n_prompt >= (size_t)n_ctx) {
-        cn_cli_errorf("run: the prompt is %zu tokens, the context holds %ld (use a shorter prompt or -c)",
-                      n_prompt, n_ctx);
+    if (n_prompt >= e.n_ctx) {
+        cn_cli_errorf("run: the prompt is %d tokens and the context holds %d: no room to generate "
+                      "(use a shorter prompt or a larger --ctx)",
+                      (int)n_prompt, (int)e.n_ctx);
         goto done;
     }
-    ids = malloc(n_prompt * sizeof *ids);
-    size_t n_again = 0;
-    if (!ids || cn_tokenize(tok, prompt, len, true, true, ids, n_prompt, &n_again, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("%s", ids ? err.msg : "out of memory");
-        goto done;
+    const int32_t k = o.gp.beam.n_beams;
+    const int32_t n_batch = CN_MAX(CN_MIN(n_prompt, 512), k);
+    int64_t n_blocks = 0;
+    if (k > 1) { /* the prompt once, then each beam's own blocks (plus one copied on write) */
+        const int64_t bt = cn_model_kv_params(e.model).block_tokens;
+        const int64_t gen = CN_MIN((int64_t)o.gp.max_tokens, (int64_t)e.n_ctx - n_prompt);
+        n_blocks = (n_prompt + bt - 1) / bt + k * ((gen + bt - 1) / bt + 2);
     }
+    if (cli_engine_start(&e, &o, n_batch, k, n_blocks)) goto done;
 
-    cn_kv_params kp = cn_model_kv_params(m);
-    kp.n_blocks = (n_ctx + kp.block_tokens - 1) / kp.block_tokens;
-    cn_ctx_params cp = cn_ctx_default_params();
-    cp.n_threads = (int32_t)n_threads;
-    cp.n_batch_max = (int32_t)n_prompt;
-    cp.n_ctx = (int32_t)n_ctx;
-    tm.itl_ms = malloc(((size_t)n_gen + 1) * sizeof(double));
-    if (!tm.itl_ms || cn_kv_create(&kp, &kv, &err) != CN_STATUS_OK ||
-        cn_ctx_create(m, &cp, &c, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("%s", tm.itl_ms ? err.msg : "out of memory");
+    if (!o.json) o.gp.on_text = stream_text;
+    o.gp.should_cancel = cli_sigint_cancel;
+    if (cn_gen_create(e.tok, e.n_vocab, &o.gp, &g, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("run: %s", err.msg);
+        rc = err.status == CN_STATUS_INVALID_ARG ? 2 : 1;
         goto done;
     }
-    tm.n_prompt = (int32_t)n_prompt;
-    if (generate_greedy(m, c, kv, tok, ids, (int32_t)n_prompt, (int32_t)n_gen, stdout, &tm, &err) !=
-        CN_STATUS_OK) {
-        cn_cli_errorf("%s", err.msg);
+    cli_sigint_arm();
+    cn_beam_result beam;
+    cn_status st = k > 1 ? cn_beam_search(&e.run, 0, ids, n_prompt, g, &beam, &err)
+                         : cn_generate(&e.run, 0, ids, n_prompt, 0, g, &err);
+    cli_sigint_disarm();
+    if (st != CN_STATUS_OK) {
+        if (!o.json) fputc('\n', stdout);
+        cn_cli_errorf("run: %s", err.msg);
         goto done;
     }
-    print_timings(&tm);
-    rc = 0;
+    if (o.json) {
+        rc = print_json(&o, &e, g, k > 1 ? &beam : NULL);
+    } else {
+        fputc('\n', stdout);
+        fflush(stdout);
+        cn_gen_timings t;
+        cn_gen_get_timings(g, &t);
+        cli_print_timings(&t, cn_gen_finish_reason(g));
+        rc = 0;
+    }
 done:
-    free(tm.itl_ms);
+    cn_gen_free(g);
     free(ids);
-    cn_ctx_free(c);
-    cn_kv_free(kv);
-    cn_tokenizer_free(tok);
-    cn_model_free(m);
+    free(text);
+    cli_engine_close(&e);
     return rc;
 }

@@ -228,7 +228,7 @@ def test_bad_input_is_one_line_and_exit_2(cinder, args, needle):
     (["--probs", "blue=-0.5"], "must be a probability"),
     (["--probs", "a=0,b=0"], "sum to 0"),
     (["--logits", "a=1,b=inf"], "finite logit"),
-    (["-m", "model.gguf", "-p", "hi"], "not implemented yet"),
+    (["-m", "model.gguf"], "the model mode takes -m MODEL and -p PROMPT"),
 ])
 def test_bad_vocab_and_modes(cinder, args, needle):
     r = run(cinder, *args)
