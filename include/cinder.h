@@ -256,6 +256,137 @@ typedef struct {
 
 /* ==== end of generation =================================================================== */
 
+/* ==== engine ==============================================================================
+ * The batched engine (src/serve/engine.c): many requests share one forward pass per step.
+ * Requests join the running batch at the next step and leave when done (continuous
+ * batching); a step packs one decode row per running sequence plus chunks of waiting
+ * prompts up to a token budget (chunked prefill); the KV cache is one pool of blocks from
+ * a fixed budget, with a prefix cache (a prompt's cached full blocks are not recomputed)
+ * and n > 1 completions forking the prompt's blocks. When the cache runs out, the newest
+ * running sequence is preempted and recomputed later.
+ *
+ * Batch invariance: with a fixed seed a request gets bit-identical tokens and logprobs
+ * whether it runs alone or beside others, with or without prefix-cache hits or
+ * preemption, at any thread count.
+ *
+ * Threads: every call may come from any thread; they are serialized by one lock, held
+ * for a whole step (a call from another thread waits for the step to end). Callbacks run
+ * inside cn_engine_step (on the run loop's thread after cn_engine_start), or inside
+ * cn_engine_cancel; they may call cn_engine_submit, cn_engine_cancel and
+ * cn_engine_get_stats (a cancel from a callback takes effect when the callback returns),
+ * but not cn_engine_step, cn_engine_stop or cn_engine_free. */
+
+typedef struct cn_model cn_model;   /* src/model/model.h */
+typedef struct cn_engine cn_engine;
+
+#define CN_ENGINE_MAX_N 16           /* completions per request */
+#define CN_ENGINE_MAX_RUNNING 1024   /* sequences in the running batch */
+
+typedef struct {
+    int32_t n_threads;     /* [1, 1024]; default 1 */
+    int64_t kv_mem_mib;    /* KV budget in MiB (all layers, K and V); 0 = use kv_tokens */
+    int64_t kv_tokens;     /* KV budget in token positions over all sequences, when
+                              kv_mem_mib is 0; default 4096 */
+    cn_type kv_type;       /* CN_TYPE_F16 (default), CN_TYPE_Q8_0 or CN_TYPE_F32 */
+    int32_t block_tokens;  /* tokens per KV block; default 16 */
+    int32_t max_running;   /* [1, CN_ENGINE_MAX_RUNNING] sequences decoding at once (each
+                              completion of an n > 1 request counts); default 16 */
+    int32_t step_tokens;   /* rows per forward pass (decode rows + prompt chunks),
+                              >= max_running; default 512 */
+    int32_t max_queue;     /* requests waiting for admission before submit says BUSY; >= 1;
+                              default 256 */
+    int32_t n_ctx;         /* most positions per sequence; 0 (default) = the model's
+                              training context; never more than the KV budget */
+    bool prefix_cache;     /* reuse cached prompt blocks; default true */
+} cn_engine_params;
+
+cn_engine_params cn_engine_default_params(void);
+
+/* One request. The prompt is text (prompt != NULL: tokenized with the model's BOS rule,
+ * special-token texts parsed) or tokens. gen's callbacks, user and should_cancel are not
+ * used (the engine's callbacks carry the request id and completion index; cancel with
+ * cn_engine_cancel); beam search (gen.beam.n_beams > 1) is not supported here. */
+typedef struct {
+    const char *prompt;            /* NUL-terminated; borrowed during submit */
+    const int32_t *prompt_tokens;  /* used when prompt is NULL; borrowed during submit */
+    int32_t n_prompt_tokens;
+    cn_gen_params gen;             /* sampling, max_tokens, stop strings, logprobs */
+    int32_t n;                     /* [1, CN_ENGINE_MAX_N] completions; completion i samples
+                                      with seed + i (with CN_SAMPLING_SEED_RANDOM: one picked
+                                      seed, then + i), so it equals an n = 1 request with
+                                      that seed */
+} cn_engine_request;
+
+cn_engine_request cn_engine_request_default(void); /* n = 1, gen = cn_gen_default() */
+
+/* What a request hears. id: from submit; index: the completion [0, n). Text is final
+ * (stop strings cut); a token comes before its text. on_finish comes exactly once per
+ * completion, last; after the last completion's on_finish the id is gone. Any may be
+ * NULL. */
+typedef struct {
+    void (*on_text)(void *user, uint64_t id, int32_t index, const char *text, size_t n_bytes);
+    void (*on_token)(void *user, uint64_t id, int32_t index, const cn_gen_token *tok);
+    void (*on_finish)(void *user, uint64_t id, int32_t index, cn_finish_reason reason,
+                      const cn_gen_timings *timings);
+    void *user;
+} cn_engine_callbacks;
+
+/* Borrows m (must outlive the engine). Sizes the KV pool from the budget once. Errors: a
+ * parameter out of range (INVALID_ARG, naming it), a budget below one block per running
+ * sequence (LIMIT), no memory. */
+cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engine **out,
+                           cn_error *err);
+/* Stops the run loop if started, drops every request without callbacks, frees all. NULL
+ * is a no-op. */
+void cn_engine_free(cn_engine *e);
+
+/* Queues a request; *id names it. The request is copied (cb too). Errors: a bad request
+ * (INVALID_ARG: empty prompt, a token out of the vocabulary, generation parameters out of
+ * range); a prompt the context cannot hold, or prompt + max_tokens beyond the whole KV
+ * budget (LIMIT: it could never run); max_queue requests already waiting (BUSY: try
+ * later). Nothing is kept on error. */
+cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb,
+                           uint64_t *id, cn_error *err);
+
+/* Runs one step: admits, packs and runs one batch, samples, streams, finishes. *n_rows
+ * (may be NULL) gets the batch's rows; 0 means there was nothing to run. Errors come from
+ * the forward pass (the engine stays consistent: every request is still there and the
+ * step can be retried or the requests cancelled). Not while the run loop is started. */
+cn_status cn_engine_step(cn_engine *e, int32_t *n_rows, cn_error *err);
+
+/* Steps on a thread of its own until cn_engine_stop, sleeping while there is no request.
+ * A failing step cancels every request (their on_finish says "cancelled") and logs the
+ * error. */
+cn_status cn_engine_start(cn_engine *e, cn_error *err);
+void cn_engine_stop(cn_engine *e); /* no-op if not started */
+/* Waits (run loop started) until no request is left. */
+void cn_engine_wait_idle(cn_engine *e);
+
+/* Ends request id now: its completions finish with "cancelled" (on_finish called before
+ * this returns, or when the calling callback returns) and its KV blocks are released.
+ * CN_STATUS_NOT_FOUND if no such request is open. */
+cn_status cn_engine_cancel(cn_engine *e, uint64_t id, cn_error *err);
+
+typedef struct {
+    int32_t n_requests;            /* submitted and not finished */
+    int32_t n_running;             /* sequences in the running batch */
+    int32_t n_waiting;             /* sequences waiting for admission (new or preempted) */
+    int64_t kv_blocks_total, kv_blocks_used, kv_blocks_free; /* free includes cached */
+    int64_t kv_blocks_cached;      /* unreferenced blocks kept by the prefix cache */
+    int64_t kv_blocks_peak;        /* most blocks used at once */
+    int32_t kv_block_tokens;
+    uint64_t kv_block_bytes;       /* one block, all layers, K and V */
+    int64_t prefix_queried_blocks; /* full prompt blocks looked up at admission */
+    int64_t prefix_hit_blocks;     /* of those, found cached (their prefill skipped) */
+    int64_t n_preemptions;
+    int64_t n_steps, n_rows;       /* forward passes and the rows they ran */
+    int64_t n_generated;           /* tokens generated over all requests */
+} cn_engine_stats;
+
+void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
+
+/* ==== end of engine ======================================================================= */
+
 #ifdef __cplusplus
 }
 #endif

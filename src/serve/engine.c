@@ -1,0 +1,655 @@
+/* engine.c — the batched engine: requests, one generation state (cn_gen) per completion,
+ * the scheduler (sched.c) and one forward pass per step.
+ *
+ * A request of n completions is n scheduled sequences. The first carries the prompt
+ * through prefill; when its prompt's logits arrive the other n - 1 fork its KV blocks
+ * (no copy) and every completion samples its first token from that same row with its
+ * own seeded sampler. From then on each completion is an independent sequence: its
+ * sampled tokens are appended to its token list and computed by the next step.
+ *
+ * Why results do not depend on the batch: the forward pass computes each row the same
+ * way whatever else is in the batch, every completion has its own sampler whose k-th
+ * draw is used for its k-th token, and a token, once sampled, is never sampled again
+ * (a preempted sequence recomputes only K/V). So what a request sees is a function of
+ * its prompt, parameters and seed alone.
+ *
+ * Concurrency (see the engine section of cinder.h): one recursive lock held for a whole
+ * step, so callbacks may call back into the engine. A cancel that arrives during a step
+ * (from a callback) is recorded and carried out when the callback returns, before the
+ * step ends; requests that finish are freed at the end of the step, so nothing the step
+ * still iterates over disappears under it. */
+#include "serve/engine.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "gen/generate.h"
+#include "model/model.h"
+#include "serve/sched.h"
+
+typedef struct engine_req engine_req;
+
+typedef struct {
+    cn_sched_seq seq;
+    cn_gen *gen;
+    engine_req *req;
+    int32_t index;
+    bool done;
+} engine_choice;
+
+struct engine_req {
+    uint64_t id;
+    cn_engine_callbacks cb;
+    int32_t *prompt;           /* (n_prompt) */
+    int32_t n_prompt;
+    int32_t n, n_open;
+    engine_choice *choices;    /* (n) */
+    bool begun;                /* cn_gen_begin called (first time in a forward pass) */
+    bool admitted;             /* counted out of the queue */
+    bool cancel_pending;
+    bool dead;                 /* every completion finished: free at the end of the step */
+    engine_req *next;
+};
+
+struct cn_engine {
+    const cn_model *m;
+    cn_engine_params p;
+    cn_tokenizer *tok;
+    cn_ctx *ctx;
+    cn_kv *kv;
+    cn_sched *sched;
+    cn_batch batch;
+    float *logits;             /* (max_running, n_vocab) */
+    int32_t n_vocab, n_ctx;
+    int64_t kv_capacity;       /* positions the whole pool holds */
+
+    pthread_mutex_t mu;        /* recursive */
+    pthread_cond_t cv;         /* signalled on submit, on finish and on stop */
+    pthread_t thread;
+    bool thread_started, stop;
+    bool stepping;             /* inside cn_engine_step (callbacks may re-enter) */
+
+    engine_req *reqs;          /* open requests, submission order */
+    int32_t n_reqs, n_queued;  /* open; not yet admitted */
+    uint64_t next_id;
+
+    int64_t n_steps, n_rows, n_generated, kv_peak;
+};
+
+cn_engine_params cn_engine_default_params(void) {
+    cn_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.n_threads = 1;
+    p.kv_mem_mib = 0;
+    p.kv_tokens = 4096;
+    p.kv_type = CN_TYPE_F16;
+    p.block_tokens = CN_KV_BLOCK_TOKENS_DEFAULT;
+    p.max_running = 16;
+    p.step_tokens = 512;
+    p.max_queue = 256;
+    p.n_ctx = 0;
+    p.prefix_cache = true;
+    return p;
+}
+
+cn_engine_request cn_engine_request_default(void) {
+    cn_engine_request r;
+    memset(&r, 0, sizeof r);
+    r.gen = cn_gen_default();
+    r.n = 1;
+    return r;
+}
+
+const cn_tokenizer *cn_engine_tokenizer(const cn_engine *e) { return e->tok; }
+const cn_kv *cn_engine_kv(const cn_engine *e) { return e->kv; }
+int32_t cn_engine_n_ctx(const cn_engine *e) { return e->n_ctx; }
+
+/* ---- create / free ---- */
+
+static cn_status check_params(const cn_engine_params *p, cn_error *err) {
+    if (p->n_threads < 1 || p->n_threads > 1024)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: n_threads = %d is out of range [1, 1024]", p->n_threads);
+    if (p->kv_mem_mib < 0 || p->kv_mem_mib > (1 << 20))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: kv_mem_mib = %lld is out of range [0, 2^20]",
+                      (long long)p->kv_mem_mib);
+    if (p->kv_mem_mib == 0 && (p->kv_tokens < 1 || p->kv_tokens > ((int64_t)1 << 32)))
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "engine: kv_tokens = %lld is out of range [1, 2^32] (or set kv_mem_mib)",
+                      (long long)p->kv_tokens);
+    if (p->kv_type != CN_TYPE_F16 && p->kv_type != CN_TYPE_Q8_0 && p->kv_type != CN_TYPE_F32)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: kv_type %d is not f16, q8_0 or f32", (int)p->kv_type);
+    if (p->block_tokens < 1 || p->block_tokens > CN_KV_MAX_BLOCK_TOKENS)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: block_tokens = %d is out of range [1, %d]",
+                      p->block_tokens, CN_KV_MAX_BLOCK_TOKENS);
+    if (p->max_running < 1 || p->max_running > CN_ENGINE_MAX_RUNNING)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: max_running = %d is out of range [1, %d]",
+                      p->max_running, CN_ENGINE_MAX_RUNNING);
+    if (p->step_tokens < p->max_running || p->step_tokens > (1 << 20))
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "engine: step_tokens = %d is out of range [max_running = %d, 2^20] (one decode row "
+                      "per running sequence must fit)",
+                      p->step_tokens, p->max_running);
+    if (p->max_queue < 1 || p->max_queue > (1 << 24))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: max_queue = %d is out of range [1, 2^24]", p->max_queue);
+    if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: n_ctx = %d is out of range [0, 2^24]", p->n_ctx);
+    return CN_STATUS_OK;
+}
+
+static void free_req(engine_req *r) {
+    if (!r) return;
+    if (r->choices)
+        for (int32_t i = 0; i < r->n; i++) {
+            cn_gen_free(r->choices[i].gen);
+            cn_sched_seq_free(&r->choices[i].seq);
+        }
+    free(r->choices);
+    free(r->prompt);
+    free(r);
+}
+
+void cn_engine_free(cn_engine *e) {
+    if (!e) return;
+    cn_engine_stop(e);
+    for (engine_req *r = e->reqs, *nx; r; r = nx) {
+        nx = r->next;
+        if (e->sched)
+            for (int32_t i = 0; i < r->n; i++) cn_sched_remove(e->sched, &r->choices[i].seq);
+        free_req(r);
+    }
+    cn_sched_free(e->sched);
+    cn_ctx_free(e->ctx);
+    cn_kv_free(e->kv);
+    cn_tokenizer_free(e->tok);
+    cn_batch_free(&e->batch);
+    free(e->logits);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engine **out, cn_error *err) {
+    *out = NULL;
+    if (!m || !p) return cn_err(err, CN_STATUS_INVALID_ARG, "engine: no model or no params");
+    cn_status st = check_params(p, err);
+    if (st != CN_STATUS_OK) return st;
+    cn_engine *e = calloc(1, sizeof *e);
+    if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory");
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&e->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
+    pthread_cond_init(&e->cv, NULL);
+    e->m = m;
+    e->p = *p;
+    e->next_id = 1;
+    const cn_hparams *hp = cn_model_hparams(m);
+    e->n_vocab = hp->n_vocab;
+
+    cn_kv_params kp = cn_model_kv_params(m);
+    kp.type = p->kv_type;
+    kp.block_tokens = p->block_tokens;
+    kp.max_seqs = p->max_running;
+    if (p->kv_mem_mib > 0) {
+        kp.n_blocks = cn_kv_blocks_for_bytes(&kp, (uint64_t)p->kv_mem_mib << 20);
+        if (kp.n_blocks < 1) {
+            st = cn_err(err, CN_STATUS_LIMIT, "engine: a KV budget of %lld MiB holds no block of %llu bytes",
+                        (long long)p->kv_mem_mib, (unsigned long long)cn_kv_block_bytes(&kp));
+            goto fail;
+        }
+    } else {
+        kp.n_blocks = (p->kv_tokens + p->block_tokens - 1) / p->block_tokens;
+    }
+    if (kp.n_blocks > INT32_MAX) kp.n_blocks = INT32_MAX;
+    if ((st = cn_kv_create(&kp, &e->kv, err)) != CN_STATUS_OK) goto fail;
+    e->kv_capacity = kp.n_blocks * kp.block_tokens;
+    int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
+    if (n_ctx <= 0) n_ctx = 4096;
+    e->n_ctx = (int32_t)CN_MIN(n_ctx, CN_MIN(e->kv_capacity, (int64_t)1 << 24));
+    if (e->n_ctx < 2) {
+        st = cn_err(err, CN_STATUS_LIMIT, "engine: the context holds %d positions (KV budget %lld tokens)",
+                    e->n_ctx, (long long)e->kv_capacity);
+        goto fail;
+    }
+
+    cn_ctx_params cp = cn_ctx_default_params();
+    cp.n_threads = p->n_threads;
+    cp.n_batch_max = p->step_tokens;
+    cp.n_ctx = e->n_ctx;
+    if ((st = cn_ctx_create(m, &cp, &e->ctx, err)) != CN_STATUS_OK) goto fail;
+    cn_sched_params sp = {.max_running = p->max_running, .step_tokens = p->step_tokens,
+                          .prefix_cache = p->prefix_cache};
+    if ((st = cn_sched_create(&sp, e->kv, &e->sched, err)) != CN_STATUS_OK) goto fail;
+    if ((st = cn_batch_init(&e->batch, p->step_tokens, err)) != CN_STATUS_OK) goto fail;
+    e->logits = malloc((size_t)p->max_running * (size_t)e->n_vocab * sizeof(float));
+    if (!e->logits) {
+        st = cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for %d logits rows", p->max_running);
+        goto fail;
+    }
+    if ((st = cn_tokenizer_load(cn_model_gguf(m), &e->tok, err)) != CN_STATUS_OK) goto fail;
+    *out = e;
+    return CN_STATUS_OK;
+fail:
+    cn_engine_free(e);
+    return st;
+}
+
+/* ---- callbacks from the generation states ---- */
+
+static void on_text(void *user, const char *text, size_t n_bytes) {
+    engine_choice *c = user;
+    if (c->req->cb.on_text) c->req->cb.on_text(c->req->cb.user, c->req->id, c->index, text, n_bytes);
+}
+
+static void on_token(void *user, const cn_gen_token *tok) {
+    engine_choice *c = user;
+    if (c->req->cb.on_token) c->req->cb.on_token(c->req->cb.user, c->req->id, c->index, tok);
+}
+
+/* ---- submit ---- */
+
+static cn_status prompt_tokens(cn_engine *e, const cn_engine_request *r, engine_req *q, cn_error *err) {
+    if (r->prompt) {
+        const size_t len = strlen(r->prompt);
+        size_t n = 0;
+        cn_status st = cn_tokenize(e->tok, r->prompt, len, true, true, NULL, 0, &n, err);
+        if (st != CN_STATUS_OK) return st;
+        if (n == 0) return cn_err(err, CN_STATUS_INVALID_ARG, "engine: the prompt is empty (no tokens)");
+        if (n >= (size_t)e->n_ctx)
+            return cn_err(err, CN_STATUS_LIMIT, "engine: the prompt is %zu tokens, the context holds %d", n,
+                          e->n_ctx);
+        q->prompt = malloc(n * sizeof *q->prompt);
+        if (!q->prompt) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for the prompt");
+        size_t n2 = 0;
+        st = cn_tokenize(e->tok, r->prompt, len, true, true, q->prompt, n, &n2, err);
+        if (st != CN_STATUS_OK) return st;
+        q->n_prompt = (int32_t)n;
+        return CN_STATUS_OK;
+    }
+    if (!r->prompt_tokens || r->n_prompt_tokens < 1)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: the request has no prompt (text or tokens)");
+    if (r->n_prompt_tokens >= e->n_ctx)
+        return cn_err(err, CN_STATUS_LIMIT, "engine: the prompt is %d tokens, the context holds %d",
+                      r->n_prompt_tokens, e->n_ctx);
+    for (int32_t i = 0; i < r->n_prompt_tokens; i++)
+        if (r->prompt_tokens[i] < 0 || r->prompt_tokens[i] >= e->n_vocab)
+            return cn_err(err, CN_STATUS_INVALID_ARG, "engine: prompt token %d is %d, outside the vocabulary [0, %d)",
+                          i, r->prompt_tokens[i], e->n_vocab);
+    q->prompt = malloc((size_t)r->n_prompt_tokens * sizeof *q->prompt);
+    if (!q->prompt) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for the prompt");
+    memcpy(q->prompt, r->prompt_tokens, (size_t)r->n_prompt_tokens * sizeof *q->prompt);
+    q->n_prompt = r->n_prompt_tokens;
+    return CN_STATUS_OK;
+}
+
+static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb,
+                           engine_req *q, cn_error *err) {
+    if (r->n < 1 || r->n > CN_ENGINE_MAX_N)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: n = %d is out of range [1, %d]", r->n, CN_ENGINE_MAX_N);
+    if (r->n > e->p.max_running)
+        return cn_err(err, CN_STATUS_LIMIT, "engine: n = %d completions, but at most %d sequences run at once",
+                      r->n, e->p.max_running);
+    if (r->gen.beam.n_beams > 1)
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "engine: beam search (n_beams = %d) is not supported here",
+                      r->gen.beam.n_beams);
+    cn_status st = cn_gen_validate(&r->gen, e->n_vocab, err);
+    if (st != CN_STATUS_OK) return st;
+    if ((st = prompt_tokens(e, r, q, err)) != CN_STATUS_OK) return st;
+    if ((int64_t)q->n_prompt + r->gen.max_tokens > e->kv_capacity)
+        return cn_err(err, CN_STATUS_LIMIT,
+                      "engine: prompt (%d tokens) + max_tokens (%d) can never fit the KV budget of %lld tokens",
+                      q->n_prompt, r->gen.max_tokens, (long long)e->kv_capacity);
+    if (cb) q->cb = *cb;
+    q->n = r->n;
+    q->choices = calloc((size_t)r->n, sizeof *q->choices);
+    if (!q->choices) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for %d completions", r->n);
+    uint64_t seed = r->gen.sampling.seed;
+    for (int32_t i = 0; i < r->n; i++) {
+        engine_choice *c = &q->choices[i];
+        c->req = q;
+        c->index = i;
+        cn_sched_seq_init(&c->seq, 0, c);
+        cn_gen_params gp = r->gen;
+        gp.on_text = on_text;
+        gp.on_token = on_token;
+        gp.should_cancel = NULL;
+        gp.user = c;
+        if (i > 0) gp.sampling.seed = seed + (uint64_t)i;
+        if ((st = cn_gen_create(e->tok, e->n_vocab, &gp, &c->gen, err)) != CN_STATUS_OK) return st;
+        if (i == 0) seed = cn_sampler_seed(cn_gen_sampler(c->gen));
+    }
+    st = cn_sched_seq_append(&q->choices[0].seq, q->prompt, q->n_prompt, err);
+    if (st != CN_STATUS_OK) return st;
+    q->choices[0].seq.n_fork = r->n - 1;
+    q->n_open = r->n;
+    return CN_STATUS_OK;
+}
+
+static uint64_t choice_key(uint64_t id, int32_t index) { return id << 8 | (uint64_t)index; }
+
+cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb,
+                           uint64_t *id, cn_error *err) {
+    if (id) *id = 0;
+    if (!e || !r) return cn_err(err, CN_STATUS_INVALID_ARG, "engine: submit without an engine or a request");
+    pthread_mutex_lock(&e->mu);
+    cn_status st;
+    if (e->n_queued >= e->p.max_queue) {
+        st = cn_err(err, CN_STATUS_BUSY, "engine: %d requests are already waiting (max_queue): try later",
+                    e->n_queued);
+        goto out;
+    }
+    engine_req *q = calloc(1, sizeof *q);
+    if (!q) {
+        st = cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for a request");
+        goto out;
+    }
+    if ((st = build_req(e, r, cb, q, err)) != CN_STATUS_OK) {
+        free_req(q);
+        goto out;
+    }
+    q->id = e->next_id++;
+    for (int32_t i = 0; i < q->n; i++) q->choices[i].seq.key = choice_key(q->id, i);
+    cn_sched_enqueue(e->sched, &q->choices[0].seq);
+    engine_req **tail = &e->reqs;
+    while (*tail) tail = &(*tail)->next;
+    *tail = q;
+    e->n_reqs++;
+    e->n_queued++;
+    if (id) *id = q->id;
+    pthread_cond_broadcast(&e->cv);
+out:
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+/* ---- finishing and cancelling ---- */
+
+/* Completion c is over (its cn_gen is done): release its blocks, tell the caller. */
+static void finish_choice(cn_engine *e, engine_choice *c) {
+    if (c->done) return;
+    cn_sched_remove(e->sched, &c->seq);
+    c->done = true;
+    engine_req *q = c->req;
+    q->n_open--;
+    cn_gen_timings t;
+    cn_gen_get_timings(c->gen, &t);
+    e->n_generated += t.n_generated_tokens;
+    if (q->n_open == 0) {
+        q->dead = true;
+        if (!q->admitted) e->n_queued--;
+        q->admitted = true;
+    }
+    if (q->cb.on_finish) q->cb.on_finish(q->cb.user, q->id, c->index, cn_gen_finish_reason(c->gen), &t);
+}
+
+static void cancel_req(cn_engine *e, engine_req *q) {
+    for (int32_t i = 0; i < q->n; i++) {
+        engine_choice *c = &q->choices[i];
+        if (c->done) continue;
+        cn_sched_remove(e->sched, &c->seq); /* blocks go back before anyone hears of it */
+        cn_gen_finish(c->gen, CN_FINISH_CANCELLED);
+        finish_choice(e, c);
+    }
+}
+
+/* Frees requests whose completions have all finished. */
+static void reap(cn_engine *e) {
+    for (engine_req **pp = &e->reqs; *pp;) {
+        engine_req *q = *pp;
+        if (q->dead) {
+            *pp = q->next;
+            e->n_reqs--;
+            free_req(q);
+        } else {
+            pp = &q->next;
+        }
+    }
+    if (e->n_reqs == 0) pthread_cond_broadcast(&e->cv);
+}
+
+static void run_cancels(cn_engine *e) {
+    for (engine_req *q = e->reqs; q; q = q->next)
+        if (q->cancel_pending && !q->dead) cancel_req(e, q);
+}
+
+cn_status cn_engine_cancel(cn_engine *e, uint64_t id, cn_error *err) {
+    if (!e) return cn_err(err, CN_STATUS_INVALID_ARG, "engine: cancel without an engine");
+    pthread_mutex_lock(&e->mu);
+    engine_req *q = e->reqs;
+    while (q && (q->id != id || q->dead || q->cancel_pending)) q = q->next;
+    cn_status st = CN_STATUS_OK;
+    if (!q) {
+        st = cn_err(err, CN_STATUS_NOT_FOUND, "engine: no open request %llu", (unsigned long long)id);
+    } else if (e->stepping) {
+        q->cancel_pending = true; /* from a callback: the step carries it out next */
+    } else {
+        e->stepping = true; /* its callbacks may re-enter */
+        cancel_req(e, q);
+        run_cancels(e);
+        e->stepping = false;
+        reap(e);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+/* ---- the step ---- */
+
+/* Samples completion c's next token from row; ends it if done or out of context. */
+static cn_status push_row(cn_engine *e, engine_choice *c, const float *row, cn_error *err) {
+    if (c->done || c->req->cancel_pending) return CN_STATUS_OK;
+    cn_gen_step step;
+    cn_status st = cn_gen_push_logits(c->gen, row, &step, err);
+    if (st != CN_STATUS_OK) {
+        /* A row the sampler refuses (NaN, every token banned) ends this completion. */
+        cn_gen_finish(c->gen, CN_FINISH_CANCELLED);
+        finish_choice(e, c);
+        return st;
+    }
+    if (!step.done) {
+        /* The token is fed back at position n_tokens: there must be room for it. */
+        if (c->seq.n_tokens >= e->n_ctx) {
+            cn_gen_finish(c->gen, CN_FINISH_LENGTH);
+        } else if ((st = cn_sched_seq_append(&c->seq, &step.token, 1, err)) != CN_STATUS_OK) {
+            cn_gen_finish(c->gen, CN_FINISH_CANCELLED);
+            finish_choice(e, c);
+            return st;
+        }
+    }
+    if (cn_gen_done(c->gen)) finish_choice(e, c);
+    return CN_STATUS_OK;
+}
+
+/* The prompt's logits reached completion 0 of q: fork the others, then every completion
+ * samples its first token from the same row. */
+static cn_status prompt_done(cn_engine *e, engine_choice *c0, const float *row, cn_error *err) {
+    engine_req *q = c0->req;
+    cn_status first = CN_STATUS_OK;
+    for (int32_t i = 1; i < q->n; i++) {
+        engine_choice *c = &q->choices[i];
+        if (c->done || c->seq.state != CN_SEQ_IDLE || c0->seq.n_fork < 1) continue;
+        cn_status st = cn_sched_fork(e->sched, &c0->seq, &c->seq, choice_key(q->id, i), err);
+        if (st != CN_STATUS_OK) {
+            cn_gen_finish(c->gen, CN_FINISH_CANCELLED);
+            finish_choice(e, c);
+            if (first == CN_STATUS_OK) first = st;
+        }
+    }
+    for (int32_t i = 0; i < q->n; i++) {
+        cn_error e2 = {0};
+        cn_status st = push_row(e, &q->choices[i], row, first == CN_STATUS_OK ? err : &e2);
+        if (st != CN_STATUS_OK && first == CN_STATUS_OK) first = st;
+    }
+    return first;
+}
+
+static void begin_req(cn_engine *e, engine_req *q, int64_t n_reused) {
+    (void)e;
+    q->begun = true;
+    for (int32_t i = 0; i < q->n; i++)
+        cn_gen_begin(q->choices[i].gen, q->prompt, q->n_prompt, (int32_t)n_reused, NULL);
+}
+
+static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
+    run_cancels(e);
+    reap(e);
+    cn_sched_plan plan;
+    cn_status st = cn_sched_plan_step(e->sched, &e->batch, &plan, err);
+    if (st != CN_STATUS_OK) return st;
+    *n_rows = e->batch.n_rows;
+    if (e->batch.n_rows == 0) return CN_STATUS_OK;
+    for (int32_t i = 0; i < plan.n_seqs; i++) {
+        engine_choice *c = plan.seqs[i]->owner;
+        engine_req *q = c->req;
+        if (!q->admitted) {
+            q->admitted = true;
+            e->n_queued--;
+        }
+        if (!q->begun) begin_req(e, q, c->seq.n_reused);
+    }
+    cn_kv_stats ks;
+    cn_kv_get_stats(e->kv, &ks);
+    e->kv_peak = CN_MAX(e->kv_peak, ks.n_blocks - ks.n_free);
+
+    st = cn_forward(e->m, e->ctx, &e->batch, e->kv, e->logits, err);
+    if (st != CN_STATUS_OK) return st;
+    e->n_steps++;
+    e->n_rows += e->batch.n_rows;
+    cn_sched_commit(e->sched, &plan);
+
+    cn_status first = CN_STATUS_OK;
+    for (int32_t i = 0; i < plan.n_seqs; i++) {
+        cn_sched_seq *s = plan.seqs[i];
+        if (s->plan_logits < 0) continue;
+        engine_choice *c = s->owner;
+        const float *row = e->logits + (size_t)s->plan_logits * (size_t)e->n_vocab;
+        cn_error e2 = {0};
+        cn_error *ep = first == CN_STATUS_OK ? err : &e2;
+        cn_status r = c->index == 0 && c->seq.n_fork > 0 ? prompt_done(e, c, row, ep) : push_row(e, c, row, ep);
+        if (r != CN_STATUS_OK && first == CN_STATUS_OK) first = r;
+        run_cancels(e);
+    }
+    reap(e);
+    return first;
+}
+
+cn_status cn_engine_step(cn_engine *e, int32_t *n_rows, cn_error *err) {
+    int32_t rows = 0;
+    if (n_rows) *n_rows = 0;
+    if (!e) return cn_err(err, CN_STATUS_INVALID_ARG, "engine: step without an engine");
+    pthread_mutex_lock(&e->mu);
+    cn_status st;
+    if (e->stepping) {
+        st = cn_err(err, CN_STATUS_INVALID_ARG, "engine: cn_engine_step called from inside a step");
+    } else {
+        e->stepping = true;
+        st = step_locked(e, &rows, err);
+        e->stepping = false;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (n_rows) *n_rows = rows;
+    return st;
+}
+
+/* ---- run loop ---- */
+
+static void *run_loop(void *arg) {
+    cn_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        if (e->n_reqs == 0) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        cn_error err = {0};
+        int32_t rows = 0;
+        e->stepping = true;
+        cn_status st = step_locked(e, &rows, &err);
+        e->stepping = false;
+        if (st != CN_STATUS_OK) {
+            cn_log(CN_LOG_ERROR, "engine: step failed, cancelling every request: %s", err.msg);
+            e->stepping = true;
+            for (engine_req *q = e->reqs; q; q = q->next)
+                if (!q->dead) cancel_req(e, q);
+            e->stepping = false;
+            reap(e);
+        }
+        /* Let waiting submitters and cancellers in between steps. */
+        pthread_mutex_unlock(&e->mu);
+        sched_yield();
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+cn_status cn_engine_start(cn_engine *e, cn_error *err) {
+    if (!e) return cn_err(err, CN_STATUS_INVALID_ARG, "engine: start without an engine");
+    pthread_mutex_lock(&e->mu);
+    cn_status st = CN_STATUS_OK;
+    if (e->thread_started) {
+        st = cn_err(err, CN_STATUS_INVALID_ARG, "engine: the run loop is already started");
+    } else {
+        e->stop = false;
+        if (pthread_create(&e->thread, NULL, run_loop, e) != 0)
+            st = cn_err(err, CN_STATUS_NO_MEMORY, "engine: cannot start the run loop thread");
+        else
+            e->thread_started = true;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+void cn_engine_stop(cn_engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    const bool started = e->thread_started;
+    e->stop = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (started) pthread_join(e->thread, NULL);
+    pthread_mutex_lock(&e->mu);
+    e->thread_started = false;
+    e->stop = false;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void cn_engine_wait_idle(cn_engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    while (e->thread_started && e->n_reqs > 0) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- stats ---- */
+
+void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    cn_sched_stats ss;
+    cn_sched_get_stats(e->sched, &ss);
+    cn_kv_stats ks;
+    cn_kv_get_stats(e->kv, &ks);
+    out->n_requests = e->n_reqs;
+    out->n_running = ss.n_running;
+    out->n_waiting = ss.n_waiting;
+    out->kv_blocks_total = ks.n_blocks;
+    out->kv_blocks_free = ks.n_free;
+    out->kv_blocks_used = ks.n_blocks - ks.n_free;
+    out->kv_blocks_cached = ks.n_cached;
+    out->kv_blocks_peak = e->kv_peak;
+    out->kv_block_tokens = cn_kv_params_of(e->kv)->block_tokens;
+    out->kv_block_bytes = cn_kv_block_bytes(cn_kv_params_of(e->kv));
+    out->prefix_queried_blocks = ks.n_prefix_queried;
+    out->prefix_hit_blocks = ks.n_prefix_hits;
+    out->n_preemptions = ss.n_preemptions;
+    out->n_steps = e->n_steps;
+    out->n_rows = e->n_rows;
+    out->n_generated = e->n_generated;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,220 @@
+/* test_engine.c — batch invariance of the engine on stories260K: every request's tokens,
+ * logprobs (and top lists), text and finish reason are bit-identical to the same request
+ * run alone through cn_generate (the single-request loop of src/gen, on a cache of its
+ * own), whether it runs alone in the engine or beside 1, 7 or 15 others, with chunked
+ * prefill, with or without prefix-cache hits, at 1 to 3 threads, forked as one of n
+ * completions, and under a KV budget so small that sequences are preempted and
+ * recomputed. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test_engine_util.h"
+
+#define N_REQ 16
+
+static char prompt_text[N_REQ][512];
+static cn_engine_request reqs[N_REQ];
+static const char *stop_dot[] = {". They", "!"};
+
+/* Sixteen distinct prompts (6 to ~70 tokens) with varied sampling settings. */
+static void make_requests(void) {
+    static const char *names[] = {"Lily", "Tom", "Sue", "Ben", "Max", "Mia", "Sam", "Anna"};
+    static const char *things[] = {"a red ball", "a big tree", "a small cat", "a blue boat"};
+    for (int i = 0; i < N_REQ; i++) {
+        char *p = prompt_text[i];
+        int n = snprintf(p, 512, "%s found %s", names[i % 8], things[i % 4]);
+        for (int k = 0; k < i % 4; k++)
+            n += snprintf(p + n, (size_t)(512 - n), ". Then %s and %s went to the park to play with %s",
+                          names[(i + k + 1) % 8], names[(i + 3 * k + 2) % 8], things[(i + k) % 4]);
+        cn_engine_request *r = &reqs[i];
+        *r = cn_engine_request_default();
+        r->prompt = p;
+        r->gen.max_tokens = 12 + (i % 5) * 4;
+        cn_sampling_params *s = &r->gen.sampling;
+        s->seed = 100 + (uint64_t)i;
+        s->temperature = i == 2 ? 0.0f : 0.8f + 0.1f * (float)(i % 3);
+        s->top_k = i % 2 ? 40 : 0;
+        s->top_p = 0.95f;
+        s->min_p = i % 4 == 3 ? 0.02f : 0.0f;
+        s->repetition_penalty = i % 5 == 0 ? 1.1f : 1.0f;
+        s->n_logprobs = i % 7 == 6 ? -1 : i % 4;
+        if (i % 6 == 1) {
+            r->gen.stop = stop_dot;
+            r->gen.n_stop = 2;
+        }
+    }
+}
+
+static te_result refs[N_REQ];
+static cn_model *model;
+
+static void setup(void) {
+    model = te_load_stories();
+    make_requests();
+    for (int i = 0; i < N_REQ; i++) te_reference(model, &reqs[i], 0, 1, CN_TYPE_F16, &refs[i]);
+}
+
+static void teardown(void) { cn_model_free(model); }
+
+/* Runs the first n_total requests in groups of `group` (each group submitted at once,
+ * run to the end). The multi-threaded runs take fewer: thread hand-offs are slow on a
+ * loaded machine under the sanitizers, and any request shows a difference. */
+static void run_groups(cn_engine_params p, int group, int n_total, const char *what) {
+    cn_engine *e = te_engine(model, p);
+    static te_req out[N_REQ];
+    for (int g = 0; g < n_total; g += group) te_run(e, reqs + g, out + g, group);
+    char buf[160];
+    for (int i = 0; i < n_total; i++) {
+        snprintf(buf, sizeof buf, "%s, request %d", what, i);
+        te_expect_same(&out[i].r[0], &refs[i], buf);
+    }
+    cn_engine_stats st;
+    cn_engine_get_stats(e, &st);
+    cr_assert_eq(st.n_requests, 0);
+    cr_assert_eq(st.n_running + st.n_waiting, 0);
+    cr_assert_eq(st.kv_blocks_used, 0, "%lld blocks still held", (long long)st.kv_blocks_used);
+    cn_error err = {0};
+    cr_assert_eq(cn_kv_check(cn_engine_kv(e), &err), CN_STATUS_OK, "%s", err.msg);
+    cn_engine_free(e);
+}
+
+TestSuite(engine, .init = setup, .fini = teardown, .timeout = 120);
+
+Test(engine, references_are_sane) {
+    /* the reference is itself thread-invariant and the prompts give varied outputs */
+    te_result r2;
+    te_reference(model, &reqs[5], 0, 3, CN_TYPE_F16, &r2);
+    te_expect_same(&r2, &refs[5], "reference at 3 threads");
+    int n_differ = 0;
+    for (int i = 1; i < N_REQ; i++)
+        n_differ += refs[i].n_text != refs[0].n_text || memcmp(refs[i].text, refs[0].text, refs[0].n_text) != 0;
+    cr_assert_eq(n_differ, N_REQ - 1, "some outputs are the same text");
+    int n_stopped = 0;
+    for (int i = 1; i < N_REQ; i += 6) n_stopped += refs[i].reason == CN_FINISH_STOP;
+    cr_assert_gt(n_stopped, 0, "no stop-string request stopped");
+}
+
+Test(engine, alone_equals_single_request_loop) {
+    cn_engine_params p = cn_engine_default_params();
+    run_groups(p, 1, N_REQ, "alone, 1 thread, prefix cache");
+}
+
+Test(engine, with_1_other_at_2_threads) {
+    cn_engine_params p = cn_engine_default_params();
+    p.n_threads = 2;
+    p.prefix_cache = false;
+    run_groups(p, 2, 6, "pairs, 2 threads");
+}
+
+Test(engine, with_7_others_chunked_prefill_3_threads) {
+    cn_engine_params p = cn_engine_default_params();
+    p.n_threads = 3;
+    p.max_running = 8;
+    p.step_tokens = 24;
+    run_groups(p, 8, 8, "groups of 8, 24-row steps, 3 threads");
+}
+
+Test(engine, with_15_others_tiny_steps) {
+    cn_engine_params p = cn_engine_default_params();
+    p.step_tokens = 16;
+    p.block_tokens = 4;
+    run_groups(p, 16, N_REQ, "16 at once, 16-row steps, 4-token blocks");
+}
+
+Test(engine, preempted_and_recomputed) {
+    for (int pc = 0; pc < 2; pc++) {
+        cn_engine_params p = cn_engine_default_params();
+        p.kv_tokens = 160; /* 10 blocks for 16 requests of up to ~100 positions */
+        p.max_running = 8;
+        p.step_tokens = 32;
+        p.prefix_cache = pc == 1;
+        cn_engine *e = te_engine(model, p);
+        static te_req out[N_REQ];
+        te_run(e, reqs, out, N_REQ);
+        cn_engine_stats st;
+        cn_engine_get_stats(e, &st);
+        cr_assert_gt(st.n_preemptions, 0, "the budget was meant to force preemption");
+        for (int i = 0; i < N_REQ; i++) te_expect_same(&out[i].r[0], &refs[i], pc ? "preempted, prefix cache" : "preempted");
+        cr_assert_eq(st.kv_blocks_used, 0);
+        cn_engine_free(e);
+    }
+}
+
+Test(engine, prefix_cache_hits_change_nothing) {
+    cn_engine_params p = cn_engine_default_params();
+    cn_engine *e = te_engine(model, p);
+    te_req out[3];
+    /* request 3 has the longest prompt; run it, then the same prompt with another seed
+     * (a hit on every full block but the last token's) */
+    cn_engine_request again[2] = {reqs[3], reqs[3]};
+    again[1].gen.sampling.seed = 999;
+    te_run(e, again, out, 1);
+    te_expect_same(&out[0].r[0], &refs[3], "first run");
+    cr_assert_eq(out[0].r[0].t.n_cached_tokens, 0);
+    cn_engine_stats st0;
+    cn_engine_get_stats(e, &st0);
+    te_run(e, again + 1, out + 1, 1);
+    te_result ref;
+    te_reference(model, &again[1], 0, 1, CN_TYPE_F16, &ref);
+    te_expect_same(&out[1].r[0], &ref, "same prompt, prefix cache hit");
+    const int32_t n_prompt = out[1].r[0].t.n_prompt_tokens;
+    cr_assert_eq(out[1].r[0].t.n_cached_tokens, (n_prompt - 1) / 16 * 16, "cached %d of %d",
+                 out[1].r[0].t.n_cached_tokens, n_prompt);
+    cn_engine_stats st1;
+    cn_engine_get_stats(e, &st1);
+    cr_assert_gt(st1.prefix_hit_blocks, st0.prefix_hit_blocks);
+    cn_engine_free(e);
+}
+
+Test(engine, n_completions_fork_and_match_seed_plus_i) {
+    cn_engine_params p = cn_engine_default_params();
+    p.block_tokens = 8;
+    cn_engine *e = te_engine(model, p);
+    cn_engine_request r = reqs[7];
+    r.n = 4;
+    te_req out;
+    te_req_init(&out, 4);
+    cn_engine_callbacks cb = te_callbacks(&out);
+    cn_error err = {0};
+    cr_assert_eq(cn_engine_submit(e, &r, &cb, &out.id, &err), CN_STATUS_OK, "%s", err.msg);
+    bool saw_shared = false;
+    while (!te_req_done(&out)) {
+        cr_assert_eq(cn_engine_step(e, NULL, &err), CN_STATUS_OK, "%s", err.msg);
+        cn_kv_stats ks;
+        cn_kv_get_stats(cn_engine_kv(e), &ks);
+        saw_shared |= ks.n_shared > 0;
+    }
+    cr_assert(saw_shared, "the completions never shared the prompt's blocks");
+    int n_distinct = 0;
+    for (int32_t i = 0; i < 4; i++) {
+        te_result ref;
+        te_reference(model, &r, i, 1, CN_TYPE_F16, &ref);
+        char what[64];
+        snprintf(what, sizeof what, "completion %d of 4", i);
+        te_expect_same(&out.r[i], &ref, what);
+        n_distinct += i > 0 && (out.r[i].n_text != out.r[0].n_text ||
+                                memcmp(out.r[i].text, out.r[0].text, out.r[0].n_text) != 0);
+    }
+    cr_assert_gt(n_distinct, 0, "all completions are the same text");
+    cn_engine_free(e);
+}
+
+/* The run loop on its own thread gives the same results. */
+Test(engine, run_loop_thread) {
+    cn_engine_params p = cn_engine_default_params();
+    cn_engine *e = te_engine(model, p);
+    cn_error err = {0};
+    cr_assert_eq(cn_engine_start(e, &err), CN_STATUS_OK, "%s", err.msg);
+    static te_req out[N_REQ];
+    for (int i = 0; i < N_REQ; i++) {
+        te_req_init(&out[i], 1);
+        cn_engine_callbacks cb = te_callbacks(&out[i]);
+        /* the id is written before any callback can run: the engine lock is held */
+        cr_assert_eq(cn_engine_submit(e, &reqs[i], &cb, &out[i].id, &err), CN_STATUS_OK, "%s", err.msg);
+    }
+    cn_engine_wait_idle(e);
+    cn_engine_stop(e);
+    for (int i = 0; i < N_REQ; i++) te_expect_same(&out[i].r[0], &refs[i], "run loop");
+    cn_engine_free(e);
+}
