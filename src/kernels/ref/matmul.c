@@ -21,11 +21,6 @@ static inline uint16_t rd16(const uint8_t *p) {
     memcpy(&v, p, 2);
     return v;
 }
-static inline uint32_t rd32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 static inline int32_t idot(const int8_t *a, const int8_t *b, int n) {
     int32_t s = 0;
@@ -189,12 +184,25 @@ static float dot_q4_1(const uint8_t *w, const cn_block_q8_1 *a, int64_t nb) {
     return sum;
 }
 
-static void unpack_q5(const uint8_t *qs, uint32_t qh, int offset, int8_t *q) {
+/* g_bit16[b] holds, in byte i, 16 if bit i of b is set: spreads 8 fifth bits at once. */
+static uint64_t g_bit16[256];
+void cn_ref_matmul_init(void) {
+    for (int b = 0; b < 256; b++) {
+        uint64_t v = 0;
+        for (int i = 0; i < 8; i++)
+            if (b >> i & 1) v |= (uint64_t)16 << (8 * i);
+        g_bit16[b] = v;
+    }
+}
+
+/* Q5 block: element j (< 16) is the low nibble of qs[j] plus bit j of qh as 16, element
+ * j + 16 the high nibble plus bit j + 16. */
+static void unpack_q5(const uint8_t *qs, const uint8_t *qh, int offset, int8_t *q) {
+    uint8_t hb[32];
+    for (int i = 0; i < 4; i++) memcpy(hb + 8 * i, &g_bit16[qh[i]], 8);
     for (int j = 0; j < 16; j++) {
-        const int h0 = (int)((qh >> j) & 1u) << 4;
-        const int h1 = (int)((qh >> (j + 16)) & 1u) << 4;
-        q[j] = (int8_t)(((qs[j] & 0x0F) | h0) - offset);
-        q[j + 16] = (int8_t)(((qs[j] >> 4) | h1) - offset);
+        q[j] = (int8_t)(((qs[j] & 0x0F) | hb[j]) - offset);
+        q[j + 16] = (int8_t)(((qs[j] >> 4) | hb[j + 16]) - offset);
     }
 }
 
@@ -202,7 +210,7 @@ static float dot_q5_0(const uint8_t *w, const cn_block_q8_0 *a, int64_t nb) {
     float sum = 0.0f;
     int8_t q[32];
     for (int64_t b = 0; b < nb; b++, w += 22) {
-        unpack_q5(w + 6, rd32(w + 2), 16, q);
+        unpack_q5(w + 6, w + 2, 16, q);
         sum += (float)idot(q, a[b].qs, 32) * (cn_ref_f16(rd16(w)) * cn_ref_f16(a[b].d));
     }
     return sum;
@@ -212,7 +220,7 @@ static float dot_q5_1(const uint8_t *w, const cn_block_q8_1 *a, int64_t nb) {
     float sum = 0.0f;
     int8_t q[32];
     for (int64_t b = 0; b < nb; b++, w += 24) {
-        unpack_q5(w + 8, rd32(w + 4), 0, q);
+        unpack_q5(w + 8, w + 4, 0, q);
         const float d = cn_ref_f16(rd16(w)), m = cn_ref_f16(rd16(w + 2));
         sum += (float)idot(q, a[b].qs, 32) * (d * cn_ref_f16(a[b].d)) + m * cn_ref_f16(a[b].s);
     }
@@ -221,9 +229,11 @@ static float dot_q5_1(const uint8_t *w, const cn_block_q8_1 *a, int64_t nb) {
 
 static float dot_q8_0(const uint8_t *w, const cn_block_q8_0 *a, int64_t nb) {
     float sum = 0.0f;
-    for (int64_t b = 0; b < nb; b++, w += 34)
-        sum += (float)idot((const int8_t *)(w + 2), a[b].qs, 32) *
-               (cn_ref_f16(rd16(w)) * cn_ref_f16(a[b].d));
+    int8_t q[32];
+    for (int64_t b = 0; b < nb; b++, w += 34) {
+        memcpy(q, w + 2, 32);
+        sum += (float)idot(q, a[b].qs, 32) * (cn_ref_f16(rd16(w)) * cn_ref_f16(a[b].d));
+    }
     return sum;
 }
 
@@ -251,17 +261,17 @@ static float dot_q45_k(const uint8_t *w, const cn_block_q8_K *a, int64_t nb, boo
         const uint8_t *scales = w + 4;
         const uint8_t *qh = w + 16;
         const uint8_t *qs = w + (five ? 48 : 16);
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++) {
-                int lo = qs[32 * c + l] & 0x0F, hi = qs[32 * c + l] >> 4;
-                if (five) {
-                    lo |= ((qh[l] >> (2 * c)) & 1) << 4;
-                    hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
-                }
-                q[64 * c + l] = (int8_t)lo;
-                q[64 * c + 32 + l] = (int8_t)hi;
+                q[64 * c + l] = (int8_t)(qs[32 * c + l] & 0x0F);
+                q[64 * c + 32 + l] = (int8_t)(qs[32 * c + l] >> 4);
             }
-        }
+        if (five)
+            for (int c = 0; c < 4; c++)
+                for (int l = 0; l < 32; l++) {
+                    q[64 * c + l] |= (int8_t)(((qh[l] >> (2 * c)) & 1) << 4);
+                    q[64 * c + 32 + l] |= (int8_t)(((qh[l] >> (2 * c + 1)) & 1) << 4);
+                }
         int32_t sum_q = 0, sum_m = 0;
         for (int j = 0; j < 8; j++) {
             int sc, m;

@@ -14,6 +14,7 @@ static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
 
 static void fill_table(void) {
     for (uint32_t h = 0; h < (1u << 16); h++) cn_ref_f16_table[h] = cn_f16_to_f32((uint16_t)h);
+    cn_ref_matmul_init();
 }
 
 void cn_ref_init(void) { pthread_once(&g_table_once, fill_table); }

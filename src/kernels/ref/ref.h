@@ -8,6 +8,7 @@
 /* f16 → f32 for every half value, filled once by cn_ref_init (thread-safe, idempotent). */
 extern float cn_ref_f16_table[1 << 16];
 void cn_ref_init(void);
+void cn_ref_matmul_init(void); /* called by cn_ref_init */
 
 static inline float cn_ref_f16(uint16_t h) { return cn_ref_f16_table[h]; }
 
