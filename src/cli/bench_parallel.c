@@ -1,0 +1,423 @@
+/* bench_parallel.c — `cinder bench --parallel 1,4,8,16`: the batched engine under N
+ * concurrent requests. bench.c hands its arguments here when --parallel is present.
+ *
+ * For each level N a fresh engine (max_running = N, prefix cache on, a KV budget that
+ * holds every request unless --kv-mem says otherwise) gets N requests at once, each with
+ * its own prompt, greedy with end-of-generation ignored so every request generates
+ * exactly -n tokens. Reported: aggregate generated tokens per second (all requests' tokens
+ * / wall time from submission to the last finish), time to first token over requests and
+ * inter-token latency over every gap of every request (p50, p90, p99; numpy's linear
+ * interpolation), the peak KV memory in use, and preemptions.
+ *
+ * Variants (--variant): "distinct" (default) — prompts that differ from their first
+ * token, so nothing is shared; "shared" — one common system prompt of about
+ * --system-tokens (500) tokens, then a distinct question. For "shared", one request runs
+ * alone first (as an earlier user would have), so the N measured requests are "later
+ * requests": with the prefix cache they skip the system prompt's prefill; the same run
+ * with --no-prefix-cache shows what that is worth.
+ *
+ * Output: a table on stdout (progress on stderr), or one JSON object per level with
+ * --json. Every figure is wall time on a machine others may use: the 1-minute load
+ * average is printed with it. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_parallel.h"
+#include "cli.h"
+#include "core/core.h"
+#include "gen/generate.h"
+#include "model/model.h"
+#include "serve/engine.h"
+#include "text/tokenizer.h"
+
+#define MAX_LEVELS 16
+#define MAX_PARALLEL 1024
+
+typedef struct {
+    const char *model;
+    int32_t levels[MAX_LEVELS], n_levels;
+    int32_t n_gen, n_threads, system_tokens;
+    int64_t kv_mem_mib;
+    cn_type kv_type;
+    bool shared, prefix_cache, json;
+} popts;
+
+/* ---- prompts ---- */
+
+static const char *k_topics[] = {
+    "a lighthouse keeper", "a lost dog",        "the first snow",   "a broken clock",
+    "a dragon who hates fire", "two rival bakers", "a robot gardener", "a secret library",
+    "a storm at sea",      "an old violin",     "a city of bridges", "a shy giant",
+    "the last train home", "a talking crow",    "a desert well",    "a paper boat",
+};
+
+static const char k_system_sentence[] =
+    "You are a careful, friendly assistant for a small public library. You answer questions "
+    "about books, opening hours, events and local history in plain language, you keep your "
+    "answers short unless asked for detail, you never invent facts, and when you are not "
+    "sure you say so and suggest who could help. ";
+
+static char *prompt_for(const popts *o, const char *system, int i) {
+    const char *topic = k_topics[i % (int)CN_ARRAY_LEN(k_topics)];
+    const size_t n = strlen(system) + 256;
+    char *p = malloc(n);
+    if (!p) return NULL;
+    if (o->shared)
+        snprintf(p, n, "%sQuestion %d: please tell me a very short story about %s.\nAnswer:", system, i + 1, topic);
+    else
+        snprintf(p, n, "Story %d, about %s. Once upon a time, in a place not far from here, there lived", i + 1,
+                 topic);
+    return p;
+}
+
+/* A system prompt of at least `tokens` tokens (repeated sentences, numbered so blocks
+ * differ). */
+static char *system_prompt(const cn_tokenizer *tok, int32_t tokens) {
+    size_t cap = 1 << 16, len = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    s[0] = 0;
+    for (int k = 1;; k++) {
+        size_t n = 0;
+        if (cn_tokenize(tok, s, len, true, true, NULL, 0, &n, NULL) != CN_STATUS_OK || (int32_t)n >= tokens) break;
+        int w = snprintf(s + len, cap - len, "Rule %d. %s", k, k_system_sentence);
+        if (w < 0 || (size_t)w >= cap - len) break;
+        len += (size_t)w;
+    }
+    return s;
+}
+
+/* ---- one level ---- */
+
+typedef struct {
+    double t_last;       /* when the last token came (cn_time_ms), 0 before the first */
+    double ttft_ms;
+    int32_t n_tokens, n_cached;
+    bool done;
+} preq;
+
+typedef struct {
+    preq *reqs;
+    double *gaps;        /* every inter-token gap of every request */
+    size_t n_gaps, cap_gaps;
+} precord;
+
+static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token *tok) {
+    (void)index;
+    (void)tok;
+    precord *r = user;
+    preq *q = &r->reqs[id];
+    const double now = cn_time_ms();
+    if (q->t_last > 0 && r->n_gaps < r->cap_gaps) r->gaps[r->n_gaps++] = now - q->t_last;
+    q->t_last = now;
+    q->n_tokens++;
+}
+
+static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason reason, const cn_gen_timings *t) {
+    (void)index;
+    (void)reason;
+    precord *r = user;
+    r->reqs[id].ttft_ms = t->ttft_ms;
+    r->reqs[id].n_cached = t->n_cached_tokens;
+    r->reqs[id].done = true;
+}
+
+typedef struct {
+    int32_t parallel, n_prompt_mean;
+    double gen_tok_s, decode_tok_s, wall_s;
+    double ttft_p50, ttft_p90, ttft_p99, itl_p50, itl_p90, itl_p99;
+    double kv_mib;
+    int64_t n_gen, n_cached, preemptions;
+    double load;
+} presult;
+
+static double load1(void) {
+    double l[1];
+    return getloadavg(l, 1) == 1 ? l[0] : -1;
+}
+
+/* Steps until every request in reqs[lo..hi) has finished. */
+static cn_status drain(cn_engine *e, const preq *reqs, uint64_t lo, uint64_t hi, cn_error *err) {
+    for (;;) {
+        bool all = true;
+        for (uint64_t i = lo; i < hi; i++) all &= reqs[i].done;
+        if (all) return CN_STATUS_OK;
+        cn_status st = cn_engine_step(e, NULL, err);
+        if (st != CN_STATUS_OK) return st;
+    }
+}
+
+static int run_level(const cn_model *m, const cn_tokenizer *tok, const popts *o, int32_t N, const char *system,
+                     presult *res) {
+    int rc = 1;
+    cn_error err = {0};
+    char **prompts = calloc((size_t)N + 1, sizeof *prompts);
+    precord rec = {0};
+    rec.reqs = calloc((size_t)N + 2, sizeof *rec.reqs);
+    rec.cap_gaps = (size_t)(N + 1) * (size_t)(o->n_gen + 1);
+    rec.gaps = malloc(rec.cap_gaps * sizeof *rec.gaps);
+    double *ttft = malloc((size_t)N * sizeof *ttft);
+    cn_engine *e = NULL;
+    if (!prompts || !rec.reqs || !rec.gaps || !ttft) {
+        cn_cli_errorf("bench: out of memory");
+        goto done;
+    }
+    int64_t total_prompt = 0, max_prompt = 0;
+    for (int32_t i = 0; i <= N; i++) {
+        /* prompt N is the warm-up request of the shared variant */
+        prompts[i] = prompt_for(o, system, i);
+        size_t n = 0;
+        if (!prompts[i] || cn_tokenize(tok, prompts[i], strlen(prompts[i]), true, true, NULL, 0, &n, &err) != CN_STATUS_OK) {
+            cn_cli_errorf("bench: cannot tokenize a prompt: %s", err.msg);
+            goto done;
+        }
+        if (i < N) total_prompt += (int64_t)n;
+        max_prompt = CN_MAX(max_prompt, (int64_t)n);
+    }
+    cn_engine_params ep = cn_engine_default_params();
+    ep.n_threads = o->n_threads;
+    ep.max_running = N;
+    ep.step_tokens = CN_MAX(512, N);
+    ep.kv_type = o->kv_type;
+    ep.prefix_cache = o->prefix_cache;
+    ep.max_queue = N + 1;
+    if (o->kv_mem_mib > 0) {
+        ep.kv_mem_mib = o->kv_mem_mib;
+    } else {
+        /* room for every request at once (and the warm-up), each rounded up to blocks */
+        ep.kv_tokens = (int64_t)(N + 1) * ((max_prompt + o->n_gen + 15) / 16 * 16 + 16);
+    }
+    ep.n_ctx = (int32_t)CN_MIN((int64_t)cn_model_hparams(m)->n_ctx_train, max_prompt + o->n_gen + 16);
+    if (cn_engine_create(m, &ep, &e, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("%s", err.msg);
+        goto done;
+    }
+    cn_engine_callbacks cb = {NULL, on_token, on_finish, &rec};
+    cn_engine_request r = cn_engine_request_default();
+    r.gen.max_tokens = o->n_gen;
+    r.gen.sampling.temperature = 0.0f;
+    r.gen.sampling.seed = 1;
+    r.gen.sampling.ignore_eos = true;
+    uint64_t id = 0;
+    /* ids are 1, 2, ... in submission order: they index rec.reqs */
+    uint64_t first_id = 1;
+    if (o->shared) {
+        r.prompt = prompts[N];
+        if (cn_engine_submit(e, &r, &cb, &id, &err) != CN_STATUS_OK || drain(e, rec.reqs, id, id + 1, &err) != CN_STATUS_OK) {
+            cn_cli_errorf("bench: warm-up: %s", err.msg);
+            goto done;
+        }
+        first_id = 2;
+    }
+    rec.n_gaps = 0;
+    cn_engine_stats st0;
+    cn_engine_get_stats(e, &st0);
+    const double t0 = cn_time_ms();
+    for (int32_t i = 0; i < N; i++) {
+        r.prompt = prompts[i];
+        if (cn_engine_submit(e, &r, &cb, &id, &err) != CN_STATUS_OK) {
+            cn_cli_errorf("bench: submit: %s", err.msg);
+            goto done;
+        }
+    }
+    if (drain(e, rec.reqs, first_id, first_id + (uint64_t)N, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("bench: step: %s", err.msg);
+        goto done;
+    }
+    const double wall_ms = cn_time_ms() - t0;
+    cn_engine_stats st;
+    cn_engine_get_stats(e, &st);
+    memset(res, 0, sizeof *res);
+    res->parallel = N;
+    res->n_prompt_mean = (int32_t)(total_prompt / N);
+    for (int32_t i = 0; i < N; i++) {
+        const preq *q = &rec.reqs[first_id + (uint64_t)i];
+        ttft[i] = q->ttft_ms;
+        res->n_gen += q->n_tokens;
+        res->n_cached += q->n_cached;
+    }
+    res->wall_s = wall_ms / 1000.0;
+    /* decode alone: the tokens after each request's first, over the time after the
+     * last first token (llama-batched-bench's S_TG when every prompt fits one step) */
+    double ttft_max = 0;
+    for (int32_t i = 0; i < N; i++) ttft_max = CN_MAX(ttft_max, ttft[i]);
+    res->decode_tok_s = wall_ms > ttft_max ? (double)(res->n_gen - N) * 1000.0 / (wall_ms - ttft_max) : 0;
+    res->gen_tok_s = wall_ms > 0 ? (double)res->n_gen * 1000.0 / wall_ms : 0;
+    res->ttft_p50 = cn_gen_percentile(ttft, (size_t)N, 0.5);
+    res->ttft_p90 = cn_gen_percentile(ttft, (size_t)N, 0.9);
+    res->ttft_p99 = cn_gen_percentile(ttft, (size_t)N, 0.99);
+    res->itl_p50 = cn_gen_percentile(rec.gaps, rec.n_gaps, 0.5);
+    res->itl_p90 = cn_gen_percentile(rec.gaps, rec.n_gaps, 0.9);
+    res->itl_p99 = cn_gen_percentile(rec.gaps, rec.n_gaps, 0.99);
+    res->kv_mib = (double)st.kv_blocks_peak * (double)st.kv_block_bytes / (1024.0 * 1024.0);
+    res->preemptions = st.n_preemptions - st0.n_preemptions;
+    res->load = load1();
+    rc = 0;
+done:
+    cn_engine_free(e);
+    if (prompts)
+        for (int32_t i = 0; i <= N; i++) free(prompts[i]);
+    free(prompts);
+    free(rec.reqs);
+    free(rec.gaps);
+    free(ttft);
+    return rc;
+}
+
+/* ---- output ---- */
+
+static void print_json(const popts *o, const presult *r) {
+    json_t *j = json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}",
+                          "model", o->model, "variant", o->shared ? "shared" : "distinct", "prefix_cache",
+                          o->prefix_cache, "parallel", r->parallel, "threads", o->n_threads, "prompt_tokens",
+                          r->n_prompt_mean, "gen_tokens", (json_int_t)r->n_gen, "gen_tok_s", r->gen_tok_s, "decode_tok_s", r->decode_tok_s,
+                          "ttft_p50_ms", r->ttft_p50, "ttft_p90_ms", r->ttft_p90, "ttft_p99_ms", r->ttft_p99,
+                          "itl_p50_ms", r->itl_p50, "itl_p90_ms", r->itl_p90, "itl_p99_ms", r->itl_p99, "kv_mib",
+                          r->kv_mib, "cached_prompt_tokens", (json_int_t)r->n_cached, "preemptions",
+                          (json_int_t)r->preemptions, "wall_s", r->wall_s, "load1", r->load);
+    if (!j) return;
+    char *s = json_dumps(j, JSON_COMPACT);
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: cinder bench --parallel 1,4,8,16 -m MODEL [-n 64] [-t THREADS] [--variant distinct|shared]\n"
+            "       [--system-tokens 500] [--no-prefix-cache] [--kv-mem MiB] [--kv-type f16|q8_0] [--json]\n"
+            "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
+            "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB. 'shared' gives every\n"
+            "  request one common system prompt (after a warm-up request) to measure the prefix cache.\n");
+}
+
+static bool parse_levels(const char *s, popts *o) {
+    o->n_levels = 0;
+    while (*s) {
+        char *end;
+        const long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > MAX_PARALLEL || o->n_levels == MAX_LEVELS) return false;
+        o->levels[o->n_levels++] = (int32_t)v;
+        if (*end == ',') end++;
+        else if (*end) return false;
+        s = end;
+    }
+    return o->n_levels > 0;
+}
+
+int cn_cli_bench_parallel(int argc, char **argv) {
+    popts o = {.n_gen = 64, .system_tokens = 500, .kv_type = CN_TYPE_F16, .prefix_cache = true};
+    o.n_threads = (int32_t)CN_MAX(1L, CN_MIN(64L, sysconf(_SC_NPROCESSORS_ONLN)));
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            o.json = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-prefix-cache")) {
+            o.prefix_cache = false;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--parallel")) {
+            if (!parse_levels(v, &o)) {
+                cn_cli_errorf("bench: --parallel wants counts 1..%d separated by commas, got '%s'", MAX_PARALLEL, v);
+                return 2;
+            }
+            continue;
+        }
+        if (!strcmp(a, "-m")) {
+            o.model = v;
+            continue;
+        }
+        if (!strcmp(a, "--variant")) {
+            if (strcmp(v, "distinct") && strcmp(v, "shared")) {
+                cn_cli_errorf("bench: --variant is 'distinct' or 'shared', got '%s'", v);
+                return 2;
+            }
+            o.shared = !strcmp(v, "shared");
+            continue;
+        }
+        if (!strcmp(a, "--kv-type")) {
+            if (!strcmp(v, "f16")) o.kv_type = CN_TYPE_F16;
+            else if (!strcmp(v, "q8_0")) o.kv_type = CN_TYPE_Q8_0;
+            else {
+                cn_cli_errorf("bench: --kv-type is f16 or q8_0, got '%s'", v);
+                return 2;
+            }
+            continue;
+        }
+        char *end = NULL;
+        const long n = strtol(v, &end, 10);
+        if (end == v || *end) {
+            cn_cli_errorf("bench: option %s wants a number, got '%s'", a, v);
+            return 2;
+        }
+        if (!strcmp(a, "-n") && n >= 1 && n <= (1 << 16)) o.n_gen = (int32_t)n;
+        else if (!strcmp(a, "-t") && n >= 1 && n <= 1024) o.n_threads = (int32_t)n;
+        else if (!strcmp(a, "--system-tokens") && n >= 1 && n <= (1 << 16)) o.system_tokens = (int32_t)n;
+        else if (!strcmp(a, "--kv-mem") && n >= 1 && n <= (1 << 20)) o.kv_mem_mib = n;
+        else {
+            cn_cli_errorf("bench: unknown option '%s' or value %ld out of range", a, n);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o.model || o.n_levels == 0) {
+        usage(stderr);
+        return 2;
+    }
+    cn_error err = {0};
+    cn_model *m = NULL;
+    cn_tokenizer *tok = NULL;
+    char *system = NULL;
+    int rc = 1;
+    cn_model_params mp = cn_model_default_params();
+    mp.prefault = true;
+    if (cn_model_load(o.model, &mp, &m, &err) != CN_STATUS_OK ||
+        cn_tokenizer_load(cn_model_gguf(m), &tok, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("%s", err.msg);
+        goto done;
+    }
+    system = o.shared ? system_prompt(tok, o.system_tokens) : calloc(1, 1);
+    if (!system) {
+        cn_cli_errorf("bench: out of memory");
+        goto done;
+    }
+    if (!o.json)
+        printf("%-8s %-6s %4s %6s %9s %9s %10s %10s %10s %9s %9s %9s %8s %7s %5s\n", "variant", "prefix", "N", "prompt",
+               "gen tok/s", "dec tok/s", "ttft p50", "ttft p90", "ttft p99", "itl p50", "itl p90", "itl p99", "kv MiB", "preempt",
+               "load");
+    for (int32_t l = 0; l < o.n_levels; l++) {
+        fprintf(stderr, "cinder bench: parallel %d (%s prompts, prefix cache %s, %d threads)...\n", o.levels[l],
+                o.shared ? "shared" : "distinct", o.prefix_cache ? "on" : "off", o.n_threads);
+        presult res;
+        if (run_level(m, tok, &o, o.levels[l], system, &res) != 0) goto done;
+        if (o.json) {
+            print_json(&o, &res);
+        } else {
+            printf("%-8s %-6s %4d %6d %9.1f %9.1f %8.1fms %8.1fms %8.1fms %7.2fms %7.2fms %7.2fms %8.2f %7lld %5.2f\n",
+                   o.shared ? "shared" : "distinct", o.prefix_cache ? "on" : "off", res.parallel, res.n_prompt_mean,
+                   res.gen_tok_s, res.decode_tok_s, res.ttft_p50, res.ttft_p90, res.ttft_p99, res.itl_p50, res.itl_p90, res.itl_p99,
+                   res.kv_mib, (long long)res.preemptions, res.load);
+        }
+        fflush(stdout);
+    }
+    rc = 0;
+done:
+    free(system);
+    cn_tokenizer_free(tok);
+    cn_model_free(m);
+    return rc;
+}
