@@ -232,3 +232,40 @@ Test(engine_api, cancel_while_waiting) {
     cr_assert_eq(rows, 0, "an idle engine ran rows");
     cn_engine_free(e);
 }
+
+/* The run loop steps on its own thread while this one submits and cancels: cancelled
+ * requests finish "cancelled" exactly once, the others run to their length, every block
+ * comes back. */
+Test(engine_api, cancel_from_another_thread_while_running) {
+    cn_engine_params p = cn_engine_default_params();
+    p.max_running = 4;
+    p.step_tokens = 64;
+    cn_engine *e = te_engine(model, p);
+    cn_error err = {0};
+    cr_assert_eq(cn_engine_start(e, &err), CN_STATUS_OK, "%s", err.msg);
+    static te_req out[6];
+    cn_engine_request r = story("Once upon a time there was a", 9, 120);
+    for (int i = 0; i < 6; i++) {
+        te_req_init(&out[i], 1);
+        cn_engine_callbacks cb = te_callbacks(&out[i]);
+        r.gen.sampling.seed = 9 + (uint64_t)i;
+        cr_assert_eq(cn_engine_submit(e, &r, &cb, &out[i].id, &err), CN_STATUS_OK, "%s", err.msg);
+    }
+    for (int i = 0; i < 6; i += 2) {
+        cn_status st = cn_engine_cancel(e, out[i].id, &err);
+        cr_assert(st == CN_STATUS_OK || st == CN_STATUS_NOT_FOUND, "%s", err.msg);
+    }
+    cn_engine_wait_idle(e);
+    cn_engine_stop(e);
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(out[i].r[0].n_finish, 1, "request %d finished %d times", i, out[i].r[0].n_finish);
+        if (i % 2) cr_assert_eq(out[i].r[0].reason, CN_FINISH_LENGTH);
+        if (i % 2) cr_assert_eq(out[i].r[0].n_tok, 120);
+    }
+    cn_engine_stats st;
+    cn_engine_get_stats(e, &st);
+    cr_assert_eq(st.kv_blocks_used, 0);
+    cr_assert_eq(st.n_requests, 0);
+    cr_assert_eq(cn_kv_check(cn_engine_kv(e), &err), CN_STATUS_OK, "%s", err.msg);
+    cn_engine_free(e);
+}

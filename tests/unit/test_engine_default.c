@@ -4,7 +4,8 @@
  * a few sampled tokens with logprobs. The first runs alone and must equal cn_generate
  * (the single-request loop) token for token and logprob for logprob; the second then
  * runs alone on the same engine with a prefix-cache hit, and finally both run together
- * at another thread count: every result must be bit-identical to its alone run. */
+ * at another thread count: every result must be bit-identical to its alone run. The
+ * same pair batched over an 8-bit (q8_0) KV cache must equal cn_generate on one. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -54,6 +55,17 @@ Test(engine_default, alone_prefix_hit_and_batched_agree, .timeout = 300) {
     te_run(e, rs, both, 2);
     te_expect_same(&both[0].r[0], &alone[0].r[0], "default model, request 0 batched at 2 threads");
     te_expect_same(&both[1].r[0], &alone[1].r[0], "default model, request 1 batched at 2 threads");
+    cn_engine_free(e);
+
+    /* 8-bit KV: batched equals the single-request loop on a q8_0 cache too */
+    p.kv_type = CN_TYPE_Q8_0;
+    p.prefix_cache = true;
+    e = te_engine(m, p);
+    te_run(e, rs, both, 2);
+    for (int i = 0; i < 2; i++) {
+        te_reference(m, &rs[i], 0, 1, CN_TYPE_Q8_0, &ref);
+        te_expect_same(&both[i].r[0], &ref, i ? "q8_0 KV, request 1 batched" : "q8_0 KV, request 0 batched");
+    }
     cn_engine_free(e);
     cn_model_free(m);
 }
