@@ -351,7 +351,9 @@ cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_en
 /* Runs one step: admits, packs and runs one batch, samples, streams, finishes. *n_rows
  * (may be NULL) gets the batch's rows; 0 means there was nothing to run. Errors come from
  * the forward pass (the engine stays consistent: every request is still there and the
- * step can be retried or the requests cancelled). Not while the run loop is started. */
+ * step can be retried or the requests cancelled). A completion whose logits the sampler
+ * refuses (NaN) ends "cancelled" with a logged warning; the step goes on. Not while the
+ * run loop is started. */
 cn_status cn_engine_step(cn_engine *e, int32_t *n_rows, cn_error *err);
 
 /* Steps on a thread of its own until cn_engine_stop, sleeping while there is no request.

@@ -521,20 +521,21 @@ static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
     e->n_rows += e->batch.n_rows;
     cn_sched_commit(e->sched, &plan);
 
-    cn_status first = CN_STATUS_OK;
     for (int32_t i = 0; i < plan.n_seqs; i++) {
         cn_sched_seq *s = plan.seqs[i];
         if (s->plan_logits < 0) continue;
         engine_choice *c = s->owner;
         const float *row = e->logits + (size_t)s->plan_logits * (size_t)e->n_vocab;
         cn_error e2 = {0};
-        cn_error *ep = first == CN_STATUS_OK ? err : &e2;
-        cn_status r = c->index == 0 && c->seq.n_fork > 0 ? prompt_done(e, c, row, ep) : push_row(e, c, row, ep);
-        if (r != CN_STATUS_OK && first == CN_STATUS_OK) first = r;
+        /* A completion the sampler or a fork failed has been finished "cancelled"; the
+         * others go on, so this is the request's trouble, not the step's. */
+        if ((c->index == 0 && c->seq.n_fork > 0 ? prompt_done(e, c, row, &e2) : push_row(e, c, row, &e2)) !=
+            CN_STATUS_OK)
+            cn_log(CN_LOG_WARN, "engine: request %llu ended: %s", (unsigned long long)c->req->id, e2.msg);
         run_cancels(e);
     }
     reap(e);
-    return first;
+    return CN_STATUS_OK;
 }
 
 cn_status cn_engine_step(cn_engine *e, int32_t *n_rows, cn_error *err) {
