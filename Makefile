@@ -56,35 +56,49 @@ UNIT  := $(BUILD)/test_unit
 # small test helpers run by tests/py (tests/tools/x.c -> $(BUILD)/tools/x)
 TOOLS := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 
+# Quiet by default (one line per file); V=1 shows full commands.
+ifeq ($(V),1)
+Q =
+else
+Q = @
+endif
+
 .PHONY: all test test-unit test-san test-py clean models
 all: $(LIB) $(CLI) $(UNIT) $(TOOLS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/src/kernels/x86/%_avx2.o: src/kernels/x86/%_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(ISA_AVX2) -c $< -o $@
+	@echo "  CC avx2 $<"
+	$(Q)$(CC) $(CFLAGS) $(ISA_AVX2) -c $< -o $@
 
 $(BUILD)/obj/src/kernels/x86/%_avx512.o: src/kernels/x86/%_avx512.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(ISA_AVX512) -c $< -o $@
+	@echo "  CC avx512 $<"
+	$(Q)$(CC) $(CFLAGS) $(ISA_AVX512) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@
-	ar rcs $@ $^
+	@echo "  AR      $@"
+	$(Q)rm -f $@
+	$(Q)ar rcs $@ $^
 
 $(CLI): $(CLI_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
 
 $(UNIT): $(TEST_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS) -lcriterion
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS) -lcriterion
 
 $(TOOLS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # The README's test command. Unit tests (optimized build, then ASan+UBSan build), then
 # the python checks against independent implementations (gguf package, llama.cpp goldens).

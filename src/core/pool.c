@@ -7,6 +7,7 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -17,6 +18,10 @@
 #endif
 
 #define SPIN_ITERS 20000
+/* On an oversubscribed machine the thread we wait for may be descheduled: spinning
+ * then burns our time slice while it waits for a core, so hand the core over now and
+ * then. */
+#define YIELD_EVERY 256
 
 struct cn_pool {
     int n_threads;
@@ -49,6 +54,7 @@ static void *worker_main(void *argp) {
                !atomic_load(&p->stop)) {
             if (++spins < SPIN_ITERS) {
                 CN_RELAX();
+                if (spins % YIELD_EVERY == 0) sched_yield();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -127,5 +133,9 @@ void cn_pool_run(cn_pool *p, cn_pool_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(ctx, 0, p->n_threads);
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1) CN_RELAX();
+    for (unsigned spins = 1; atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1;
+         spins++) {
+        CN_RELAX();
+        if (spins % YIELD_EVERY == 0) sched_yield();
+    }
 }
