@@ -9,6 +9,7 @@ int cn_cli_tokenize(int argc, char **argv);
 int cn_cli_explain(int argc, char **argv);
 int cn_cli_run(int argc, char **argv);
 int cn_cli_chat(int argc, char **argv);
+int cn_cli_bench(int argc, char **argv);
 
 /* Prints "cinder: <msg>" to stderr as one line. */
 void cn_cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -28,6 +28,7 @@ static const command commands[] = {
     {"explain", cn_cli_explain, "show the sampler chain stage by stage on a distribution"},
     {"run", cn_cli_run, "generate text from a prompt (sampling, beams, stop strings) with timings"},
     {"chat", cn_cli_chat, "chat with a model interactively (its chat template, KV cache reuse)"},
+    {"bench", cn_cli_bench, "measure prompt processing and generation speed (like llama-bench)"},
 };
 
 void cn_cli_errorf(const char *fmt, ...) {

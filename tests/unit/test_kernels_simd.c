@@ -224,3 +224,94 @@ Test(kernels_simd, chooser_respects_cpu) {
     if (!strcmp(K->name, "avx512")) cr_assert(cn_cpu_get()->avx512vnni);
     if (!strcmp(K->name, "avx2")) cr_assert(cn_cpu_get()->avx2);
 }
+
+/* ---- attention ---- */
+
+typedef struct {
+    int32_t n_rows, n_head, n_head_kv, head_dim, block_tokens, n_pos;
+    uint32_t kv_type;
+} attn_case;
+
+/* Fills a cache of n_pos positions (random blocks order), runs ref and K on rows with
+ * various ranges; SIMD vs ref within tol (relative to the largest |v|), and within K:
+ * every thread split and every row computed alone give the same bits. */
+static void check_attn(const cn_kernels *K, attn_case c) {
+    const cn_kernels *R = cn_kernels_ref();
+    const int32_t kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
+    const int32_t nb = (c.n_pos + c.block_tokens - 1) / c.block_tokens;
+    const size_t rb = cn_type_row_bytes(c.kv_type, kvd), blk_bytes = rb * (size_t)c.block_tokens;
+    uint8_t *kmem = calloc((size_t)nb, blk_bytes), *vmem = calloc((size_t)nb, blk_bytes);
+    const void **kb = malloc((size_t)nb * sizeof *kb), **vb = malloc((size_t)nb * sizeof *vb);
+    float *row = malloc((size_t)kvd * 4);
+    const cn_type_traits *tr = cn_type_traits_get(c.kv_type);
+    for (int32_t b = 0; b < nb; b++) { /* block table order != memory order */
+        const int32_t slot = (b * 5 + 3) % nb;
+        kb[b] = kmem + (size_t)slot * blk_bytes;
+        vb[b] = vmem + (size_t)slot * blk_bytes;
+    }
+    float vmax = 0;
+    for (int32_t p = 0; p < c.n_pos; p++) {
+        for (int32_t i = 0; i < kvd; i++) row[i] = frnd() * 2;
+        tr->from_float_ref(row, (uint8_t *)kb[p / c.block_tokens] + (size_t)(p % c.block_tokens) * rb, kvd);
+        for (int32_t i = 0; i < kvd; i++) row[i] = frnd() * 3, vmax = fmaxf(vmax, fabsf(row[i]));
+        tr->from_float_ref(row, (uint8_t *)vb[p / c.block_tokens] + (size_t)(p % c.block_tokens) * rb, kvd);
+    }
+    float *q = malloc((size_t)c.n_rows * qd * 4), *o0 = malloc((size_t)c.n_rows * qd * 4);
+    float *o1 = malloc((size_t)c.n_rows * qd * 4), *o2 = malloc((size_t)c.n_rows * qd * 4);
+    int32_t *lo = malloc((size_t)c.n_rows * 4), *hi = malloc((size_t)c.n_rows * 4);
+    const void *const **kr = malloc((size_t)c.n_rows * sizeof *kr), *const **vr = malloc((size_t)c.n_rows * sizeof *vr);
+    for (int32_t r = 0; r < c.n_rows; r++) {
+        hi[r] = c.n_pos - 1 - (int32_t)(rnd() % (uint32_t)CN_MIN(c.n_pos, 5));
+        lo[r] = r % 3 == 2 ? (int32_t)(rnd() % (uint32_t)(hi[r] + 1)) : 0; /* some sliding windows */
+        kr[r] = kb;
+        vr[r] = vb;
+    }
+    for (int64_t i = 0; i < (int64_t)c.n_rows * qd; i++) q[i] = frnd() * 1.5f;
+    float *scratch = malloc((size_t)4 * c.n_pos * 4);
+    cn_attn_args a = {.n_rows = c.n_rows, .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
+                      .q = q, .out = o0, .pos_lo = lo, .pos_hi = hi, .k_blocks = kr, .v_blocks = vr,
+                      .block_tokens = c.block_tokens, .kv_dim = kvd, .kv_type = c.kv_type,
+                      .scale = 1.0f / sqrtf((float)c.head_dim), .scratch = scratch, .scratch_stride = c.n_pos};
+    R->attention(&a, 0, 1);
+    a.out = o1;
+    K->attention(&a, 0, 1);
+    const double tol = (c.kv_type == CN_TYPE_F16 ? 1e-4 : 1e-6) * vmax;
+    for (int64_t i = 0; i < (int64_t)c.n_rows * qd; i++)
+        cr_assert(fabs((double)o1[i] - o0[i]) <= tol, "%s attention %s hd=%d heads %d/%d bt=%d: out[%lld] = %.7g, ref %.7g",
+                  K->name, tr->name, c.head_dim, c.n_head, c.n_head_kv, c.block_tokens, (long long)i, o1[i], o0[i]);
+    for (int nth = 2; nth <= 4; nth++) {
+        a.out = o2;
+        for (int ith = 0; ith < nth; ith++) K->attention(&a, ith, nth);
+        cr_assert(memcmp(o1, o2, (size_t)c.n_rows * qd * 4) == 0, "%s attention: %d threads differ", K->name, nth);
+    }
+    for (int32_t r = 0; r < c.n_rows; r++) { /* each row alone */
+        cn_attn_args one = a;
+        one.n_rows = 1;
+        one.q = q + (int64_t)r * qd;
+        one.out = o2;
+        one.pos_lo = lo + r;
+        one.pos_hi = hi + r;
+        one.k_blocks = kr + r;
+        one.v_blocks = vr + r;
+        K->attention(&one, 0, 1);
+        cr_assert(memcmp(o2, o1 + (int64_t)r * qd, (size_t)qd * 4) == 0, "%s attention: row %d alone differs", K->name, r);
+    }
+    free(kmem), free(vmem), free(kb), free(vb), free(row), free(q), free(o0), free(o1), free(o2);
+    free(lo), free(hi), free(kr), free(vr), free(scratch);
+}
+
+Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
+    const cn_kernels *fam[4];
+    const int nf = simd_families(fam);
+    const attn_case cases[] = {
+        {5, 9, 3, 64, 16, 77, CN_TYPE_F16},   /* SmolLM2's heads */
+        {3, 4, 1, 256, 16, 40, CN_TYPE_F16},  /* gemma3's */
+        {4, 8, 8, 32, 3, 23, CN_TYPE_F32},    /* no grouping, odd blocks */
+        {2, 14, 2, 64, 5, 50, CN_TYPE_Q8_0},  /* 7 heads per KV head */
+        {2, 20, 2, 128, 16, 35, CN_TYPE_F16}, /* 10 per KV head: more than one group */
+        {6, 2, 1, 32, 4, 1, CN_TYPE_F16},     /* a single position */
+        {1, 9, 3, 64, 16, 300, CN_TYPE_Q8_0},
+    };
+    for (int f = 0; f < nf; f++)
+        for (size_t i = 0; i < CN_ARRAY_LEN(cases); i++) check_attn(fam[f], cases[i]);
+}

@@ -4,6 +4,7 @@
 #define CN_X86_AVX512 1
 #define CN_X86_SUFFIX(name) avx512_##name
 #include "matmul_tmpl.h"
+#include "attn_tmpl.h"
 
 #include "x86.h"
 
@@ -16,7 +17,7 @@ static const cn_kernels g_avx512 = {
     .gated_act = cn_ref_gated_act,
     .quantize_rows = avx512_quantize_rows,
     .matmul = avx512_matmul,
-    .attention = cn_ref_attention,
+    .attention = avx512_attention,
 };
 
 const cn_kernels *cn_kernels_avx512(void) {

@@ -207,6 +207,25 @@ static inline void tile_setup(const cn_matmul_args *a, int64_t tile, tile_rows *
     memcpy(&R->ridx, idx, sizeof idx);
 }
 
+/* Decode streams the weights once, and a tile touches VL rows at once, which the
+ * hardware prefetchers follow poorly: while a tile is computed, the next tile's bytes
+ * (contiguous: VL whole rows) are prefetched, a block's share per block step. */
+typedef struct {
+    const uint8_t *base; /* the next tile's first row */
+    size_t step;         /* bytes per block step, 0: off */
+} prefetcher;
+
+static inline prefetcher pf_setup(const cn_matmul_args *a, const tile_rows *R, int64_t n_blocks) {
+    prefetcher p = {R->rp[0] + (size_t)VL * a->w_row_bytes, 0};
+    if (R->row0 + VL < a->n_out && n_blocks > 0) p.step = ((size_t)VL * a->w_row_bytes + (size_t)n_blocks - 1) / (size_t)n_blocks;
+    return p;
+}
+
+CN_INLINE void pf_block(const prefetcher *p, int64_t b) {
+    for (size_t o = (size_t)b * p->step; o < (size_t)(b + 1) * p->step; o += 64)
+        _mm_prefetch((const char *)(p->base + o), _MM_HINT_T0);
+}
+
 CN_INLINE const uint8_t *act_row(const cn_matmul_args *a, int64_t t) {
     return (const uint8_t *)a->xq + (size_t)t * a->xq_row_bytes;
 }
@@ -338,7 +357,9 @@ CN_INLINE void tile32(const uint32_t type, const int T, const mm_ctx *c, int64_t
     const uint8_t *arow[TMAX];
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = act_row(a, c->t0 + t) + (size_t)c->b0 * ab + aoff;
+    prefetcher pf = pf_setup(a, &R, c->nbc == a->k / 32 ? c->nbc : 0);
     for (int64_t b = 0; b < c->nbc; b++) {
+        pf_block(&pf, b);
         blk32 B;
         unpack32(type, &R, (size_t)(c->b0 + b) * bb, &B);
         CN_UNROLL
@@ -431,7 +452,9 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
     const vi lo4 = vi_set1_8(0x0F), bit4 = vi_set1_8(0x10);
+    const prefetcher pf = pf_setup(a, &R, nb);
     for (int64_t b = 0; b < nb; b++) {
+        pf_block(&pf, b);
         const size_t off = (size_t)b * bb;
         const vi h = vi_gather32(R.rp[0] + off, R.ridx);
         vi s[4], sc[8], mn[8], qh[8];
@@ -501,7 +524,9 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
     const vi lo4 = vi_set1_8(0x0F), lo2 = vi_set1_8(0x03);
+    const prefetcher pf = pf_setup(a, &R, nb);
     for (int64_t b = 0; b < nb; b++) {
+        pf_block(&pf, b);
         const size_t off = (size_t)b * bb;
         vi sv[4];
         vi_load_t4(R.rp, off + 192, sv); /* scales[16], int8 */

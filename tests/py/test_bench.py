@@ -1,0 +1,122 @@
+"""`cinder bench` (src/cli/bench.c): the output contract, not the speed.
+
+Independent truth: gguf-py's GGUFReader for the bytes a decoded token reads (every tensor
+but the embedding table, which only the tied LM head reads whole), so decode_gb_s must be
+exactly those bytes × tg tok/s. Also: one JSON object per (model, threads) with the
+fields bench/compare reads, positive rates, ordered percentiles, the table form, and the
+CLI's usage errors (exit 2) and bad files (exit 1). The binary is $CINDER_BIN (default
+build/cinder); where $CINDER_SAN_BIN (the ASan+UBSan build) exists, every run is
+repeated with it so leaks and overreads fail the test.
+"""
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from gguf import GGUFReader
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def binaries() -> list[Path]:
+    out = []
+    for var, default in (("CINDER_BIN", "build/cinder"), ("CINDER_SAN_BIN", None)):
+        v = os.environ.get(var, default)
+        if v:
+            p = Path(v) if Path(v).is_absolute() else ROOT / v
+            if var == "CINDER_BIN" or p.exists():
+                out.append(p)
+    return out
+
+
+def shared_testdata() -> Path:
+    d = os.environ.get("CINDER_TESTDATA")
+    return Path(d) if d else ROOT.parent / "shared" / "testdata"
+
+
+STORIES = shared_testdata() / "models" / "stories260K.gguf"
+
+
+@pytest.fixture(params=binaries(), ids=lambda p: p.parent.name)
+def cinder(request):
+    return request.param
+
+
+def run(cinder, *args, timeout=300):
+    return subprocess.run([str(cinder), "bench", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout)
+
+
+def decode_bytes(path: Path) -> int:
+    r = GGUFReader(path)
+    names = {t.name for t in r.tensors}
+    tied = "output.weight" not in names
+    return sum(int(t.n_bytes) for t in r.tensors if t.name != "token_embd.weight" or tied)
+
+
+def test_json_one_object_per_thread_count(cinder):
+    r = run(cinder, "-m", str(STORIES), "-p", "16", "-n", "8", "-t", "1,2", "-r", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [j["threads"] for j in rows] == [1, 2]
+    wb = decode_bytes(STORIES)
+    for j in rows:
+        for key in ("pp_tok_s", "tg_tok_s", "ttft_ms", "itl_p50_ms", "itl_p90_ms", "decode_gb_s",
+                    "mem_read_gb_s", "decode_bw_frac", "pp_tok_s_sd", "tg_tok_s_sd"):
+            assert isinstance(j[key], float), (key, j[key])
+        assert j["model"] == str(STORIES) and j["arch"] == "llama"
+        assert (j["n_prompt"], j["n_gen"], j["reps"]) == (16, 8, 2)
+        assert j["pp_tok_s"] > 0 and j["tg_tok_s"] > 0 and j["ttft_ms"] > 0
+        assert j["pp_tok_s_sd"] >= 0 and j["tg_tok_s_sd"] >= 0
+        assert 0 < j["itl_p50_ms"] <= j["itl_p90_ms"]
+        assert j["weight_bytes"] == wb
+        assert math.isclose(j["decode_gb_s"], wb * j["tg_tok_s"] / 1e9, rel_tol=1e-4)
+        assert j["mem_read_gb_s"] > 0
+        assert math.isclose(j["decode_bw_frac"], j["decode_gb_s"] / j["mem_read_gb_s"], rel_tol=1e-4)
+        assert j["isa"] in ("ref", "avx2", "avx512", "neon")
+
+
+def test_table(cinder):
+    r = run(cinder, "-m", str(STORIES), "-p", "8", "-n", "4", "-t", "1", "-r", "1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("| model") and "pp tok/s" in lines[0] and "tg tok/s" in lines[0]
+    assert len(lines) == 2 and "stories260K.gguf" in lines[1]
+    assert "load" in r.stderr
+
+
+def test_pp_only_and_tg_only(cinder):
+    r = run(cinder, "-m", str(STORIES), "-p", "0", "-n", "4", "-t", "1", "-r", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["pp_tok_s"] == 0 and j["tg_tok_s"] > 0
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["-m", "x", "-t", "0"],
+    ["-m", "x", "-t", "1,,2"],
+    ["-m", "x", "-t", "two"],
+    ["-m", "x", "-r", "0"],
+    ["-m", "x", "-p", "-5"],
+    ["-m", "x", "--frobnicate", "1"],
+    ["-m"],
+])
+def test_usage_errors(cinder, args):
+    r = run(cinder, *args)
+    assert r.returncode == 2, (args, r.stdout, r.stderr)
+    assert r.stdout == ""
+
+
+def test_missing_and_bad_files(cinder, tmp_path):
+    r = run(cinder, "-m", str(tmp_path / "nope.gguf"), "-p", "4", "-n", "2", "-r", "1")
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("cinder: ") and "nope.gguf" in last, r.stderr
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 40)
+    r = run(cinder, "-m", str(bad), "-p", "4", "-n", "2", "-r", "1")
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert r.stderr.splitlines()[-1].startswith("cinder: "), r.stderr
