@@ -142,6 +142,12 @@ Test(model, tiny_llama_matches_float_reference) {
     s.n_rot = 8; /* partial rotary dims pass through */
     tiny_vs_reference(s, 1e-4f);
 }
+Test(model, tiny_llama_linear_rope_scaling_matches_float_reference) {
+    tiny_spec s = tiny_default("llama");
+    s.rope_scaling_type = "linear";
+    s.rope_scaling_factor = 4.0f; /* positions divided by 4 */
+    tiny_vs_reference(s, 1e-4f);
+}
 Test(model, tiny_qwen2_matches_float_reference) { tiny_vs_reference(tiny_default("qwen2"), 1e-4f); }
 Test(model, tiny_qwen3_matches_float_reference) { tiny_vs_reference(tiny_default("qwen3"), 1e-4f); }
 /* GELU goes through f16 as in ggml (relative error up to ~5e-4 per activation) while the
@@ -258,6 +264,50 @@ Test(model, gemma3_tiny_batch_and_thread_invariance) {
     invariance(m);
     cn_model_free(m);
     free(buf);
+}
+
+/* An 8-bit KV cache: same bit-exact invariances, logits near the F32 cache's. */
+Test(model, gemma3_tiny_q8_0_kv_cache) {
+    tiny_spec s = tiny_default("gemma3");
+    uint8_t *buf;
+    cn_model *m = NULL;
+    cn_error err = {0};
+    cr_assert_eq(load_tiny(&s, &buf, &m, &err), CN_STATUS_OK, "%s", err.msg);
+    const int V = cn_model_hparams(m)->n_vocab, n = 12;
+    int32_t toks[12];
+    for (int i = 0; i < n; i++) toks[i] = (i * 13 + 1) % V;
+    cn_ctx *c = make_ctx(m, 2, 16);
+    cn_kv *kq = make_kv(m, CN_TYPE_Q8_0, 2, 16), *kf = make_kv(m, CN_TYPE_F32, 1, 16);
+    float *q8 = run_seq(m, c, kq, toks, n, 0, false), *steps = run_seq(m, c, kq, toks, n, 1, true);
+    float *f32 = run_seq(m, c, kf, toks, n, 0, false);
+    assert_same(q8, steps, (size_t)n * V, "q8_0 cache: prefill vs token-by-token");
+    float worst = 0;
+    for (size_t i = 0; i < (size_t)n * V; i++) worst = fmaxf(worst, fabsf(q8[i] - f32[i]));
+    cr_assert(worst > 0 && worst < 0.1f, "q8_0 vs f32 cache: max |dlogit| %g", worst);
+    free(q8);
+    free(steps);
+    free(f32);
+    cn_ctx_free(c);
+    cn_kv_free(kq);
+    cn_kv_free(kf);
+    cn_model_free(m);
+    free(buf);
+}
+
+Test(model_bad, q8_0_cache_needs_32_wide_heads) {
+    cn_model *m = load_stories(); /* head_dim 8 */
+    cn_kv *kv = make_kv(m, CN_TYPE_Q8_0, 1, 8);
+    cn_ctx *c = make_ctx(m, 1, 4);
+    cn_batch b;
+    cn_error err = {0};
+    cn_batch_init(&b, 1, &err);
+    cn_batch_add(&b, 5, 0, 0, true);
+    float lg[512];
+    cr_assert_eq(cn_forward(m, c, &b, kv, lg, &err), CN_STATUS_UNSUPPORTED, "%s", err.msg);
+    cn_batch_free(&b);
+    cn_ctx_free(c);
+    cn_kv_free(kv);
+    cn_model_free(m);
 }
 
 Test(model, arch_table) {

@@ -105,6 +105,7 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, size_t *n_bytes) {
         snprintf(key, sizeof key, "%s.rope.scaling.type", s->arch);
         cn_gguf_writer_set_str(w, key, s->rope_scaling_type);
     }
+    if (s->rope_scaling_factor > 0) key_f32(w, s, "rope.scaling.factor", s->rope_scaling_factor);
 
     uint32_t st = s->seed;
     bool ok = add_t(w, s, "token_embd.weight", E, s->n_vocab, gemma ? 0.3f : 1.0f, 0.0f, &st);
@@ -154,7 +155,7 @@ typedef struct {
 
 struct ref_model {
     int L, E, F, H, HKV, hd, rot, V, n_swa, max_pos;
-    float eps, base, base_swa, scale;
+    float eps, base, base_swa, scale, pos_scale;
     bool neox, bias, qkn, post, embd_scale, gelu;
     int swa_every;
     const float *tok, *out, *out_norm;
@@ -200,6 +201,7 @@ ref_model *ref_model_new(const cn_gguf *g, int max_pos) {
     r->rot = key_int(g, arch, "rope.dimension_count", r->hd);
     r->eps = key_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f);
     r->base = key_float(g, arch, "rope.freq_base", 10000.0f);
+    r->pos_scale = 1.0f / key_float(g, arch, "rope.scaling.factor", 1.0f); /* linear scaling */
     r->max_pos = max_pos;
     r->scale = 1.0f / sqrtf((float)r->hd);
     const bool gemma = !strcmp(arch, "gemma3");
@@ -288,7 +290,7 @@ static void matvec(float *out, const float *W, const float *x, int k, int n) {
     }
 }
 
-static void rope(float *v, int n_heads, int hd, int rot, int pos, float base, bool neox) {
+static void rope(float *v, int n_heads, int hd, int rot, double pos, float base, bool neox) {
     for (int h = 0; h < n_heads; h++) {
         float *x = v + h * hd;
         for (int i = 0; i < rot / 2; i++) {
@@ -323,8 +325,9 @@ void ref_model_step(ref_model *r, int token, int pos, float *logits) {
             for (int h = 0; h < r->HKV; h++) rms(r->k + h * hd, r->k + h * hd, w->kn, hd, r->eps);
         }
         const float base = swa ? r->base_swa : r->base;
-        rope(r->q, r->H, hd, r->rot, pos, base, r->neox);
-        rope(r->k, r->HKV, hd, r->rot, pos, base, r->neox);
+        const double rpos = swa ? pos : pos * (double)r->pos_scale; /* sliding layers: unscaled */
+        rope(r->q, r->H, hd, r->rot, rpos, base, r->neox);
+        rope(r->k, r->HKV, hd, r->rot, rpos, base, r->neox);
         float *kc = r->kc + ((size_t)l * r->max_pos + pos) * KVD;
         float *vc = r->vc + ((size_t)l * r->max_pos + pos) * KVD;
         memcpy(kc, r->k, (size_t)KVD * sizeof(float));

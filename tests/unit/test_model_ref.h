@@ -23,6 +23,7 @@ typedef struct {
     int head_count_override;   /* write this attention.head_count instead */
     int head_count_kv_override;
     const char *rope_scaling_type;
+    float rope_scaling_factor;     /* written as rope.scaling.factor when > 0 */
 } tiny_spec;
 
 tiny_spec tiny_default(const char *arch);
