@@ -18,8 +18,10 @@
  *     feeding them as one batch. 1e-3 is therefore out of reach for a batch-invariant
  *     engine; tools/reference/numpy_llama.py in ggml mode lands at the same 9.5e-3.
  *   tiny qwen2/qwen3/llama (F32/F16 random weights)  bound 2e-2, near-tie 1e-3 (as above).
- *   SmolLM2-135M Q4_1 / gemma-3-270m Q4_K_M  bound 4, near-tie 0.5. Measured max |Δ| 1.08
- *     and 2.08; 7 of 315 and 2 of 292 argmaxes flipped, at llama.cpp top-2 gaps of 0.01-0.31.
+ *   SmolLM2-135M Q4_1 / gemma-3-270m Q4_K_M  bound 4, near-tie 0.5. Measured with the ref,
+ *     AVX2 and AVX-512 kernel families (their attention differs from ref in the last bits):
+ *     max |Δ| 0.89-1.17 and 2.0-2.4; 3-7 of 315 and 2-5 of 292 argmaxes flipped, all at
+ *     llama.cpp top-2 gaps of 0.01-0.31.
  *     Same formats and formulas as ggml (layer 0 of SmolLM2 agrees with llama.cpp's to 5
  *     digits), but a last-bit difference in a block sum's order (ggml's SIMD lanes, FMA,
  *     its approximate SIMD exp in SiLU) can flip one 8-bit rounding of the next activation,
