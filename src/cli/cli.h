@@ -6,6 +6,7 @@
 
 int cn_cli_inspect(int argc, char **argv);
 int cn_cli_tokenize(int argc, char **argv);
+int cn_cli_perplexity(int argc, char **argv);
 int cn_cli_explain(int argc, char **argv);
 int cn_cli_run(int argc, char **argv);
 int cn_cli_chat(int argc, char **argv);

@@ -29,6 +29,7 @@ static const command commands[] = {
     {"run", cn_cli_run, "generate text from a prompt (sampling, beams, stop strings) with timings"},
     {"chat", cn_cli_chat, "chat with a model interactively (its chat template, KV cache reuse)"},
     {"bench", cn_cli_bench, "measure prompt processing and generation speed (like llama-bench)"},
+    {"perplexity", cn_cli_perplexity, "perplexity over a text; KV-cache type cost as KL divergence"},
 };
 
 void cn_cli_errorf(const char *fmt, ...) {
