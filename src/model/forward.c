@@ -26,10 +26,8 @@ struct cn_ctx {
     float *k, *v;                 /* (B, kv_dim) */
     float *hg, *hu;               /* (B, n_ff) */
     float *cs_global, *cs_swa;    /* (B, n_rot) RoPE cos/sin per row */
-    void *xq;                     /* (B, act row bytes <= 4 * max width) */
-    const float *xq_src;          /* what xq holds: source, format, shape (NULL: nothing) */
-    uint32_t xq_type;
-    int64_t xq_k, xq_n;
+    void *xq, *xq_alt[2];         /* (B, act row bytes <= 4 * max width): activations
+                                   * quantized for the next matmuls, one per format */
     float *attn_scratch;          /* (n_threads, n_ctx) */
     int32_t *pos_lo, *pos_hi;     /* (B) */
     int32_t *row_useq;            /* (B) index of the row's sequence in useq */
@@ -54,6 +52,8 @@ void cn_ctx_free(cn_ctx *c) {
                    c->cs_global, c->cs_swa, c->attn_scratch};
     for (size_t i = 0; i < CN_ARRAY_LEN(fl); i++) cn_free_aligned(fl[i]);
     cn_free_aligned(c->xq);
+    cn_free_aligned(c->xq_alt[0]);
+    cn_free_aligned(c->xq_alt[1]);
     free(c->pos_lo);
     free(c->pos_hi);
     free(c->row_useq);
@@ -116,6 +116,8 @@ cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out,
     c->cs_global = falloc(B, hp->n_rot, &ok);
     c->cs_swa = falloc(B, hp->n_rot, &ok);
     c->xq = falloc(B, W, &ok); /* 4 bytes per element bounds every activation format */
+    c->xq_alt[0] = falloc(B, W, &ok);
+    c->xq_alt[1] = falloc(B, W, &ok);
     c->attn_scratch = falloc(p->n_threads, c->n_ctx, &ok);
     c->pos_lo = calloc((size_t)B, sizeof *c->pos_lo);
     c->pos_hi = calloc((size_t)B, sizeof *c->pos_hi);
@@ -166,7 +168,98 @@ int32_t cn_batch_n_logits(const cn_batch *b) {
     return n;
 }
 
-/* ---- pool tasks ---- */
+/* ---- pool tasks ----
+ * A layer is a handful of parallel regions: each per-row step (residual add, norm,
+ * gated activation) runs split over rows and quantizes its own rows for the next
+ * matmuls, and the matmuls that read one input run in one region, each split over its
+ * output rows. Every row's arithmetic is the same as done one by one, so results do not
+ * depend on the thread count; fewer regions means fewer barriers per token. */
+
+static void add_rows(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* The activation formats a group of matmuls on one input needs: one buffer each. */
+typedef struct {
+    int n;
+    uint32_t act[3];
+    void *buf[3];
+    size_t rb[3];
+} quant_set;
+
+/* Plans ws[0..nw) (same input width): which[i] is weight i's buffer in qs. */
+static void quant_plan(cn_ctx *c, const cn_weight *const *ws, int nw, quant_set *qs, int *which) {
+    void *bufs[3] = {c->xq, c->xq_alt[0], c->xq_alt[1]};
+    qs->n = 0;
+    for (int i = 0; i < nw; i++) {
+        const uint32_t act = cn_matmul_act_type(ws[i]->type);
+        int j = 0;
+        while (j < qs->n && qs->act[j] != act) j++;
+        if (j == qs->n) {
+            qs->act[j] = act;
+            qs->buf[j] = bufs[j];
+            qs->rb[j] = cn_act_row_bytes(act, ws[i]->ne0);
+            qs->n++;
+        }
+        which[i] = j;
+    }
+}
+
+static void quant_row(const cn_kernels *K, const quant_set *qs, const float *x, int64_t k, int64_t r) {
+    for (int j = 0; j < qs->n; j++)
+        K->quantize_rows(qs->act[j], x, k, 1, (uint8_t *)qs->buf[j] + (size_t)r * qs->rb[j], qs->rb[j], 0, 1);
+}
+
+/* Rows r: [add_norm(add_r); x_r += add_r]; xb_r = norm(x_r); quantize xb_r. With
+ * `want`, row i works on batch row want[i] and writes xb / quantized row i. */
+typedef struct {
+    cn_ctx *c;
+    int64_t n;
+    float *add;                 /* (n, E) or NULL */
+    const cn_weight *add_norm;  /* post-norm of `add` rows, or NULL */
+    const cn_weight *norm;
+    const int32_t *want;        /* NULL: row i is batch row i */
+    quant_set qs;
+} resid_norm_task;
+static void resid_norm_run(void *p, int ith, int nth) {
+    resid_norm_task *t = p;
+    cn_ctx *c = t->c;
+    const cn_kernels *K = c->kern;
+    const cn_hparams *hp = cn_model_hparams(c->m);
+    const int64_t E = hp->n_embd;
+    int64_t i0, i1;
+    cn_split(t->n, ith, nth, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t r = t->want ? t->want[i] : i;
+        float *xr = c->x + r * E;
+        if (t->add) {
+            float *ar = t->add + r * E;
+            if (t->add_norm) K->rmsnorm(ar, t->add_norm->data, ar, E, hp->norm_eps);
+            add_rows(xr, ar, E);
+        }
+        K->rmsnorm(xr, t->norm->data, c->xb + i * E, E, hp->norm_eps);
+        quant_row(K, &t->qs, c->xb + i * E, E, i);
+    }
+}
+
+/* Rows: hg_r = act(hg_r) * hu_r, quantized for w_down. */
+typedef struct {
+    cn_ctx *c;
+    int64_t n;
+    cn_act act;
+    quant_set qs;
+} act_task;
+static void act_run(void *p, int ith, int nth) {
+    act_task *t = p;
+    const int64_t F = cn_model_hparams(t->c->m)->n_ff;
+    int64_t r0, r1;
+    cn_split(t->n, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        float *g = t->c->hg + r * F;
+        t->c->kern->gated_act(t->act, g, t->c->hu + r * F, g, F);
+        quant_row(t->c->kern, &t->qs, g, F, r);
+    }
+}
 
 typedef struct {
     const cn_kernels *k;
@@ -181,13 +274,21 @@ static void quant_run(void *p, int ith, int nth) {
     t->k->quantize_rows(t->act, t->x, t->kdim, t->n, t->dst, t->rb, ith, nth);
 }
 
+/* Up to three matmuls on one quantized input, in one region. */
 typedef struct {
     const cn_kernels *k;
-    cn_matmul_args a;
-} matmul_task;
-static void matmul_run(void *p, int ith, int nth) {
-    matmul_task *t = p;
-    t->k->matmul(&t->a, ith, nth);
+    int n;
+    cn_matmul_args a[3];
+} mm_group;
+static void mm_group_run(void *p, int ith, int nth) {
+    mm_group *g = p;
+    for (int i = 0; i < g->n; i++) g->k->matmul(&g->a[i], ith, nth);
+}
+
+static cn_matmul_args mm_args(const cn_weight *w, const quant_set *qs, int which, int64_t n, float *y, int64_t ldy) {
+    return (cn_matmul_args){.w_type = w->type, .w = w->data, .w_row_bytes = w->row_bytes, .xq = qs->buf[which],
+                            .xq_row_bytes = qs->rb[which], .y = y, .ldy = ldy, .n_out = w->ne1, .k = w->ne0,
+                            .n_tok = n};
 }
 
 typedef struct {
@@ -199,37 +300,42 @@ static void attn_run(void *p, int ith, int nth) {
     t->k->attention(&t->a, ith, nth);
 }
 
-/* y (n, ldy) = x (n, w->ne0) · Wᵀ. x is quantized unless xq already holds it. */
-static void matmul(cn_ctx *c, const cn_weight *w, const float *x, int64_t n, float *y, int64_t ldy) {
-    const uint32_t act = cn_matmul_act_type(w->type);
-    const size_t rb = cn_act_row_bytes(act, w->ne0);
-    if (c->xq_src != x || c->xq_type != act || c->xq_k != w->ne0 || c->xq_n != n) {
-        quant_task qt = {c->kern, act, x, w->ne0, n, c->xq, rb};
-        cn_pool_run(c->pool, quant_run, &qt);
-        c->xq_src = x;
-        c->xq_type = act;
-        c->xq_k = w->ne0;
-        c->xq_n = n;
+/* Per row, before the K/V write: biases, q/k norms, RoPE, q pre-scale. */
+typedef struct {
+    cn_ctx *c;
+    const cn_layer *L;
+    const float *cs;
+    int64_t n;
+} qk_task;
+static void qk_row(cn_ctx *c, const cn_layer *L, const float *cs, int64_t r) {
+    const cn_hparams *hp = cn_model_hparams(c->m);
+    const cn_arch_desc *arch = cn_model_arch(c->m);
+    const cn_kernels *K = c->kern;
+    const int64_t hd = hp->head_dim, QD = (int64_t)hp->n_head * hd, KVD = (int64_t)hp->n_head_kv * hd;
+    float *qr = c->q + r * QD, *kr = c->k + r * KVD, *vr = c->v + r * KVD;
+    if (arch->qkv_bias) {
+        add_rows(qr, L->bq.data, QD);
+        add_rows(kr, L->bk.data, KVD);
+        add_rows(vr, L->bv.data, KVD);
     }
-    matmul_task mt = {c->kern,
-                      {.w_type = w->type, .w = w->data, .w_row_bytes = w->row_bytes, .xq = c->xq,
-                       .xq_row_bytes = rb, .y = y, .ldy = ldy, .n_out = w->ne1, .k = w->ne0,
-                       .n_tok = n}};
-    cn_pool_run(c->pool, matmul_run, &mt);
+    if (arch->qk_norm) {
+        for (int32_t h = 0; h < hp->n_head; h++)
+            K->rmsnorm(qr + h * hd, L->q_norm.data, qr + h * hd, hd, hp->norm_eps);
+        for (int32_t h = 0; h < hp->n_head_kv; h++)
+            K->rmsnorm(kr + h * hd, L->k_norm.data, kr + h * hd, hd, hp->norm_eps);
+    }
+    K->rope(qr, hp->n_head, (int32_t)hd, hp->n_rot, cs + r * hp->n_rot, arch->rope);
+    K->rope(kr, hp->n_head_kv, (int32_t)hd, hp->n_rot, cs + r * hp->n_rot, arch->rope);
+    if (arch->q_prescale)
+        for (int64_t i = 0; i < QD; i++) qr[i] *= hp->attn_scale;
+}
+static void qk_run(void *p, int ith, int nth) {
+    qk_task *t = p;
+    int64_t r0, r1;
+    cn_split(t->n, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) qk_row(t->c, t->L, t->cs, r);
 }
 
-/* dst rows = rmsnorm(src rows) * w; dst may be src. Marks xq stale. */
-static void norm_rows(cn_ctx *c, const float *src, const cn_weight *w, float *dst, int64_t n,
-                      int64_t width) {
-    const float eps = cn_model_hparams(c->m)->norm_eps;
-    for (int64_t r = 0; r < n; r++)
-        c->kern->rmsnorm(src + r * width, w->data, dst + r * width, width, eps);
-    c->xq_src = NULL;
-}
-
-static void add_rows(float *x, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] += y[i];
-}
 
 /* Checks rows, finds the batch's sequences, checks each continues its cache without
  * gaps, and reserves the blocks. */
@@ -357,35 +463,30 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
             K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base_swa, 1.0f, freqs,
                           c->cs_swa + r * hp->n_rot);
     }
-    c->xq_src = NULL;
 
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const cn_layer *L = cn_model_layer(m, il);
+        const cn_layer *prev = il > 0 ? cn_model_layer(m, il - 1) : NULL;
         const float *cs = L->swa ? c->cs_swa : c->cs_global;
 
-        /* attention */
-        norm_rows(c, c->x, &L->attn_norm, c->xb, n, E);
-        matmul(c, &L->wq, c->xb, n, c->q, QD);
-        matmul(c, &L->wk, c->xb, n, c->k, KVD);
-        matmul(c, &L->wv, c->xb, n, c->v, KVD);
+        /* attention: x (+ the previous layer's FFN branch) → norm → Q, K, V */
+        const cn_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        int wi[3];
+        resid_norm_task rn = {c, n, prev ? c->tmp : NULL, prev && arch->post_norms ? &prev->post_ffn_norm : NULL,
+                              &L->attn_norm, NULL, {0}};
+        quant_plan(c, qkv, 3, &rn.qs, wi);
+        cn_pool_run(c->pool, resid_norm_run, &rn);
+        mm_group g = {K, 3, {mm_args(&L->wq, &rn.qs, wi[0], n, c->q, QD), mm_args(&L->wk, &rn.qs, wi[1], n, c->k, KVD),
+                             mm_args(&L->wv, &rn.qs, wi[2], n, c->v, KVD)}};
+        cn_pool_run(c->pool, mm_group_run, &g);
+        if (n > 1) {
+            qk_task qt = {c, L, cs, n};
+            cn_pool_run(c->pool, qk_run, &qt);
+        } else {
+            qk_row(c, L, cs, 0);
+        }
         for (int64_t r = 0; r < n; r++) {
-            float *qr = c->q + r * QD, *kr = c->k + r * KVD, *vr = c->v + r * KVD;
-            if (arch->qkv_bias) {
-                add_rows(qr, L->bq.data, QD);
-                add_rows(kr, L->bk.data, KVD);
-                add_rows(vr, L->bv.data, KVD);
-            }
-            if (arch->qk_norm) {
-                for (int32_t h = 0; h < hp->n_head; h++)
-                    K->rmsnorm(qr + h * hd, L->q_norm.data, qr + h * hd, hd, hp->norm_eps);
-                for (int32_t h = 0; h < hp->n_head_kv; h++)
-                    K->rmsnorm(kr + h * hd, L->k_norm.data, kr + h * hd, hd, hp->norm_eps);
-            }
-            K->rope(qr, hp->n_head, (int32_t)hd, hp->n_rot, cs + r * hp->n_rot, arch->rope);
-            K->rope(kr, hp->n_head_kv, (int32_t)hd, hp->n_rot, cs + r * hp->n_rot, arch->rope);
-            if (arch->q_prescale)
-                for (int64_t i = 0; i < QD; i++) qr[i] *= hp->attn_scale;
-            s = cn_kv_write(kv, il, b->rows[r].seq, b->rows[r].pos, kr, vr, err);
+            s = cn_kv_write(kv, il, b->rows[r].seq, b->rows[r].pos, c->k + r * KVD, c->v + r * KVD, err);
             if (s != CN_STATUS_OK) return s;
             c->pos_hi[r] = b->rows[r].pos;
             c->pos_lo[r] = L->swa && hp->n_swa > 0 ? CN_MAX(0, b->rows[r].pos - hp->n_swa + 1) : 0;
@@ -400,26 +501,40 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
                          .kv_type = kp->type, .scale = arch->q_prescale ? 1.0f : hp->attn_scale,
                          .scratch = c->attn_scratch, .scratch_stride = c->n_ctx}};
         cn_pool_run(c->pool, attn_run, &at);
-        matmul(c, &L->wo, c->att, n, c->tmp, E);
-        if (arch->post_norms) norm_rows(c, c->tmp, &L->post_attn_norm, c->tmp, n, E);
-        add_rows(c->x, c->tmp, n * E);
+        const cn_weight *wo = &L->wo;
+        quant_set qo;
+        quant_plan(c, &wo, 1, &qo, wi);
+        quant_task qt = {K, qo.act[0], c->att, QD, n, qo.buf[0], qo.rb[0]};
+        cn_pool_run(c->pool, quant_run, &qt);
+        mm_group go = {K, 1, {mm_args(wo, &qo, 0, n, c->tmp, E)}};
+        cn_pool_run(c->pool, mm_group_run, &go);
 
-        /* feed-forward */
-        norm_rows(c, c->x, &L->ffn_norm, c->xb, n, E);
-        matmul(c, &L->w_gate, c->xb, n, c->hg, F);
-        matmul(c, &L->w_up, c->xb, n, c->hu, F);
-        K->gated_act(arch->act, c->hg, c->hu, c->hg, n * F);
-        c->xq_src = NULL;
-        matmul(c, &L->w_down, c->hg, n, c->tmp, E);
-        if (arch->post_norms) norm_rows(c, c->tmp, &L->post_ffn_norm, c->tmp, n, E);
-        add_rows(c->x, c->tmp, n * E);
+        /* feed-forward: x += attention branch → norm → gate, up → act → down */
+        const cn_weight *gu[2] = {&L->w_gate, &L->w_up};
+        resid_norm_task rf = {c, n, c->tmp, arch->post_norms ? &L->post_attn_norm : NULL, &L->ffn_norm, NULL, {0}};
+        quant_plan(c, gu, 2, &rf.qs, wi);
+        cn_pool_run(c->pool, resid_norm_run, &rf);
+        mm_group gg = {K, 2, {mm_args(&L->w_gate, &rf.qs, wi[0], n, c->hg, F), mm_args(&L->w_up, &rf.qs, wi[1], n, c->hu, F)}};
+        cn_pool_run(c->pool, mm_group_run, &gg);
+        const cn_weight *wd = &L->w_down;
+        act_task ac = {c, n, arch->act, {0}};
+        quant_plan(c, &wd, 1, &ac.qs, wi);
+        cn_pool_run(c->pool, act_run, &ac);
+        mm_group gd = {K, 1, {mm_args(wd, &ac.qs, 0, n, c->tmp, E)}};
+        cn_pool_run(c->pool, mm_group_run, &gd);
     }
 
+    /* the last FFN branch, the output norm and the LM head, for the rows that want logits */
     if (n_want == 0) return CN_STATUS_OK;
-    for (int32_t i = 0; i < n_want; i++)
-        memcpy(c->xb + (int64_t)i * E, c->x + (int64_t)c->want_rows[i] * E, (size_t)E * sizeof(float));
-    norm_rows(c, c->xb, cn_model_output_norm(m), c->xb, n_want, E);
-    matmul(c, cn_model_output(m), c->xb, n_want, logits_out, hp->n_vocab);
+    const cn_weight *out = cn_model_output(m);
+    int wi0;
+    resid_norm_task rl = {c, n_want, c->tmp,
+                          arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
+                          cn_model_output_norm(m), c->want_rows, {0}};
+    quant_plan(c, &out, 1, &rl.qs, &wi0);
+    cn_pool_run(c->pool, resid_norm_run, &rl);
+    mm_group gl = {K, 1, {mm_args(out, &rl.qs, 0, n_want, logits_out, hp->n_vocab)}};
+    cn_pool_run(c->pool, mm_group_run, &gl);
     if (hp->final_softcap > 0.0f) {
         const float cap = hp->final_softcap;
         for (int64_t i = 0; i < (int64_t)n_want * hp->n_vocab; i++)
