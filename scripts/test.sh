@@ -15,6 +15,7 @@ echo "== unit tests (optimized) =="
 
 echo "== unit tests (ASan + UBSan) =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS=suppressions=tests/lsan.supp:print_suppressions=0 \
     ./build-san/test_unit --jobs "$JOBS"
 
 echo "== python checks =="
