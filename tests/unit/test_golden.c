@@ -254,7 +254,6 @@ static void run_golden(const golden_spec *gs) {
             json_t *top = json_array_get(ptop, i);
             const float *row = lg + (size_t)i * V;
             float wd = compare_top(row, V, top, gs->bound, what, i);
-            if (getenv("GDEBUG")) fprintf(stderr, "pos %d worst %.5f tok %lld\n", i, wd, (long long)json_integer_value(json_array_get(toks, i)));
             worst_prompt = fmaxf(worst_prompt, wd);
             const int mine = argmax(row, V), ref = top_argmax(top);
             n_compared++;
