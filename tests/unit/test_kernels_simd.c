@@ -315,3 +315,38 @@ Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
     for (int f = 0; f < nf; f++)
         for (size_t i = 0; i < CN_ARRAY_LEN(cases); i++) check_attn(fam[f], cases[i]);
 }
+
+/* ---- gated activations ---- */
+
+/* GELU (through f16, as ggml) equals ref bit for bit; SiLU (polynomial exp) within a few
+ * ulp; and an element's value does not depend on the array's length or its place. */
+Test(kernels_simd, gated_act_vs_ref) {
+    const cn_kernels *fam[4];
+    const int nf = simd_families(fam);
+    enum { N = 4099 };
+    static float g[N], u[N], r[N], o[N], o2[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = i < 2000 ? (float)(i - 1000) * 0.0125f : frnd() * 30.0f; /* dense over (-12.5, 12.5), then wide */
+        u[i] = 1.0f + frnd();
+    }
+    g[7] = -10.0f, g[8] = 10.0f, g[9] = -9.999f, g[10] = 9.999f, g[11] = -100.0f, g[12] = 100.0f, g[13] = 0.0f;
+    const cn_kernels *R = cn_kernels_ref();
+    for (int f = 0; f < nf; f++) {
+        R->gated_act(CN_ACT_GELU_TANH, g, u, r, N);
+        fam[f]->gated_act(CN_ACT_GELU_TANH, g, u, o, N);
+        for (int i = 0; i < N; i++)
+            cr_assert(memcmp(&r[i], &o[i], 4) == 0, "%s gelu(%.9g) = %.9g, ref %.9g", fam[f]->name, g[i], o[i], r[i]);
+        R->gated_act(CN_ACT_SILU, g, u, r, N);
+        fam[f]->gated_act(CN_ACT_SILU, g, u, o, N);
+        for (int i = 0; i < N; i++)
+            cr_assert(fabsf(o[i] - r[i]) <= 4e-7f * fabsf(r[i]) + 1e-37f, "%s silu(%.9g) = %.9g, ref %.9g", fam[f]->name,
+                      g[i], o[i], r[i]);
+        for (int a = 0; a < 2; a++) { /* in pieces of odd lengths: the same bits */
+            const cn_act act = a ? CN_ACT_GELU_TANH : CN_ACT_SILU;
+            fam[f]->gated_act(act, g, u, o, N);
+            for (int i = 0, len = 1; i < N; i += len, len = len % 23 + 2)
+                fam[f]->gated_act(act, g + i, u + i, o2 + i, CN_MIN(len, N - i));
+            cr_assert(memcmp(o, o2, sizeof o) == 0, "%s: act %d depends on the array split", fam[f]->name, a);
+        }
+    }
+}

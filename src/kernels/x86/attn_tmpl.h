@@ -189,9 +189,9 @@ static void CN_X86_SUFFIX(attention)(const cn_attn_args *a, int ith, int nth) {
     const int32_t n_sub = (G + per - 1) / per;
     void (*fn)(const cn_attn_args *, int32_t, int32_t, int32_t, float *) =
         a->kv_type == CN_TYPE_F32 ? attn_f32 : a->kv_type == CN_TYPE_F16 ? attn_f16 : attn_q8_0;
-    int64_t t0, t1;
-    cn_split((int64_t)a->n_rows * a->n_head_kv * n_sub, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) {
+    /* Items are dealt round-robin: under a causal mask later rows attend more positions,
+     * so contiguous slices would give the last thread most of the work. */
+    for (int64_t t = ith; t < (int64_t)a->n_rows * a->n_head_kv * n_sub; t += nth) {
         const int32_t r = (int32_t)(t / ((int64_t)a->n_head_kv * n_sub));
         const int32_t rest = (int32_t)(t % ((int64_t)a->n_head_kv * n_sub));
         const int32_t kvh = rest / n_sub, sub = rest % n_sub;

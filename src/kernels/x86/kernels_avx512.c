@@ -3,10 +3,11 @@
  * CPU check (x86.h). */
 #define CN_X86_AVX512 1
 #define CN_X86_SUFFIX(name) avx512_##name
+#include "x86.h"
+
 #include "matmul_tmpl.h"
 #include "attn_tmpl.h"
-
-#include "x86.h"
+#include "ops_tmpl.h"
 
 static const cn_kernels g_avx512 = {
     .name = "avx512",
@@ -14,7 +15,7 @@ static const cn_kernels g_avx512 = {
     .rope_cache = cn_ref_rope_cache,
     .rope = cn_ref_rope,
     .softmax = cn_ref_softmax,
-    .gated_act = cn_ref_gated_act,
+    .gated_act = avx512_gated_act,
     .quantize_rows = avx512_quantize_rows,
     .matmul = avx512_matmul,
     .attention = avx512_attention,
@@ -22,5 +23,6 @@ static const cn_kernels g_avx512 = {
 
 const cn_kernels *cn_kernels_avx512(void) {
     cn_ref_init();
+    cn_x86_gelu_init();
     return &g_avx512;
 }

@@ -34,10 +34,10 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Tokens per register tile, and legacy blocks per K-chunk of precomputed activation
+/* Tokens per register tile (tails take 8, 4, 1), and legacy blocks per K-chunk of precomputed activation
  * terms (8192 elements; longer rows keep their partial sums in y between chunks, which
  * changes no bit: a float stored and reloaded is the same float). */
-#define TMAX (VL == 16 ? 8 : 4)
+#define TMAX (VL == 16 ? 16 : 4)
 #define CN_UNROLL _Pragma("GCC unroll 16")
 #define KCH 256
 
@@ -223,7 +223,7 @@ static inline prefetcher pf_setup(const cn_matmul_args *a, const tile_rows *R, i
 
 CN_INLINE void pf_block(const prefetcher *p, int64_t b) {
     for (size_t o = (size_t)b * p->step; o < (size_t)(b + 1) * p->step; o += 64)
-        _mm_prefetch((const char *)(p->base + o), _MM_HINT_T0);
+        _mm_prefetch((const char *)(p->base + o), _MM_HINT_T1);
 }
 
 CN_INLINE const uint8_t *act_row(const cn_matmul_args *a, int64_t t) {
@@ -396,6 +396,7 @@ static void prep32(uint32_t type, mm_ctx *c, int T, float *da, int32_t *corr, fl
 #define TILE32_FN(NAME, TYPE)                                                  \
     static void NAME(const mm_ctx *c, int T, int64_t tile) {                   \
         if (T == TMAX) tile32(TYPE, TMAX, c, tile);                            \
+        else if (TMAX > 8 && T == 8) tile32(TYPE, 8, c, tile);                 \
         else if (T == 4) tile32(TYPE, 4, c, tile);                             \
         else tile32(TYPE, 1, c, tile);                                         \
     }
@@ -407,7 +408,7 @@ TILE32_FN(tile_q8_0, CN_TYPE_Q8_0)
 
 typedef void (*tile_fn)(const mm_ctx *c, int T, int64_t tile);
 
-static inline int tok_tile(int64_t left) { return left >= TMAX ? TMAX : left >= 4 ? 4 : 1; }
+static inline int tok_tile(int64_t left) { return left >= TMAX ? TMAX : left >= 8 && TMAX > 8 ? 8 : left >= 4 ? 4 : 1; }
 
 static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t tile1) {
     const int64_t nb = a->k / 32;
@@ -587,6 +588,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
 #define TILEK_FN(NAME, CALL)                                                            \
     static void NAME(const cn_matmul_args *a, int64_t t0, int T, int64_t tile) {        \
         if (T == TMAX) CALL(TMAX, a, t0, tile);                                         \
+        else if (TMAX > 8 && T == 8) CALL(8, a, t0, tile);                              \
         else if (T == 4) CALL(4, a, t0, tile);                                          \
         else CALL(1, a, t0, tile);                                                      \
     }

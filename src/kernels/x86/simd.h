@@ -14,6 +14,7 @@
 #define CN_KERNELS_X86_SIMD_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -115,7 +116,19 @@ CN_INLINE void vi_load_t4(const uint8_t *const *p, size_t off, vi v[4]) {
 
 /* ---- float helpers for attention ---- */
 CN_INLINE vf vf_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+CN_INLINE vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+/* x > lim ? v : y */
+CN_INLINE vf vf_if_gt(vf x, float lim, vf v, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GT_OQ), y, v); }
+/* x >= lim ? v : y */
+CN_INLINE vf vf_if_ge(vf x, float lim, vf v, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), y, v); }
+/* x <= lim ? v : y */
+CN_INLINE vf vf_if_le(vf x, float lim, vf v, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_LE_OQ), y, v); }
+/* table[f16 bits of x] (round to nearest even), a 65536-float table. */
+CN_INLINE vf vf_lookup_h(const float *table, vf x) {
+    return _mm512_i32gather_ps(_mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), table, 4);
+}
 CN_INLINE vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+CN_INLINE vf vf_min(vf a, vf b) { return _mm512_min_ps(a, b); }
 CN_INLINE vf vf_loadu(const float *p) { return _mm512_loadu_ps(p); }
 CN_INLINE void vf_storeu(float *p, vf v) { _mm512_storeu_ps(p, v); }
 CN_INLINE vf vf_load_h(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
@@ -231,7 +244,15 @@ CN_INLINE void vi_load_t4(const uint8_t *const *p, size_t off, vi v[4]) {
 
 /* ---- float helpers for attention ---- */
 CN_INLINE vf vf_fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+CN_INLINE vf vf_div(vf a, vf b) { return _mm256_div_ps(a, b); }
+CN_INLINE vf vf_if_gt(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GT_OQ)); }
+CN_INLINE vf vf_if_ge(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ)); }
+CN_INLINE vf vf_if_le(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_LE_OQ)); }
+CN_INLINE vf vf_lookup_h(const float *table, vf x) {
+    return _mm256_i32gather_ps(table, _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), 4);
+}
 CN_INLINE vf vf_max(vf a, vf b) { return _mm256_max_ps(a, b); }
+CN_INLINE vf vf_min(vf a, vf b) { return _mm256_min_ps(a, b); }
 CN_INLINE vf vf_loadu(const float *p) { return _mm256_loadu_ps(p); }
 CN_INLINE void vf_storeu(float *p, vf v) { _mm256_storeu_ps(p, v); }
 CN_INLINE vf vf_load_h(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
@@ -273,9 +294,9 @@ CN_INLINE vf vf_hsum16(const vf *v) { /* 8 lanes here: r[j] = sum of v[j], j < 8
 #endif
 
 /* e^x to ~2 ulp (Cody-Waite reduction, Cephes' degree-6 polynomial); exactly 0 below
- * -87.3 (and for -inf). */
+ * -87.3 (and for -inf), +inf above 88.72 (between 88.3 and 88.72: e^88.3). */
 CN_INLINE vf vf_exp(vf x) {
-    const vf xc = vf_max(x, vf_set1(-87.3f));
+    const vf xc = vf_min(vf_max(x, vf_set1(-87.3f)), vf_set1(88.3f)); /* 2^n stays finite */
     const vf n = vf_round(vf_mul(xc, vf_set1(1.44269504088896341f)));
     vf r = vf_fmadd(n, vf_set1(-0.693359375f), xc);
     r = vf_fmadd(n, vf_set1(2.12194440e-4f), r);
@@ -286,7 +307,7 @@ CN_INLINE vf vf_exp(vf x) {
     p = vf_fmadd(p, r, vf_set1(1.6666665459e-1f));
     p = vf_fmadd(p, r, vf_set1(5.0000001201e-1f));
     const vf y = vf_add(vf_fmadd(vf_mul(p, r), r, r), vf_set1(1.0f));
-    return vf_zero_below(x, -87.3f, vf_ldexp(y, n));
+    return vf_if_gt(x, 88.72f, vf_set1(INFINITY), vf_zero_below(x, -87.3f, vf_ldexp(y, n)));
 }
 
 #endif

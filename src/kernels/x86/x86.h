@@ -11,4 +11,8 @@
 const cn_kernels *cn_kernels_avx2(void);   /* needs avx2, fma, f16c */
 const cn_kernels *cn_kernels_avx512(void); /* needs those and avx512f/bw/vl/vnni (dq) */
 
+/* GELU-tanh through f16 for every f16 input (gelu_table.c); filled by the getters. */
+extern float cn_x86_gelu_f16[1 << 16];
+void cn_x86_gelu_init(void);
+
 #endif
