@@ -311,6 +311,8 @@ Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
         {2, 20, 2, 128, 16, 35, CN_TYPE_F16}, /* 10 per KV head: more than one group */
         {6, 2, 1, 32, 4, 1, CN_TYPE_F16},     /* a single position */
         {1, 9, 3, 64, 16, 300, CN_TYPE_Q8_0},
+        {3, 4, 2, 64, 16, 1100, CN_TYPE_F16},  /* rows longer than the stack tile */
+        {6, 3, 1, 32, 16, 1030, CN_TYPE_F32},  /* windows make some rows short, some long */
     };
     for (int f = 0; f < nf; f++)
         for (size_t i = 0; i < CN_ARRAY_LEN(cases); i++) check_attn(fam[f], cases[i]);

@@ -170,12 +170,214 @@ CN_INLINE void attn_heads(const uint32_t type, const int NG, const cn_attn_args 
             else attn_heads(T, 1, a, r, h0 + g, sc, SMAX);                                   \
         }                                                                                         \
     }
-ATTN_NG(CN_TYPE_F32, attn_f32)
-ATTN_NG(CN_TYPE_F16, attn_f16)
 ATTN_NG(CN_TYPE_Q8_0, attn_q8_0)
 
-/* Work items are (row, group of query heads of one KV head); with few rows (decode) the
- * groups shrink so every thread gets some. Either way each head's arithmetic is the same. */
+/* ---- F16 and F32 caches: K read transposed (one lane per position), tiles of rows ----
+ *
+ * Up to QRMAX consecutive rows of one sequence (prefill) share each transposed K chunk
+ * and each converted V row. A row's arithmetic is the same in a tile of one (decode) as
+ * in a tile of four: its scores are lane-wise d-ordered FMA chains, its softmax runs
+ * over its own range in chunks from its own first position, and its V sum adds every
+ * position in order, positions outside its range with weight exactly 0. */
+#define QRMAX (VL == 16 ? 4 : 2)
+#define TSMAX 1024 /* positions per row whose scores fit the stack buffer */
+
+/* Dims [d0, d0 + 8) (F16) or [d0, d0 + 4) (F32) of VL positions' K rows, lane = position. */
+CN_INLINE void k_cols(const uint32_t type, const uint8_t *const *krow, size_t off, vf *kt) {
+    vi v[4];
+    vi_load_t4(krow, off, v);
+    CN_UNROLL
+    for (int c = 0; c < 4; c++) {
+        if (type == CN_TYPE_F16) {
+            kt[2 * c] = vf_h2f_lo(v[c]);
+            kt[2 * c + 1] = vf_h2f_hi(v[c]);
+        } else {
+            kt[c] = vf_from_bits(v[c]);
+        }
+    }
+}
+
+/* Rows r0 .. r0+QR-1 (sharing their block lists), heads h0 .. h0+NG-1 of one KV head.
+ * sc: QR * NG rows of sc_stride floats; row (r, g) keeps position p's score at
+ * [pad + p - lo_r] (pad >= VL - 1 when rows may start at different positions). */
+CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const cn_attn_args *a, int32_t r0,
+                         int32_t h0, float *sc, int64_t sc_stride, int pad) {
+    const int32_t hd = a->head_dim, nv = hd / VL, DG = type == CN_TYPE_F16 ? 8 : 4;
+    const size_t esz = type == CN_TYPE_F16 ? 2 : 4;
+    const int32_t first = (h0 / (a->n_head / a->n_head_kv)) * hd;
+    const int32_t bt = a->block_tokens, kvd = a->kv_dim;
+    const void *const *kb = a->k_blocks[r0], *const *vb = a->v_blocks[r0];
+    _Alignas(64) float q[QRMAX][GMAX][CN_MAX_HEAD_DIM];
+    _Alignas(64) float acc[QRMAX][GMAX][CN_MAX_HEAD_DIM];
+    _Alignas(64) float w[QRMAX][GMAX][VL];
+    int32_t lo[QRMAX], hi[QRMAX], plo = INT32_MAX, phi = -1;
+    vf vmax[QRMAX][GMAX];
+    CN_UNROLL
+    for (int r = 0; r < QR; r++) {
+        lo[r] = a->pos_lo[r0 + r];
+        hi[r] = a->pos_hi[r0 + r];
+        plo = CN_MIN(plo, lo[r]);
+        phi = CN_MAX(phi, hi[r]);
+        CN_UNROLL
+        for (int g = 0; g < NG; g++) {
+            const float *qs = a->q + ((int64_t)(r0 + r) * a->n_head + h0 + g) * hd;
+            for (int32_t i = 0; i < nv; i++) {
+                const vf x = vf_loadu(qs + VL * i);
+                vf_storeu(&q[r][g][VL * i], type == CN_TYPE_F16 ? vf_round_h(x) : x);
+                vf_storeu(&acc[r][g][VL * i], vf_zero());
+            }
+            vmax[r][g] = vf_set1(-INFINITY);
+        }
+    }
+    const int64_t slot_bytes = (int64_t)kvd * (int64_t)esz, first_off = (int64_t)first * (int64_t)esz;
+    const uint8_t *row[VL];
+#define SC(r, g) (sc + ((r) * NG + (g)) * sc_stride + pad)
+
+    /* pass 1: scores */
+    int32_t blk = plo / bt, slot = plo % bt;
+    for (int32_t p0 = plo; p0 <= phi; p0 += VL) {
+        const int n = (int)CN_MIN((int32_t)VL, phi - p0 + 1);
+        for (int j = 0; j < n; j++) {
+            row[j] = (const uint8_t *)kb[blk] + first_off + slot * slot_bytes;
+            if (++slot == bt) slot = 0, blk++;
+        }
+        for (int j = n; j < VL; j++) row[j] = row[n - 1];
+        vf s[QRMAX][GMAX];
+        CN_UNROLL
+        for (int r = 0; r < QR; r++) {
+            CN_UNROLL
+            for (int g = 0; g < NG; g++) s[r][g] = vf_zero();
+        }
+        for (int32_t d0 = 0; d0 < hd; d0 += DG) {
+            vf kt[8];
+            k_cols(type, row, (size_t)d0 * esz, kt);
+            CN_UNROLL
+            for (int e = 0; e < 8; e++) {
+                if (type != CN_TYPE_F16 && e >= 4) break;
+                CN_UNROLL
+                for (int r = 0; r < QR; r++) {
+                    CN_UNROLL
+                    for (int g = 0; g < NG; g++) s[r][g] = vf_fmadd(vf_set1(q[r][g][d0 + e]), kt[e], s[r][g]);
+                }
+            }
+        }
+        CN_UNROLL
+        for (int r = 0; r < QR; r++) {
+            const int from = lo[r] - p0, to = CN_MIN(hi[r] - p0 + 1, n);
+            if (to <= CN_MAX(from, 0)) continue;
+            CN_UNROLL
+            for (int g = 0; g < NG; g++) {
+                const vf x = vf_mul(s[r][g], vf_set1(a->scale));
+                vf_store_range(SC(r, g) + (p0 - lo[r]), x, from, to);
+                vmax[r][g] = vf_max(vmax[r][g], vf_keep_range(x, from, to, -INFINITY));
+            }
+        }
+    }
+
+    /* pass 2, per row and head over its own range: e = exp(s - max), sum in double */
+    float inv[QRMAX][GMAX];
+    CN_UNROLL
+    for (int r = 0; r < QR; r++) {
+        const int32_t n_pos = hi[r] - lo[r] + 1;
+        CN_UNROLL
+        for (int g = 0; g < NG; g++) {
+            float *sg = SC(r, g);
+            const vf mx = vf_set1(vf_hmax(vmax[r][g]));
+            double sum = 0.0;
+            for (int32_t p0 = 0; p0 < n_pos; p0 += VL) {
+                const int n = (int)CN_MIN((int32_t)VL, n_pos - p0);
+                const vf e = vf_keep_n(vf_exp(vf_sub(vf_load_n(sg + p0, n), mx)), n, 0.0f);
+                vf_store_n(sg + p0, e, n);
+                sum += vf_hsum_d(e);
+            }
+            inv[r][g] = (float)(1.0 / sum);
+        }
+    }
+
+    /* pass 3: weights (rounded to f16 for an F16 cache) times V rows, in position order */
+    blk = plo / bt, slot = plo % bt;
+    for (int32_t p0 = plo; p0 <= phi; p0 += VL) {
+        const int n = (int)CN_MIN((int32_t)VL, phi - p0 + 1);
+        for (int j = 0; j < n; j++) {
+            row[j] = (const uint8_t *)vb[blk] + first_off + slot * slot_bytes;
+            if (++slot == bt) slot = 0, blk++;
+        }
+        for (int j = n; j < VL; j++) row[j] = row[n - 1];
+        CN_UNROLL
+        for (int r = 0; r < QR; r++) {
+            const int from = lo[r] - p0, to = CN_MIN(hi[r] - p0 + 1, n);
+            CN_UNROLL
+            for (int g = 0; g < NG; g++) {
+                vf x = vf_zero();
+                if (to > CN_MAX(from, 0)) x = vf_mul(vf_load_range(SC(r, g) + (p0 - lo[r]), from, to), vf_set1(inv[r][g]));
+                vf_storeu(w[r][g], type == CN_TYPE_F16 ? vf_round_h(x) : x);
+            }
+        }
+        for (int32_t i = 0; i < nv; i++) {
+            vf v[VL];
+            CN_UNROLL
+            for (int j = 0; j < VL; j++) v[j] = kv_vec(type, row[j], i);
+            CN_UNROLL
+            for (int r = 0; r < QR; r++) {
+                CN_UNROLL
+                for (int g = 0; g < NG; g++) {
+                    vf o = vf_loadu(&acc[r][g][VL * i]);
+                    CN_UNROLL
+                    for (int j = 0; j < VL; j++) o = vf_fmadd(vf_set1(w[r][g][j]), v[j], o);
+                    vf_storeu(&acc[r][g][VL * i], o);
+                }
+            }
+        }
+    }
+#undef SC
+    CN_UNROLL
+    for (int r = 0; r < QR; r++) {
+        CN_UNROLL
+        for (int g = 0; g < NG; g++) {
+            float *out = a->out + ((int64_t)(r0 + r) * a->n_head + h0 + g) * hd;
+            for (int32_t i = 0; i < nv; i++) vf_storeu(out + VL * i, vf_loadu(&acc[r][g][VL * i]));
+        }
+    }
+}
+
+/* A tile of qr rows (1 or QRMAX) and ng heads; a row longer than TSMAX goes alone, one
+ * head at a time, with its scores in the caller's scratch. */
+#define ATTN_TILE(T, NAME)                                                                        \
+    static void NAME(const cn_attn_args *a, int32_t r0, int32_t qr, int32_t h0, int32_t ng, float *scratch) { \
+        _Alignas(64) float sc[QRMAX * GMAX * (TSMAX + 2 * VL)];                                   \
+        bool long_row = false;                                                                    \
+        for (int32_t r = r0; r < r0 + qr; r++) long_row |= a->pos_hi[r] - a->pos_lo[r] + 1 > TSMAX; \
+        if (long_row) {                                                                           \
+            for (int32_t r = r0; r < r0 + qr; r++)                                                \
+                for (int32_t g = 0; g < ng; g++) attn_tile(T, 1, 1, a, r, h0 + g, scratch, 0, 0); \
+            return;                                                                               \
+        }                                                                                         \
+        for (int32_t g = 0; g < ng; g += GMAX) {                                                  \
+            const int32_t k = CN_MIN(ng - g, GMAX);                                               \
+            if (qr == QRMAX) {                                                                    \
+                if (k == 4) attn_tile(T, QRMAX, 4, a, r0, h0 + g, sc, TSMAX + 2 * VL, VL);        \
+                else if (k == 3) attn_tile(T, QRMAX, 3, a, r0, h0 + g, sc, TSMAX + 2 * VL, VL);   \
+                else if (k == 2) attn_tile(T, QRMAX, 2, a, r0, h0 + g, sc, TSMAX + 2 * VL, VL);   \
+                else attn_tile(T, QRMAX, 1, a, r0, h0 + g, sc, TSMAX + 2 * VL, VL);               \
+            } else {                                                                              \
+                for (int32_t r = r0; r < r0 + qr; r++) {                                          \
+                    if (k == 4) attn_tile(T, 1, 4, a, r, h0 + g, sc, TSMAX + 2 * VL, 0);          \
+                    else if (k == 3) attn_tile(T, 1, 3, a, r, h0 + g, sc, TSMAX + 2 * VL, 0);     \
+                    else if (k == 2) attn_tile(T, 1, 2, a, r, h0 + g, sc, TSMAX + 2 * VL, 0);     \
+                    else attn_tile(T, 1, 1, a, r, h0 + g, sc, TSMAX + 2 * VL, 0);                 \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }
+ATTN_TILE(CN_TYPE_F32, attn_tile_f32)
+ATTN_TILE(CN_TYPE_F16, attn_tile_f16)
+
+/* Work items are (tile of rows, group of query heads of one KV head); with few rows
+ * (decode) the groups shrink so every thread gets some. Tiles are up to QRMAX
+ * consecutive rows of one sequence (F16/F32 caches; Q8_0 takes rows one by one). Either
+ * way each (row, head)'s arithmetic is the same. Items are dealt round-robin: under a
+ * causal mask later rows attend more positions, so contiguous slices would give the last
+ * thread most of the work. */
 static void CN_X86_SUFFIX(attention)(const cn_attn_args *a, int ith, int nth) {
     const int32_t G = a->n_head / a->n_head_kv;
     if (a->head_dim % VL || a->head_dim > CN_MAX_HEAD_DIM || a->n_head % a->n_head_kv ||
@@ -184,18 +386,34 @@ static void CN_X86_SUFFIX(attention)(const cn_attn_args *a, int ith, int nth) {
         cn_ref_attention(a, ith, nth);
         return;
     }
+    const bool tiled = a->kv_type != CN_TYPE_Q8_0;
+    /* tile t covers rows [tstart(t), tstart(t + 1)): counted the same way by every thread */
+    int64_t n_tiles = 0;
+    for (int32_t r = 0; r < a->n_rows;) {
+        int32_t e = r + 1;
+        while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] && a->v_blocks[e] == a->v_blocks[r]) e++;
+        n_tiles++;
+        r = e;
+    }
     int32_t per = CN_MIN(G, GMAX);
-    while (per > 1 && (int64_t)a->n_rows * a->n_head_kv * ((G + per - 1) / per) < 2 * (int64_t)nth) per = (per + 1) / 2;
+    while (per > 1 && n_tiles * a->n_head_kv * ((G + per - 1) / per) < 2 * (int64_t)nth) per = (per + 1) / 2;
     const int32_t n_sub = (G + per - 1) / per;
-    void (*fn)(const cn_attn_args *, int32_t, int32_t, int32_t, float *) =
-        a->kv_type == CN_TYPE_F32 ? attn_f32 : a->kv_type == CN_TYPE_F16 ? attn_f16 : attn_q8_0;
-    /* Items are dealt round-robin: under a causal mask later rows attend more positions,
-     * so contiguous slices would give the last thread most of the work. */
-    for (int64_t t = ith; t < (int64_t)a->n_rows * a->n_head_kv * n_sub; t += nth) {
-        const int32_t r = (int32_t)(t / ((int64_t)a->n_head_kv * n_sub));
-        const int32_t rest = (int32_t)(t % ((int64_t)a->n_head_kv * n_sub));
-        const int32_t kvh = rest / n_sub, sub = rest % n_sub;
-        const int32_t h0 = kvh * G + sub * per;
-        fn(a, r, h0, CN_MIN(per, G - sub * per), a->scratch + (int64_t)ith * a->scratch_stride);
+    const int64_t per_tile = (int64_t)a->n_head_kv * n_sub;
+    float *scratch = a->scratch + (int64_t)ith * a->scratch_stride;
+    int64_t item = 0;
+    for (int32_t r = 0; r < a->n_rows;) {
+        int32_t e = r + 1;
+        while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] && a->v_blocks[e] == a->v_blocks[r]) e++;
+        for (int64_t k = 0; k < per_tile; k++, item++) {
+            if (item % nth != ith) continue;
+            const int32_t kvh = (int32_t)(k / n_sub), sub = (int32_t)(k % n_sub);
+            const int32_t h0 = kvh * G + sub * per, ng = CN_MIN(per, G - sub * per);
+            switch (a->kv_type) {
+            case CN_TYPE_F32: attn_tile_f32(a, r, e - r, h0, ng, scratch); break;
+            case CN_TYPE_F16: attn_tile_f16(a, r, e - r, h0, ng, scratch); break;
+            default: attn_q8_0(a, r, h0, ng, scratch); break;
+            }
+        }
+        r = e;
     }
 }

@@ -117,6 +117,17 @@ CN_INLINE void vi_load_t4(const uint8_t *const *p, size_t off, vi v[4]) {
 /* ---- float helpers for attention ---- */
 CN_INLINE vf vf_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 CN_INLINE vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+CN_INLINE vf vf_from_bits(vi a) { return _mm512_castsi512_ps(a); }
+/* Lanes [from, to) of (from may be < 0, to > VL): a mask, a masked store, a masked load
+ * (other lanes 0); masked-off lanes are never accessed. */
+CN_INLINE __mmask16 range_mask(int from, int to) {
+    from = from < 0 ? 0 : from;
+    to = to > VL ? VL : to;
+    return to <= from ? 0 : (__mmask16)(((1u << to) - 1) & ~((1u << from) - 1));
+}
+CN_INLINE void vf_store_range(float *p, vf v, int from, int to) { _mm512_mask_storeu_ps(p, range_mask(from, to), v); }
+CN_INLINE vf vf_load_range(const float *p, int from, int to) { return _mm512_maskz_loadu_ps(range_mask(from, to), p); }
+CN_INLINE vf vf_keep_range(vf v, int from, int to, float x) { return _mm512_mask_blend_ps(range_mask(from, to), _mm512_set1_ps(x), v); }
 /* x > lim ? v : y */
 CN_INLINE vf vf_if_gt(vf x, float lim, vf v, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GT_OQ), y, v); }
 /* x >= lim ? v : y */
@@ -245,6 +256,17 @@ CN_INLINE void vi_load_t4(const uint8_t *const *p, size_t off, vi v[4]) {
 /* ---- float helpers for attention ---- */
 CN_INLINE vf vf_fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 CN_INLINE vf vf_div(vf a, vf b) { return _mm256_div_ps(a, b); }
+CN_INLINE vf vf_from_bits(vi a) { return _mm256_castsi256_ps(a); }
+CN_INLINE __m256i range_mask(int from, int to) {
+    from = from < 0 ? 0 : from > VL ? VL : from;
+    to = to < 0 ? 0 : to > VL ? VL : to;
+    return _mm256_andnot_si256(lane_mask(from), lane_mask(to));
+}
+CN_INLINE void vf_store_range(float *p, vf v, int from, int to) { _mm256_maskstore_ps(p, range_mask(from, to), v); }
+CN_INLINE vf vf_load_range(const float *p, int from, int to) { return _mm256_maskload_ps(p, range_mask(from, to)); }
+CN_INLINE vf vf_keep_range(vf v, int from, int to, float x) {
+    return _mm256_blendv_ps(_mm256_set1_ps(x), v, _mm256_castsi256_ps(range_mask(from, to)));
+}
 CN_INLINE vf vf_if_gt(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GT_OQ)); }
 CN_INLINE vf vf_if_ge(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ)); }
 CN_INLINE vf vf_if_le(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_LE_OQ)); }
