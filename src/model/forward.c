@@ -29,6 +29,9 @@ struct cn_ctx {
     void *xq, *xq_alt[2];         /* (B, act row bytes <= 4 * max width): activations
                                    * quantized for the next matmuls, one per format */
     float *attn_scratch;          /* (n_threads, n_ctx) */
+    float *thr_f;                 /* (n_threads, 3, W) one row's residual, branch, norm */
+    uint8_t *thr_q;               /* (n_threads, 3, 4 W) that row quantized, per format */
+    int64_t thr_w;                /* W: the widest row */
     int32_t *pos_lo, *pos_hi;     /* (B) */
     int32_t *row_useq;            /* (B) index of the row's sequence in useq */
     int32_t *useq;                /* (B) distinct sequences of the batch */
@@ -52,6 +55,8 @@ void cn_ctx_free(cn_ctx *c) {
                    c->cs_global, c->cs_swa, c->attn_scratch};
     for (size_t i = 0; i < CN_ARRAY_LEN(fl); i++) cn_free_aligned(fl[i]);
     cn_free_aligned(c->xq);
+    cn_free_aligned(c->thr_f);
+    cn_free_aligned(c->thr_q);
     cn_free_aligned(c->xq_alt[0]);
     cn_free_aligned(c->xq_alt[1]);
     free(c->pos_lo);
@@ -119,6 +124,9 @@ cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out,
     c->xq_alt[0] = falloc(B, W, &ok);
     c->xq_alt[1] = falloc(B, W, &ok);
     c->attn_scratch = falloc(p->n_threads, c->n_ctx, &ok);
+    c->thr_w = W;
+    c->thr_f = falloc(p->n_threads, 3 * W, &ok);
+    c->thr_q = (uint8_t *)falloc(p->n_threads, 3 * W, &ok); /* 4 bytes per element per format */
     c->pos_lo = calloc((size_t)B, sizeof *c->pos_lo);
     c->pos_hi = calloc((size_t)B, sizeof *c->pos_hi);
     c->row_useq = calloc((size_t)B, sizeof *c->row_useq);
@@ -336,6 +344,69 @@ static void qk_run(void *p, int ith, int nth) {
     for (int64_t r = r0; r < r1; r++) qk_row(t->c, t->L, t->cs, r);
 }
 
+/* Decode (one row): every thread repeats the row's cheap steps (residual add, norm,
+ * activation, quantization) in its own buffers, then takes its share of the matmuls
+ * that read it, so a step and its matmuls are one region instead of two. The per-row
+ * arithmetic is the batch path's. */
+typedef enum { DEC_RESID_NORM, DEC_QUANT, DEC_ACT } dec_mode;
+typedef struct {
+    cn_ctx *c;
+    dec_mode mode;
+    int64_t row;                /* DEC_RESID_NORM: the batch row (x, add) */
+    const float *add;           /* DEC_RESID_NORM: branch added to x (NULL: none) */
+    const cn_weight *add_norm;  /* its post-norm, or NULL */
+    const cn_weight *norm;
+    const float *src;           /* DEC_QUANT: the row */
+    cn_act act;                 /* DEC_ACT (hg, hu row 0) */
+    int64_t k;                  /* width quantized */
+    int n_mm;
+    const cn_weight *w[3];
+    float *y[3];
+} dec_task;
+static void dec_run(void *p, int ith, int nth) {
+    dec_task *t = p;
+    cn_ctx *c = t->c;
+    const cn_kernels *K = c->kern;
+    const cn_hparams *hp = cn_model_hparams(c->m);
+    float *f = c->thr_f + (int64_t)ith * 3 * c->thr_w; /* row, branch, normed */
+    uint8_t *q = c->thr_q + (size_t)ith * 3 * 4 * (size_t)c->thr_w;
+    const float *in = t->src;
+    if (t->mode == DEC_RESID_NORM) {
+        const int64_t E = hp->n_embd;
+        const float *x = c->x + t->row * E;
+        float *xr = f, *br = f + c->thr_w, *xb = f + 2 * c->thr_w;
+        memcpy(xr, x, (size_t)E * sizeof(float));
+        if (t->add) {
+            const float *a = t->add + t->row * E;
+            if (t->add_norm) {
+                K->rmsnorm(a, t->add_norm->data, br, E, hp->norm_eps);
+                a = br;
+            }
+            add_rows(xr, a, E);
+        }
+        K->rmsnorm(xr, t->norm->data, xb, E, hp->norm_eps);
+        in = xb;
+    } else if (t->mode == DEC_ACT) {
+        K->gated_act(t->act, c->hg, c->hu, f, t->k);
+        in = f;
+    }
+    quant_set qs;
+    int which[3];
+    quant_plan(c, t->w, t->n_mm, &qs, which);
+    for (int j = 0; j < qs.n; j++) qs.buf[j] = q + (size_t)j * 4 * (size_t)c->thr_w;
+    quant_row(K, &qs, in, t->k, 0);
+    for (int i = 0; i < t->n_mm; i++) {
+        const cn_matmul_args a = mm_args(t->w[i], &qs, which[i], 1, t->y[i], t->w[i]->ne1);
+        K->matmul(&a, ith, nth);
+    }
+}
+
+/* x row `row` = the residual computed by the caller's thread (thread 0) in dec_run. */
+static void dec_keep_x(cn_ctx *c, int64_t row) {
+    const int64_t E = cn_model_hparams(c->m)->n_embd;
+    memcpy(c->x + row * E, c->thr_f, (size_t)E * sizeof(float));
+}
+
 
 /* Checks rows, finds the batch's sequences, checks each continues its cache without
  * gaps, and reserves the blocks. */
@@ -472,13 +543,21 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
         /* attention: x (+ the previous layer's FFN branch) → norm → Q, K, V */
         const cn_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         int wi[3];
-        resid_norm_task rn = {c, n, prev ? c->tmp : NULL, prev && arch->post_norms ? &prev->post_ffn_norm : NULL,
-                              &L->attn_norm, NULL, {0}};
-        quant_plan(c, qkv, 3, &rn.qs, wi);
-        cn_pool_run(c->pool, resid_norm_run, &rn);
-        mm_group g = {K, 3, {mm_args(&L->wq, &rn.qs, wi[0], n, c->q, QD), mm_args(&L->wk, &rn.qs, wi[1], n, c->k, KVD),
-                             mm_args(&L->wv, &rn.qs, wi[2], n, c->v, KVD)}};
-        cn_pool_run(c->pool, mm_group_run, &g);
+        if (n == 1) {
+            dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .add = prev ? c->tmp : NULL,
+                          .add_norm = prev && arch->post_norms ? &prev->post_ffn_norm : NULL, .norm = &L->attn_norm,
+                          .k = E, .n_mm = 3, .w = {&L->wq, &L->wk, &L->wv}, .y = {c->q, c->k, c->v}};
+            cn_pool_run(c->pool, dec_run, &d);
+            dec_keep_x(c, 0);
+        } else {
+            resid_norm_task rn = {c, n, prev ? c->tmp : NULL, prev && arch->post_norms ? &prev->post_ffn_norm : NULL,
+                                  &L->attn_norm, NULL, {0}};
+            quant_plan(c, qkv, 3, &rn.qs, wi);
+            cn_pool_run(c->pool, resid_norm_run, &rn);
+            mm_group g = {K, 3, {mm_args(&L->wq, &rn.qs, wi[0], n, c->q, QD), mm_args(&L->wk, &rn.qs, wi[1], n, c->k, KVD),
+                                 mm_args(&L->wv, &rn.qs, wi[2], n, c->v, KVD)}};
+            cn_pool_run(c->pool, mm_group_run, &g);
+        }
         if (n > 1) {
             qk_task qt = {c, L, cs, n};
             cn_pool_run(c->pool, qk_run, &qt);
@@ -502,21 +581,35 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
                          .scratch = c->attn_scratch, .scratch_stride = c->n_ctx}};
         cn_pool_run(c->pool, attn_run, &at);
         const cn_weight *wo = &L->wo;
-        quant_set qo;
-        quant_plan(c, &wo, 1, &qo, wi);
-        quant_task qt = {K, qo.act[0], c->att, QD, n, qo.buf[0], qo.rb[0]};
-        cn_pool_run(c->pool, quant_run, &qt);
-        mm_group go = {K, 1, {mm_args(wo, &qo, 0, n, c->tmp, E)}};
-        cn_pool_run(c->pool, mm_group_run, &go);
+        if (n == 1) {
+            dec_task d = {.c = c, .mode = DEC_QUANT, .src = c->att, .k = QD, .n_mm = 1, .w = {wo}, .y = {c->tmp}};
+            cn_pool_run(c->pool, dec_run, &d);
+        } else {
+            quant_set qo;
+            quant_plan(c, &wo, 1, &qo, wi);
+            quant_task qt = {K, qo.act[0], c->att, QD, n, qo.buf[0], qo.rb[0]};
+            cn_pool_run(c->pool, quant_run, &qt);
+            mm_group go = {K, 1, {mm_args(wo, &qo, 0, n, c->tmp, E)}};
+            cn_pool_run(c->pool, mm_group_run, &go);
+        }
 
         /* feed-forward: x += attention branch → norm → gate, up → act → down */
-        const cn_weight *gu[2] = {&L->w_gate, &L->w_up};
+        const cn_weight *gu[2] = {&L->w_gate, &L->w_up}, *wd = &L->w_down;
+        if (n == 1) {
+            dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .add = c->tmp,
+                          .add_norm = arch->post_norms ? &L->post_attn_norm : NULL, .norm = &L->ffn_norm, .k = E,
+                          .n_mm = 2, .w = {&L->w_gate, &L->w_up}, .y = {c->hg, c->hu}};
+            cn_pool_run(c->pool, dec_run, &d);
+            dec_keep_x(c, 0);
+            dec_task da = {.c = c, .mode = DEC_ACT, .act = arch->act, .k = F, .n_mm = 1, .w = {wd}, .y = {c->tmp}};
+            cn_pool_run(c->pool, dec_run, &da);
+            continue;
+        }
         resid_norm_task rf = {c, n, c->tmp, arch->post_norms ? &L->post_attn_norm : NULL, &L->ffn_norm, NULL, {0}};
         quant_plan(c, gu, 2, &rf.qs, wi);
         cn_pool_run(c->pool, resid_norm_run, &rf);
         mm_group gg = {K, 2, {mm_args(&L->w_gate, &rf.qs, wi[0], n, c->hg, F), mm_args(&L->w_up, &rf.qs, wi[1], n, c->hu, F)}};
         cn_pool_run(c->pool, mm_group_run, &gg);
-        const cn_weight *wd = &L->w_down;
         act_task ac = {c, n, arch->act, {0}};
         quant_plan(c, &wd, 1, &ac.qs, wi);
         cn_pool_run(c->pool, act_run, &ac);
@@ -527,14 +620,22 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
     /* the last FFN branch, the output norm and the LM head, for the rows that want logits */
     if (n_want == 0) return CN_STATUS_OK;
     const cn_weight *out = cn_model_output(m);
-    int wi0;
-    resid_norm_task rl = {c, n_want, c->tmp,
-                          arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
-                          cn_model_output_norm(m), c->want_rows, {0}};
-    quant_plan(c, &out, 1, &rl.qs, &wi0);
-    cn_pool_run(c->pool, resid_norm_run, &rl);
-    mm_group gl = {K, 1, {mm_args(out, &rl.qs, 0, n_want, logits_out, hp->n_vocab)}};
-    cn_pool_run(c->pool, mm_group_run, &gl);
+    if (n == 1) {
+        dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .add = c->tmp,
+                      .add_norm = arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
+                      .norm = cn_model_output_norm(m), .k = E, .n_mm = 1, .w = {out}, .y = {logits_out}};
+        cn_pool_run(c->pool, dec_run, &d);
+        dec_keep_x(c, 0);
+    } else {
+        int wi0;
+        resid_norm_task rl = {c, n_want, c->tmp,
+                              arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
+                              cn_model_output_norm(m), c->want_rows, {0}};
+        quant_plan(c, &out, 1, &rl.qs, &wi0);
+        cn_pool_run(c->pool, resid_norm_run, &rl);
+        mm_group gl = {K, 1, {mm_args(out, &rl.qs, 0, n_want, logits_out, hp->n_vocab)}};
+        cn_pool_run(c->pool, mm_group_run, &gl);
+    }
     if (hp->final_softcap > 0.0f) {
         const float cap = hp->final_softcap;
         for (int64_t i = 0; i < (int64_t)n_want * hp->n_vocab; i++)
