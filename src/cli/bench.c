@@ -9,8 +9,9 @@
  *   through the model's tokenizer) prefilled and then greedily continued for -n tokens;
  *   decode GB/s = bytes of the weights one token reads (every matmul and norm weight,
  *   the LM head; not the embedding table unless it is the tied LM head) × tg tok/s, and
- *   that as a fraction of the machine's read bandwidth, measured here by streaming over
- *   256 MiB with the same thread count (a copy test is reported beside it).
+ *   that as a fraction of the machine's read bandwidth, measured here by streaming once
+ *   over as many bytes (at least 64 MiB, in 2 MiB pages like the weights, so caches
+ *   help both alike) with the same thread count; a copy test is reported beside it.
  *
  * Output: a table on stdout (it is this command's product), progress on stderr; --json
  * prints one JSON object per (model, threads) line instead. Every figure is wall time
@@ -32,7 +33,7 @@
 
 #define MAX_THREADS_LIST 16
 #define MAX_MODELS 16
-#define BW_BYTES ((size_t)256 << 20)
+#define BW_MIN_BYTES ((size_t)64 << 20)
 
 static const char k_prompt[] =
     "The lighthouse keeper had kept the same routine for thirty years. Every evening, just "
@@ -88,18 +89,26 @@ typedef struct {
     uint64_t sink[64];
 } bw_task;
 
+/* This thread's slice as 4 interleaved streams with prefetch 8 KiB ahead: more memory
+ * parallelism than one stream (measured), as the matmul's 16-row tiles have. */
 static void bw_read(void *p, int ith, int nth) {
     bw_task *t = p;
     int64_t i0, i1;
-    cn_split((int64_t)t->n_words / 8, ith, nth, &i0, &i1);
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (int64_t i = i0 * 8; i < i1 * 8; i += 8) {
-        a += t->src[i] ^ t->src[i + 4];
-        b += t->src[i + 1] ^ t->src[i + 5];
-        c += t->src[i + 2] ^ t->src[i + 6];
-        d += t->src[i + 3] ^ t->src[i + 7];
-    }
-    t->sink[ith % 64] = a + b + c + d;
+    cn_split((int64_t)t->n_words / 32, ith, nth, &i0, &i1);
+    const int64_t per = (i1 - i0) * 8; /* words per stream */
+    const uint64_t *s[4];
+    for (int k = 0; k < 4; k++) s[k] = t->src + i0 * 32 + k * per;
+    uint64_t a = 0, b = 0;
+    for (int64_t i = 0; i < per; i += 8)
+        for (int k = 0; k < 4; k++) {
+            const uint64_t *q = s[k] + i;
+            __builtin_prefetch(q + 1024, 0, 2);
+            a += q[0] ^ q[4];
+            b += q[1] ^ q[5];
+            a += q[2] ^ q[6];
+            b += q[3] ^ q[7];
+        }
+    t->sink[ith % 64] = a + b;
 }
 
 static void bw_copy(void *p, int ith, int nth) {
@@ -109,26 +118,32 @@ static void bw_copy(void *p, int ith, int nth) {
     memcpy(t->dst + i0, t->src + i0, (size_t)(i1 - i0) * 8);
 }
 
-/* Best of 3 passes (GB/s) for reading BW_BYTES and for copying BW_BYTES / 2 (read +
- * written bytes). */
-static cn_status measure_bw(cn_pool *pool, double *read_gb_s, double *copy_gb_s, cn_error *err) {
-    uint64_t *buf = cn_alloc_aligned(BW_BYTES);
+/* Best of 3 passes (GB/s) reading n_bytes (as many as decoding reads per token, so
+ * cache effects are alike) and copying half of it (read + written bytes). */
+static cn_status measure_bw(cn_pool *pool, size_t n_bytes, double *read_gb_s, double *copy_gb_s, cn_error *err) {
+    n_bytes = (CN_MAX(n_bytes, BW_MIN_BYTES) + 63) & ~(size_t)63;
+    uint64_t *buf = cn_alloc_aligned(n_bytes);
     if (!buf) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for the bandwidth test");
-    memset(buf, 1, BW_BYTES);
-    bw_task t = {.src = buf, .n_words = BW_BYTES / 8};
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* the same 2 MiB pages the weights get with prefault (model.c), for a fair ratio */
+    const uintptr_t huge = (uintptr_t)2 << 20, a = ((uintptr_t)buf + huge - 1) & ~(huge - 1);
+    if (a < (uintptr_t)buf + n_bytes) madvise((void *)a, ((uintptr_t)buf + n_bytes - a) & ~(huge - 1), MADV_HUGEPAGE);
+#endif
+    memset(buf, 1, n_bytes);
+    bw_task t = {.src = buf, .n_words = n_bytes / 8};
     *read_gb_s = *copy_gb_s = 0;
     for (int rep = 0; rep < 3; rep++) {
         double t0 = cn_time_ms();
         cn_pool_run(pool, bw_read, &t);
         double ms = cn_time_ms() - t0;
-        *read_gb_s = fmax(*read_gb_s, BW_BYTES / ms / 1e6);
+        *read_gb_s = fmax(*read_gb_s, n_bytes / ms / 1e6);
     }
-    bw_task c = {.src = buf, .dst = buf + BW_BYTES / 16, .n_words = BW_BYTES / 16};
+    bw_task c = {.src = buf, .dst = buf + n_bytes / 16, .n_words = n_bytes / 16};
     for (int rep = 0; rep < 3; rep++) {
         double t0 = cn_time_ms();
         cn_pool_run(pool, bw_copy, &c);
         double ms = cn_time_ms() - t0;
-        *copy_gb_s = fmax(*copy_gb_s, BW_BYTES / ms / 1e6);
+        *copy_gb_s = fmax(*copy_gb_s, n_bytes / ms / 1e6);
     }
     cn_free_aligned(buf);
     return CN_STATUS_OK;
@@ -359,7 +374,7 @@ static int bench_model(const char *path, const opts *o, bool first) {
         }
         cn_pool *pool = NULL;
         if (cn_pool_create(o->threads[ti], &pool, &err) != CN_STATUS_OK ||
-            measure_bw(pool, &res.read_gb_s, &res.copy_gb_s, &err) != CN_STATUS_OK) {
+            measure_bw(pool, (size_t)wb, &res.read_gb_s, &res.copy_gb_s, &err) != CN_STATUS_OK) {
             cn_pool_free(pool);
             cn_cli_errorf("%s", err.msg);
             goto done;

@@ -1,6 +1,7 @@
 /* model.c — loading: the architecture table, hyperparameters from `<arch>.*` metadata
  * and weight views into the mapped GGUF, each checked for presence, shape and type
- * before the forward pass may touch it. Nothing is dequantized or copied here.
+ * before the forward pass may touch it. Nothing is dequantized here; with prefault the
+ * weights are copied once into 2 MiB pages (weights_to_hugepages below).
  *
  * The per-architecture facts below were checked against llama.cpp (llama-model.cpp,
  * the graph builders, gguf-py): Llama's converter permutes Q/K rows so RoPE pairs
@@ -10,6 +11,10 @@
 #include "model.h"
 
 #include <math.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +46,8 @@ struct cn_model {
     cn_hparams hp;
     cn_weight tok_embd, output_norm, output, rope_freqs;
     cn_layer *layers; /* (n_layer) */
+    void *hp_mem;     /* the weights' 2 MiB-page copy, or NULL */
+    size_t hp_bytes;
 };
 
 cn_model_params cn_model_default_params(void) {
@@ -298,6 +305,67 @@ static cn_status load_weights(cn_model *m, cn_error *err) {
     return CN_STATUS_OK;
 }
 
+/* Every decoded token streams all the weights once, and with 4 KiB pages that costs a
+ * TLB miss every 4 KiB: copied into memory backed by 2 MiB pages (transparent huge
+ * pages, madvise mode), single-thread streaming reads went from ~9 GB/s on the file
+ * mapping to ~13 GB/s on the benchmark machine, and decoding speeds up about as much.
+ * Costs: one copy of the weights in anonymous memory (the file pages we leave are
+ * dropped from our mapping) and its time at load. Best effort: on any failure (or off
+ * Linux) the weights stay in the file mapping. Read-only once copied. */
+static void weights_to_hugepages(cn_model *m) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t huge = (size_t)2 << 20;
+    size_t n_ws = 4 + 16 * (size_t)m->hp.n_layer;
+    cn_weight **ws = malloc(n_ws * sizeof *ws);
+    if (!ws) return;
+    n_ws = 0;
+    cn_weight *top[] = {&m->tok_embd, &m->output, &m->output_norm, &m->rope_freqs};
+    for (size_t i = 0; i < CN_ARRAY_LEN(top); i++) ws[n_ws++] = top[i];
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        cn_layer *L = &m->layers[il];
+        cn_weight *lw[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->q_norm,
+                           &L->k_norm, &L->post_attn_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
+                           &L->post_ffn_norm};
+        for (size_t i = 0; i < CN_ARRAY_LEN(lw); i++) ws[n_ws++] = lw[i];
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n_ws; i++) { /* views sharing data (a tied LM head) are copied once */
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++) seen = ws[j]->data == ws[i]->data;
+        if (ws[i]->data && !seen) total += ((ws[i]->row_bytes * (size_t)ws[i]->ne1) + 63) & ~(size_t)63;
+    }
+    const size_t len = (total + huge - 1) / huge * huge + huge; /* room to align to 2 MiB */
+    uint8_t *raw = total ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (raw == MAP_FAILED) {
+        free(ws);
+        return;
+    }
+    uint8_t *dst = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    madvise(dst, len - (size_t)(dst - raw), MADV_HUGEPAGE);
+    const long page = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < n_ws; i++) {
+        const void *src = ws[i]->data;
+        if (!src || ((const uint8_t *)src >= raw && (const uint8_t *)src < raw + len)) continue; /* absent or moved */
+        const size_t n = ws[i]->row_bytes * (size_t)ws[i]->ne1;
+        memcpy(dst, src, n);
+        for (size_t j = i; j < n_ws; j++)
+            if (ws[j]->data == src) ws[j]->data = dst;
+        if (page > 0) { /* our mapping of the file pages we just copied: no longer needed */
+            const uintptr_t a = ((uintptr_t)src + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+            const uintptr_t b = ((uintptr_t)src + n) & ~((uintptr_t)page - 1);
+            if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+        }
+        dst += (n + 63) & ~(size_t)63;
+    }
+    mprotect(raw, len, PROT_READ);
+    m->hp_mem = raw;
+    m->hp_bytes = len;
+    free(ws);
+#else
+    (void)m;
+#endif
+}
+
 static void prefault(const cn_model *m) {
     volatile uint8_t sink = 0;
     for (int64_t i = 0; i < cn_gguf_n_tensors(m->g); i++) {
@@ -338,7 +406,10 @@ cn_status cn_model_from_gguf(cn_gguf *g, const cn_model_params *p, cn_model **ou
         goto fail;
     }
     if ((s = load_weights(m, err)) != CN_STATUS_OK) goto fail;
-    if (p && p->prefault) prefault(m);
+    if (p && p->prefault) {
+        weights_to_hugepages(m); /* the copy touches every weight page */
+        if (!m->hp_mem) prefault(m);
+    }
     *out = m;
     return CN_STATUS_OK;
 fail:
@@ -357,6 +428,9 @@ cn_status cn_model_load(const char *path, const cn_model_params *p, cn_model **o
 
 void cn_model_free(cn_model *m) {
     if (!m) return;
+#if defined(__linux__)
+    if (m->hp_mem) munmap(m->hp_mem, m->hp_bytes);
+#endif
     cn_gguf_close(m->g);
     free(m->layers);
     free(m);

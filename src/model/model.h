@@ -68,7 +68,9 @@ typedef struct {
 typedef struct cn_model cn_model;
 
 typedef struct {
-    bool prefault;             /* touch every weight page at load (steady first-token time) */
+    bool prefault;             /* touch every weight page at load (steady first-token time);
+                                * on Linux this also copies the weights into 2 MiB pages,
+                                * which decoding streams faster (model.c, weights_to_hugepages) */
 } cn_model_params;
 cn_model_params cn_model_default_params(void);
 
