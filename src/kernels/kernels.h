@@ -29,8 +29,10 @@ typedef enum { CN_ACT_SILU = 0, CN_ACT_GELU_TANH } cn_act;
 /* y (n_tok, n_out) = x (n_tok, k) · Wᵀ, W (n_out, k) in its stored type. */
 typedef struct {
     uint32_t w_type;
-    const void *w;          /* n_out rows of w_row_bytes */
+    const void *w;          /* n_out rows of w_row_bytes; or, with w_packed, this family's
+                             * pack() layout of them */
     size_t w_row_bytes;
+    bool w_packed;
     const void *xq;         /* n_tok rows of xq_row_bytes, in cn_matmul_act_type(w_type) */
     size_t xq_row_bytes;
     float *y;               /* (n_tok, ldy) */
@@ -81,6 +83,13 @@ typedef struct cn_kernels {
     void (*matmul)(const cn_matmul_args *a, int ith, int nth);
     /* Split over (row, head) pairs. */
     void (*attention)(const cn_attn_args *a, int ith, int nth);
+    /* Optional (NULL: weights are always used as stored). A family may read a weight
+     * matrix faster in its own layout: packed_size gives the bytes of w_type (n_out, k)
+     * in it, 0 if it has none for that type and shape; pack writes it (dst: that many
+     * bytes, no alignment needed). The model packs once at load and passes w_packed; the
+     * results are the same bits as from the stored layout. */
+    size_t (*packed_size)(uint32_t w_type, int64_t n_out, int64_t k);
+    void (*pack)(uint32_t w_type, const void *w, size_t w_row_bytes, int64_t n_out, int64_t k, void *dst);
 } cn_kernels;
 
 /* The family for this CPU (chosen once; CINDER_REF=1 forces ref). */

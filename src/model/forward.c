@@ -294,7 +294,8 @@ static void mm_group_run(void *p, int ith, int nth) {
 }
 
 static cn_matmul_args mm_args(const cn_weight *w, const quant_set *qs, int which, int64_t n, float *y, int64_t ldy) {
-    return (cn_matmul_args){.w_type = w->type, .w = w->data, .w_row_bytes = w->row_bytes, .xq = qs->buf[which],
+    return (cn_matmul_args){.w_type = w->type, .w = w->data, .w_row_bytes = w->row_bytes, .w_packed = w->packed,
+                            .xq = qs->buf[which],
                             .xq_row_bytes = qs->rb[which], .y = y, .ldy = ldy, .n_out = w->ne1, .k = w->ne0,
                             .n_tok = n};
 }

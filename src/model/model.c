@@ -308,59 +308,76 @@ static cn_status load_weights(cn_model *m, cn_error *err) {
 /* Every decoded token streams all the weights once, and with 4 KiB pages that costs a
  * TLB miss every 4 KiB: copied into memory backed by 2 MiB pages (transparent huge
  * pages, madvise mode), single-thread streaming reads went from ~9 GB/s on the file
- * mapping to ~13 GB/s on the benchmark machine, and decoding speeds up about as much.
- * Costs: one copy of the weights in anonymous memory (the file pages we leave are
- * dropped from our mapping) and its time at load. Best effort: on any failure (or off
- * Linux) the weights stay in the file mapping. Read-only once copied. */
+ * mapping to ~13 GB/s on the benchmark machine. The matrices are written in the kernel
+ * family's packed layout when it has one (cn_kernels.pack: the same bytes regrouped so
+ * a tile of rows is one contiguous run; same results), which removes the transposes
+ * from every decoded block. Costs: one copy of the weights in anonymous memory (the
+ * file pages we leave are dropped from our mapping; the embedding table, read a row at
+ * a time, stays there) and its time at load. Best effort: on any failure (or off Linux)
+ * the weights stay in the file mapping. Read-only once written. */
 static void weights_to_hugepages(cn_model *m) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     const size_t huge = (size_t)2 << 20;
-    size_t n_ws = 4 + 16 * (size_t)m->hp.n_layer;
+    const cn_kernels *K = cn_kernels_get();
+    size_t n_ws = 3 + 16 * (size_t)m->hp.n_layer;
     cn_weight **ws = malloc(n_ws * sizeof *ws);
-    if (!ws) return;
+    bool *mat = malloc(n_ws * sizeof *mat);
+    size_t *bytes = malloc(n_ws * sizeof *bytes);
+    if (!ws || !mat || !bytes) goto out;
     n_ws = 0;
-    cn_weight *top[] = {&m->tok_embd, &m->output, &m->output_norm, &m->rope_freqs};
-    for (size_t i = 0; i < CN_ARRAY_LEN(top); i++) ws[n_ws++] = top[i];
+    cn_weight *top[] = {&m->output, &m->output_norm, &m->rope_freqs};
+    for (size_t i = 0; i < CN_ARRAY_LEN(top); i++) mat[n_ws] = i == 0, ws[n_ws++] = top[i];
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         cn_layer *L = &m->layers[il];
-        cn_weight *lw[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv, &L->q_norm,
-                           &L->k_norm, &L->post_attn_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down,
-                           &L->post_ffn_norm};
-        for (size_t i = 0; i < CN_ARRAY_LEN(lw); i++) ws[n_ws++] = lw[i];
+        cn_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, /* matrices */
+                           &L->attn_norm, &L->bq, &L->bk, &L->bv, &L->q_norm, &L->k_norm, &L->post_attn_norm,
+                           &L->ffn_norm, &L->post_ffn_norm};
+        for (size_t i = 0; i < CN_ARRAY_LEN(lw); i++) mat[n_ws] = i < 7, ws[n_ws++] = lw[i];
     }
     size_t total = 0;
-    for (size_t i = 0; i < n_ws; i++) { /* views sharing data (a tied LM head) are copied once */
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++) seen = ws[j]->data == ws[i]->data;
-        if (ws[i]->data && !seen) total += ((ws[i]->row_bytes * (size_t)ws[i]->ne1) + 63) & ~(size_t)63;
+    for (size_t i = 0; i < n_ws; i++) {
+        const cn_weight *w = ws[i];
+        bytes[i] = 0;
+        if (!w->data) continue;
+        bool seen = false; /* views sharing data are written once */
+        for (size_t j = 0; j < i && !seen; j++) seen = ws[j]->data == w->data && mat[j] == mat[i];
+        if (seen) continue;
+        const size_t pk = mat[i] && K->packed_size ? K->packed_size(w->type, w->ne1, w->ne0) : 0;
+        bytes[i] = pk ? pk : w->row_bytes * (size_t)w->ne1;
+        total += (bytes[i] + 63) & ~(size_t)63;
     }
     const size_t len = (total + huge - 1) / huge * huge + huge; /* room to align to 2 MiB */
     uint8_t *raw = total ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
-    if (raw == MAP_FAILED) {
-        free(ws);
-        return;
-    }
+    if (raw == MAP_FAILED) goto out;
     uint8_t *dst = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
     madvise(dst, len - (size_t)(dst - raw), MADV_HUGEPAGE);
     const long page = sysconf(_SC_PAGESIZE);
     for (size_t i = 0; i < n_ws; i++) {
-        const void *src = ws[i]->data;
-        if (!src || ((const uint8_t *)src >= raw && (const uint8_t *)src < raw + len)) continue; /* absent or moved */
-        const size_t n = ws[i]->row_bytes * (size_t)ws[i]->ne1;
-        memcpy(dst, src, n);
+        if (!bytes[i]) continue;
+        cn_weight *w = ws[i];
+        const void *src = w->data;
+        const size_t n = w->row_bytes * (size_t)w->ne1;
+        const bool packed = mat[i] && K->packed_size && K->packed_size(w->type, w->ne1, w->ne0) != 0;
+        if (packed) K->pack(w->type, src, w->row_bytes, w->ne1, w->ne0, dst);
+        else memcpy(dst, src, n);
         for (size_t j = i; j < n_ws; j++)
-            if (ws[j]->data == src) ws[j]->data = dst;
-        if (page > 0) { /* our mapping of the file pages we just copied: no longer needed */
+            if (ws[j]->data == src && mat[j] == mat[i]) ws[j]->data = dst, ws[j]->packed = packed;
+        /* our mapping of the file pages just copied is no longer needed (unless the
+         * embedding table reads them) */
+        if (page > 0 && src != m->tok_embd.data) {
             const uintptr_t a = ((uintptr_t)src + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
             const uintptr_t b = ((uintptr_t)src + n) & ~((uintptr_t)page - 1);
             if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
         }
-        dst += (n + 63) & ~(size_t)63;
+        dst += (bytes[i] + 63) & ~(size_t)63;
     }
     mprotect(raw, len, PROT_READ);
     m->hp_mem = raw;
     m->hp_bytes = len;
+out:
     free(ws);
+    free(mat);
+    free(bytes);
 #else
     (void)m;
 #endif

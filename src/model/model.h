@@ -57,6 +57,7 @@ typedef struct {
     int64_t ne0, ne1;
     size_t row_bytes;
     const void *data;
+    bool packed;               /* data is in cn_kernels_get()'s pack() layout (model.c) */
 } cn_weight;
 
 typedef struct {
@@ -70,7 +71,8 @@ typedef struct cn_model cn_model;
 typedef struct {
     bool prefault;             /* touch every weight page at load (steady first-token time);
                                 * on Linux this also copies the weights into 2 MiB pages,
-                                * which decoding streams faster (model.c, weights_to_hugepages) */
+                                * matrices in the kernel family's packed layout if it has
+                                * one, which decoding streams faster (model.c) */
 } cn_model_params;
 cn_model_params cn_model_default_params(void);
 

@@ -106,17 +106,26 @@ static void check_one(const cn_kernels *K, uint32_t type, int64_t k, int64_t n_o
     cn_matmul_args a = {.w_type = type, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
                         .y = y0, .ldy = ldy, .n_out = n_out, .k = k, .n_tok = n_tok};
     R->matmul(&a, 0, 1);
-    a.y = y1;
-    K->matmul(&a, 0, 1);
     const char *tn = cn_type_traits_get(type)->name;
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t o = 0; o < ldy; o++) {
-            const float r = y0[t * ldy + o], g = y1[t * ldy + o];
-            cr_assert(memcmp(&r, &g, 4) == 0, "%s %s k=%lld n_out=%lld n_tok=%lld: y[%lld][%lld] = %.9g, ref %.9g",
-                      K->name, tn, (long long)k, (long long)n_out, (long long)n_tok, (long long)t,
-                      (long long)o, g, r);
-        }
-    free(w), free(x), free(xq), free(y0), free(y1);
+    /* the stored layout, then the family's packed layout if it has one for this type */
+    const size_t pb = K->packed_size ? K->packed_size(type, n_out, k) : 0;
+    uint8_t *pw = pb ? malloc(pb) : NULL;
+    if (pw) K->pack(type, w, wrb, n_out, k, pw);
+    for (int packed = 0; packed <= (pw != NULL); packed++) {
+        for (int64_t i = 0; i < n_tok * ldy; i++) y1[i] = -7.5f;
+        cn_matmul_args ak = a;
+        ak.y = y1;
+        if (packed) ak.w = pw, ak.w_packed = true;
+        K->matmul(&ak, 0, 1);
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t o = 0; o < ldy; o++) {
+                const float r = y0[t * ldy + o], g = y1[t * ldy + o];
+                cr_assert(memcmp(&r, &g, 4) == 0, "%s %s%s k=%lld n_out=%lld n_tok=%lld: y[%lld][%lld] = %.9g, ref %.9g",
+                          K->name, tn, packed ? " packed" : "", (long long)k, (long long)n_out, (long long)n_tok,
+                          (long long)t, (long long)o, g, r);
+            }
+    }
+    free(pw), free(w), free(x), free(xq), free(y0), free(y1);
 }
 
 static int64_t block_of(uint32_t type) { return cn_type_traits_get(type)->block_size; }
@@ -163,6 +172,13 @@ Test(kernels_simd, batch_and_thread_invariance, .timeout = 120) {
             K->quantize_rows(at, x, k, n_tok, xq, arb, 0, 1);
             cn_matmul_args a = {.w_type = type, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
                                 .y = yb, .ldy = n_out, .n_out = n_out, .k = k, .n_tok = n_tok};
+            const size_t pb = K->packed_size ? K->packed_size(type, n_out, k) : 0;
+            uint8_t *pw = pb ? malloc(pb) : NULL;
+            if (pw) { /* the packed layout where the family has one: it must give the same bits */
+                K->pack(type, w, wrb, n_out, k, pw);
+                a.w = pw;
+                a.w_packed = true;
+            }
             K->matmul(&a, 0, 1);
             for (int64_t t = 0; t < n_tok; t++) {
                 cn_matmul_args one = a;
@@ -181,7 +197,7 @@ Test(kernels_simd, batch_and_thread_invariance, .timeout = 120) {
                           cn_type_traits_get(type)->name, nth);
                 a.y = yb;
             }
-            free(w), free(xq), free(x), free(yb), free(y1), free(yt);
+            free(pw), free(w), free(xq), free(x), free(yb), free(y1), free(yt);
         }
 }
 

@@ -373,7 +373,7 @@ ATTN_TILE(CN_TYPE_F32, attn_tile_f32)
 ATTN_TILE(CN_TYPE_F16, attn_tile_f16)
 
 /* Work items are (tile of rows, group of query heads of one KV head); with few rows
- * (decode) the groups shrink so every thread gets some. Tiles are up to QRMAX
+ * (decode) a head per item, so every thread gets an equal share. Tiles are up to QRMAX
  * consecutive rows of one sequence (F16/F32 caches; Q8_0 takes rows one by one). Either
  * way each (row, head)'s arithmetic is the same. Items are dealt round-robin: under a
  * causal mask later rows attend more positions, so contiguous slices would give the last
@@ -395,8 +395,8 @@ static void CN_X86_SUFFIX(attention)(const cn_attn_args *a, int ith, int nth) {
         n_tiles++;
         r = e;
     }
-    int32_t per = CN_MIN(G, GMAX);
-    while (per > 1 && n_tiles * a->n_head_kv * ((G + per - 1) / per) < 2 * (int64_t)nth) per = (per + 1) / 2;
+    /* few tiles (decode): a head per item, so threads get equal shares */
+    const int32_t per = n_tiles * a->n_head_kv < 2 * (int64_t)nth ? 1 : CN_MIN(G, GMAX);
     const int32_t n_sub = (G + per - 1) / per;
     const int64_t per_tile = (int64_t)a->n_head_kv * n_sub;
     float *scratch = a->scratch + (int64_t)ith * a->scratch_stride;

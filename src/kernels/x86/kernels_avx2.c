@@ -19,6 +19,8 @@ static const cn_kernels g_avx2 = {
     .quantize_rows = avx2_quantize_rows,
     .matmul = avx2_matmul,
     .attention = avx2_attention,
+    .packed_size = avx2_packed_size,
+    .pack = avx2_pack,
 };
 
 const cn_kernels *cn_kernels_avx2(void) {

@@ -19,6 +19,8 @@ static const cn_kernels g_avx512 = {
     .quantize_rows = avx512_quantize_rows,
     .matmul = avx512_matmul,
     .attention = avx512_attention,
+    .packed_size = avx512_packed_size,
+    .pack = avx512_pack,
 };
 
 const cn_kernels *cn_kernels_avx512(void) {

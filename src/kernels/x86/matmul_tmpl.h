@@ -322,6 +322,91 @@ CN_INLINE void unpack32(const uint32_t type, const tile_rows *R, size_t off, blk
     }
 }
 
+/* The packed layout of the 32-element formats (pack() below): tile t of VL rows (the
+ * last one padded with copies of the last row) stores its blocks in order, and block
+ * b of the tile holds, lane r = row t*VL + r: d[VL] (f16), then m[VL] (f16, _1 types),
+ * qh[VL] (u32, Q5 types), then the codes as the vectors the tile loop wants, dword c
+ * of every row together (VL dwords each: 4 vectors of nibbles, or 8 of Q8_0 bytes).
+ * Same bytes as the stored rows, so a tile's blocks are one contiguous run: decoding
+ * is plain loads, with no transposes or gathers. */
+typedef struct {
+    size_t m, qh, qs; /* byte offsets inside a packed block of VL rows; 0: absent */
+} pk_off;
+
+static pk_off pk_layout(uint32_t type) {
+    switch (type) {
+    case CN_TYPE_Q4_0: return (pk_off){0, 0, 2 * VL};
+    case CN_TYPE_Q4_1: return (pk_off){2 * VL, 0, 4 * VL};
+    case CN_TYPE_Q5_0: return (pk_off){0, 2 * VL, 6 * VL};
+    case CN_TYPE_Q5_1: return (pk_off){2 * VL, 4 * VL, 8 * VL};
+    default: return (pk_off){0, 0, 2 * VL}; /* Q8_0 */
+    }
+}
+
+CN_INLINE vi vi_loadu(const uint8_t *p) {
+#if CN_X86_AVX512
+    return _mm512_loadu_si512((const void *)p);
+#else
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+#endif
+}
+
+CN_INLINE void unpack32p(const uint32_t type, const uint8_t *p, blk32 *o) {
+    const pk_off L = pk_layout(type);
+    const vi lo4 = vi_set1_8(0x0F);
+    o->d = vf_load_h((const uint16_t *)(const void *)p);
+    if (type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1) o->m = vf_load_h((const uint16_t *)(const void *)(p + L.m));
+    if (type == CN_TYPE_Q8_0) {
+        CN_UNROLL
+        for (int c = 0; c < 8; c++) {
+            o->w[c] = vi_loadu(p + L.qs + (size_t)c * 4 * VL);
+#if CN_X86_AVX512
+            o->w[c] = vi_xor(o->w[c], vi_set1_8((int8_t)0x80));
+#endif
+        }
+        return;
+    }
+    CN_UNROLL
+    for (int c = 0; c < 4; c++) {
+        const vi v = vi_loadu(p + L.qs + (size_t)c * 4 * VL);
+        o->w[c] = vi_and(v, lo4);
+        o->w[c + 4] = vi_and(vi_srli(v, 4), lo4);
+    }
+    if (type == CN_TYPE_Q5_0 || type == CN_TYPE_Q5_1) add_q5_bits(vi_loadu(p + L.qh), o->w);
+}
+
+static bool pack_type(uint32_t type) {
+    return type == CN_TYPE_Q4_0 || type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_0 || type == CN_TYPE_Q5_1 ||
+           type == CN_TYPE_Q8_0;
+}
+
+static size_t CN_X86_SUFFIX(packed_size)(uint32_t type, int64_t n_out, int64_t k) {
+    if (!pack_type(type) || n_out < 1 || k < 32 || k % 32) return 0;
+    const uint64_t rb = (uint64_t)(k / 32) * blk32_bytes(type), tiles = (uint64_t)(n_out + VL - 1) / VL;
+    uint64_t n;
+    if (rb > (uint64_t)INT32_MAX / VL || !cn_mul_ok(tiles, (uint64_t)VL * rb, &n) || n > SIZE_MAX) return 0;
+    return (size_t)n;
+}
+
+static void CN_X86_SUFFIX(pack)(uint32_t type, const void *w, size_t w_row_bytes, int64_t n_out, int64_t k, void *dst) {
+    const size_t bb = blk32_bytes(type), qs_src = type == CN_TYPE_Q4_0 ? 2 : type == CN_TYPE_Q4_1 ? 4
+                                                  : type == CN_TYPE_Q5_0 ? 6 : type == CN_TYPE_Q5_1 ? 8 : 2;
+    const int n_dw = type == CN_TYPE_Q8_0 ? 8 : 4;
+    const pk_off L = pk_layout(type);
+    const int64_t nb = k / 32, n_tiles = (n_out + VL - 1) / VL;
+    uint8_t *o = dst;
+    for (int64_t t = 0; t < n_tiles; t++)
+        for (int64_t b = 0; b < nb; b++, o += VL * bb)
+            for (int r = 0; r < VL; r++) {
+                const int64_t row = CN_MIN(t * VL + r, n_out - 1);
+                const uint8_t *s = (const uint8_t *)w + (size_t)row * w_row_bytes + (size_t)b * bb;
+                memcpy(o + 2 * r, s, 2);
+                if (L.m) memcpy(o + L.m + 2 * r, s + 2, 2);
+                if (L.qh) memcpy(o + L.qh + 4 * r, s + qs_src - 4, 4);
+                for (int c = 0; c < n_dw; c++) memcpy(o + L.qs + (size_t)c * 4 * VL + 4 * r, s + qs_src + 4 * c, 4);
+            }
+}
+
 /* acc + this block's contribution for one token; aqs is the activation block's qs. */
 CN_INLINE vf tok32(const uint32_t type, const blk32 *B, const int8_t *aqs, vf acc, int32_t corr, float da,
                    float sa) {
@@ -360,10 +445,13 @@ CN_INLINE void tile32(const uint32_t type, const int T, const mm_ctx *c, int64_t
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = act_row(a, c->t0 + t) + (size_t)c->b0 * ab + aoff;
     prefetcher pf = pf_setup(a, &R, c->nbc == a->k / 32 ? c->nbc : 0);
+    const uint8_t *pk = (const uint8_t *)a->w + (size_t)tile * VL * a->w_row_bytes; /* packed tile (contiguous,
+                                                                                      * so pf's address fits it too) */
     for (int64_t b = 0; b < c->nbc; b++) {
         pf_block(&pf, b);
         blk32 B;
-        unpack32(type, &R, (size_t)(c->b0 + b) * bb, &B);
+        if (a->w_packed) unpack32p(type, pk + (size_t)(c->b0 + b) * VL * bb, &B);
+        else unpack32(type, &R, (size_t)(c->b0 + b) * bb, &B);
         CN_UNROLL
         for (int t = 0; t < T; t++)
             acc[t] = tok32(type, &B, (const int8_t *)(arow[t] + (size_t)b * ab), acc[t], c->corr[t * KCH + b],
