@@ -368,3 +368,25 @@ Test(kernels_simd, gated_act_vs_ref) {
         }
     }
 }
+
+/* RMS norm: ref's float squares are summed in double in another order, so the scale may
+ * differ in its last bit: within 2 ulp of ref; in place and with or without weights. */
+Test(kernels_simd, rmsnorm_vs_ref) {
+    const cn_kernels *fam[4];
+    const int nf = simd_families(fam);
+    const cn_kernels *R = cn_kernels_ref();
+    static float x[1100], w[1100], r[1100], o[1100];
+    const int ns[] = {1, 7, 8, 64, 576, 640, 1031};
+    for (int f = 0; f < nf; f++)
+        for (size_t k = 0; k < CN_ARRAY_LEN(ns); k++)
+            for (int weighted = 0; weighted < 2; weighted++) {
+                const int n = ns[k];
+                for (int i = 0; i < n; i++) x[i] = frnd() * (i % 9 ? 1.0f : 40.0f), w[i] = 1.0f + frnd();
+                R->rmsnorm(x, weighted ? w : NULL, r, n, 1e-6f);
+                memcpy(o, x, sizeof(float) * (size_t)n);
+                fam[f]->rmsnorm(o, weighted ? w : NULL, o, n, 1e-6f); /* y aliases x */
+                for (int i = 0; i < n; i++)
+                    cr_assert(fabsf(o[i] - r[i]) <= 2.4e-7f * fabsf(r[i]), "%s rmsnorm n=%d: y[%d] = %.9g, ref %.9g",
+                              fam[f]->name, n, i, o[i], r[i]);
+            }
+}

@@ -11,7 +11,7 @@
 
 static const cn_kernels g_avx2 = {
     .name = "avx2",
-    .rmsnorm = cn_ref_rmsnorm,
+    .rmsnorm = avx2_rmsnorm,
     .rope_cache = cn_ref_rope_cache,
     .rope = cn_ref_rope,
     .softmax = cn_ref_softmax,

@@ -11,7 +11,7 @@
 
 static const cn_kernels g_avx512 = {
     .name = "avx512",
-    .rmsnorm = cn_ref_rmsnorm,
+    .rmsnorm = avx512_rmsnorm,
     .rope_cache = cn_ref_rope_cache,
     .rope = cn_ref_rope,
     .softmax = cn_ref_softmax,

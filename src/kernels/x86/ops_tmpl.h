@@ -1,6 +1,7 @@
-/* ops_tmpl.h — the gated activations of the x86 families (compiled twice, like
- * matmul_tmpl.h). Elementwise, the same vector code for every element (tails go
- * through masked loads), so an element's value never depends on where it sits.
+/* ops_tmpl.h — the gated activations and the RMS norm of the x86 families (compiled
+ * twice, like matmul_tmpl.h). The activations are elementwise, the same vector code for
+ * every element (tails go through masked loads), so an element's value never depends
+ * on where it sits; the norm depends only on its own row.
  *
  * SiLU: ref's g / (1 + e^-g) * up with a polynomial exp (~2 ulp from expf), so results
  * may differ from ref in the last bits. GELU-tanh: ref rounds the input and the result
@@ -28,4 +29,30 @@ static void CN_X86_SUFFIX(gated_act)(cn_act act, const float *gate, const float 
         for (; i + VL <= n; i += VL) act_vec(CN_ACT_GELU_TANH, gate + i, up + i, out + i, VL);
         if (i < n) act_vec(CN_ACT_GELU_TANH, gate + i, up + i, out + i, (int)(n - i));
     }
+}
+
+/* RMS norm: ref's float squares summed in double (8 double lanes here, so the order of
+ * the double sum differs from ref's: a last-bit difference of the float mean is
+ * possible but rare); then ref's exact elementwise (x * scale) * w. */
+static void CN_X86_SUFFIX(rmsnorm)(const float *x, const float *w, float *y, int64_t n, float eps) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i), sq = _mm256_mul_ps(v, v);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    const __m256d s = _mm256_add_pd(s0, s1);
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), sc);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
 }
