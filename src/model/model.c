@@ -173,7 +173,7 @@ static cn_status read_hparams(cn_model *m, const char *arch, cn_error *err) {
         return cn_err(err, CN_STATUS_CORRUPT, "%s.rope.freq_base must be positive", arch);
 
     /* Linear scaling divides positions by the factor; llama.cpp takes a missing type as
-     * linear. YaRN and the others change the angles in ways not implemented here. */
+     * linear. YaRN and the other schemes change the angles differently; such files are refused (UNSUPPORTED). */
     cn_gguf_str st;
     if (cn_gguf_find_key(m->g, mkey(&mt, "rope.scaling.type")) >= 0) {
         if (!cn_gguf_get_str(m->g, mt.key, &st)) return wrong_kind(&mt, "a string", err);
