@@ -444,68 +444,18 @@ typedef struct {
     uint32_t n;             /* bytes covered; 0 once merged into its left neighbour */
 } bpe_sym;
 
-typedef struct {
-    int32_t left, right, rank;
-    int32_t l_id, r_id; /* ids when queued: a changed symbol makes the entry stale */
-} bpe_bigram;
-
-typedef struct {
-    bpe_bigram *v;
-    size_t n, cap;
-} bpe_heap;
-
-static bool bpe_before(const bpe_bigram *a, const bpe_bigram *b) {
-    if (a->rank != b->rank) return a->rank < b->rank;
-    return a->left < b->left;
-}
-
-static bool bheap_push(bpe_heap *h, bpe_bigram x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bpe_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bpe_before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return true;
-}
-
-static bpe_bigram bheap_pop(bpe_heap *h) {
-    bpe_bigram top = h->v[0];
-    bpe_bigram last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bpe_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bpe_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
 static bool add_bigram(const cn_tokenizer *t, const bpe_sym *sym, int32_t l, int32_t r,
-                       bpe_heap *h) {
+                       cn_merge_heap *h) {
     if (l < 0 || r < 0) return true;
     int32_t rank, res;
     if (!merge_find(t, sym[l].id, sym[r].id, &rank, &res)) return true;
-    bpe_bigram b = {l, r, rank, sym[l].id, sym[r].id};
-    return bheap_push(h, b);
+    cn_merge b = {l, r, (double)rank, sym[l].id, sym[r].id};
+    return cn_merge_push(h, b);
 }
 
 /* Emits the tokens of one pre-token word[0..n) (raw bytes). sym/h are scratch. */
 static bool bpe_word(const cn_tokenizer *t, const uint8_t *word, size_t n, bpe_sym *sym,
-                     bpe_heap *h, char *enc, cn_tok_vec *out) {
+                     cn_merge_heap *h, char *enc, cn_tok_vec *out) {
     if (t->ignore_merges) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++) k += cn_utf8_encode(cn_bpe_byte_to_cp(word[i]), enc + k);
@@ -520,9 +470,9 @@ static bool bpe_word(const cn_tokenizer *t, const uint8_t *word, size_t n, bpe_s
     for (size_t i = 1; i < n; i++)
         if (!add_bigram(t, sym, (int32_t)i - 1, (int32_t)i, h)) return false;
     while (h->n) {
-        bpe_bigram b = bheap_pop(h);
+        cn_merge b = cn_merge_pop(h);
         bpe_sym *l = &sym[b.left], *r = &sym[b.right];
-        if (l->n == 0 || r->n == 0 || l->id != b.l_id || r->id != b.r_id) continue; /* stale */
+        if (l->n == 0 || r->n == 0 || l->id != b.tag0 || r->id != b.tag1) continue; /* stale */
         int32_t rank, res;
         merge_find(t, l->id, r->id, &rank, &res);
         l->id = res;
@@ -561,7 +511,7 @@ cn_status cn_bpe_tokenize(const cn_tokenizer *t, const char *text, size_t len, c
     for (size_t w = 0; w < n_words; w++) longest = CN_MAX(longest, offs[2 * w + 1] - offs[2 * w]);
     bpe_sym *sym = malloc((longest + 1) * sizeof *sym);
     char *enc = malloc(2 * longest + 1); /* every byte-encoded character is 1 or 2 bytes */
-    bpe_heap h = {0};
+    cn_merge_heap h = {0};
     st = CN_STATUS_OK;
     if (!sym || !enc) st = CN_STATUS_NO_MEMORY;
     for (size_t w = 0; w < n_words && st == CN_STATUS_OK; w++) {

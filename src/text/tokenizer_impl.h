@@ -104,6 +104,24 @@ size_t cn_utf8_encode(uint32_t cp, char *buf);
  * (1 and U+FFFD for an invalid byte). */
 size_t cn_utf8_decode(const char *s, size_t n, uint32_t *cp);
 
+/* --- the merge queue shared by SentencePiece and BPE --- */
+/* A candidate merge of the adjacent symbols (left, right). Lower key comes out first,
+ * ties by smaller left: SPM keys by -score, BPE by merge rank. tag0/tag1 let the caller
+ * recognise a stale entry (SPM: merged byte size; BPE: the two symbols' ids). */
+typedef struct {
+    int32_t left, right;
+    double key;
+    int32_t tag0, tag1;
+} cn_merge;
+
+typedef struct {
+    cn_merge *v;
+    size_t n, cap;
+} cn_merge_heap;
+
+bool cn_merge_push(cn_merge_heap *h, cn_merge x); /* false on out of memory */
+cn_merge cn_merge_pop(cn_merge_heap *h);          /* h->n > 0 */
+
 /* --- SentencePiece merge (tokenizer_spm.c) --- */
 /* Tokenizes one raw fragment (no special tokens in it). prefix_space: add the leading
  * space (add_space_prefix after the start of text or a special token). */

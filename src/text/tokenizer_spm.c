@@ -16,66 +16,14 @@ typedef struct {
     uint32_t off, n;    /* bytes [off, off + n) of the escaped text; n == 0: merged away */
 } spm_sym;
 
-typedef struct {
-    int32_t left, right;
-    float score;
-    uint32_t size; /* byte length of the merged text when queued (staleness check) */
-} spm_bigram;
-
-typedef struct {
-    spm_bigram *v;
-    size_t n, cap;
-} spm_heap;
-
-/* a comes out before b: higher score, then smaller left index. */
-static bool bigram_before(const spm_bigram *a, const spm_bigram *b) {
-    if (a->score != b->score) return a->score > b->score;
-    return a->left < b->left;
-}
-
-static bool heap_push(spm_heap *h, spm_bigram x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        spm_bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return true;
-}
-
-static spm_bigram heap_pop(spm_heap *h) {
-    spm_bigram top = h->v[0];
-    spm_bigram last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bigram_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
-
 static bool try_bigram(const cn_tokenizer *t, const char *s, const spm_sym *sym, int32_t l,
-                       int32_t r, spm_heap *h) {
+                       int32_t r, cn_merge_heap *h) {
     if (l < 0 || r < 0) return true;
     uint32_t size = sym[l].n + sym[r].n; /* the two are adjacent in s */
     int32_t id = cn_tok_lookup(t, s + sym[l].off, size);
     if (id < 0) return true;
-    spm_bigram b = {l, r, t->score[id], size};
-    return heap_push(h, b);
+    cn_merge b = {l, r, -(double)t->score[id], (int32_t)size, 0};
+    return cn_merge_push(h, b);
 }
 
 /* Emits a final symbol: its token, or its bytes as byte tokens, or the unknown token. */
@@ -106,7 +54,7 @@ cn_status cn_spm_tokenize(const cn_tokenizer *t, const char *text, size_t len, b
     if (cap == 0) return CN_STATUS_OK;
     char *s = malloc((size_t)cap);
     spm_sym *sym = malloc((size_t)cap * sizeof *sym);
-    spm_heap h = {0};
+    cn_merge_heap h = {0};
     cn_status st = CN_STATUS_NO_MEMORY;
     if (!s || !sym) goto done;
     size_t k = 0;
@@ -141,9 +89,9 @@ cn_status cn_spm_tokenize(const cn_tokenizer *t, const char *text, size_t len, b
         if (!try_bigram(t, s, sym, i - 1, i, &h)) goto done;
 
     while (h.n) {
-        spm_bigram b = heap_pop(&h);
+        cn_merge b = cn_merge_pop(&h);
         spm_sym *l = &sym[b.left], *r = &sym[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != (uint32_t)b.tag0) continue; /* stale */
         l->n += r->n;
         r->n = 0;
         l->next = r->next;
