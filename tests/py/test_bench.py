@@ -20,28 +20,12 @@ from gguf import GGUFReader
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def binaries() -> list[Path]:
-    out = []
-    for var, default in (("CINDER_BIN", "build/cinder"), ("CINDER_SAN_BIN", None)):
-        v = os.environ.get(var, default)
-        if v:
-            p = Path(v) if Path(v).is_absolute() else ROOT / v
-            if var == "CINDER_BIN" or p.exists():
-                out.append(p)
-    return out
-
-
 def shared_testdata() -> Path:
     d = os.environ.get("CINDER_TESTDATA")
     return Path(d) if d else ROOT.parent / "shared" / "testdata"
 
 
 STORIES = shared_testdata() / "models" / "stories260K.gguf"
-
-
-@pytest.fixture(params=binaries(), ids=lambda p: p.parent.name)
-def cinder(request):
-    return request.param
 
 
 def run(cinder, *args, timeout=300):

@@ -25,21 +25,6 @@ NAMES = ["blue", "gray", "clear", "dark"]
 P = np.array([0.5, 0.25, 0.15, 0.10])
 
 
-def binaries():
-    out = []
-    for var, default in (("CINDER_BIN", "build/cinder"), ("CINDER_SAN_BIN", None)):
-        b = os.environ.get(var, default)
-        if b:
-            p = Path(b)
-            out.append(p if p.is_absolute() else ROOT / p)
-    return out
-
-
-@pytest.fixture(params=binaries(), ids=lambda p: p.parent.name)
-def cinder(request):
-    return request.param
-
-
 def run(cinder, *args):
     return subprocess.run([str(cinder), "explain", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)

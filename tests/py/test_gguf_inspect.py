@@ -18,18 +18,9 @@ import pytest
 import gguf
 from gguf import GGUFReader
 
+from conftest import cinder_binaries
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def binaries() -> list[Path]:
-    out = []
-    for var, default in (("CINDER_BIN", "build/cinder"), ("CINDER_SAN_BIN", None)):
-        v = os.environ.get(var, default)
-        if v:
-            p = Path(v) if Path(v).is_absolute() else ROOT / v
-            if var == "CINDER_BIN" or p.exists():
-                out.append(p)
-    return out
 
 
 def shared_testdata() -> Path:
@@ -40,7 +31,7 @@ def shared_testdata() -> Path:
 def inspect(*args) -> subprocess.CompletedProcess:
     """Runs every available build; they must agree. Returns the first's result."""
     results = []
-    for b in binaries():
+    for b in cinder_binaries():
         assert b.exists(), f"{b} is not built"
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1")
         results.append(subprocess.run([str(b), "inspect", *map(str, args)], capture_output=True,

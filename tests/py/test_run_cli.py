@@ -25,21 +25,6 @@ STORIES = str(TESTDATA / "models" / "stories260K.gguf")
 GREEDY = ", there was a little girl named Lily. She loved to play outside in the park."
 
 
-def binaries():
-    out = []
-    for var, default in (("CINDER_BIN", "build/cinder"), ("CINDER_SAN_BIN", None)):
-        b = os.environ.get(var, default)
-        if b:
-            p = Path(b)
-            out.append(p if p.is_absolute() else ROOT / p)
-    return out
-
-
-@pytest.fixture(params=binaries(), ids=lambda p: p.parent.name)
-def cinder(request):
-    return request.param
-
-
 def default_model():
     d = os.environ.get("CINDER_MODELS") or os.path.expanduser("~/.cache/cinder/models")
     m = Path(d) / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -15,6 +15,8 @@ from pathlib import Path
 import gguf
 import pytest
 
+from conftest import cinder_binaries
+
 ROOT = Path(__file__).resolve().parents[2]
 SEP = "\n__ggml_vocab_test__\n"
 
@@ -24,17 +26,7 @@ def shared_testdata() -> Path:
     return Path(d) if d else ROOT.parent / "shared" / "testdata"
 
 
-def binaries():
-    out = []
-    for env, default in (("CINDER_BIN", "build/cinder"), ("CINDER_SAN_BIN", None)):
-        b = os.environ.get(env, default)
-        if b:
-            p = Path(b)
-            out.append(p if p.is_absolute() else ROOT / p)
-    return out
-
-
-BINS = binaries()
+BINS = cinder_binaries()
 VOCAB = shared_testdata() / "tokenizer"
 
 
