@@ -28,6 +28,7 @@
 #include "core/core.h"
 #include "core/cpu.h"
 #include "core/pool.h"
+#include "gen/generate.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 
@@ -61,18 +62,6 @@ static stat stats(const double *x, int n) {
         s.sd = sqrt(v / (n - 1));
     }
     return s;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of sorted x. */
-static double pct(const double *x, int n, double p) {
-    if (n < 1) return 0;
-    int i = (int)ceil(p / 100.0 * n) - 1;
-    return x[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
 static double load1(void) {
@@ -405,12 +394,11 @@ static int bench_model(const char *path, const opts *o, bool first) {
         res.pp = stats(pp, o->n_p > 0 ? o->reps : 0);
         res.tg = stats(tg, o->n_g > 0 ? o->reps : 0);
         const int n_ttft = o->n_g > 0 ? o->reps : 0;
-        qsort(ttft, (size_t)n_ttft, sizeof *ttft, cmp_double);
-        qsort(itl, (size_t)n_itl, sizeof *itl, cmp_double);
-        res.ttft_p50 = pct(ttft, n_ttft, 50);
-        res.ttft_p90 = pct(ttft, n_ttft, 90);
-        res.itl_p50 = pct(itl, n_itl, 50);
-        res.itl_p90 = pct(itl, n_itl, 90);
+        /* the same percentile definition as cinder run and bench --parallel report */
+        res.ttft_p50 = cn_gen_percentile(ttft, (size_t)n_ttft, 0.5);
+        res.ttft_p90 = cn_gen_percentile(ttft, (size_t)n_ttft, 0.9);
+        res.itl_p50 = cn_gen_percentile(itl, (size_t)n_itl, 0.5);
+        res.itl_p90 = cn_gen_percentile(itl, (size_t)n_itl, 0.9);
         if (o->json) print_json(path, m, o, &res, wb);
         else print_row(path, o, &res, wb, first && ti == 0);
         cn_ctx_free(r.c);
