@@ -1,7 +1,7 @@
 /* kernels.c — picks the kernel family once and answers format questions for the
  * matmul (which activation format a weight type takes, how big its rows are). Families
- * (ref, and the x86 ones in kernels/x86) sit behind the same table, so model code never
- * changes when one is added. */
+ * (ref, the x86 ones in kernels/x86, NEON in kernels/arm) sit behind the same table, so
+ * model code never changes when one is added. */
 #include "kernels.h"
 
 #include <pthread.h>
@@ -10,6 +10,9 @@
 #include "kernels/ref/ref.h"
 #if defined(__x86_64__)
 #include "kernels/x86/x86.h"
+#endif
+#if defined(__aarch64__)
+#include "kernels/arm/arm.h"
 #endif
 
 static const cn_kernels g_ref = {
@@ -32,13 +35,17 @@ const cn_kernels *cn_kernels_ref(void) {
 static const cn_kernels *g_chosen;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* The family for cn_cpu_isa(), which already applies CINDER_ISA=ref|avx2|avx512 and
- * CINDER_REF=1 (src/core/cpu.c). The x86 families live in kernels/x86 (x86.h). */
+/* The family for cn_cpu_isa(), which already applies CINDER_ISA=ref|avx2|avx512|neon and
+ * CINDER_REF=1 (src/core/cpu.c). The x86 families live in kernels/x86 (x86.h), NEON in
+ * kernels/arm (arm.h). */
 static void choose(void) {
     switch (cn_cpu_isa()) {
 #if defined(__x86_64__)
     case CN_ISA_AVX512: g_chosen = cn_kernels_avx512(); return;
     case CN_ISA_AVX2: g_chosen = cn_kernels_avx2(); return;
+#endif
+#if defined(__aarch64__)
+    case CN_ISA_NEON: g_chosen = cn_kernels_neon(); return;
 #endif
     default: g_chosen = cn_kernels_ref(); return;
     }
