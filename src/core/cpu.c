@@ -57,7 +57,10 @@ static void detect(void) {
         else if (!strcmp(cap, "avx2")) want = CN_ISA_AVX2;
         else if (!strcmp(cap, "avx512")) want = CN_ISA_AVX512;
         else if (!strcmp(cap, "neon")) want = CN_ISA_NEON;
-        if (want < isa || (want == CN_ISA_REF)) isa = want; /* only ever lower */
+        /* only ever lower, within this CPU's architecture: the enum ranks x86's
+         * families only, so neon caps nothing on x86, nor avx2/avx512 on arm64 */
+        const bool same_arch = (want == CN_ISA_NEON) == (isa == CN_ISA_NEON);
+        if (want == CN_ISA_REF || (want < isa && same_arch)) isa = want;
     }
     if (getenv("CINDER_REF") && !strcmp(getenv("CINDER_REF"), "1")) isa = CN_ISA_REF;
     if (isa < CN_ISA_AVX512) {
