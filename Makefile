@@ -5,6 +5,7 @@
 #   make test         everything, then all tests (unit, sanitizers, python checks)
 #   make BUILD=dir    build into another folder (parallel checkouts, sanitizer builds)
 #   make SAN=1        ASan + UBSan build (default folder build-san)
+#   make cross-arm64  the NEON kernels built for arm64 and checked against ref under qemu
 
 SAN     ?= 0
 ifeq ($(SAN),1)
@@ -129,6 +130,50 @@ $(BUILD)/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(wildcard src/gguf/*.c) src/cor
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc \
 	    -fsanitize=fuzzer,address,undefined -o $@ $^
+
+# arm64 cross check, for x86 hosts (scripts/test.sh runs it there): every library and
+# CLI source an aarch64 build compiles (so not kernels/x86) is compiled by $(ARM_CC) with
+# the project's CFLAGS less the sanitizers; then tests/arm/check_kernels.c (the NEON
+# family against ref, bit for bit; plain C, no Criterion for arm64 here) is linked
+# statically against core + tensor + kernels only and run by qemu-aarch64 on an armv8.0
+# CPU model, so nothing past baseline NEON can pass. The pcre2 and jansson headers are
+# the same for every architecture, so the compile-only step may take them from
+# /usr/include after the cross compiler's own. Objects stay apart in $(BUILD)/arm64/.
+ARM_CC   ?= aarch64-linux-gnu-gcc
+ARM_QEMU ?= qemu-aarch64 -cpu cortex-a53
+ARM_DIR  := $(BUILD)/arm64
+ARM_CFLAGS = $(filter-out $(SANFLAGS),$(CFLAGS)) -idirafter /usr/include
+ARM_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
+              src/kernels/ref/*.c src/kernels/arm/*.c src/kv/*.c src/model/*.c src/text/*.c \
+              src/gen/*.c src/serve/*.c src/cli/*.c))
+ARM_OBJ  := $(ARM_SRC:%.c=$(ARM_DIR)/obj/%.o)
+ARM_CHECK_OBJ := $(filter $(ARM_DIR)/obj/src/core/% $(ARM_DIR)/obj/src/tensor/% \
+                   $(ARM_DIR)/obj/src/kernels/%,$(ARM_OBJ)) $(ARM_DIR)/obj/tests/arm/check_kernels.o
+ARM_NEEDS = scripts/setup.sh installs them (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+
+.PHONY: cross-arm64 arm64-tools
+cross-arm64: $(ARM_OBJ) $(ARM_DIR)/check_kernels
+	@echo "  QEMU    $(ARM_DIR)/check_kernels"
+	$(Q)env -u CINDER_ISA -u CINDER_REF $(ARM_QEMU) $(ARM_DIR)/check_kernels
+	$(Q)env -u CINDER_REF CINDER_ISA=ref $(ARM_QEMU) $(ARM_DIR)/check_kernels --dispatch ref
+	$(Q)env -u CINDER_REF CINDER_ISA=avx2 $(ARM_QEMU) $(ARM_DIR)/check_kernels --dispatch neon
+
+arm64-tools:
+	@echo '#include <stdio.h>' | $(ARM_CC) -E -x c - >/dev/null 2>&1 || \
+	    { echo "cross-arm64: no working $(ARM_CC) with arm64 libc headers; $(ARM_NEEDS)" >&2; exit 1; }
+	@command -v $(firstword $(ARM_QEMU)) >/dev/null 2>&1 || \
+	    { echo "cross-arm64: $(firstword $(ARM_QEMU)) not found; $(ARM_NEEDS)" >&2; exit 1; }
+
+$(ARM_DIR)/obj/%.o: %.c | arm64-tools
+	@mkdir -p $(dir $@)
+	@echo "  CC a64  $<"
+	$(Q)$(ARM_CC) $(ARM_CFLAGS) -c $< -o $@
+
+$(ARM_DIR)/check_kernels: $(ARM_CHECK_OBJ)
+	@echo "  LD a64  $@"
+	$(Q)$(ARM_CC) -static -o $@ $^ -lpthread -lm
+
+-include $(ARM_OBJ:.o=.d) $(ARM_DIR)/obj/tests/arm/check_kernels.d
 
 clean:
 	rm -rf build build-san
