@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 
 APT_PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev
           libcriterion-dev python3 python3-pip)
+# make test's arm64 cross check (x86_64 hosts): cross compiler, arm64 libc, qemu-aarch64
+if [ "$(uname -m)" = x86_64 ]; then
+    APT_PKGS+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+fi
 PIP_PKGS=(numpy==2.4.6 gguf==0.19.0 pytest==9.2.0)
 
 SUDO=

@@ -4,7 +4,9 @@
 #   2. the same tests built with ASan + UBSan (leaks fail the run)
 #   3. the optimized unit tests again, forced onto the portable kernel paths
 #      (CINDER_ISA=avx2, then the scalar reference: CINDER_ISA=ref)
-#   4. the python checks against independent implementations (pytest)
+#   4. on x86_64 hosts, the arm64 cross check: the NEON kernels built by
+#      aarch64-linux-gnu-gcc and compared with ref under qemu-aarch64 (make cross-arm64)
+#   5. the python checks against independent implementations (pytest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -24,6 +26,16 @@ for isa in avx2 ref; do
     echo "== unit tests (CINDER_ISA=$isa) =="
     CINDER_ISA=$isa ./build/test_unit --jobs "$JOBS"
 done
+
+case "$(uname -m)" in
+x86_64)
+    echo "== arm64 cross check (NEON kernels vs ref, under qemu-aarch64) =="
+    make -j"$JOBS" cross-arm64 BUILD=build ;;
+aarch64)
+    echo "== arm64 cross check: skipped on an aarch64 host (the unit tests above ran the NEON family natively) ==" ;;
+*)
+    echo "== arm64 cross check: skipped, not set up for a $(uname -m) host ==" ;;
+esac
 
 echo "== python checks =="
 CINDER_BIN=./build/cinder CINDER_SAN_BIN=./build-san/cinder python3 -m pytest -q tests/py
