@@ -21,6 +21,9 @@
 #if defined(__x86_64__)
 #include "kernels/x86/x86.h"
 #endif
+#if defined(__aarch64__)
+#include "kernels/arm/arm.h"
+#endif
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
@@ -39,6 +42,9 @@ static int simd_families(const cn_kernels **out) {
     if (f->avx2 && f->fma && f->f16c) out[n++] = cn_kernels_avx2();
     if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni)
         out[n++] = cn_kernels_avx512();
+#elif defined(__aarch64__)
+    out[0] = cn_kernels_neon(); /* baseline arm64; counted unless CINDER_ISA=ref took it away */
+    n = cn_cpu_get()->neon ? 1 : 0;
 #else
     (void)out;
 #endif
