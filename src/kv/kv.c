@@ -434,8 +434,7 @@ static void store_row(const cn_kv *kv, const float *x, uint8_t *dst) {
         memcpy(dst, x, (size_t)n * sizeof(float));
         break;
     case CN_TYPE_F16: {
-        uint16_t *h = (uint16_t *)(void *)dst;
-        for (int32_t i = 0; i < n; i++) h[i] = cn_f32_to_f16(x[i]);
+        cn_f32_to_f16_row(x, (uint16_t *)(void *)dst, n);
         break;
     }
     default: /* Q8_0, the only other type create accepts */

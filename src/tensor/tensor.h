@@ -28,6 +28,8 @@ bool cn_type_from_name(const char *name, uint32_t *out);
 
 float cn_f16_to_f32(uint16_t h);
 uint16_t cn_f32_to_f16(float f);   /* round to nearest even, as numpy's astype(float16) */
+/* h[i] = cn_f32_to_f16(x[i]), the same bits; F16C where the CPU has it. */
+void cn_f32_to_f16_row(const float *x, uint16_t *h, int64_t n);
 float cn_bf16_to_f32(uint16_t h);
 uint16_t cn_f32_to_bf16(float f);  /* round to nearest even; NaN stays NaN */
 

@@ -153,6 +153,30 @@ Test(tensor, f16_to_f32_exhaustive_against_definition) {
     }
 }
 
+/* The row conversion (F16C where present, CINDER_ISA=ref forces the scalar loop) gives
+ * cn_f32_to_f16's bits for every float class: all 2^32 patterns in a stride that hits
+ * ties, subnormals, the Inf threshold and NaN payloads, plus odd tails. */
+Test(tensor, f16_row_matches_scalar) {
+    enum { N = 4099 };
+    static float x[N];
+    static uint16_t h[N];
+    uint64_t checked = 0;
+    for (uint64_t base = 0; base < (1ull << 32); base += (uint64_t)N * 2459) {
+        for (int i = 0; i < N; i++) {
+            const uint32_t u = (uint32_t)(base + (uint64_t)i * 2459u);
+            memcpy(&x[i], &u, 4);
+        }
+        cn_f32_to_f16_row(x, h, N - (int)(base % 7));
+        for (int i = 0; i < N - (int)(base % 7); i++, checked++)
+            cr_assert_eq(h[i], cn_f32_to_f16(x[i]), "%a: row 0x%04x scalar 0x%04x", x[i], h[i], cn_f32_to_f16(x[i]));
+    }
+    const float edge[] = {65504.0f, 65519.99f, 65520.0f, 0x1p-25f, 0x1.000002p-25f, 1.0f + 0x1p-11f, -0.0f, INFINITY, -NAN};
+    for (size_t i = 0; i < CN_ARRAY_LEN(edge); i++) x[i] = edge[i];
+    cn_f32_to_f16_row(x, h, CN_ARRAY_LEN(edge));
+    for (size_t i = 0; i < CN_ARRAY_LEN(edge); i++) cr_assert_eq(h[i], cn_f32_to_f16(edge[i]), "%a", edge[i]);
+    cr_assert_gt(checked, 1000000u);
+}
+
 Test(tensor, f16_edge_values) {
     cr_assert_eq(cn_f16_to_f32(0x3c00), 1.0f);
     cr_assert_eq(cn_f16_to_f32(0xc000), -2.0f);
