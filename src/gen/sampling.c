@@ -954,32 +954,64 @@ static void raw_logprobs(const float *logits, int32_t n_vocab, int32_t token, in
     }
 }
 
-cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
-                            const int32_t *history, size_t n_history, int32_t *out_token,
-                            cn_sample_info *info, cn_error *err) {
-    if (!s || !logits || !out_token)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "cn_sampler_sample: NULL argument");
-    if (n_vocab != s->n_vocab)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "logits row has n_vocab = %d but the sampler was made for %d", (int)n_vocab,
-                      (int)s->n_vocab);
-    if (n_history > 0 && !history)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "history is NULL but n_history = %zu", n_history);
+/* Whether the chain is greedy in a way one pass can answer: temperature 0, with before
+ * it only logit bias (applied on the fly) and stages that always keep the canonical
+ * first candidate (top-k, top-p, min-p), and after it nothing that could still change the
+ * single survivor (bias); no penalties or typical (they reorder or drop the top), and no
+ * observer wanting each stage. */
+static bool greedy_shortcut(const cn_sampler *s) {
     const cn_sampling_params *p = &s->params;
-
-    const int32_t *window = NULL;
-    size_t n_window = 0;
-    if (penalties_on(p) && n_history > 0) {
-        n_window = p->penalty_last_n < 0 ? n_history
-                                         : CN_MIN(n_history, (size_t)p->penalty_last_n);
-        window = history + (n_history - n_window);
-        for (size_t i = 0; i < n_window; i++)
-            if (window[i] < 0 || window[i] >= n_vocab)
-                return cn_err(err, CN_STATUS_INVALID_ARG,
-                              "history[%zu] = token %d is out of range: must be in [0, %d)",
-                              n_history - n_window + i, (int)window[i], (int)n_vocab);
+    if (p->temperature != 0.0f || s->observer || stage_on(p, CN_SAMPLER_PENALTIES) ||
+        stage_on(p, CN_SAMPLER_TYPICAL))
+        return false;
+    bool greedy = false;
+    for (int32_t k = 0; k < p->n_chain; k++) {
+        if (p->chain[k] == CN_SAMPLER_TEMPERATURE) greedy = true;
+        else if (greedy && p->chain[k] == CN_SAMPLER_LOGIT_BIAS && stage_on(p, CN_SAMPLER_LOGIT_BIAS)) return false;
     }
+    return greedy;
+}
 
+/* The chain's pick for greedy_shortcut: the largest logit after the bias (saturating
+ * add, -inf drops the token), lowest id on ties, p = 1; the chain's errors for NaN or
+ * +inf logits, no finite logit, or a bias that bans every token. One pass over the
+ * logits, walking the id-sorted bias list alongside. */
+static cn_status greedy_pick(const cn_sampler *s, const float *logits, int32_t n_vocab, cn_candidate *out,
+                             cn_error *err) {
+    const bool bias_on = stage_on(&s->params, CN_SAMPLER_LOGIT_BIAS);
+    size_t k = 0, n_finite = 0;
+    int32_t best = -1;
+    float bl = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = logits[i];
+        if (isnan(l) || l == INFINITY) {
+            char f[32];
+            return cn_err(err, CN_STATUS_INVALID_ARG, "logit of token %d is %s", (int)i,
+                          fmt_float(f, sizeof f, l));
+        }
+        if (l == -INFINITY) continue;
+        n_finite++;
+        if (bias_on) {
+            while (k < s->n_bias && s->bias[k].token < i) k++;
+            if (k < s->n_bias && s->bias[k].token == i) l = add_sat(l, s->bias[k].bias);
+        }
+        if (l > bl) {
+            bl = l;
+            best = i;
+        }
+    }
+    if (n_finite == 0)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "no token has a finite logit (n_vocab = %d)",
+                      (int)n_vocab);
+    if (best < 0) return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token");
+    *out = (cn_candidate){best, bl, 1.0f};
+    return CN_STATUS_OK;
+}
+
+/* The stages of the chain, in order, on candidates built from the logits. */
+static cn_status run_chain(cn_sampler *s, const float *logits, int32_t n_vocab, const int32_t *window,
+                           size_t n_window, cn_cands *cp, cn_error *err) {
+    const cn_sampling_params *p = &s->params;
     cn_cands c;
     cn_status st = cn_cands_init(&c, s->cand, logits, n_vocab, err);
     if (st != CN_STATUS_OK) return st;
@@ -1009,9 +1041,54 @@ cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
         }
         if (s->observer) s->observer(s->observer_user, stage, c.data, c.n);
     }
+    *cp = c;
+    return CN_STATUS_OK;
+}
 
+cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
+                            const int32_t *history, size_t n_history, int32_t *out_token,
+                            cn_sample_info *info, cn_error *err) {
+    if (!s || !logits || !out_token)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "cn_sampler_sample: NULL argument");
+    if (n_vocab != s->n_vocab)
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "logits row has n_vocab = %d but the sampler was made for %d", (int)n_vocab,
+                      (int)s->n_vocab);
+    if (n_history > 0 && !history)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "history is NULL but n_history = %zu", n_history);
+    const cn_sampling_params *p = &s->params;
+
+    const int32_t *window = NULL;
+    size_t n_window = 0;
+    if (penalties_on(p) && n_history > 0) {
+        n_window = p->penalty_last_n < 0 ? n_history
+                                         : CN_MIN(n_history, (size_t)p->penalty_last_n);
+        window = history + (n_history - n_window);
+        for (size_t i = 0; i < n_window; i++)
+            if (window[i] < 0 || window[i] >= n_vocab)
+                return cn_err(err, CN_STATUS_INVALID_ARG,
+                              "history[%zu] = token %d is out of range: must be in [0, %d)",
+                              n_history - n_window + i, (int)window[i], (int)n_vocab);
+    }
+
+    cn_cands c;
+    cn_candidate greedy;
+    cn_status st;
+    const bool shortcut = greedy_shortcut(s);
+    if (shortcut) {
+        /* the chain's answer without building it: the canonical first candidate */
+        st = greedy_pick(s, logits, n_vocab, &greedy, err);
+        if (st != CN_STATUS_OK) return st;
+        c.data = &greedy;
+        c.n = 1;
+    } else {
+        st = run_chain(s, logits, n_vocab, window, n_window, &c, err);
+        if (st != CN_STATUS_OK) return st;
+    }
+
+    /* the draw is made (and the stream advanced) for greedy too, so seeds line up */
     const double u = cn_rng_uniform(&s->rng);
-    const size_t at = cn_stage_draw(&c, u);
+    const size_t at = shortcut ? 0 : cn_stage_draw(&c, u);
     const int32_t token = c.data[at].id;
     *out_token = token;
     if (info) {

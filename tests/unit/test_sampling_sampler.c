@@ -314,6 +314,78 @@ Test(sampling_draws, greedy_ignores_the_draw) {
     cn_sampler_free(s);
 }
 
+/* Greedy takes a one-pass shortcut unless an observer wants the stages; both ways must
+ * pick the same token (largest logit, lowest id on ties, -inf skipped) and report the
+ * same info, with top-k/top-p/min-p on, over random logits full of ties. */
+static void noop_observer(void *user, cn_sampler_stage stage, const cn_candidate *c, size_t n) {
+    (void)user, (void)stage, (void)c, (void)n;
+}
+
+Test(sampling_draws, greedy_shortcut_matches_the_chain) {
+    enum { V = 300 };
+    cn_sampling_params p = cn_sampling_default();
+    p.temperature = 0;
+    p.top_k = 40;
+    p.top_p = 0.9f;
+    p.min_p = 0.05f;
+    p.seed = 11;
+    /* bans, a boost, a cut, and a bias that can tie with an unbiased logit */
+    const cn_logit_bias bias[] = {{3, -INFINITY}, {40, 2.5f}, {41, -3.0f}, {200, 1.0f}, {299, -INFINITY}};
+    p.logit_bias = bias;
+    p.n_logit_bias = (int32_t)(sizeof bias / sizeof bias[0]);
+    cn_sampler *fast = make(&p, V), *slow = make(&p, V);
+    cn_sampler_set_observer(slow, noop_observer, NULL);
+    uint64_t st = 7;
+    for (int rep = 0; rep < 500; rep++) {
+        float l[V];
+        for (int i = 0; i < V; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const int v = (int)(st >> 58); /* 0..63: many ties */
+            l[i] = v == 0 ? -INFINITY : (float)(v % 9) - 4.0f;
+        }
+        if (rep % 50 == 0) /* a single finite logit, which the bias bans */
+            for (int i = 0; i < V - 1; i++) l[i] = -INFINITY;
+        int32_t want = -1;
+        float wl = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            float v = l[i];
+            for (size_t k = 0; k < (sizeof bias / sizeof bias[0]); k++)
+                if (bias[k].token == i) v += bias[k].bias;
+            if (v != -INFINITY && (want < 0 || v > wl)) want = i, wl = v;
+        }
+        if (rep % 50 == 0) {
+            if (want < 0) { /* the bias banned the only finite logit: both report it */
+                int32_t tok = -1;
+                cn_error e1 = {0}, e2 = {0};
+                cr_assert_eq(cn_sampler_sample(fast, l, V, NULL, 0, &tok, NULL, &e1), CN_STATUS_INVALID_ARG);
+                cr_assert_eq(cn_sampler_sample(slow, l, V, NULL, 0, &tok, NULL, &e2), CN_STATUS_INVALID_ARG);
+                cr_assert_str_eq(e1.msg, e2.msg);
+            }
+            l[V - 2] = 0.5f; /* a finite one past the ban */
+            want = V - 2;
+        }
+        cn_sample_info a, b;
+        const int32_t ta = sample1(fast, l, V, NULL, 0, &a), tb = sample1(slow, l, V, NULL, 0, &b);
+        cr_assert_eq(ta, tb, "rep %d", rep);
+        cr_assert_eq(ta, want, "rep %d", rep);
+        cr_assert_eq(a.p, b.p);
+        cr_assert_eq(a.n_kept, b.n_kept);
+        cr_assert_eq(a.u, b.u); /* the same draws consumed */
+    }
+    float bad[V];
+    for (int i = 0; i < V; i++) bad[i] = 0.0f;
+    bad[17] = NAN;
+    int32_t tok = -1;
+    cn_error e1 = {0}, e2 = {0};
+    cr_assert_eq(cn_sampler_sample(fast, bad, V, NULL, 0, &tok, NULL, &e1), CN_STATUS_INVALID_ARG);
+    cr_assert_eq(cn_sampler_sample(slow, bad, V, NULL, 0, &tok, NULL, &e2), CN_STATUS_INVALID_ARG);
+    cr_assert_str_eq(e1.msg, e2.msg);
+    for (int i = 0; i < V; i++) bad[i] = -INFINITY;
+    cr_assert_eq(cn_sampler_sample(fast, bad, V, NULL, 0, &tok, NULL, &e1), CN_STATUS_INVALID_ARG);
+    cn_sampler_free(fast);
+    cn_sampler_free(slow);
+}
+
 /* ---- observer, order, penalties, bans, logprobs ---- */
 
 typedef struct {
