@@ -33,6 +33,7 @@ LDLIBS  += $(PKG_LIBS) -lpthread -lm
 ARCH := $(shell uname -m)
 ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVX512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512dq
+ISA_AMX    = $(ISA_AVX512) -mamx-tile -mamx-int8
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
               src/kernels/ref/*.c src/kv/*.c src/model/*.c src/text/*.c src/gen/*.c src/serve/*.c))
@@ -91,6 +92,11 @@ $(BUILD)/obj/src/kernels/x86/%_avx512.o: src/kernels/x86/%_avx512.c
 	@mkdir -p $(dir $@)
 	@echo "  CC avx512 $<"
 	$(Q)$(CC) $(CFLAGS) $(ISA_AVX512) -c $< -o $@
+
+$(BUILD)/obj/src/kernels/x86/%_amx.o: src/kernels/x86/%_amx.c
+	@mkdir -p $(dir $@)
+	@echo "  CC amx  $<"
+	$(Q)$(CC) $(CFLAGS) $(ISA_AMX) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -3,7 +3,8 @@
 #   1. the optimized build's unit tests (Criterion)
 #   2. the same tests built with ASan + UBSan (leaks fail the run)
 #   3. the optimized unit tests again, forced onto the portable kernel paths
-#      (CINDER_ISA=avx2, then the scalar reference: CINDER_ISA=ref)
+#      (CINDER_ISA=avx2, then the scalar reference: CINDER_ISA=ref), and, where the
+#      default is the AMX family, onto plain AVX-512 too (CINDER_ISA=avx512)
 #   4. on x86_64 hosts, the arm64 cross check: the NEON kernels built by
 #      aarch64-linux-gnu-gcc and compared with ref under qemu-aarch64 (make cross-arm64)
 #   5. the python checks against independent implementations (pytest)
@@ -22,7 +23,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=tests/lsan.supp:print_suppressions=0 \
     ./build-san/test_unit --jobs "$JOBS"
 
-for isa in avx2 ref; do
+ISAS="avx2 ref"
+if ./build/cinder version 2>/dev/null | grep -q "kernels amx"; then ISAS="avx512 $ISAS"; fi
+for isa in $ISAS; do
     echo "== unit tests (CINDER_ISA=$isa) =="
     CINDER_ISA=$isa ./build/test_unit --jobs "$JOBS"
 done

@@ -7,11 +7,14 @@
 #include <string.h>
 
 #include "cinder.h"
+#include "kernels/kernels.h"
 
 static int cmd_version(int argc, char **argv) {
     (void)argc;
     (void)argv;
     printf("cinder %s\n", CN_VERSION);
+    /* the kernel family this CPU gets (CINDER_ISA caps it) */
+    printf("kernels %s\n", cn_kernels_get()->name);
     return 0;
 }
 

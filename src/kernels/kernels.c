@@ -41,6 +41,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void choose(void) {
     switch (cn_cpu_isa()) {
 #if defined(__x86_64__)
+    case CN_ISA_AMX: g_chosen = cn_kernels_amx(); return;
     case CN_ISA_AVX512: g_chosen = cn_kernels_avx512(); return;
     case CN_ISA_AVX2: g_chosen = cn_kernels_avx2(); return;
 #endif

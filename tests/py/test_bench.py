@@ -59,7 +59,7 @@ def test_json_one_object_per_thread_count(cinder):
         assert math.isclose(j["decode_gb_s"], wb * j["tg_tok_s"] / 1e9, rel_tol=1e-4)
         assert j["mem_read_gb_s"] > 0
         assert math.isclose(j["decode_bw_frac"], j["decode_gb_s"] / j["mem_read_gb_s"], rel_tol=1e-4)
-        assert j["isa"] in ("ref", "avx2", "avx512", "neon")
+        assert j["isa"] in ("ref", "avx2", "avx512", "amx", "neon")
 
 
 def test_table(cinder):

@@ -42,6 +42,7 @@ static int simd_families(const cn_kernels **out) {
     if (f->avx2 && f->fma && f->f16c) out[n++] = cn_kernels_avx2();
     if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni)
         out[n++] = cn_kernels_avx512();
+    if (f->amx_int8) out[n++] = cn_kernels_amx();
 #elif defined(__aarch64__)
     out[0] = cn_kernels_neon(); /* baseline arm64; counted unless CINDER_ISA=ref took it away */
     n = cn_cpu_get()->neon ? 1 : 0;
@@ -147,6 +148,9 @@ Test(kernels_simd, matmul_bit_identical_to_ref, .timeout = 300) {
             /* fixed edges: one block, one row, one token; odd tails */
             check_one(fam[f], type, unit * (bs == 1 ? 37 : 1), 1, 1);
             check_one(fam[f], type, unit * (bs == 256 ? 3 : 19), 17, 17);
+            /* every token-tile height in one call: 16 + 8 + 4 + 1, and two full tiles */
+            check_one(fam[f], type, unit * (bs == 256 ? 2 : 7), 33, 29);
+            check_one(fam[f], type, unit * (bs == 256 ? 2 : 5), 16, 32);
             /* random shapes */
             for (int rep = 0; rep < 12; rep++) {
                 const int64_t nblk = bs == 256 ? 1 + rnd() % 6 : bs == 32 ? 1 + rnd() % 40 : 1 + rnd() % 300;
@@ -244,6 +248,7 @@ Test(kernels_simd, chooser_respects_cpu) {
     const cn_isa isa = cn_cpu_isa();
     if (isa == CN_ISA_REF) cr_assert_str_eq(K->name, "ref");
     if (!strcmp(K->name, "avx512")) cr_assert(cn_cpu_get()->avx512vnni);
+    if (!strcmp(K->name, "amx")) cr_assert(cn_cpu_get()->amx_int8 && cn_cpu_get()->avx512vnni);
     if (!strcmp(K->name, "avx2")) cr_assert(cn_cpu_get()->avx2);
 }
 

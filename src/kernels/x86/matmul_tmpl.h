@@ -16,12 +16,17 @@
  * which -std=c11 turns off in GCC; clang gets the pragma below). So an output element
  * does not depend on the tile it fell in, on n_tok, or on the thread split.
  *
- * The including file defines CN_X86_AVX512 and CN_X86_SUFFIX(name). */
+ * The including file defines CN_X86_AVX512 and CN_X86_SUFFIX(name), and CN_X86_AMX for
+ * the AMX family (kernels_amx.c: the AVX-512 code plus AMX tiles for token tiles). */
 #ifndef CN_X86_SUFFIX
 #error "define CN_X86_SUFFIX before including matmul_tmpl.h"
 #endif
 
 #include "simd.h"
+
+#ifndef CN_X86_AMX
+#define CN_X86_AMX 0
+#endif
 
 #include <math.h>
 
@@ -42,6 +47,9 @@
 #define KCH 256
 
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* F16C's conversion: round to nearest even, the same bits as cn_f32_to_f16. */
+static inline uint16_t f2h(float f) { return (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
 static inline uint16_t rd_u16(const void *p) {
     uint16_t v;
@@ -99,11 +107,11 @@ static void q8_0_row(const float *x, cn_block_q8_0 *y, int64_t k, bool with_sum,
         const __m256i q = pack32(round8(x, id), round8(x + 8, id), round8(x + 16, id), round8(x + 24, id));
         if (with_sum) {
             _mm256_storeu_si256((__m256i *)(void *)y1[b].qs, q);
-            y1[b].d = cn_f32_to_f16(d);
-            y1[b].s = cn_f32_to_f16(d * (float)sum_i8x32(y1[b].qs));
+            y1[b].d = f2h(d);
+            y1[b].s = f2h(d * (float)sum_i8x32(y1[b].qs));
         } else {
             _mm256_storeu_si256((__m256i *)(void *)y[b].qs, q);
-            y[b].d = cn_f32_to_f16(d);
+            y[b].d = f2h(d);
         }
     }
 }
@@ -407,6 +415,18 @@ static void CN_X86_SUFFIX(pack)(uint32_t type, const void *w, size_t w_row_bytes
             }
 }
 
+/* acc + this block's contribution for one token, from s: the integer dot of the block's
+ * codes (as unpack32 makes them) with the token's activation codes, per lane. The float
+ * steps of every path (VNNI and AMX), so they give the same bits. */
+CN_INLINE vf tok32_finish(const uint32_t type, const blk32 *B, vi s, vf acc, int32_t corr, float da, float sa) {
+    if (type == CN_TYPE_Q4_0 || type == CN_TYPE_Q5_0 || (CN_X86_AVX512 && type == CN_TYPE_Q8_0))
+        s = vi_sub(s, vi_set1(corr));
+    const vf p = vf_mul(B->d, vf_set1(da));
+    if (type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1)
+        return vf_add(acc, vf_add(vf_mul(vf_cvt(s), p), vf_mul(B->m, vf_set1(sa))));
+    return vf_add(acc, vf_mul(vf_cvt(s), p));
+}
+
 /* acc + this block's contribution for one token; aqs is the activation block's qs. */
 CN_INLINE vf tok32(const uint32_t type, const blk32 *B, const int8_t *aqs, vf acc, int32_t corr, float da,
                    float sa) {
@@ -423,13 +443,7 @@ CN_INLINE vf tok32(const uint32_t type, const blk32 *B, const int8_t *aqs, vf ac
         s0 = vi_dp4(s0, B->w[c], vi_bcast32(aqs + 4 * c));
         s1 = vi_dp4(s1, B->w[c + 1], vi_bcast32(aqs + 4 * c + 4));
     }
-    vi s = vi_add(s0, s1);
-    if (type == CN_TYPE_Q4_0 || type == CN_TYPE_Q5_0 || (CN_X86_AVX512 && type == CN_TYPE_Q8_0))
-        s = vi_sub(s, vi_set1(corr));
-    const vf p = vf_mul(B->d, vf_set1(da));
-    if (type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1)
-        return vf_add(acc, vf_add(vf_mul(vf_cvt(s), p), vf_mul(B->m, vf_set1(sa))));
-    return vf_add(acc, vf_mul(vf_cvt(s), p));
+    return tok32_finish(type, B, vi_add(s0, s1), acc, corr, da, sa);
 }
 
 CN_INLINE void tile32(const uint32_t type, const int T, const mm_ctx *c, int64_t tile) {
@@ -460,6 +474,123 @@ CN_INLINE void tile32(const uint32_t type, const int T, const mm_ctx *c, int64_t
     acc_store(c, &R, T, acc);
 }
 
+#if CN_X86_AMX
+/* The same tile on AMX (kernels_amx.c), for token tiles of 8 or more (at 4 the VNNI loop
+ * is faster, measured): per block, one
+ * tile multiply makes all T × VL integer dots. tmm1 (A) = the T activation rows' 32
+ * codes, read in place (stride: the activation row); tmm2 (B) = the 8 code vectors
+ * unpack32 makes, which already are B's layout (row c, dword r = row r's codes
+ * 4c..4c+3, the elements that A's columns 4c..4c+3 hold); tmm0 (C) = the T × VL int32
+ * dots, then tok32_finish per token, as the VNNI loop does. tdpbsud: signed activation
+ * codes times unsigned weight codes, the operands vpdpbusd had, so the same offsets come
+ * back out. */
+typedef struct __attribute__((packed)) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+static void amx_config(int T) {
+    amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int s = 0; s < 2; s++) {
+        cfg.rows[3 * s] = (uint8_t)T; /* C: T tokens × VL int32 */
+        cfg.colsb[3 * s] = VL * 4;
+        cfg.rows[3 * s + 1] = (uint8_t)T; /* A: T tokens × 32 codes */
+        cfg.colsb[3 * s + 1] = 32;
+        cfg.rows[3 * s + 2] = 8; /* B: 8 × (VL rows × 4 codes) */
+        cfg.colsb[3 * s + 2] = VL * 4;
+    }
+    /* GCC's ldtilecfg asm names only 8 bytes of its operand: without this barrier the
+     * stores to rows/colsb may be dropped as dead (then every tile use traps). */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+}
+
+CN_INLINE void amx_unpack(const uint32_t type, const cn_matmul_args *a, const tile_rows *R, const uint8_t *pk,
+                          int64_t b, size_t bb, blk32 *B, vi *bv) {
+    /* B->w's codes go to memory for the tile load; only d, m stay in B */
+    if (a->w_packed) unpack32p(type, pk + (size_t)b * VL * bb, B);
+    else unpack32(type, R, (size_t)b * bb, B);
+    CN_UNROLL
+    for (int c = 0; c < 8; c++) _mm512_store_si512((void *)&bv[c], B->w[c]);
+}
+
+/* Block b's codes into B layout (bv[b % 2]) and its scales into dm[b % 4]. */
+#define AMX_UNPACK(b)                                                                     \
+    do {                                                                                  \
+        pf_block(&pf, (b));                                                               \
+        blk32 B_;                                                                         \
+        amx_unpack(type, a, &R, pk, c->b0 + (b), bb, &B_, bv[(b) % 2]);                   \
+        dm[(b) % 4] = B_;                                                                 \
+    } while (0)
+/* Starts block b's tile multiply on tiles (C, A, B). */
+#define AMX_ISSUE(TC, TA, TB, b)                                                          \
+    do {                                                                                  \
+        _tile_loadd(TB, bv[(b) % 2], 64);                                                 \
+        _tile_loadd(TA, a0 + (size_t)(b) * ab, as);                                       \
+        _tile_zero(TC);                                                                   \
+        _tile_dpbsud(TC, TA, TB);                                                         \
+    } while (0)
+/* Block b's float steps from cv[b % 2]. */
+#define AMX_FINISH(b)                                                                     \
+    do {                                                                                  \
+        CN_UNROLL                                                                         \
+        for (int t = 0; t < T; t++)                                                       \
+            acc[t] = tok32_finish(type, &dm[(b) % 4], _mm512_load_si512((const void *)cv[(b) % 2][t]), acc[t], \
+                                  c->corr[t * KCH + (b)], c->da[t * KCH + (b)], c->sa[t * KCH + (b)]); \
+    } while (0)
+/* One pipeline step at block b, whose multiply runs on tiles (TC, ...); (NC, NA, NB) take
+ * block b+1's: issue b+1, unpack b+2, store b's dots, finish b-1. Every buffer is read
+ * at least one step after it was written (the tile store and B's stores are not
+ * forwarded quickly to loads), and the tile unit always has the next multiply queued. */
+#define AMX_STEP(TC, NC, NA, NB, b)                                                       \
+    do {                                                                                  \
+        if ((b) + 1 < n) AMX_ISSUE(NC, NA, NB, (b) + 1);                                  \
+        if ((b) + 2 < n) AMX_UNPACK((b) + 2);                                             \
+        _tile_stored(TC, cv[(b) % 2], VL * 4);                                            \
+        if ((b) >= 1) AMX_FINISH((b) - 1);                                                \
+    } while (0)
+
+CN_INLINE void tile32_amx(const uint32_t type, const int T, const mm_ctx *c, int64_t tile) {
+    const cn_matmul_args *a = c->a;
+    const size_t bb = blk32_bytes(type);
+    const bool q81 = type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1;
+    const size_t ab = q81 ? sizeof(cn_block_q8_1) : sizeof(cn_block_q8_0), aoff = q81 ? 4 : 2;
+    const long as = (long)a->xq_row_bytes;
+    tile_rows R;
+    tile_setup(a, tile, &R);
+    vf acc[TMAX];
+    acc_init(c, &R, T, acc, c->b0 > 0);
+    const uint8_t *a0 = act_row(a, c->t0) + (size_t)c->b0 * ab + aoff;
+    const uint8_t *pk = (const uint8_t *)a->w + (size_t)tile * VL * a->w_row_bytes;
+    const prefetcher pf = pf_setup(a, &R, c->nbc == a->k / 32 ? c->nbc : 0);
+    _Alignas(64) vi bv[2][8];
+    _Alignas(64) int32_t cv[2][TMAX][VL];
+    blk32 dm[4];
+    const int64_t n = c->nbc;
+    AMX_UNPACK(0);
+    if (n > 1) AMX_UNPACK(1);
+    AMX_ISSUE(0, 1, 2, 0);
+    int64_t b = 0;
+    for (; b + 2 <= n; b += 2) {
+        AMX_STEP(0, 3, 4, 5, b);
+        AMX_STEP(3, 0, 1, 2, b + 1);
+    }
+    if (b < n) AMX_STEP(0, 3, 4, 5, b);
+    AMX_FINISH(n - 1);
+    acc_store(c, &R, T, acc);
+}
+#undef AMX_UNPACK
+#undef AMX_ISSUE
+#undef AMX_FINISH
+#undef AMX_STEP
+#define TILE32_WIDE tile32_amx
+#else
+#define TILE32_WIDE tile32
+#endif
+
 /* Activation terms of the token tile for the chunk's blocks. */
 static void prep32(uint32_t type, mm_ctx *c, int T, float *da, int32_t *corr, float *sa) {
     const bool q81 = type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1;
@@ -485,8 +616,8 @@ static void prep32(uint32_t type, mm_ctx *c, int T, float *da, int32_t *corr, fl
 
 #define TILE32_FN(NAME, TYPE)                                                  \
     static void NAME(const mm_ctx *c, int T, int64_t tile) {                   \
-        if (T == TMAX) tile32(TYPE, TMAX, c, tile);                            \
-        else if (TMAX > 8 && T == 8) tile32(TYPE, 8, c, tile);                 \
+        if (T == TMAX) TILE32_WIDE(TYPE, TMAX, c, tile);                       \
+        else if (TMAX > 8 && T == 8) TILE32_WIDE(TYPE, 8, c, tile);            \
         else if (T == 4) tile32(TYPE, 4, c, tile);                             \
         else tile32(TYPE, 1, c, tile);                                         \
     }
@@ -504,8 +635,17 @@ static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t til
     const int64_t nb = a->k / 32;
     float da[TMAX * KCH], sa[TMAX * KCH];
     int32_t corr[TMAX * KCH];
+#if CN_X86_AMX
+    int cfg_T = 0; /* the token-tile height the AMX tiles are configured for */
+#endif
     for (int64_t t0 = 0; t0 < a->n_tok;) {
         const int T = tok_tile(a->n_tok - t0);
+#if CN_X86_AMX
+        if (T >= 8 && T != cfg_T) {
+            amx_config(T);
+            cfg_T = T;
+        }
+#endif
         for (int64_t b0 = 0; b0 < nb; b0 += KCH) {
             mm_ctx c = {.a = a, .t0 = t0, .b0 = b0, .nbc = CN_MIN((int64_t)KCH, nb - b0), .da = da, .corr = corr, .sa = sa};
             prep32(type, &c, T, da, corr, sa);
@@ -513,6 +653,9 @@ static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t til
         }
         t0 += T;
     }
+#if CN_X86_AMX
+    if (cfg_T) _tile_release();
+#endif
 }
 
 /* ---------------------------------------------------------------- Q4_K, Q5_K */

@@ -10,6 +10,7 @@
 
 const cn_kernels *cn_kernels_avx2(void);   /* needs avx2, fma, f16c */
 const cn_kernels *cn_kernels_avx512(void); /* needs those and avx512f/bw/vl/vnni (dq) */
+const cn_kernels *cn_kernels_amx(void);    /* needs avx512's and amx_int8 (granted by the OS) */
 
 /* GELU-tanh through f16 for every f16 input (gelu_table.c); filled by the getters. */
 extern float cn_x86_gelu_f16[1 << 16];
