@@ -395,8 +395,36 @@ static void CN_X86_SUFFIX(attention)(const cn_attn_args *a, int ith, int nth) {
         n_tiles++;
         r = e;
     }
-    /* few tiles (decode): a head per item, so threads get equal shares */
-    const int32_t per = n_tiles * a->n_head_kv < 2 * (int64_t)nth ? 1 : CN_MIN(G, GMAX);
+    /* Few tiles (decode): the (tile, query head) pairs are cut into nth contiguous
+     * runs, and a thread takes the heads of one KV head in its run together: each thread
+     * then reads the K/V rows of as few KV heads as it can, and one load of a row serves
+     * all its heads (a round-robin deal had every thread read every KV head; measured on
+     * SmolLM2 decode at 2 threads: 7.0 -> 5.6 us per layer). */
+    if (n_tiles * a->n_head_kv < 2 * (int64_t)nth) {
+        float *sc = a->scratch + (int64_t)ith * a->scratch_stride;
+        int64_t i0, i1;
+        cn_split(n_tiles * a->n_head, ith, nth, &i0, &i1);
+        int64_t i = i0, tile = 0;
+        for (int32_t r = 0; r < a->n_rows && i < i1;) {
+            int32_t e = r + 1;
+            while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] && a->v_blocks[e] == a->v_blocks[r]) e++;
+            while (i < i1 && i / a->n_head == tile) {
+                const int32_t h0 = (int32_t)(i % a->n_head);
+                const int32_t grp_end = (h0 / G + 1) * G; /* first head of the next KV head */
+                const int32_t ng = (int32_t)CN_MIN((int64_t)CN_MIN(GMAX, grp_end - h0), i1 - i);
+                switch (a->kv_type) {
+                case CN_TYPE_F32: attn_tile_f32(a, r, e - r, h0, ng, sc); break;
+                case CN_TYPE_F16: attn_tile_f16(a, r, e - r, h0, ng, sc); break;
+                default: attn_q8_0(a, r, h0, ng, sc); break;
+                }
+                i += ng;
+            }
+            tile++;
+            r = e;
+        }
+        return;
+    }
+    const int32_t per = CN_MIN(G, GMAX);
     const int32_t n_sub = (G + per - 1) / per;
     const int64_t per_tile = (int64_t)a->n_head_kv * n_sub;
     float *scratch = a->scratch + (int64_t)ith * a->scratch_stride;
