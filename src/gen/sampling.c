@@ -972,11 +972,10 @@ static bool greedy_shortcut(const cn_sampler *s) {
     return greedy;
 }
 
-/* The chain's pick for greedy_shortcut: the largest logit after the bias (saturating
- * add, -inf drops the token), lowest id on ties, p = 1; the chain's errors for NaN or
- * +inf logits, no finite logit, or a bias that bans every token. One pass over the
- * logits, walking the id-sorted bias list alongside. */
-static cn_status greedy_pick(const cn_sampler *s, const float *logits, int32_t n_vocab, cn_candidate *out,
+/* The chain's pick for greedy_shortcut, the slow way: one pass applying the bias on the
+ * fly (walking the id-sorted list alongside), lowest id on ties; the chain's errors for
+ * NaN or +inf logits, no finite logit, or a bias that bans every token. */
+static cn_status greedy_scan(const cn_sampler *s, const float *logits, int32_t n_vocab, cn_candidate *out,
                              cn_error *err) {
     const bool bias_on = stage_on(&s->params, CN_SAMPLER_LOGIT_BIAS);
     size_t k = 0, n_finite = 0;
@@ -1006,6 +1005,47 @@ static cn_status greedy_pick(const cn_sampler *s, const float *logits, int32_t n
     if (best < 0) return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token");
     *out = (cn_candidate){best, bl, 1.0f};
     return CN_STATUS_OK;
+}
+
+/* The same pick, fast: a branch-free pass (the compiler vectorizes it) for the largest
+ * raw logit and whether any is NaN or +inf, then the biased few, then the first id
+ * holding the winning value. Anything unusual (a bad logit, no finite one, a biased
+ * token holding the raw maximum) goes to greedy_scan, which gives the chain's answer
+ * and errors by definition. */
+static cn_status greedy_pick(const cn_sampler *s, const float *logits, int32_t n_vocab, cn_candidate *out,
+                             cn_error *err) {
+    float m = -INFINITY;
+    int bad = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        const float l = logits[i];
+        bad |= !(l < INFINITY); /* NaN or +inf */
+        m = l > m ? l : m;
+    }
+    if (bad || m == -INFINITY) return greedy_scan(s, logits, n_vocab, out, err);
+    float best = m; /* the winning value: raw max of the unbiased ids, or a biased one */
+    const bool bias_on = stage_on(&s->params, CN_SAMPLER_LOGIT_BIAS);
+    if (bias_on) {
+        for (size_t k = 0; k < s->n_bias; k++) {
+            const int32_t t = s->bias[k].token;
+            if (t >= n_vocab) continue;
+            if (logits[t] == m) return greedy_scan(s, logits, n_vocab, out, err);
+            const float v = logits[t] == -INFINITY ? -INFINITY : add_sat(logits[t], s->bias[k].bias);
+            if (v > best) best = v;
+        }
+    }
+    size_t k = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        float l = logits[i];
+        if (bias_on) {
+            while (k < s->n_bias && s->bias[k].token < i) k++;
+            if (k < s->n_bias && s->bias[k].token == i) l = l == -INFINITY ? l : add_sat(l, s->bias[k].bias);
+        }
+        if (l == best) {
+            *out = (cn_candidate){i, best, 1.0f};
+            return CN_STATUS_OK;
+        }
+    }
+    return greedy_scan(s, logits, n_vocab, out, err); /* not reached: best is some id's value */
 }
 
 /* The stages of the chain, in order, on candidates built from the logits. */
