@@ -61,6 +61,18 @@ void *cn_calloc_aligned(size_t n_bytes) {
 
 void cn_free_aligned(void *p) { free(p); }
 
+void *cn_alloc_huge(size_t n_bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (n_bytes < huge) return cn_alloc_aligned(n_bytes);
+    const size_t rounded = (n_bytes + huge - 1) & ~(huge - 1);
+    if (rounded < n_bytes) return NULL;
+    void *p = aligned_alloc(huge, rounded);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p) madvise(p, rounded, MADV_HUGEPAGE); /* a hint: failure leaves normal pages */
+#endif
+    return p;
+}
+
 cn_status cn_map_file(const char *path, cn_mapped_file *out, cn_error *err) {
     out->data = NULL;
     out->n_bytes = 0;

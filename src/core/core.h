@@ -47,6 +47,10 @@ static inline bool cn_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
 void *cn_alloc_aligned(size_t n_bytes);
 void *cn_calloc_aligned(size_t n_bytes);
 void cn_free_aligned(void *p);
+/* Like cn_alloc_aligned (free with cn_free_aligned), for large buffers read all over on
+ * every token (the KV cache): 2 MiB aligned and, on Linux, asked for transparent huge
+ * pages, so reading it costs far fewer TLB misses. Pages still fill on first touch. */
+void *cn_alloc_huge(size_t n_bytes);
 
 /* A read-only mapping of a whole file. */
 typedef struct {

@@ -183,7 +183,7 @@ cn_status cn_kv_create(const cn_kv_params *p, cn_kv **out, cn_error *err) {
     uint64_t n_buckets = 1;
     while (n_buckets < (uint64_t)n) n_buckets <<= 1;
     kv->bucket_mask = n_buckets - 1;
-    kv->data = cn_alloc_aligned((size_t)data_bytes);
+    kv->data = cn_alloc_huge((size_t)data_bytes);
     kv->blocks = alloc_array((uint64_t)n, sizeof(kv_block));
     kv->free_ids = alloc_array((uint64_t)n, sizeof(int32_t));
     kv->tokens = alloc_array((uint64_t)n * (uint64_t)p->block_tokens, sizeof(int32_t));
