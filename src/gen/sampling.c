@@ -437,25 +437,29 @@ static size_t crossing(cn_cands *c, double target, bool strict) {
     return c->n_sorted + mass_find(c->data + c->n_sorted, rest, target - cum, strict);
 }
 
+/* The two errors of a logits row, for every path that reads one. */
+static cn_status bad_logit(cn_error *err, int32_t i, float l) {
+    char f[32];
+    return cn_err(err, CN_STATUS_INVALID_ARG, "logit of token %d is %s", (int)i, fmt_float(f, sizeof f, l));
+}
+
+static cn_status no_finite_logit(cn_error *err, int32_t n_vocab) {
+    return cn_err(err, CN_STATUS_INVALID_ARG, "no token has a finite logit (n_vocab = %d)", (int)n_vocab);
+}
+
 cn_status cn_cands_init(cn_cands *c, cn_candidate *buf, const float *logits, int32_t n_vocab,
                         cn_error *err) {
     size_t n = 0;
     for (int32_t i = 0; i < n_vocab; i++) {
         float l = logits[i];
-        if (isnan(l) || l == INFINITY) {
-            char f[32];
-            return cn_err(err, CN_STATUS_INVALID_ARG, "logit of token %d is %s", (int)i,
-                          fmt_float(f, sizeof f, l));
-        }
+        if (isnan(l) || l == INFINITY) return bad_logit(err, i, l);
         if (l == -INFINITY) continue;
         buf[n].id = i;
         buf[n].logit = l;
         buf[n].p = 0.0f;
         n++;
     }
-    if (n == 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "no token has a finite logit (n_vocab = %d)",
-                      (int)n_vocab);
+    if (n == 0) return no_finite_logit(err, n_vocab);
     c->data = buf;
     c->n = n;
     c->n_sorted = 0;
@@ -983,11 +987,7 @@ static cn_status greedy_scan(const cn_sampler *s, const float *logits, int32_t n
     float bl = -INFINITY;
     for (int32_t i = 0; i < n_vocab; i++) {
         float l = logits[i];
-        if (isnan(l) || l == INFINITY) {
-            char f[32];
-            return cn_err(err, CN_STATUS_INVALID_ARG, "logit of token %d is %s", (int)i,
-                          fmt_float(f, sizeof f, l));
-        }
+        if (isnan(l) || l == INFINITY) return bad_logit(err, i, l);
         if (l == -INFINITY) continue;
         n_finite++;
         if (bias_on) {
@@ -999,9 +999,7 @@ static cn_status greedy_scan(const cn_sampler *s, const float *logits, int32_t n
             best = i;
         }
     }
-    if (n_finite == 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "no token has a finite logit (n_vocab = %d)",
-                      (int)n_vocab);
+    if (n_finite == 0) return no_finite_logit(err, n_vocab);
     if (best < 0) return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token");
     *out = (cn_candidate){best, bl, 1.0f};
     return CN_STATUS_OK;
