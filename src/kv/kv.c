@@ -2,11 +2,14 @@
  * tables per sequence, reference counts with copy-on-write, and a prefix cache. It
  * decides nothing about who gets blocks (the scheduler does) and knows no architecture.
  *
- * Layout. One aligned allocation holds, for each layer, a K region then a V region, each
- * (n_blocks, block_tokens, kv_dim) in the pool's type: block b's K for layer l is one
- * contiguous (block_tokens, kv_dim) slab, so attention over a sequence reads one slab per
- * block. Each slab's stride is rounded up to CN_ALIGN so every slab starts on a cache
- * line. A block taken from the free list is zeroed (every layer), so positions never
+ * Layout. One allocation (2 MiB aligned, on transparent huge pages) holds the blocks one
+ * after another, each (n_layer, K then V, block_tokens, kv_dim) in the pool's type: block
+ * b's K for layer l is one contiguous (block_tokens, kv_dim) slab, so attention over a
+ * sequence reads one slab per block, and all of a block's slabs sit together, so the
+ * blocks a sequence uses share few huge pages (decode reads them all every token: few TLB
+ * misses) and a fresh block faults in at most one page (a layer-major layout put every
+ * layer's slab in a different huge page: the first token of `cinder run` zeroed 120 MB).
+ * Each slab's stride is rounded up to CN_ALIGN so every slab starts on a cache line. A block taken from the free list is zeroed (every layer), so positions never
  * written read as 0, not as stale data: attention that touches a whole block stays finite.
  *
  * Ownership. A block is in exactly one state: on the free list (ref 0), held (ref > 0 =
@@ -53,7 +56,7 @@ struct cn_kv {
     cn_kv_params p;
     uint64_t row_bytes;   /* one position of one layer, K or V */
     uint64_t slab_bytes;  /* (block_tokens, kv_dim) rounded up to CN_ALIGN */
-    uint8_t *data;        /* (n_layer, 2, n_blocks, slab_bytes) */
+    uint8_t *data;        /* (n_blocks, n_layer, 2, slab_bytes) */
     cn_from_float_fn quantize; /* Q8_0 only */
 
     kv_block *blocks;     /* (n_blocks) */
@@ -214,7 +217,7 @@ static bool seq_ok(const cn_kv *kv, int32_t seq) {
 }
 
 static uint8_t *slab(const cn_kv *kv, int32_t layer, int kv_index, int32_t block) {
-    uint64_t i = ((uint64_t)layer * 2 + (uint64_t)kv_index) * (uint64_t)kv->p.n_blocks + (uint64_t)block;
+    uint64_t i = ((uint64_t)block * (uint64_t)kv->p.n_layer + (uint64_t)layer) * 2 + (uint64_t)kv_index;
     return kv->data + i * kv->slab_bytes;
 }
 
