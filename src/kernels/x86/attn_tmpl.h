@@ -372,12 +372,29 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
 ATTN_TILE(CN_TYPE_F32, attn_tile_f32)
 ATTN_TILE(CN_TYPE_F16, attn_tile_f16)
 
-/* Work items are (tile of rows, group of query heads of one KV head); with few rows
- * (decode) a head per item, so every thread gets an equal share. Tiles are up to QRMAX
- * consecutive rows of one sequence (F16/F32 caches; Q8_0 takes rows one by one). Either
- * way each (row, head)'s arithmetic is the same. Items are dealt round-robin: under a
- * causal mask later rows attend more positions, so contiguous slices would give the last
- * thread most of the work. */
+/* One past the last row of the tile starting at row r: up to QRMAX consecutive rows
+ * with the same block lists (F16/F32 caches; Q8_0 takes rows one by one). */
+static inline int32_t tile_end(const cn_attn_args *a, int32_t r, bool tiled) {
+    int32_t e = r + 1;
+    while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] && a->v_blocks[e] == a->v_blocks[r])
+        e++;
+    return e;
+}
+
+/* Rows [r, e) (one tile), heads h0 .. h0+ng-1 of one KV head. */
+static inline void attn_item(const cn_attn_args *a, int32_t r, int32_t e, int32_t h0, int32_t ng, float *scratch) {
+    switch (a->kv_type) {
+    case CN_TYPE_F32: attn_tile_f32(a, r, e - r, h0, ng, scratch); break;
+    case CN_TYPE_F16: attn_tile_f16(a, r, e - r, h0, ng, scratch); break;
+    default: attn_q8_0(a, r, h0, ng, scratch); break;
+    }
+}
+
+/* Work items are (tile of rows, group of query heads of one KV head); whatever the
+ * grouping, each (row, head)'s arithmetic is the same. With few tiles (decode) the
+ * (tile, head) pairs are cut into contiguous runs (below); otherwise items are dealt
+ * round-robin: under a causal mask later rows attend more positions, so contiguous
+ * slices would give the last thread most of the work. */
 static void CN_X86_SUFFIX(attention)(const cn_attn_args *a, int ith, int nth) {
     const int32_t G = a->n_head / a->n_head_kv;
     if (a->head_dim % VL || a->head_dim > CN_MAX_HEAD_DIM || a->n_head % a->n_head_kv ||
@@ -389,34 +406,24 @@ static void CN_X86_SUFFIX(attention)(const cn_attn_args *a, int ith, int nth) {
     const bool tiled = a->kv_type != CN_TYPE_Q8_0;
     /* tile t covers rows [tstart(t), tstart(t + 1)): counted the same way by every thread */
     int64_t n_tiles = 0;
-    for (int32_t r = 0; r < a->n_rows;) {
-        int32_t e = r + 1;
-        while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] && a->v_blocks[e] == a->v_blocks[r]) e++;
-        n_tiles++;
-        r = e;
-    }
+    for (int32_t r = 0; r < a->n_rows; r = tile_end(a, r, tiled)) n_tiles++;
     /* Few tiles (decode): the (tile, query head) pairs are cut into nth contiguous
      * runs, and a thread takes the heads of one KV head in its run together: each thread
      * then reads the K/V rows of as few KV heads as it can, and one load of a row serves
      * all its heads (a round-robin deal had every thread read every KV head; measured on
      * SmolLM2 decode at 2 threads: 7.0 -> 5.6 us per layer). */
+    float *scratch = a->scratch + (int64_t)ith * a->scratch_stride;
     if (n_tiles * a->n_head_kv < 2 * (int64_t)nth) {
-        float *sc = a->scratch + (int64_t)ith * a->scratch_stride;
         int64_t i0, i1;
         cn_split(n_tiles * a->n_head, ith, nth, &i0, &i1);
         int64_t i = i0, tile = 0;
         for (int32_t r = 0; r < a->n_rows && i < i1;) {
-            int32_t e = r + 1;
-            while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] && a->v_blocks[e] == a->v_blocks[r]) e++;
+            const int32_t e = tile_end(a, r, tiled);
             while (i < i1 && i / a->n_head == tile) {
                 const int32_t h0 = (int32_t)(i % a->n_head);
                 const int32_t grp_end = (h0 / G + 1) * G; /* first head of the next KV head */
                 const int32_t ng = (int32_t)CN_MIN((int64_t)CN_MIN(GMAX, grp_end - h0), i1 - i);
-                switch (a->kv_type) {
-                case CN_TYPE_F32: attn_tile_f32(a, r, e - r, h0, ng, sc); break;
-                case CN_TYPE_F16: attn_tile_f16(a, r, e - r, h0, ng, sc); break;
-                default: attn_q8_0(a, r, h0, ng, sc); break;
-                }
+                attn_item(a, r, e, h0, ng, scratch);
                 i += ng;
             }
             tile++;
@@ -427,20 +434,14 @@ static void CN_X86_SUFFIX(attention)(const cn_attn_args *a, int ith, int nth) {
     const int32_t per = CN_MIN(G, GMAX);
     const int32_t n_sub = (G + per - 1) / per;
     const int64_t per_tile = (int64_t)a->n_head_kv * n_sub;
-    float *scratch = a->scratch + (int64_t)ith * a->scratch_stride;
     int64_t item = 0;
     for (int32_t r = 0; r < a->n_rows;) {
-        int32_t e = r + 1;
-        while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] && a->v_blocks[e] == a->v_blocks[r]) e++;
+        const int32_t e = tile_end(a, r, tiled);
         for (int64_t k = 0; k < per_tile; k++, item++) {
             if (item % nth != ith) continue;
             const int32_t kvh = (int32_t)(k / n_sub), sub = (int32_t)(k % n_sub);
             const int32_t h0 = kvh * G + sub * per, ng = CN_MIN(per, G - sub * per);
-            switch (a->kv_type) {
-            case CN_TYPE_F32: attn_tile_f32(a, r, e - r, h0, ng, scratch); break;
-            case CN_TYPE_F16: attn_tile_f16(a, r, e - r, h0, ng, scratch); break;
-            default: attn_q8_0(a, r, h0, ng, scratch); break;
-            }
+            attn_item(a, r, e, h0, ng, scratch);
         }
         r = e;
     }
