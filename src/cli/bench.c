@@ -236,7 +236,7 @@ typedef struct {
     const char *models[MAX_MODELS];
     int n_models;
     int32_t n_p, n_g, reps;
-    int threads[MAX_THREADS_LIST];
+    int32_t threads[MAX_THREADS_LIST];
     int n_threads;
     bool json;
 } opts;
@@ -255,20 +255,6 @@ static void usage(FILE *f) {
                "  prompt continued greedily for -n tokens; decode GB/s (weight bytes × tg tok/s) and\n"
                "  its share of the measured memory read bandwidth. -t: comma-separated thread counts\n"
                "  (default: the number of CPUs). --json: one object per (model, threads) line.\n");
-}
-
-static bool parse_threads(const char *s, opts *o) {
-    o->n_threads = 0;
-    while (*s) {
-        char *end;
-        const long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 1024 || o->n_threads == MAX_THREADS_LIST) return false;
-        o->threads[o->n_threads++] = (int)v;
-        if (*end == ',') end++;
-        else if (*end) return false;
-        s = end;
-    }
-    return o->n_threads > 0;
 }
 
 static void print_json(const char *path, const cn_model *m, const opts *o, const result *res, uint64_t wb) {
@@ -456,7 +442,7 @@ int cn_cli_bench(int argc, char **argv) {
             continue;
         }
         if (!strcmp(a, "-t")) {
-            if (!parse_threads(v, &o)) {
+            if (!cn_cli_parse_int_list(v, 1, 1024, o.threads, MAX_THREADS_LIST, &o.n_threads)) {
                 cn_cli_errorf("bench: -t wants thread counts 1..1024 separated by commas, got '%s'", v);
                 return 2;
             }

@@ -38,7 +38,8 @@
 
 typedef struct {
     const char *model;
-    int32_t levels[MAX_LEVELS], n_levels;
+    int32_t levels[MAX_LEVELS];
+    int n_levels;
     int32_t n_gen, n_threads, system_tokens;
     int64_t kv_mem_mib;
     cn_type kv_type;
@@ -294,20 +295,6 @@ static void usage(FILE *f) {
             "  request one common system prompt (after a warm-up request) to measure the prefix cache.\n");
 }
 
-static bool parse_levels(const char *s, popts *o) {
-    o->n_levels = 0;
-    while (*s) {
-        char *end;
-        const long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > MAX_PARALLEL || o->n_levels == MAX_LEVELS) return false;
-        o->levels[o->n_levels++] = (int32_t)v;
-        if (*end == ',') end++;
-        else if (*end) return false;
-        s = end;
-    }
-    return o->n_levels > 0;
-}
-
 int cn_cli_bench_parallel(int argc, char **argv) {
     popts o = {.n_gen = 64, .system_tokens = 500, .kv_type = CN_TYPE_F16, .prefix_cache = true};
     o.n_threads = (int32_t)CN_MAX(1L, CN_MIN(64L, sysconf(_SC_NPROCESSORS_ONLN)));
@@ -331,7 +318,7 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         }
         const char *v = argv[++i];
         if (!strcmp(a, "--parallel")) {
-            if (!parse_levels(v, &o)) {
+            if (!cn_cli_parse_int_list(v, 1, MAX_PARALLEL, o.levels, MAX_LEVELS, &o.n_levels)) {
                 cn_cli_errorf("bench: --parallel wants counts 1..%d separated by commas, got '%s'", MAX_PARALLEL, v);
                 return 2;
             }

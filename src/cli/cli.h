@@ -4,6 +4,9 @@
 #ifndef CN_CLI_H
 #define CN_CLI_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 int cn_cli_inspect(int argc, char **argv);
 int cn_cli_tokenize(int argc, char **argv);
 int cn_cli_perplexity(int argc, char **argv);
@@ -11,6 +14,10 @@ int cn_cli_explain(int argc, char **argv);
 int cn_cli_run(int argc, char **argv);
 int cn_cli_chat(int argc, char **argv);
 int cn_cli_bench(int argc, char **argv);
+
+/* Parses a comma-separated list of integers in [lo, hi] ("1,4,8") into out[0..max):
+ * false on an empty list, a bad or out-of-range item, or more than max items. */
+bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int max, int *n);
 
 /* Prints "cinder: <msg>" to stderr as one line. */
 void cn_cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -4,10 +4,25 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cinder.h"
 #include "kernels/kernels.h"
+
+bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int max, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        const long v = strtol(s, &end, 10);
+        if (end == s || v < lo || v > hi || *n == max) return false;
+        out[(*n)++] = (int32_t)v;
+        if (*end == ',') end++;
+        else if (*end) return false;
+        s = end;
+    }
+    return *n > 0;
+}
 
 static int cmd_version(int argc, char **argv) {
     (void)argc;
