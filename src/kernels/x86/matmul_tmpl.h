@@ -418,12 +418,12 @@ static void CN_X86_SUFFIX(pack)(uint32_t type, const void *w, size_t w_row_bytes
 /* acc + this block's contribution for one token, from s: the integer dot of the block's
  * codes (as unpack32 makes them) with the token's activation codes, per lane. The float
  * steps of every path (VNNI and AMX), so they give the same bits. */
-CN_INLINE vf tok32_finish(const uint32_t type, const blk32 *B, vi s, vf acc, int32_t corr, float da, float sa) {
+CN_INLINE vf tok32_finish(const uint32_t type, vf d, vf m, vi s, vf acc, int32_t corr, float da, float sa) {
     if (type == CN_TYPE_Q4_0 || type == CN_TYPE_Q5_0 || (CN_X86_AVX512 && type == CN_TYPE_Q8_0))
         s = vi_sub(s, vi_set1(corr));
-    const vf p = vf_mul(B->d, vf_set1(da));
+    const vf p = vf_mul(d, vf_set1(da));
     if (type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1)
-        return vf_add(acc, vf_add(vf_mul(vf_cvt(s), p), vf_mul(B->m, vf_set1(sa))));
+        return vf_add(acc, vf_add(vf_mul(vf_cvt(s), p), vf_mul(m, vf_set1(sa))));
     return vf_add(acc, vf_mul(vf_cvt(s), p));
 }
 
@@ -443,7 +443,7 @@ CN_INLINE vf tok32(const uint32_t type, const blk32 *B, const int8_t *aqs, vf ac
         s0 = vi_dp4(s0, B->w[c], vi_bcast32(aqs + 4 * c));
         s1 = vi_dp4(s1, B->w[c + 1], vi_bcast32(aqs + 4 * c + 4));
     }
-    return tok32_finish(type, B, vi_add(s0, s1), acc, corr, da, sa);
+    return tok32_finish(type, B->d, B->m, vi_add(s0, s1), acc, corr, da, sa);
 }
 
 CN_INLINE void tile32(const uint32_t type, const int T, const mm_ctx *c, int64_t tile) {
@@ -517,13 +517,14 @@ CN_INLINE void amx_unpack(const uint32_t type, const cn_matmul_args *a, const ti
     for (int c = 0; c < 8; c++) _mm512_store_si512((void *)&bv[c], B->w[c]);
 }
 
-/* Block b's codes into B layout (bv[b % 2]) and its scales into dm[b % 4]. */
+/* Block b's codes into B layout (bv[b % 2]) and its row scales into sd, sm[b % 4]. */
 #define AMX_UNPACK(b)                                                                     \
     do {                                                                                  \
         pf_block(&pf, (b));                                                               \
         blk32 B_;                                                                         \
         amx_unpack(type, a, &R, pk, c->b0 + (b), bb, &B_, bv[(b) % 2]);                   \
-        dm[(b) % 4] = B_;                                                                 \
+        sd[(b) % 4] = B_.d;                                                               \
+        sm[(b) % 4] = B_.m;                                                               \
     } while (0)
 /* Starts block b's tile multiply on tiles (C, A, B). */
 #define AMX_ISSUE(TC, TA, TB, b)                                                          \
@@ -538,7 +539,7 @@ CN_INLINE void amx_unpack(const uint32_t type, const cn_matmul_args *a, const ti
     do {                                                                                  \
         CN_UNROLL                                                                         \
         for (int t = 0; t < T; t++)                                                       \
-            acc[t] = tok32_finish(type, &dm[(b) % 4], _mm512_load_si512((const void *)cv[(b) % 2][t]), acc[t], \
+            acc[t] = tok32_finish(type, sd[(b) % 4], sm[(b) % 4], _mm512_load_si512((const void *)cv[(b) % 2][t]), acc[t], \
                                   c->corr[t * KCH + (b)], c->da[t * KCH + (b)], c->sa[t * KCH + (b)]); \
     } while (0)
 /* One pipeline step at block b, whose multiply runs on tiles (TC, ...); (NC, NA, NB) take
@@ -568,7 +569,7 @@ CN_INLINE void tile32_amx(const uint32_t type, const int T, const mm_ctx *c, int
     const prefetcher pf = pf_setup(a, &R, c->nbc == a->k / 32 ? c->nbc : 0);
     _Alignas(64) vi bv[2][8];
     _Alignas(64) int32_t cv[2][TMAX][VL];
-    blk32 dm[4];
+    vf sd[4], sm[4]; /* row scales of blocks b-1 .. b+2, the ones in flight */
     const int64_t n = c->nbc;
     AMX_UNPACK(0);
     if (n > 1) AMX_UNPACK(1);
