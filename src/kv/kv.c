@@ -221,6 +221,9 @@ static uint8_t *slab(const cn_kv *kv, int32_t layer, int kv_index, int32_t block
     return kv->data + i * kv->slab_bytes;
 }
 
+/* A whole block (every layer's K and V slab) is one run: its bytes. */
+static size_t block_bytes(const cn_kv *kv) { return (size_t)kv->slab_bytes * 2 * (size_t)kv->p.n_layer; }
+
 /* ---- prefix keys and the hash table ---- */
 
 static uint64_t mix64(uint64_t x) {
@@ -302,9 +305,9 @@ static void lru_remove(cn_kv *kv, int32_t b) {
 
 static int64_t n_available(const cn_kv *kv) { return kv->n_free_list + kv->n_cached; }
 
-/* A zeroed block with ref 1: from the free list, else the least recently cached one.
- * The caller has checked n_available(kv) > 0. */
-static int32_t block_take(cn_kv *kv) {
+/* A block with ref 1, zeroed unless the caller overwrites it at once: from the free
+ * list, else the least recently cached one. The caller has checked n_available(kv) > 0. */
+static int32_t block_take(cn_kv *kv, bool zero) {
     int32_t b;
     if (kv->n_free_list > 0) {
         b = kv->free_ids[--kv->n_free_list];
@@ -314,10 +317,7 @@ static int32_t block_take(cn_kv *kv) {
         prefix_remove(kv, b);
         kv->n_evicted++;
     }
-    for (int32_t l = 0; l < kv->p.n_layer; l++) {
-        memset(slab(kv, l, 0, b), 0, kv->slab_bytes);
-        memset(slab(kv, l, 1, b), 0, kv->slab_bytes);
-    }
+    if (zero) memset(slab(kv, 0, 0, b), 0, block_bytes(kv));
     kv->blocks[b].ref = 1;
     return b;
 }
@@ -375,7 +375,7 @@ cn_status cn_kv_seq_reserve(cn_kv *kv, int32_t seq, int64_t n_tokens, cn_error *
     if (need > 0) {
         cn_status st = seq_grow(s, want, err);
         if (st != CN_STATUS_OK) return st;
-        while (s->n < want) s->blocks[s->n++] = block_take(kv);
+        while (s->n < want) s->blocks[s->n++] = block_take(kv, true);
     }
     seq_mark_live(kv, s);
     return CN_STATUS_OK;
@@ -468,11 +468,8 @@ cn_status cn_kv_write(cn_kv *kv, int32_t layer, int32_t seq, int64_t pos, const 
                           "kv: cache full: writing sequence %d position %lld must copy shared "
                           "block %d and no block is free",
                           seq, (long long)pos, b);
-        int32_t c = block_take(kv);
-        for (int32_t l = 0; l < kv->p.n_layer; l++) {
-            memcpy(slab(kv, l, 0, c), slab(kv, l, 0, b), kv->slab_bytes);
-            memcpy(slab(kv, l, 1, c), slab(kv, l, 1, b), kv->slab_bytes);
-        }
+        int32_t c = block_take(kv, false);
+        memcpy(slab(kv, 0, 0, c), slab(kv, 0, 0, b), block_bytes(kv));
         block_release(kv, b);
         s->blocks[i] = c;
         b = c;
