@@ -218,6 +218,21 @@ static void quant_row(const cn_kernels *K, const quant_set *qs, const float *x, 
         K->quantize_rows(qs->act[j], x, k, 1, (uint8_t *)qs->buf[j] + (size_t)r * qs->rb[j], qs->rb[j], 0, 1);
 }
 
+/* One row: [a = add_norm(add) into a_out (may be add itself); x += a]; xb = norm(x).
+ * The batch path and the decode path both take this. */
+static void resid_norm_row(const cn_kernels *K, const cn_hparams *hp, float *x, const float *add, float *a_out,
+                           const cn_weight *add_norm, const cn_weight *norm, float *xb) {
+    const int64_t E = hp->n_embd;
+    if (add) {
+        if (add_norm) {
+            K->rmsnorm(add, add_norm->data, a_out, E, hp->norm_eps);
+            add = a_out;
+        }
+        add_rows(x, add, E);
+    }
+    K->rmsnorm(x, norm->data, xb, E, hp->norm_eps);
+}
+
 /* Rows r: [add_norm(add_r); x_r += add_r]; xb_r = norm(x_r); quantize xb_r. With
  * `want`, row i works on batch row want[i] and writes xb / quantized row i. */
 typedef struct {
@@ -239,13 +254,8 @@ static void resid_norm_run(void *p, int ith, int nth) {
     cn_split(t->n, ith, nth, &i0, &i1);
     for (int64_t i = i0; i < i1; i++) {
         const int64_t r = t->want ? t->want[i] : i;
-        float *xr = c->x + r * E;
-        if (t->add) {
-            float *ar = t->add + r * E;
-            if (t->add_norm) K->rmsnorm(ar, t->add_norm->data, ar, E, hp->norm_eps);
-            add_rows(xr, ar, E);
-        }
-        K->rmsnorm(xr, t->norm->data, c->xb + i * E, E, hp->norm_eps);
+        float *ar = t->add ? t->add + r * E : NULL; /* normed in place */
+        resid_norm_row(K, hp, c->x + r * E, ar, ar, t->add_norm, t->norm, c->xb + i * E);
         quant_row(K, &t->qs, c->xb + i * E, E, i);
     }
 }
@@ -373,19 +383,11 @@ static void dec_run(void *p, int ith, int nth) {
     uint8_t *q = c->thr_q + (size_t)ith * 3 * 4 * (size_t)c->thr_w;
     const float *in = t->src;
     if (t->mode == DEC_RESID_NORM) {
+        /* on this thread's copies: every thread runs it, so the shared rows stay unwritten */
         const int64_t E = hp->n_embd;
-        const float *x = c->x + t->row * E;
         float *xr = f, *br = f + c->thr_w, *xb = f + 2 * c->thr_w;
-        memcpy(xr, x, (size_t)E * sizeof(float));
-        if (t->add) {
-            const float *a = t->add + t->row * E;
-            if (t->add_norm) {
-                K->rmsnorm(a, t->add_norm->data, br, E, hp->norm_eps);
-                a = br;
-            }
-            add_rows(xr, a, E);
-        }
-        K->rmsnorm(xr, t->norm->data, xb, E, hp->norm_eps);
+        memcpy(xr, c->x + t->row * E, (size_t)E * sizeof(float));
+        resid_norm_row(K, hp, xr, t->add ? t->add + t->row * E : NULL, br, t->add_norm, t->norm, xb);
         in = xb;
     } else if (t->mode == DEC_ACT) {
         K->gated_act(t->act, c->hg, c->hu, f, t->k);
