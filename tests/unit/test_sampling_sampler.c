@@ -374,9 +374,15 @@ Test(sampling_draws, greedy_shortcut_matches_the_chain) {
     }
     float bad[V];
     for (int i = 0; i < V; i++) bad[i] = 0.0f;
+    bad[5] = 1.0f; /* an unbiased maximum, so only the NaN check can refuse */
     bad[17] = NAN;
     int32_t tok = -1;
     cn_error e1 = {0}, e2 = {0};
+    cr_assert_eq(cn_sampler_sample(fast, bad, V, NULL, 0, &tok, NULL, &e1), CN_STATUS_INVALID_ARG);
+    cr_assert_eq(cn_sampler_sample(slow, bad, V, NULL, 0, &tok, NULL, &e2), CN_STATUS_INVALID_ARG);
+    cr_assert_str_eq(e1.msg, e2.msg);
+    bad[17] = 0.0f;
+    bad[V - 3] = INFINITY; /* in the tail past the last whole vector step */
     cr_assert_eq(cn_sampler_sample(fast, bad, V, NULL, 0, &tok, NULL, &e1), CN_STATUS_INVALID_ARG);
     cr_assert_eq(cn_sampler_sample(slow, bad, V, NULL, 0, &tok, NULL, &e2), CN_STATUS_INVALID_ARG);
     cr_assert_str_eq(e1.msg, e2.msg);
