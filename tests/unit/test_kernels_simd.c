@@ -151,6 +151,9 @@ Test(kernels_simd, matmul_bit_identical_to_ref, .timeout = 300) {
             /* every token-tile height in one call: 16 + 8 + 4 + 1, and two full tiles */
             check_one(fam[f], type, unit * (bs == 256 ? 2 : 7), 33, 29);
             check_one(fam[f], type, unit * (bs == 256 ? 2 : 5), 16, 32);
+            /* few blocks under each token-tile height (the AMX pipeline's prologue and tail) */
+            if (bs == 32)
+                for (int64_t nblk = 1; nblk <= 6; nblk++) check_one(fam[f], type, 32 * nblk, 20, 24);
             /* random shapes */
             for (int rep = 0; rep < 12; rep++) {
                 const int64_t nblk = bs == 256 ? 1 + rnd() % 6 : bs == 32 ? 1 + rnd() % 40 : 1 + rnd() % 300;
