@@ -227,9 +227,8 @@ INL void tile32(const uint32_t type, const int T, const cn_matmul_args *a, const
             const int8x16_t a0 = vld1q_s8(aq), a1 = vld1q_s8(aq + 16);
             int32x4_t p[4];
             for (int r = 0; r < 4; r++) p[r] = vaddq_s32(dot16(c[r][0], a0), dot16(c[r][1], a1));
-            float32x4_t v = vmulq_f32(vcvtq_f32_s32(fold4(p)), vmulq_f32(d, vdupq_n_f32(da)));
-            if (q81) v = vaddq_f32(v, vmulq_f32(m, vdupq_n_f32(sa)));
-            acc[t] = vaddq_f32(acc[t], v);
+            if (q81) acc[t] = vfmaq_f32(acc[t], m, vdupq_n_f32(sa));
+            acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(fold4(p)), vmulq_f32(d, vdupq_n_f32(da)));
         }
     }
     for (int t = 0; t < T; t++) store_rows(a, R, t0 + t, acc[t]);

@@ -422,9 +422,8 @@ CN_INLINE vf tok32_finish(const uint32_t type, vf d, vf m, vi s, vf acc, int32_t
     if (type == CN_TYPE_Q4_0 || type == CN_TYPE_Q5_0 || (CN_X86_AVX512 && type == CN_TYPE_Q8_0))
         s = vi_sub(s, vi_set1(corr));
     const vf p = vf_mul(d, vf_set1(da));
-    if (type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1)
-        return vf_add(acc, vf_add(vf_mul(vf_cvt(s), p), vf_mul(m, vf_set1(sa))));
-    return vf_add(acc, vf_mul(vf_cvt(s), p));
+    if (type == CN_TYPE_Q4_1 || type == CN_TYPE_Q5_1) acc = vf_fmadd(m, vf_set1(sa), acc);
+    return vf_fmadd(vf_cvt(s), p, acc);
 }
 
 /* acc + this block's contribution for one token; aqs is the activation block's qs. */
