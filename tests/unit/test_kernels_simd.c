@@ -404,3 +404,28 @@ Test(kernels_simd, rmsnorm_vs_ref) {
                               fam[f]->name, n, i, o[i], r[i]);
             }
 }
+
+/* RoPE: ref's arithmetic lane for lane, so the same bits, in both pair layouts, with
+ * n_rot below head_dim (the rest passes through), odd n_rot (the last dim passes
+ * through), and rotations shorter or longer than a vector. */
+Test(kernels_simd, rope_bit_identical_to_ref) {
+    const cn_kernels *fam[4];
+    const int nf = simd_families(fam);
+    const cn_kernels *R = cn_kernels_ref();
+    static float x[9 * 256], r[9 * 256], o[9 * 256], cs[256];
+    const int32_t shapes[][2] = {{64, 64}, {64, 32}, {128, 128}, {80, 80}, {64, 46}, {96, 64}, {6, 6}, {64, 63}, {256, 256}, {4, 2}};
+    for (int f = 0; f < nf; f++)
+        for (int mode = 0; mode < 2; mode++)
+            for (size_t k = 0; k < CN_ARRAY_LEN(shapes); k++) {
+                const int32_t hd = shapes[k][0], n_rot = shapes[k][1], nh = 1 + (int32_t)(k % 9);
+                R->rope_cache(17 + 301 * (int64_t)k, n_rot, 10000.0f, 1.0f, NULL, cs);
+                for (int32_t i = 0; i < nh * hd; i++) x[i] = frnd() * 3.0f;
+                memcpy(r, x, sizeof(float) * (size_t)(nh * hd));
+                memcpy(o, x, sizeof(float) * (size_t)(nh * hd));
+                R->rope(r, nh, hd, n_rot, cs, (cn_rope_mode)mode);
+                fam[f]->rope(o, nh, hd, n_rot, cs, (cn_rope_mode)mode);
+                cr_assert(memcmp(o, r, sizeof(float) * (size_t)(nh * hd)) == 0, "%s rope mode %d head_dim %d n_rot %d",
+                          fam[f]->name, mode, hd, n_rot);
+                cr_assert(memcmp(r, x, sizeof(float) * (size_t)(nh * hd)) != 0, "ref rotated nothing");
+            }
+}

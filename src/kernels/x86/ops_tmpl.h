@@ -6,7 +6,8 @@
  * SiLU: ref's g / (1 + e^-g) * up with a polynomial exp (~2 ulp from expf), so results
  * may differ from ref in the last bits. GELU-tanh: ref rounds the input and the result
  * through f16 (ggml's table); here that is a 65536-entry table built once from the same
- * formula (gelu_table.c) and gathered, which is exactly ref's value. */
+ * formula (gelu_table.c) and gathered, which is exactly ref's value. RoPE is ref's
+ * arithmetic lane for lane, so its bits are ref's. */
 
 static inline void act_vec(const cn_act act, const float *gate, const float *up, float *out, int n) {
     const vf g = vf_load_n(gate, n), u = vf_load_n(up, n);
@@ -55,4 +56,41 @@ static void CN_X86_SUFFIX(rmsnorm)(const float *x, const float *w, float *y, int
         _mm256_storeu_ps(y + i, v);
     }
     for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+/* RoPE, as ref: x0 c - x1 s and x0 s + x1 c, each product rounded, then one subtract or
+ * add (the odd lane adds x1 c + x0 s, the same sum). NORMAL pairs are adjacent, so a
+ * vector holds VL/2 whole pairs beside their (cos, sin) pairs in cs; NEOX pairs are
+ * half a rotation apart, with cs split into cos and sin once per call. */
+static void CN_X86_SUFFIX(rope)(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot, const float *cs,
+                                cn_rope_mode mode) {
+    const int32_t half = n_rot / 2, nr = 2 * half;
+    if (half <= 0 || n_rot > head_dim || head_dim > CN_MAX_HEAD_DIM) {
+        cn_ref_rope(x, n_head, head_dim, n_rot, cs, mode);
+        return;
+    }
+    if (mode == CN_ROPE_NEOX) {
+        float c[CN_MAX_HEAD_DIM / 2], s[CN_MAX_HEAD_DIM / 2];
+        for (int32_t i = 0; i < half; i++) c[i] = cs[2 * i], s[i] = cs[2 * i + 1];
+        for (int32_t h = 0; h < n_head; h++) {
+            float *v = x + (int64_t)h * head_dim;
+            for (int32_t i = 0; i < half; i += VL) {
+                const int n = (int)CN_MIN((int32_t)VL, half - i);
+                const vf x0 = vf_load_n(v + i, n), x1 = vf_load_n(v + half + i, n);
+                const vf cv = vf_load_n(c + i, n), sv = vf_load_n(s + i, n);
+                vf_store_n(v + i, vf_sub(vf_mul(x0, cv), vf_mul(x1, sv)), n);
+                vf_store_n(v + half + i, vf_add(vf_mul(x0, sv), vf_mul(x1, cv)), n);
+            }
+        }
+        return;
+    }
+    for (int32_t h = 0; h < n_head; h++) {
+        float *v = x + (int64_t)h * head_dim;
+        for (int32_t i = 0; i < nr; i += VL) {
+            const int n = (int)CN_MIN((int32_t)VL, nr - i);
+            const vf xv = vf_load_n(v + i, n), csv = vf_load_n(cs + i, n);
+            const vf p1 = vf_mul(xv, vf_dup_even(csv)), p2 = vf_mul(vf_swap_pairs(xv), vf_dup_odd(csv));
+            vf_store_n(v + i, vf_subadd(p1, p2), n);
+        }
+    }
 }

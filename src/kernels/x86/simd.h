@@ -140,6 +140,12 @@ CN_INLINE vf vf_lookup_h(const float *table, vf x) {
 }
 CN_INLINE vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
 CN_INLINE vf vf_min(vf a, vf b) { return _mm512_min_ps(a, b); }
+/* Lanes (2i, 2i+1) <- (a[2i], a[2i]), (a[2i+1], a[2i+1]), (a[2i+1], a[2i]); and even lanes
+ * a - b, odd lanes a + b. */
+CN_INLINE vf vf_dup_even(vf a) { return _mm512_moveldup_ps(a); }
+CN_INLINE vf vf_dup_odd(vf a) { return _mm512_movehdup_ps(a); }
+CN_INLINE vf vf_swap_pairs(vf a) { return _mm512_permute_ps(a, 0xB1); }
+CN_INLINE vf vf_subadd(vf a, vf b) { return _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b); }
 CN_INLINE vf vf_loadu(const float *p) { return _mm512_loadu_ps(p); }
 CN_INLINE void vf_storeu(float *p, vf v) { _mm512_storeu_ps(p, v); }
 CN_INLINE vf vf_load_h(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
@@ -275,6 +281,10 @@ CN_INLINE vf vf_lookup_h(const float *table, vf x) {
 }
 CN_INLINE vf vf_max(vf a, vf b) { return _mm256_max_ps(a, b); }
 CN_INLINE vf vf_min(vf a, vf b) { return _mm256_min_ps(a, b); }
+CN_INLINE vf vf_dup_even(vf a) { return _mm256_moveldup_ps(a); }
+CN_INLINE vf vf_dup_odd(vf a) { return _mm256_movehdup_ps(a); }
+CN_INLINE vf vf_swap_pairs(vf a) { return _mm256_permute_ps(a, 0xB1); }
+CN_INLINE vf vf_subadd(vf a, vf b) { return _mm256_addsub_ps(a, b); }
 CN_INLINE vf vf_loadu(const float *p) { return _mm256_loadu_ps(p); }
 CN_INLINE void vf_storeu(float *p, vf v) { _mm256_storeu_ps(p, v); }
 CN_INLINE vf vf_load_h(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
