@@ -1005,14 +1005,15 @@ static cn_status greedy_scan(const cn_sampler *s, const float *logits, int32_t n
     return CN_STATUS_OK;
 }
 
-/* Lanes of the fast greedy passes: written as GP_LANES independent columns so the
- * compiler makes one vector step of each (a single running max is a serial chain of
- * dependent max operations, 4 cycles each: ~55 us per 49k-logit row, measured). */
+/* The fast greedy passes read GP_LANES logits a step as four independent 4-lane vectors
+ * (GCC vector types: SSE2 on any x86-64, NEON on arm64). A single running max is a
+ * serial chain of dependent max operations, 4 cycles each: ~55 us per 49k-logit row,
+ * measured, against ~15 us this way. */
 #define GP_LANES 16
-
-/* The largest logit of [0, n) and whether any is NaN or +inf (then the max means nothing). */
 typedef float gp_vf __attribute__((vector_size(16)));
 typedef int32_t gp_vi __attribute__((vector_size(16)));
+
+/* The largest logit of [0, n) and whether any is NaN or +inf (then the max means nothing). */
 static float raw_max(const float *logits, int32_t n, bool *bad_out) {
     gp_vf mx[GP_LANES / 4];
     gp_vi bad = {0};
