@@ -5,9 +5,10 @@
  * is an exact integer dot scaled in float, and blocks are summed in order. The 32-element
  * formats add a block with fused multiply-adds, sum = fma(dot, d * da, sum) (after
  * sum = fma(m, s, sum) for Q4_1/Q5_1): exact products of f16 scales, one rounding per
- * term. That is two float steps per block and token where separate multiplies and adds
- * took four to six, and those steps bound the batched SIMD kernels (8-token AMX tiles
- * 10% faster, VNNI 6-9%, measured). Float
+ * term. In the SIMD kernels that is four vector operations per block and token for
+ * Q4_1 (scale product, conversion, two fused multiply-adds) where separate multiplies
+ * and adds took six, three where they took four for the others; those operations bound
+ * the batched kernels (8-token AMX tiles 10% faster, VNNI 6-9%, measured). Float
  * weights use 8 partial sums reduced in a fixed tree. Each output element is computed by
  * one call in one fixed order: no dependence on threads or on the other rows.
  *
