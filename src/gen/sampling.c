@@ -447,6 +447,8 @@ static cn_status no_finite_logit(cn_error *err, int32_t n_vocab) {
     return cn_err(err, CN_STATUS_INVALID_ARG, "no token has a finite logit (n_vocab = %d)", (int)n_vocab);
 }
 
+static cn_status all_banned(cn_error *err) { return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token"); }
+
 cn_status cn_cands_init(cn_cands *c, cn_candidate *buf, const float *logits, int32_t n_vocab,
                         cn_error *err) {
     size_t n = 0;
@@ -1000,7 +1002,7 @@ static cn_status greedy_scan(const cn_sampler *s, const float *logits, int32_t n
         }
     }
     if (n_finite == 0) return no_finite_logit(err, n_vocab);
-    if (best < 0) return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token");
+    if (best < 0) return all_banned(err);
     *out = (cn_candidate){best, bl, 1.0f};
     return CN_STATUS_OK;
 }
@@ -1082,22 +1084,17 @@ static cn_status greedy_pick(const cn_sampler *s, const float *logits, int32_t n
     bool bad;
     const float m = raw_max(logits, n_vocab, &bad);
     if (bad || m == -INFINITY) return greedy_scan(s, logits, n_vocab, out, err);
-    float best = m; /* the winning value: raw max of the unbiased ids, or a biased one */
+    float best = m;         /* the winning value: raw max of the unbiased ids, or a biased one */
+    int32_t first = n_vocab; /* the first biased id holding best (the list is id-sorted) */
     const bool bias_on = stage_on(&s->params, CN_SAMPLER_LOGIT_BIAS);
-    if (bias_on) {
+    if (bias_on)
         for (size_t k = 0; k < s->n_bias; k++) {
             const int32_t t = s->bias[k].token;
             if (t >= n_vocab) continue;
             if (logits[t] == m) return greedy_scan(s, logits, n_vocab, out, err);
             const float v = logits[t] == -INFINITY ? -INFINITY : add_sat(logits[t], s->bias[k].bias);
-            if (v > best) best = v;
-        }
-    }
-    int32_t first = n_vocab; /* the first biased id holding best (the list is id-sorted) */
-    if (bias_on)
-        for (size_t k = 0; k < s->n_bias && first == n_vocab; k++) {
-            const int32_t t = s->bias[k].token;
-            if (t < n_vocab && logits[t] != -INFINITY && add_sat(logits[t], s->bias[k].bias) == best) first = t;
+            if (v > best) best = v, first = t;
+            else if (v == best && first == n_vocab) first = t;
         }
     for (int32_t i = first_equal(logits, 0, first, best); i < first; i = first_equal(logits, i + 1, first, best))
         if (!bias_on || !is_biased(s, i)) {
@@ -1123,8 +1120,7 @@ static cn_status run_chain(cn_sampler *s, const float *logits, int32_t n_vocab, 
         switch (stage) {
         case CN_SAMPLER_LOGIT_BIAS:
             cn_stage_logit_bias(&c, s->bias, s->n_bias);
-            if (c.n == 0)
-                return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token");
+            if (c.n == 0) return all_banned(err);
             break;
         case CN_SAMPLER_PENALTIES:
             if (n_window == 0) continue;

@@ -547,16 +547,13 @@ CN_INLINE void amx_unpack(const uint32_t type, const cn_matmul_args *a, const ti
     } while (0)
 #define AMX_STEP(s, TC, TA, TB, TS)                                                       \
     do {                                                                                  \
-        if ((s) < n && direct) {                                                          \
-            _tile_loadd(TB, pk + (size_t)(c->b0 + (s)) * VL * bb + 2 * VL, 64);           \
+        if ((s) < n) {                                                                    \
+            _tile_loadd(TB, direct ? (const void *)(pk + (size_t)(c->b0 + (s)) * VL * bb + 2 * VL) \
+                                   : (const void *)bv[(s) % 4], 64);                      \
             _tile_loadd(TA, a0 + (size_t)(s) * ab, as);                                   \
             _tile_zero(TC);                                                               \
-            _tile_dpbssd(TC, TA, TB);                                                     \
-        } else if ((s) < n) {                                                             \
-            _tile_loadd(TB, bv[(s) % 4], 64);                                             \
-            _tile_loadd(TA, a0 + (size_t)(s) * ab, as);                                   \
-            _tile_zero(TC);                                                               \
-            _tile_dpbsud(TC, TA, TB);                                                     \
+            if (direct) _tile_dpbssd(TC, TA, TB);                                         \
+            else _tile_dpbsud(TC, TA, TB);                                                \
         }                                                                                 \
         if ((s) + AMX_U < n) AMX_UNPACK((s) + AMX_U);                                     \
         if ((s) >= 2 && (s) - 2 < n) _tile_stored(TS, cv[((s) - 2) % 4], VL * 4);        \
