@@ -35,7 +35,7 @@ const cn_kernels *cn_kernels_ref(void) {
 static const cn_kernels *g_chosen;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* The family for cn_cpu_isa(), which already applies CINDER_ISA=ref|avx2|avx512|neon and
+/* The family for cn_cpu_isa(), which already applies CINDER_ISA=ref|avx2|avx512|amx|neon and
  * CINDER_REF=1 (src/core/cpu.c). The x86 families live in kernels/x86 (x86.h), NEON in
  * kernels/arm (arm.h). */
 static void choose(void) {

@@ -9,8 +9,9 @@
  * blocks a sequence uses share few huge pages (decode reads them all every token: few TLB
  * misses) and a fresh block faults in at most one page (a layer-major layout put every
  * layer's slab in a different huge page: the first token of `cinder run` zeroed 120 MB).
- * Each slab's stride is rounded up to CN_ALIGN so every slab starts on a cache line. A block taken from the free list is zeroed (every layer), so positions never
- * written read as 0, not as stale data: attention that touches a whole block stays finite.
+ * Each slab's stride is rounded up to CN_ALIGN so every slab starts on a cache line. A
+ * block taken from the free list is zeroed (every layer), so positions never written
+ * read as 0, not as stale data: attention that touches a whole block stays finite.
  *
  * Ownership. A block is in exactly one state: on the free list (ref 0), held (ref > 0 =
  * the number of block tables that contain it), or cached (ref 0, published, on the LRU

@@ -2,8 +2,9 @@
  * with prefault (its weights copied into 2 MiB pages, matrices in the kernel family's
  * packed layout, model.c) gives logits bit-identical to the same model read from the
  * file mapping, for a prefill batch and for decode steps (the one-row path of
- * forward.c), at 1 and 2 threads, and 1 and 2 threads give the same bits: stories260K (F32, copied as stored) and the default
- * SmolLM2 Q4_1 model (Q4_1 layers and a tied Q8_0 LM head, packed). */
+ * forward.c), at 1 and 2 threads, and 1 and 2 threads give the same bits: stories260K
+ * (F32, copied as stored) and the default SmolLM2 Q4_1 model (Q4_1 layers and a tied Q8_0
+ * LM head, packed). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
