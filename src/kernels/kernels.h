@@ -56,8 +56,12 @@ typedef struct {
     uint32_t kv_type;
     float scale;                 /* multiplies q·k */
     float *scratch;              /* (nth, scratch_stride) floats, one slice per thread */
-    int64_t scratch_stride;      /* >= the longest attended range */
+    int64_t scratch_stride;      /* >= CN_ATTN_SCRATCH(the longest attended range) */
 } cn_attn_args;
+
+/* Floats of scratch one thread's attention needs for ranges of up to n positions (a
+ * family may keep several heads' scores there, with some padding). */
+#define CN_ATTN_SCRATCH(n) (4 * ((int64_t)(n) + 64))
 
 typedef struct cn_kernels {
     const char *name;

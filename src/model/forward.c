@@ -28,7 +28,7 @@ struct cn_ctx {
     float *cs_global, *cs_swa;    /* (B, n_rot) RoPE cos/sin per row */
     void *xq, *xq_alt[2];         /* (B, act row bytes <= 4 * max width): activations
                                    * quantized for the next matmuls, one per format */
-    float *attn_scratch;          /* (n_threads, n_ctx) */
+    float *attn_scratch;          /* (n_threads, CN_ATTN_SCRATCH(n_ctx)) */
     float *thr_f;                 /* (n_threads, 3, W) one row's residual, branch, norm */
     uint8_t *thr_q;               /* (n_threads, 3, 4 W) that row quantized, per format */
     int64_t thr_w;                /* W: the widest row */
@@ -123,7 +123,7 @@ cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out,
     c->xq = falloc(B, W, &ok); /* 4 bytes per element bounds every activation format */
     c->xq_alt[0] = falloc(B, W, &ok);
     c->xq_alt[1] = falloc(B, W, &ok);
-    c->attn_scratch = falloc(p->n_threads, c->n_ctx, &ok);
+    c->attn_scratch = falloc(p->n_threads, CN_ATTN_SCRATCH(c->n_ctx), &ok);
     c->thr_w = W;
     c->thr_f = falloc(p->n_threads, 3 * W, &ok);
     c->thr_q = (uint8_t *)falloc(p->n_threads, 3 * W, &ok); /* 4 bytes per element per format */
@@ -581,7 +581,7 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
                          .pos_hi = c->pos_hi, .k_blocks = c->k_rows, .v_blocks = c->v_rows,
                          .block_tokens = kp->block_tokens, .kv_dim = kp->kv_dim,
                          .kv_type = kp->type, .scale = arch->q_prescale ? 1.0f : hp->attn_scale,
-                         .scratch = c->attn_scratch, .scratch_stride = c->n_ctx}};
+                         .scratch = c->attn_scratch, .scratch_stride = CN_ATTN_SCRATCH(c->n_ctx)}};
         cn_pool_run(c->pool, attn_run, &at);
         const cn_weight *wo = &L->wo;
         if (n == 1) {

@@ -263,11 +263,12 @@ static void check_attn(const cn_kernels *N, attn_case c) {
         vr[r] = vb;
     }
     for (size_t i = 0; i < on; i++) q[i] = frnd() * 1.5f;
-    float *scratch = xmalloc((size_t)3 * (size_t)c.n_pos * 4);
+    float *scratch = xmalloc((size_t)3 * (size_t)CN_ATTN_SCRATCH(c.n_pos) * 4); /* nth <= 3 */
     cn_attn_args a = {.n_rows = c.n_rows, .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
                       .q = q, .out = o0, .pos_lo = lo, .pos_hi = hi, .k_blocks = kr, .v_blocks = vr,
                       .block_tokens = c.block_tokens, .kv_dim = kvd, .kv_type = c.kv_type,
-                      .scale = 1.0f / sqrtf((float)c.head_dim), .scratch = scratch, .scratch_stride = c.n_pos};
+                      .scale = 1.0f / sqrtf((float)c.head_dim), .scratch = scratch,
+                      .scratch_stride = CN_ATTN_SCRATCH(c.n_pos)};
     R->attention(&a, 0, 1);
     char bad[256] = "", ctx[32];
     int cases = 0;

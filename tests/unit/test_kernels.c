@@ -231,11 +231,11 @@ static void check_attention(uint32_t kv_type) {
     for (int b = 0; b < NB; b++) kb[b] = kblk[b], vb[b] = vblk[b];
     const void *const *kr[ROWS] = {kb, kb}, *const *vr[ROWS] = {vb, vb};
     int32_t lo[ROWS] = {0, 4}, hi[ROWS] = {10, 9};
-    float scratch[3 * 16];
+    float scratch[3 * CN_ATTN_SCRATCH(16)]; /* 3 threads */
     cn_attn_args a = {.n_rows = ROWS, .n_head = H, .n_head_kv = HKV, .head_dim = HD, .q = &q[0][0],
                       .out = &out[0][0], .pos_lo = lo, .pos_hi = hi, .k_blocks = kr, .v_blocks = vr,
                       .block_tokens = BT, .kv_dim = KVD, .kv_type = kv_type, .scale = 0.3f,
-                      .scratch = scratch, .scratch_stride = 16};
+                      .scratch = scratch, .scratch_stride = CN_ATTN_SCRATCH(16)};
     K->attention(&a, 0, 1);
     const double tol = kv_type == CN_TYPE_F16 ? 2e-3 : 1e-5;
     for (int r = 0; r < ROWS; r++)

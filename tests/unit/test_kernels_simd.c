@@ -297,11 +297,12 @@ static void check_attn(const cn_kernels *K, attn_case c) {
         vr[r] = vb;
     }
     for (int64_t i = 0; i < (int64_t)c.n_rows * qd; i++) q[i] = frnd() * 1.5f;
-    float *scratch = malloc((size_t)4 * c.n_pos * 4);
+    float *scratch = malloc((size_t)4 * (size_t)CN_ATTN_SCRATCH(c.n_pos) * 4);
     cn_attn_args a = {.n_rows = c.n_rows, .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
                       .q = q, .out = o0, .pos_lo = lo, .pos_hi = hi, .k_blocks = kr, .v_blocks = vr,
                       .block_tokens = c.block_tokens, .kv_dim = kvd, .kv_type = c.kv_type,
-                      .scale = 1.0f / sqrtf((float)c.head_dim), .scratch = scratch, .scratch_stride = c.n_pos};
+                      .scale = 1.0f / sqrtf((float)c.head_dim), .scratch = scratch,
+                      .scratch_stride = CN_ATTN_SCRATCH(c.n_pos)};
     R->attention(&a, 0, 1);
     a.out = o1;
     K->attention(&a, 0, 1);
@@ -343,6 +344,7 @@ Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
         {1, 9, 3, 64, 16, 300, CN_TYPE_Q8_0},
         {3, 4, 2, 64, 16, 1100, CN_TYPE_F16},  /* rows longer than the stack tile */
         {6, 3, 1, 32, 16, 1030, CN_TYPE_F32},  /* windows make some rows short, some long */
+        {2, 9, 3, 64, 16, 2100, CN_TYPE_Q8_0}, /* Q8_0 rows longer than its stack buffer */
     };
     for (int f = 0; f < nf; f++)
         for (size_t i = 0; i < CN_ARRAY_LEN(cases); i++) check_attn(fam[f], cases[i]);

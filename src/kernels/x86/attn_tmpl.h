@@ -38,6 +38,33 @@ static inline int64_t kv_off(uint32_t type, int32_t kv_dim, int32_t first, int32
     }
 }
 
+/* Each 16-token block's rows lie elsewhere in the pool, where the hardware prefetchers
+ * do not follow, so pass 1 (both kernels below) prefetches the K rows KV_PF positions ahead and the V rows of
+ * its chunk, which pass 3 then finds in cache. Measured on SmolLM2 shapes, 30 layers, one
+ * thread: 8 sequences of 1000 positions 39 -> 23 ms a step; `cinder bench --parallel 8
+ * -n 128` 525 -> 620 tok/s. */
+#define KV_PF 32
+
+/* A walk over a sequence's positions in order, block by block, without dividing. */
+typedef struct {
+    const void *const *blocks;
+    int32_t blk, slot, pos;
+} kv_walk;
+
+static inline kv_walk kv_walk_at(const void *const *blocks, int32_t pos, int32_t bt) {
+    return (kv_walk){blocks, pos / bt, pos % bt, pos};
+}
+
+/* Prefetches into L1 the n bytes at `off` in the rows of the walk's positions up to
+ * `end`, and steps the walk there. */
+CN_INLINE void kv_prefetch(kv_walk *w, int32_t end, int32_t bt, int64_t off, int64_t slot_bytes, int64_t n) {
+    for (; w->pos < end; w->pos++) {
+        const uintptr_t p = (uintptr_t)w->blocks[w->blk] + (uintptr_t)(off + w->slot * slot_bytes);
+        for (uintptr_t x = p & ~(uintptr_t)63; x < p + (uintptr_t)n; x += 64) _mm_prefetch((const char *)x, _MM_HINT_T0);
+        if (++w->slot == bt) w->slot = 0, w->blk++;
+    }
+}
+
 /* Heads h0 .. h0+NG-1 (one KV head) of row r; sc holds NG rows of sc_stride (>= the
  * range) floats for their scores. Positions past the range in the last VL-chunk reuse the last row with
  * weight 0, so every loop runs VL times. */
@@ -69,8 +96,12 @@ CN_INLINE void attn_heads(const uint32_t type, const int NG, const cn_attn_args 
     CN_UNROLL
     for (int g = 0; g < NG; g++) vmax[g] = vf_set1(-INFINITY);
     int32_t blk = lo / bt, slot = lo % bt; /* positions walk blocks without dividing */
+    const int64_t hb = kv_off(type, kvd, hd, 0);
+    kv_walk kpf = kv_walk_at(kb, lo, bt), vpf = kv_walk_at(vb, lo, bt);
     for (int32_t p0 = 0; p0 < n_pos; p0 += VL) {
         const int n = (int)CN_MIN((int32_t)VL, n_pos - p0);
+        kv_prefetch(&kpf, lo + CN_MIN(n_pos, p0 + VL + KV_PF), bt, first_off, slot_bytes, hb);
+        kv_prefetch(&vpf, lo + p0 + n, bt, first_off, slot_bytes, hb);
         for (int j = 0; j < n; j++) {
             krow[j] = (const uint8_t *)kb[blk] + first_off + slot * slot_bytes;
             if (++slot == bt) slot = 0, blk++;
@@ -150,8 +181,8 @@ CN_INLINE void attn_heads(const uint32_t type, const int NG, const cn_attn_args 
     }
 }
 
-/* Scores of up to GMAX heads over SMAX positions live on the stack; longer ranges take
- * one head at a time in the caller's scratch (per-head arithmetic is the same). */
+/* Scores of up to GMAX heads over SMAX positions live on the stack; longer ranges keep
+ * them in the caller's scratch (per-head arithmetic is the same). */
 #define SMAX 2048
 
 #define ATTN_NG(T, NAME)                                                                          \
@@ -159,7 +190,15 @@ CN_INLINE void attn_heads(const uint32_t type, const int NG, const cn_attn_args 
         _Alignas(64) float sc[GMAX * SMAX];                                                       \
         const int32_t n_pos = a->pos_hi[r] - a->pos_lo[r] + 1;                                    \
         if (n_pos > SMAX) {                                                                       \
-            for (int32_t g = 0; g < ng; g++) attn_heads(T, 1, a, r, h0 + g, scratch, 0);          \
+            const int64_t st = (int64_t)n_pos + VL;                                               \
+            const int32_t per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st)); \
+            for (int32_t g = 0; g < ng; g += per) {                                               \
+                const int32_t k = CN_MIN(ng - g, per);                                            \
+                if (k == 4) attn_heads(T, 4, a, r, h0 + g, scratch, st);                          \
+                else if (k == 3) attn_heads(T, 3, a, r, h0 + g, scratch, st);                     \
+                else if (k == 2) attn_heads(T, 2, a, r, h0 + g, scratch, st);                     \
+                else attn_heads(T, 1, a, r, h0 + g, scratch, st);                                 \
+            }                                                                                     \
             return;                                                                               \
         }                                                                                         \
         for (int32_t g = 0; g < ng; g += GMAX) {                                                  \
@@ -235,8 +274,11 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
 
     /* pass 1: scores */
     int32_t blk = plo / bt, slot = plo % bt;
+    kv_walk kpf = kv_walk_at(kb, plo, bt), vpf = kv_walk_at(vb, plo, bt);
     for (int32_t p0 = plo; p0 <= phi; p0 += VL) {
         const int n = (int)CN_MIN((int32_t)VL, phi - p0 + 1);
+        kv_prefetch(&kpf, CN_MIN(phi + 1, p0 + VL + KV_PF), bt, first_off, slot_bytes, (int64_t)hd * (int64_t)esz);
+        kv_prefetch(&vpf, p0 + n, bt, first_off, slot_bytes, (int64_t)hd * (int64_t)esz);
         for (int j = 0; j < n; j++) {
             row[j] = (const uint8_t *)kb[blk] + first_off + slot * slot_bytes;
             if (++slot == bt) slot = 0, blk++;
@@ -340,16 +382,27 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
     }
 }
 
-/* A tile of qr rows (1 or QRMAX) and ng heads; a row longer than TSMAX goes alone, one
- * head at a time, with its scores in the caller's scratch. */
+/* A tile of qr rows (1 or QRMAX) and ng heads; a row longer than TSMAX goes alone, with
+ * its heads' scores in the caller's scratch, up to GMAX heads at once (one at a time, as
+ * before, read every K and V row once per query head: 2000 positions took 9.1 ms a
+ * step instead of 4.8). */
 #define ATTN_TILE(T, NAME)                                                                        \
     static void NAME(const cn_attn_args *a, int32_t r0, int32_t qr, int32_t h0, int32_t ng, float *scratch) { \
         _Alignas(64) float sc[QRMAX * GMAX * (TSMAX + 2 * VL)];                                   \
         bool long_row = false;                                                                    \
         for (int32_t r = r0; r < r0 + qr; r++) long_row |= a->pos_hi[r] - a->pos_lo[r] + 1 > TSMAX; \
         if (long_row) {                                                                           \
-            for (int32_t r = r0; r < r0 + qr; r++)                                                \
-                for (int32_t g = 0; g < ng; g++) attn_tile(T, 1, 1, a, r, h0 + g, scratch, 0, 0); \
+            for (int32_t r = r0; r < r0 + qr; r++) {                                              \
+                const int64_t st = (int64_t)(a->pos_hi[r] - a->pos_lo[r] + 1) + VL;               \
+                const int32_t per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st)); \
+                for (int32_t g = 0; g < ng; g += per) {                                           \
+                    const int32_t k = CN_MIN(ng - g, per);                                        \
+                    if (k == 4) attn_tile(T, 1, 4, a, r, h0 + g, scratch, st, 0);                 \
+                    else if (k == 3) attn_tile(T, 1, 3, a, r, h0 + g, scratch, st, 0);            \
+                    else if (k == 2) attn_tile(T, 1, 2, a, r, h0 + g, scratch, st, 0);            \
+                    else attn_tile(T, 1, 1, a, r, h0 + g, scratch, st, 0);                        \
+                }                                                                                 \
+            }                                                                                     \
             return;                                                                               \
         }                                                                                         \
         for (int32_t g = 0; g < ng; g += GMAX) {                                                  \
