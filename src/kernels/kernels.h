@@ -60,8 +60,8 @@ typedef struct {
 } cn_attn_args;
 
 /* Floats of scratch one thread's attention needs for ranges of up to n positions (a
- * family may keep several heads' scores there, with some padding). */
-#define CN_ATTN_SCRATCH(n) (4 * ((int64_t)(n) + 64))
+ * family may keep the scores of a tile of rows and heads there, with some padding). */
+#define CN_ATTN_SCRATCH(n) (16 * ((int64_t)(n) + 64))
 
 typedef struct cn_kernels {
     const char *name;

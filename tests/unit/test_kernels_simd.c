@@ -343,6 +343,7 @@ Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
         {6, 2, 1, 32, 4, 1, CN_TYPE_F16},     /* a single position */
         {1, 9, 3, 64, 16, 300, CN_TYPE_Q8_0},
         {3, 4, 2, 64, 16, 1100, CN_TYPE_F16},  /* rows longer than the stack tile */
+        {5, 9, 3, 64, 16, 1100, CN_TYPE_F16},  /* and a whole tile of them */
         {6, 3, 1, 32, 16, 1030, CN_TYPE_F32},  /* windows make some rows short, some long */
         {2, 9, 3, 64, 16, 2100, CN_TYPE_Q8_0}, /* Q8_0 rows longer than its stack buffer */
     };
