@@ -315,6 +315,13 @@ static void check_attn(const cn_kernels *K, attn_case c) {
         for (int ith = 0; ith < nth; ith++) K->attention(&a, ith, nth);
         cr_assert(memcmp(o1, o2, (size_t)c.n_rows * qd * 4) == 0, "%s attention: %d threads differ", K->name, nth);
     }
+    { /* with scratch for one head's scores only, long rows go alone, a head at a time */
+        cn_attn_args small = a;
+        small.out = o2;
+        small.scratch_stride = c.n_pos + 64;
+        K->attention(&small, 0, 1);
+        cr_assert(memcmp(o1, o2, (size_t)c.n_rows * qd * 4) == 0, "%s attention: less scratch differs", K->name);
+    }
     for (int32_t r = 0; r < c.n_rows; r++) { /* each row alone */
         cn_attn_args one = a;
         one.n_rows = 1;

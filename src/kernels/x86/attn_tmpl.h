@@ -189,24 +189,20 @@ CN_INLINE void attn_heads(const uint32_t type, const int NG, const cn_attn_args 
     static void NAME(const cn_attn_args *a, int32_t r, int32_t h0, int32_t ng, float *scratch) {  \
         _Alignas(64) float sc[GMAX * SMAX];                                                       \
         const int32_t n_pos = a->pos_hi[r] - a->pos_lo[r] + 1;                                    \
+        float *buf = sc;                                                                          \
+        int64_t st = SMAX;                                                                        \
+        int32_t per = GMAX;                                                                       \
         if (n_pos > SMAX) {                                                                       \
-            const int64_t st = (int64_t)n_pos + VL;                                               \
-            const int32_t per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st)); \
-            for (int32_t g = 0; g < ng; g += per) {                                               \
-                const int32_t k = CN_MIN(ng - g, per);                                            \
-                if (k == 4) attn_heads(T, 4, a, r, h0 + g, scratch, st);                          \
-                else if (k == 3) attn_heads(T, 3, a, r, h0 + g, scratch, st);                     \
-                else if (k == 2) attn_heads(T, 2, a, r, h0 + g, scratch, st);                     \
-                else attn_heads(T, 1, a, r, h0 + g, scratch, st);                                 \
-            }                                                                                     \
-            return;                                                                               \
+            buf = scratch;                                                                        \
+            st = (int64_t)n_pos + VL;                                                             \
+            per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st));              \
         }                                                                                         \
-        for (int32_t g = 0; g < ng; g += GMAX) {                                                  \
-            const int32_t k = CN_MIN(ng - g, GMAX);                                               \
-            if (k == 4) attn_heads(T, 4, a, r, h0 + g, sc, SMAX);                            \
-            else if (k == 3) attn_heads(T, 3, a, r, h0 + g, sc, SMAX);                       \
-            else if (k == 2) attn_heads(T, 2, a, r, h0 + g, sc, SMAX);                       \
-            else attn_heads(T, 1, a, r, h0 + g, sc, SMAX);                                   \
+        for (int32_t g = 0; g < ng; g += per) {                                                   \
+            const int32_t k = CN_MIN(ng - g, per);                                                \
+            if (k == 4) attn_heads(T, 4, a, r, h0 + g, buf, st);                                  \
+            else if (k == 3) attn_heads(T, 3, a, r, h0 + g, buf, st);                             \
+            else if (k == 2) attn_heads(T, 2, a, r, h0 + g, buf, st);                             \
+            else attn_heads(T, 1, a, r, h0 + g, buf, st);                                         \
         }                                                                                         \
     }
 ATTN_NG(CN_TYPE_Q8_0, attn_q8_0)
@@ -393,28 +389,18 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
         _Alignas(64) float sc[QRMAX * GMAX * (TSMAX + 2 * VL)];                                   \
         float *buf = sc;                                                                          \
         int64_t st = TSMAX + 2 * VL, span = 0;                                                    \
+        int32_t per = GMAX;                                                                       \
         for (int32_t r = r0; r < r0 + qr; r++) span = CN_MAX(span, (int64_t)(a->pos_hi[r] - a->pos_lo[r] + 1)); \
         if (span > TSMAX) {                                                                       \
             buf = scratch;                                                                        \
             st = span + 2 * VL;                                                                   \
+            per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st));              \
         }                                                                                         \
-        if (a->scratch_stride < (int64_t)QRMAX * GMAX * st && buf == scratch) {                   \
-            for (int32_t r = r0; r < r0 + qr; r++) {                                              \
-                const int64_t rs = (int64_t)(a->pos_hi[r] - a->pos_lo[r] + 1) + VL;               \
-                const int32_t per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / rs)); \
-                for (int32_t g = 0; g < ng; g += per) {                                           \
-                    const int32_t k = CN_MIN(ng - g, per);                                        \
-                    if (k == 4) attn_tile(T, 1, 4, a, r, h0 + g, scratch, rs, 0);                 \
-                    else if (k == 3) attn_tile(T, 1, 3, a, r, h0 + g, scratch, rs, 0);            \
-                    else if (k == 2) attn_tile(T, 1, 2, a, r, h0 + g, scratch, rs, 0);            \
-                    else attn_tile(T, 1, 1, a, r, h0 + g, scratch, rs, 0);                        \
-                }                                                                                 \
-            }                                                                                     \
-            return;                                                                               \
-        }                                                                                         \
-        for (int32_t g = 0; g < ng; g += GMAX) {                                                  \
-            const int32_t k = CN_MIN(ng - g, GMAX);                                               \
-            if (qr == QRMAX) {                                                                    \
+        const bool whole = qr == QRMAX && (buf == sc || a->scratch_stride >= (int64_t)QRMAX * GMAX * st); \
+        if (whole) per = GMAX;                                                                    \
+        for (int32_t g = 0; g < ng; g += per) {                                                   \
+            const int32_t k = CN_MIN(ng - g, per);                                                \
+            if (whole) {                                                                          \
                 if (k == 4) attn_tile(T, QRMAX, 4, a, r0, h0 + g, buf, st, VL);                   \
                 else if (k == 3) attn_tile(T, QRMAX, 3, a, r0, h0 + g, buf, st, VL);              \
                 else if (k == 2) attn_tile(T, QRMAX, 2, a, r0, h0 + g, buf, st, VL);              \
