@@ -39,10 +39,10 @@ static inline int64_t kv_off(uint32_t type, int32_t kv_dim, int32_t first, int32
 }
 
 /* Each 16-token block's rows lie elsewhere in the pool, where the hardware prefetchers
- * do not follow, so pass 1 (both kernels below) prefetches the K rows KV_PF positions ahead and the V rows of
- * its chunk, which pass 3 then finds in cache. Measured on SmolLM2 shapes, 30 layers, one
- * thread: 8 sequences of 1000 positions 39 -> 23 ms a step; `cinder bench --parallel 8
- * -n 128` 525 -> 620 tok/s. */
+ * do not follow, so pass 1 of both kernels below prefetches the K rows KV_PF positions
+ * ahead and the V rows of its chunk, which pass 3 then finds in cache. Measured on
+ * SmolLM2 shapes, 30 layers, one thread: 8 sequences of 1000 positions 39 -> 23 ms a
+ * step; `cinder bench --parallel 8 -n 128` 537-556 -> 612-615 tok/s. */
 #define KV_PF 32
 
 /* A walk over a sequence's positions in order, block by block, without dividing. */
@@ -60,7 +60,8 @@ static inline kv_walk kv_walk_at(const void *const *blocks, int32_t pos, int32_t
 CN_INLINE void kv_prefetch(kv_walk *w, int32_t end, int32_t bt, int64_t off, int64_t slot_bytes, int64_t n) {
     for (; w->pos < end; w->pos++) {
         const uintptr_t p = (uintptr_t)w->blocks[w->blk] + (uintptr_t)(off + w->slot * slot_bytes);
-        for (uintptr_t x = p & ~(uintptr_t)63; x < p + (uintptr_t)n; x += 64) _mm_prefetch((const char *)x, _MM_HINT_T0);
+        for (uintptr_t x = p & ~(uintptr_t)63; x < p + (uintptr_t)n; x += 64)
+            _mm_prefetch((const char *)x, _MM_HINT_T0);
         if (++w->slot == bt) w->slot = 0, w->blk++;
     }
 }
@@ -270,11 +271,12 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
 
     /* pass 1: scores */
     int32_t blk = plo / bt, slot = plo % bt;
+    const int64_t row_bytes = (int64_t)hd * (int64_t)esz; /* one head's part of a position */
     kv_walk kpf = kv_walk_at(kb, plo, bt), vpf = kv_walk_at(vb, plo, bt);
     for (int32_t p0 = plo; p0 <= phi; p0 += VL) {
         const int n = (int)CN_MIN((int32_t)VL, phi - p0 + 1);
-        kv_prefetch(&kpf, CN_MIN(phi + 1, p0 + VL + KV_PF), bt, first_off, slot_bytes, (int64_t)hd * (int64_t)esz);
-        kv_prefetch(&vpf, p0 + n, bt, first_off, slot_bytes, (int64_t)hd * (int64_t)esz);
+        kv_prefetch(&kpf, CN_MIN(phi + 1, p0 + VL + KV_PF), bt, first_off, slot_bytes, row_bytes);
+        kv_prefetch(&vpf, p0 + n, bt, first_off, slot_bytes, row_bytes);
         for (int j = 0; j < n; j++) {
             row[j] = (const uint8_t *)kb[blk] + first_off + slot * slot_bytes;
             if (++slot == bt) slot = 0, blk++;
