@@ -45,24 +45,40 @@ static inline int64_t kv_off(uint32_t type, int32_t kv_dim, int32_t first, int32
  * step; `cinder bench --parallel 8 -n 128` 537-556 -> 612-615 tok/s. */
 #define KV_PF 32
 
-/* A walk over a sequence's positions in order, block by block, without dividing. */
+/* A walk over a sequence's positions in order, block by block, without dividing (K and
+ * V share block numbers, so one walk serves both lists). */
 typedef struct {
-    const void *const *blocks;
     int32_t blk, slot, pos;
 } kv_walk;
 
-static inline kv_walk kv_walk_at(const void *const *blocks, int32_t pos, int32_t bt) {
-    return (kv_walk){blocks, pos / bt, pos % bt, pos};
+static inline kv_walk kv_walk_at(int32_t pos, int32_t bt) { return (kv_walk){pos / bt, pos % bt, pos}; }
+
+/* The row at the walk's position in `blocks` (at byte `off` of its slot). */
+CN_INLINE const uint8_t *kv_row(const void *const *blocks, const kv_walk *w, int64_t off, int64_t slot_bytes) {
+    return (const uint8_t *)blocks[w->blk] + off + w->slot * slot_bytes;
 }
 
-/* Prefetches into L1 the n bytes at `off` in the rows of the walk's positions up to
- * `end`, and steps the walk there. */
-CN_INLINE void kv_prefetch(kv_walk *w, int32_t end, int32_t bt, int64_t off, int64_t slot_bytes, int64_t n) {
-    for (; w->pos < end; w->pos++) {
-        const uintptr_t p = (uintptr_t)w->blocks[w->blk] + (uintptr_t)(off + w->slot * slot_bytes);
-        for (uintptr_t x = p & ~(uintptr_t)63; x < p + (uintptr_t)n; x += 64)
-            _mm_prefetch((const char *)x, _MM_HINT_T0);
-        if (++w->slot == bt) w->slot = 0, w->blk++;
+CN_INLINE void kv_step(kv_walk *w, int32_t bt) {
+    if (++w->slot == bt) w->slot = 0, w->blk++;
+    w->pos++;
+}
+
+/* Prefetches into L1 the n bytes at p. */
+CN_INLINE void prefetch_row(const uint8_t *p, int64_t n) {
+    for (uintptr_t x = (uintptr_t)p & ~(uintptr_t)63; x < (uintptr_t)p + (uintptr_t)n; x += 64)
+        _mm_prefetch((const char *)x, _MM_HINT_T0);
+}
+
+/* The rows of one chunk's positions (from the walk's, n of them) in kb, and V's rows
+ * for the same positions prefetched; the walk steps past them. `ahead` runs KV_PF
+ * positions past the chunk (up to `end`), prefetching K's rows. */
+CN_INLINE void kv_chunk(const void *const *kb, const void *const *vb, kv_walk *w, kv_walk *ahead, int n, int32_t end,
+                        int32_t bt, int64_t off, int64_t slot_bytes, int64_t row_bytes, const uint8_t **row) {
+    for (const int32_t to = CN_MIN(end, w->pos + n + KV_PF); ahead->pos < to; kv_step(ahead, bt))
+        prefetch_row(kv_row(kb, ahead, off, slot_bytes), row_bytes);
+    for (int j = 0; j < n; j++, kv_step(w, bt)) {
+        row[j] = kv_row(kb, w, off, slot_bytes);
+        prefetch_row(kv_row(vb, w, off, slot_bytes), row_bytes);
     }
 }
 
@@ -96,17 +112,11 @@ CN_INLINE void attn_heads(const uint32_t type, const int NG, const cn_attn_args 
     vf vmax[GMAX];
     CN_UNROLL
     for (int g = 0; g < NG; g++) vmax[g] = vf_set1(-INFINITY);
-    int32_t blk = lo / bt, slot = lo % bt; /* positions walk blocks without dividing */
-    const int64_t hb = kv_off(type, kvd, hd, 0);
-    kv_walk kpf = kv_walk_at(kb, lo, bt), vpf = kv_walk_at(vb, lo, bt);
+    const int64_t row_bytes = kv_off(type, kvd, hd, 0); /* one head's part of a position */
+    kv_walk walk = kv_walk_at(lo, bt), ahead = walk;
     for (int32_t p0 = 0; p0 < n_pos; p0 += VL) {
         const int n = (int)CN_MIN((int32_t)VL, n_pos - p0);
-        kv_prefetch(&kpf, lo + CN_MIN(n_pos, p0 + VL + KV_PF), bt, first_off, slot_bytes, hb);
-        kv_prefetch(&vpf, lo + p0 + n, bt, first_off, slot_bytes, hb);
-        for (int j = 0; j < n; j++) {
-            krow[j] = (const uint8_t *)kb[blk] + first_off + slot * slot_bytes;
-            if (++slot == bt) slot = 0, blk++;
-        }
+        kv_chunk(kb, vb, &walk, &ahead, n, lo + n_pos, bt, first_off, slot_bytes, row_bytes, krow);
         for (int j = n; j < VL; j++) krow[j] = krow[n - 1];
         CN_UNROLL
         for (int j = 0; j < VL; j++) {
@@ -149,12 +159,12 @@ CN_INLINE void attn_heads(const uint32_t type, const int NG, const cn_attn_args 
     }
 
     /* pass 3: weights rounded to f16 (F16 cache) as ref and llama.cpp, times V rows */
-    blk = lo / bt, slot = lo % bt;
+    walk = kv_walk_at(lo, bt);
     for (int32_t p0 = 0; p0 < n_pos; p0 += VL) {
         const int n = (int)CN_MIN((int32_t)VL, n_pos - p0);
         for (int j = 0; j < n; j++) {
-            vrow[j] = (const uint8_t *)vb[blk] + first_off + slot * slot_bytes;
-            if (++slot == bt) slot = 0, blk++;
+            vrow[j] = kv_row(vb, &walk, first_off, slot_bytes);
+            kv_step(&walk, bt);
         }
         for (int j = n; j < VL; j++) vrow[j] = vrow[n - 1];
         CN_UNROLL
@@ -270,17 +280,11 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
 #define SC(r, g) (sc + ((r) * NG + (g)) * sc_stride + pad)
 
     /* pass 1: scores */
-    int32_t blk = plo / bt, slot = plo % bt;
     const int64_t row_bytes = (int64_t)hd * (int64_t)esz; /* one head's part of a position */
-    kv_walk kpf = kv_walk_at(kb, plo, bt), vpf = kv_walk_at(vb, plo, bt);
+    kv_walk walk = kv_walk_at(plo, bt), ahead = walk;
     for (int32_t p0 = plo; p0 <= phi; p0 += VL) {
         const int n = (int)CN_MIN((int32_t)VL, phi - p0 + 1);
-        kv_prefetch(&kpf, CN_MIN(phi + 1, p0 + VL + KV_PF), bt, first_off, slot_bytes, row_bytes);
-        kv_prefetch(&vpf, p0 + n, bt, first_off, slot_bytes, row_bytes);
-        for (int j = 0; j < n; j++) {
-            row[j] = (const uint8_t *)kb[blk] + first_off + slot * slot_bytes;
-            if (++slot == bt) slot = 0, blk++;
-        }
+        kv_chunk(kb, vb, &walk, &ahead, n, phi + 1, bt, first_off, slot_bytes, row_bytes, row);
         for (int j = n; j < VL; j++) row[j] = row[n - 1];
         vf s[QRMAX][GMAX];
         CN_UNROLL
@@ -335,12 +339,12 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
     }
 
     /* pass 3: weights (rounded to f16 for an F16 cache) times V rows, in position order */
-    blk = plo / bt, slot = plo % bt;
+    walk = kv_walk_at(plo, bt);
     for (int32_t p0 = plo; p0 <= phi; p0 += VL) {
         const int n = (int)CN_MIN((int32_t)VL, phi - p0 + 1);
         for (int j = 0; j < n; j++) {
-            row[j] = (const uint8_t *)vb[blk] + first_off + slot * slot_bytes;
-            if (++slot == bt) slot = 0, blk++;
+            row[j] = kv_row(vb, &walk, first_off, slot_bytes);
+            kv_step(&walk, bt);
         }
         for (int j = n; j < VL; j++) row[j] = row[n - 1];
         CN_UNROLL
@@ -391,15 +395,14 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
         _Alignas(64) float sc[QRMAX * GMAX * (TSMAX + 2 * VL)];                                   \
         float *buf = sc;                                                                          \
         int64_t st = TSMAX + 2 * VL, span = 0;                                                    \
-        int32_t per = GMAX;                                                                       \
         for (int32_t r = r0; r < r0 + qr; r++) span = CN_MAX(span, (int64_t)(a->pos_hi[r] - a->pos_lo[r] + 1)); \
         if (span > TSMAX) {                                                                       \
             buf = scratch;                                                                        \
             st = span + 2 * VL;                                                                   \
-            per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st));              \
         }                                                                                         \
         const bool whole = qr == QRMAX && (buf == sc || a->scratch_stride >= (int64_t)QRMAX * GMAX * st); \
-        if (whole) per = GMAX;                                                                    \
+        const int32_t per = whole || buf == sc ? GMAX                                             \
+                                               : (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st)); \
         for (int32_t g = 0; g < ng; g += per) {                                                   \
             const int32_t k = CN_MIN(ng - g, per);                                                \
             if (whole) {                                                                          \
