@@ -117,10 +117,19 @@ $(TOOLS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-# The README's test command. Unit tests (optimized build, then ASan+UBSan build), then
-# the python checks against independent implementations (gguf package, llama.cpp goldens).
-test: all
+# The README's test command, the whole setup on its own: scripts/setup.sh --all installs
+# what is missing (Debian and Python packages, every model a test reads; each step checks
+# first, so a second run only verifies), then scripts/test.sh builds and runs unit tests
+# (optimized build, then ASan+UBSan build) and the python checks against independent
+# implementations (gguf package, llama.cpp goldens). No prerequisite on `all`: the build
+# needs the packages setup installs.
+test:
+	./scripts/setup.sh --all
 	./scripts/test.sh
+
+# Every model the tests read, into the model cache (skips what is present and correct).
+models:
+	./scripts/fetch_models.sh all
 
 test-unit: $(UNIT)
 	$(UNIT) --jobs 2

@@ -1,8 +1,10 @@
 """`cinder tokenize` on the project's real models against llama.cpp.
 
 Independent truth: llama-cpp-python 0.3.36 (llama.cpp's own tokenizer), loaded with
-vocab_only=True on SmolLM2-135M-Instruct (byte-level BPE, pre "smollm", 49152 tokens) and
-gemma-3-270m (SentencePiece-style, 262144 tokens, add_space_prefix false), tokenizing the
+vocab_only=True on SmolLM2-135M-Instruct (byte-level BPE, pre "smollm", 49152 tokens),
+gemma-3-270m (SentencePiece-style, 262144 tokens, add_space_prefix false) and the two
+Qwen2.5-Coder Instruct models (byte-level BPE, pre "qwen2", 151936 tokens, one vocabulary
+in two files: both are checked, since each file carries its own copy), tokenizing the
 TEXTS below with (add_special, parse_special) = (true, true), the CLI's default, and
 (false, false). The expected ids are in test_tokenize_models_golden.json; remake them with
 
@@ -21,7 +23,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}
+MODELS = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf",
+          "qwen0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+          "qwen1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"}
 TEXTS = [
     "ied 4 \u00bd months",
     "F\u00fchrer",
@@ -45,6 +49,18 @@ TEXTS = [
     "\U0001f600\U0001f603\U0001f604\U0001f601\U0001f606\U0001f605\U0001f602\U0001f923\U0001f972\u263a\ufe0f",
     "<unused0><mask>[multimodal]<pad><eos><s>",
     "x" * 300 + " " * 50 + "y",
+    # code, Chinese, emoji and whitespace-heavy texts for the Qwen vocabulary (all models run them)
+    "#include <stdio.h>\nint main(void) {\n\tprintf(\"%d\\n\", 42);\n\treturn 0;\n}\n",
+    "for (int i = 0; i < n; ++i) { sum += a[i] * b[i]; }  // dot\r\n",
+    "\u4eba\u5de5\u667a\u80fd\u662f\u8ba1\u7b97\u673a\u79d1\u5b66\u7684\u4e00\u4e2a\u5206\u652f\uff0c"
+    "\u5b83\u4f01\u56fe\u4e86\u89e3\u667a\u80fd\u7684\u5b9e\u8d28\u3002\u201c\u4f60\u597d\u201d\uff01",
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466 family, \U0001f3f3\ufe0f\u200d\U0001f308 flag, "
+    "\U0001f44d\U0001f3fd thumbs \U0001f1e8\U0001f1f3",
+    "\n\n\n    \t  \n  x  \n\t\t\ty\n\n      \n",
+    "3.14159 1234567890 1,000,000 0x1F 1e-9",
+    "<|im_start|>user\n\u4f60\u597d<|im_end|>\n<|im_start|>assistant\n",
+    "<|fim_prefix|>def f(x):\n    <|fim_suffix|>\n    return y<|fim_middle|>",
+    "<|endoftext|><|im_start|><|im_end|><|file_sep|>",
 ]
 MODES = [(True, True), (False, False)]
 

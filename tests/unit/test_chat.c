@@ -10,7 +10,9 @@
  *            gguf package), copied below as SMOLLM2_TEMPLATE;
  *   Gemma 3: google/gemma-3-*-it tokenizer_config.json chat_template (GEMMA3_TEMPLATE;
  *            the gemma-3-270m GGUF in the model cache is the base model and has none);
- *   Llama 3: Meta-Llama-3-8B-Instruct tokenizer_config.json chat_template (LLAMA3_TEMPLATE).
+ *   Llama 3: Meta-Llama-3-8B-Instruct tokenizer_config.json chat_template (LLAMA3_TEMPLATE);
+ *   Qwen2.5: tokenizer.chat_template of qwen2.5-coder-1.5b-instruct-q4_k_m.gguf (QWEN25_TEMPLATE,
+ *            with its tools branch, which the detector must see past; rendered without tools).
  * The plain "chatml" by-name cases are hand-derived: SmolLM2's output without its default
  * system turn. */
 #include <criterion/criterion.h>
@@ -301,6 +303,127 @@ static const render_case LLAMA3_CASES[] = {
          "a \343\200\200 b<|eot_id|>"),
 };
 
+/* Qwen2.5-Coder-1.5B-Instruct's tokenizer.chat_template, as stored in its GGUF (the 0.5B's
+ * differs only inside the tools branch); the expected strings are jinja2's rendering of it. */
+static const char QWEN25_TEMPLATE[] =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\\n' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n"
+    "    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}}\\n</tool_call><|im_end|>\\n\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- '\\n' + message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n"
+    "            {%- endif %}\n"
+    "            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n"
+    "            {{- tool_call.name }}\n"
+    "            {{- '\", \"arguments\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\\n</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\\n' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- message.content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n";
+
+static const render_case QWEN25_CASES[] = {
+    CASE("user_only", USER_ONLY, true,
+         "<|im_start|>system\n"
+         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+         "<|im_start|>user\n"
+         "Hello!<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("system_user", SYSTEM_USER, true,
+         "<|im_start|>system\n"
+         "You are terse.<|im_end|>\n"
+         "<|im_start|>user\n"
+         "What is 2+2?<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("multi_turn", MULTI_TURN, true,
+         "<|im_start|>system\n"
+         "Be kind.<|im_end|>\n"
+         "<|im_start|>user\n"
+         "Hi<|im_end|>\n"
+         "<|im_start|>assistant\n"
+         "Hello! How can I help?<|im_end|>\n"
+         "<|im_start|>user\n"
+         "Tell me a joke.<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("no_gen_prompt", NO_GEN_PROMPT, false,
+         "<|im_start|>system\n"
+         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+         "<|im_start|>user\n"
+         "Hi<|im_end|>\n"
+         "<|im_start|>assistant\n"
+         "Hey.<|im_end|>\n"),
+    CASE("whitespace", WHITESPACE, true,
+         "<|im_start|>system\n"
+         "  sys\n"
+         "<|im_end|>\n"
+         "<|im_start|>user\n"
+         " \343\200\200 caf\303\251 \346\227\245\346\234\254\n"
+         "\n"
+         "line2 \302\240\t\n"
+         "<|im_end|>\n"
+         "<|im_start|>assistant\n"
+         "\n"
+         " ok \342\200\203<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("system_only", SYSTEM_ONLY, true,
+         "<|im_start|>system\n"
+         "Only system.<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("empty_content", EMPTY_CONTENT, true,
+         "<|im_start|>system\n"
+         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+         "<|im_start|>user\n"
+         "<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+    CASE("system_mid", SYSTEM_MID, true,
+         "<|im_start|>system\n"
+         "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+         "<|im_start|>user\n"
+         "a<|im_end|>\n"
+         "<|im_start|>system\n"
+         "b<|im_end|>\n"
+         "<|im_start|>assistant\n"),
+};
+
 static cn_chat_template *detect(const char *jinja) {
     cn_chat_template *t = NULL;
     cn_error e;
@@ -334,6 +457,17 @@ Test(chat, smollm2_template_renders_like_jinja) {
     cr_assert_str_eq(cn_chat_template_end_of_turn(t), "<|im_end|>");
     cr_assert(!cn_chat_template_bos_in_template(t));
     check_cases(t, SMOLLM2_CASES, CN_ARRAY_LEN(SMOLLM2_CASES));
+    cn_chat_template_free(t);
+}
+
+Test(chat, qwen25_template_renders_like_jinja) {
+    cn_chat_template *t = detect(QWEN25_TEMPLATE);
+    cr_assert_eq(cn_chat_template_family(t), CN_CHAT_CHATML);
+    cr_assert_str_eq(cn_chat_template_default_system(t),
+                     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    cr_assert_str_eq(cn_chat_template_end_of_turn(t), "<|im_end|>");
+    cr_assert(!cn_chat_template_bos_in_template(t));
+    check_cases(t, QWEN25_CASES, CN_ARRAY_LEN(QWEN25_CASES));
     cn_chat_template_free(t);
 }
 

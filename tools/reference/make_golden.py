@@ -47,6 +47,30 @@ def chatml(user):
             "<|im_start|>assistant\n")
 
 
+QWEN_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def qwen_chat(user):
+    """Qwen2.5-Instruct's chat template rendered for one user turn (its default system
+    prompt, add_generation_prompt=True; checked against jinja2 in tests/unit/test_chat.c)."""
+    return ("<|im_start|>system\n" + QWEN_SYSTEM + "<|im_end|>\n"
+            "<|im_start|>user\n" + user + "<|im_end|>\n"
+            "<|im_start|>assistant\n")
+
+
+QWEN_PROMPTS = [
+    qwen_chat("What is 2+2?"),
+    qwen_chat("Write a C function that returns the larger of two ints."),
+    "def quicksort(arr):\n",
+    "The capital of France is",
+    "\u4e2d\u56fd\u7684\u9996\u90fd\u662f",
+    "import numpy as np\n\n# Compute the mean of each column\n",
+    "Water boils at a temperature of",
+]
+QWEN_NOTES = ("qwen2 arch, byte-level BPE (pre=qwen2, 151936 tokens), no BOS; cases 0 and 1 are "
+              "the Qwen2.5 chat template's rendering of one user turn (default system prompt, "
+              "add_generation_prompt), special tokens parsed; decoding goes on past <|im_end|>.")
+
 # name -> (where the file lives, file name, prompts, notes)
 MODELS = {
     "stories260k": ("testdata", "stories260K.gguf", [
@@ -73,6 +97,11 @@ MODELS = {
        "BOS added; case 3 uses Gemma's turn markers (special tokens parsed; the file has no "
        "chat template); every prompt + 64 tokens stays far below the 512-token sliding "
        "window, so local and global layers differ only in rope base (10000 vs 1e6) here."),
+    "qwen2.5-coder-0.5b-instruct-q4_k_m": ("models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                                           QWEN_PROMPTS, QWEN_NOTES + " Mostly Q5_0 weights, Q8_0 "
+                                           "output, Q4_K/Q6_K in a few tensors."),
+    "qwen2.5-coder-1.5b-instruct-q4_k_m": ("models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                                           QWEN_PROMPTS, QWEN_NOTES + " Q4_K/Q6_K weights."),
     "tiny-qwen2": ("tiny", "tiny-qwen2.gguf", [
         "Once upon a time",
         "Hello world",
