@@ -19,7 +19,7 @@ OPT     ?= -O2
 endif
 
 CC      ?= cc
-PKGS     = libpcre2-8 jansson
+PKGS     = libpcre2-8 jansson libmicrohttpd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS  ?=
@@ -36,7 +36,7 @@ ISA_AVX512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -m
 ISA_AMX    = $(ISA_AVX512) -mamx-tile -mamx-int8
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
-              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/text/*.c src/gen/*.c src/serve/*.c))
+              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/text/*.c src/gen/*.c src/engine/*.c src/serve/*.c))
 ifeq ($(ARCH),x86_64)
 LIB_SRC  += $(sort $(wildcard src/kernels/x86/*.c))
 endif
@@ -160,7 +160,7 @@ ARM_DIR  := $(BUILD)/arm64
 ARM_CFLAGS = $(filter-out $(SANFLAGS),$(CFLAGS)) -idirafter /usr/include
 ARM_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
               src/kernels/ref/*.c src/kernels/arm/*.c src/kv/*.c src/model/*.c src/text/*.c \
-              src/gen/*.c src/serve/*.c src/cli/*.c))
+              src/gen/*.c src/engine/*.c src/serve/*.c src/cli/*.c))
 ARM_OBJ  := $(ARM_SRC:%.c=$(ARM_DIR)/obj/%.o)
 ARM_CHECK_OBJ := $(filter $(ARM_DIR)/obj/src/core/% $(ARM_DIR)/obj/src/tensor/% \
                    $(ARM_DIR)/obj/src/kernels/%,$(ARM_OBJ)) $(ARM_DIR)/obj/tests/arm/check_kernels.o

@@ -257,7 +257,7 @@ typedef struct {
 /* ==== end of generation =================================================================== */
 
 /* ==== engine ==============================================================================
- * The batched engine (src/serve/engine.c): many requests share one forward pass per step.
+ * The batched engine (src/engine/engine.c): many requests share one forward pass per step.
  * Requests join the running batch at the next step and leave when done (continuous
  * batching); a step packs one decode row per running sequence plus chunks of waiting
  * prompts up to a token budget (chunked prefill); the KV cache is one pool of blocks from

@@ -30,7 +30,7 @@
 #include "core/core.h"
 #include "gen/generate.h"
 #include "model/model.h"
-#include "serve/engine.h"
+#include "engine/engine.h"
 #include "text/tokenizer.h"
 
 #define MAX_LEVELS 16

@@ -14,6 +14,7 @@ int cn_cli_explain(int argc, char **argv);
 int cn_cli_run(int argc, char **argv);
 int cn_cli_chat(int argc, char **argv);
 int cn_cli_bench(int argc, char **argv);
+int cn_cli_serve(int argc, char **argv);
 
 /* Parses a comma-separated list of integers in [lo, hi] ("1,4,8") into out[0..max):
  * false on an empty list, a bad or out-of-range item, or more than max items. */

@@ -46,6 +46,7 @@ static const command commands[] = {
     {"explain", cn_cli_explain, "show the sampler chain stage by stage on a distribution"},
     {"run", cn_cli_run, "generate text from a prompt (sampling, beams, stop strings) with timings"},
     {"chat", cn_cli_chat, "chat with a model interactively (its chat template, KV cache reuse)"},
+    {"serve", cn_cli_serve, "an OpenAI-compatible HTTP server on the batched engine"},
     {"bench", cn_cli_bench, "measure prompt processing and generation speed (like llama-bench)"},
     {"perplexity", cn_cli_perplexity, "perplexity over a text; KV-cache type cost as KL divergence"},
 };

@@ -7,7 +7,7 @@
 
 #include "gen/generate.h"
 #include "model/model.h"
-#include "serve/engine.h"
+#include "engine/engine.h"
 
 #define TE_MAX_TOK 160
 #define TE_MAX_TEXT 4096

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/sched.h"
+#include "engine/sched.h"
 
 #define N_LAYER 2
 #define KV_DIM 4

@@ -1,8 +1,8 @@
 /* engine.h — engine internals that tests and the CLI use beyond the public API in
  * include/cinder.h (the engine section): the engine's tokenizer and KV cache, for
  * tokenizing prompts the way submit does and for checking cache invariants. */
-#ifndef CN_SERVE_ENGINE_H
-#define CN_SERVE_ENGINE_H
+#ifndef CN_ENGINE_ENGINE_H
+#define CN_ENGINE_ENGINE_H
 
 #include "cinder.h"
 #include "kv/kv.h"

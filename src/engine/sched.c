@@ -15,7 +15,7 @@
  * its key puts it ahead of everything that arrived after it. Recomputed positions give
  * the same K/V bits because the forward pass is batch-invariant: preemption never
  * changes a token. */
-#include "serve/sched.h"
+#include "engine/sched.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -15,8 +15,8 @@
  *
  * Knows no model, no sampler, no request: the engine owns those. Not thread-safe: the
  * engine serializes calls. */
-#ifndef CN_SERVE_SCHED_H
-#define CN_SERVE_SCHED_H
+#ifndef CN_ENGINE_SCHED_H
+#define CN_ENGINE_SCHED_H
 
 #include "kv/kv.h"
 #include "model/model.h"

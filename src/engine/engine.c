@@ -18,7 +18,7 @@
  * (from a callback) is recorded and carried out when the callback returns, before the
  * step ends; requests that finish are freed at the end of the step, so nothing the step
  * still iterates over disappears under it. */
-#include "serve/engine.h"
+#include "engine/engine.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -28,7 +28,7 @@
 #include "core/core.h"
 #include "gen/generate.h"
 #include "model/model.h"
-#include "serve/sched.h"
+#include "engine/sched.h"
 
 typedef struct engine_req engine_req;
 

@@ -1,0 +1,594 @@
+/* openai.c — OpenAI request bodies to engine requests, and the pieces of the responses.
+ *
+ * Every field the API defines either maps onto cinder's parameters, is accepted at its
+ * neutral value (tools: [], response_format text, ...), or gets a 400 naming the field:
+ * nothing a client sends is silently ignored ("user" is the one field OpenAI itself says
+ * is only for abuse tracking). Ranges are the engine's (cn_gen_validate), so a 400 carries
+ * the same message `cinder run` prints. Pure translation: no sockets, no threads. */
+#include "serve/openai.h"
+
+#include "core/core.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool oai_fail(oai_error *e, int http_status, const char *type, const char *param, const char *code,
+              const char *fmt, ...) {
+    e->http_status = http_status;
+    e->type = type;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* Bytes valid as UTF-8 are kept; every other byte becomes U+FFFD. Caller frees. */
+static char *utf8_clean(const char *s, size_t n, size_t *n_out) {
+    char *o = malloc(3 * n + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n;
+        uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);
+        for (size_t j = 1; ok && j < len; j++) {
+            const unsigned char d = (unsigned char)s[i + j];
+            ok = (d & 0xC0) == 0x80;
+            cp = cp << 6 | (d & 0x3Fu);
+        }
+        if (ok) ok = !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) && !(len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) &&
+                     !(cp >= 0xD800 && cp <= 0xDFFF);
+        if (ok) {
+            memcpy(o + k, s + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i += 1;
+        }
+    }
+    o[k] = 0;
+    *n_out = k;
+    return o;
+}
+
+json_t *oai_error_json(const oai_error *e) {
+    size_t n = 0;
+    char *msg = utf8_clean(e->message, strlen(e->message), &n);
+    json_t *err = json_pack("{s:s?,s:s,s:s?,s:s?}", "message", msg, "type", e->type ? e->type : "invalid_request_error",
+                            "param", e->param[0] ? e->param : NULL, "code", e->code);
+    free(msg);
+    return json_pack("{s:o}", "error", err ? err : json_object());
+}
+
+/* ---- field readers: absent is fine (false returned with no error); a wrong type is a 400 ---- */
+
+static bool bad_type(oai_error *e, const char *field, const char *want) {
+    return oai_fail(e, 400, "invalid_request_error", field, NULL, "'%s' must be %s", field, want);
+}
+
+/* 1: read, 0: absent or null, -1: error (e filled). */
+static int get_num(json_t *o, const char *k, double *v, oai_error *e) {
+    json_t *x = json_object_get(o, k);
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_number(x)) return bad_type(e, k, "a number"), -1;
+    *v = json_number_value(x);
+    return 1;
+}
+
+static int get_int(json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *v, oai_error *e) {
+    json_t *x = json_object_get(o, k);
+    if (!x || json_is_null(x)) return 0;
+    if (json_is_real(x) && json_real_value(x) == floor(json_real_value(x)) && fabs(json_real_value(x)) < 9e15) {
+        *v = (int64_t)json_real_value(x);
+    } else if (json_is_integer(x)) {
+        *v = json_integer_value(x);
+    } else {
+        return bad_type(e, k, "an integer"), -1;
+    }
+    if (*v < lo || *v > hi) {
+        oai_fail(e, 400, "invalid_request_error", k, NULL, "'%s' = %lld is out of range: must be in [%lld, %lld]", k,
+                 (long long)*v, (long long)lo, (long long)hi);
+        return -1;
+    }
+    return 1;
+}
+
+static int get_bool(json_t *o, const char *k, bool *v, oai_error *e) {
+    json_t *x = json_object_get(o, k);
+    if (!x || json_is_null(x)) return 0;
+    if (!json_is_boolean(x)) return bad_type(e, k, "a boolean"), -1;
+    *v = json_is_true(x);
+    return 1;
+}
+
+/* ---- which fields a request may carry ---- */
+
+static const char *const COMMON_FIELDS[] = {
+    "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "typical_p", "repetition_penalty",
+    "presence_penalty", "frequency_penalty", "logit_bias", "seed", "n", "stop", "stream", "stream_options",
+    "logprobs", "ignore_eos", "user"};
+static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                                          "response_format", "parallel_tool_calls"};
+static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "best_of"};
+
+static bool in_list(const char *k, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, list[i])) return true;
+    return false;
+}
+
+/* Unknown fields, and known ones at a value we cannot honour, are refused by name. */
+static bool check_fields(oai_kind kind, json_t *body, oai_error *e) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v) {
+        const bool known = in_list(k, COMMON_FIELDS, CN_ARRAY_LEN(COMMON_FIELDS)) ||
+                           (kind == OAI_CHAT ? in_list(k, CHAT_FIELDS, CN_ARRAY_LEN(CHAT_FIELDS))
+                                             : in_list(k, COMPLETION_FIELDS, CN_ARRAY_LEN(COMPLETION_FIELDS)));
+        if (!known)
+            return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
+                            "unsupported field '%s' for %s", k,
+                            kind == OAI_CHAT ? "/v1/chat/completions" : "/v1/completions");
+        if (json_is_null(v)) continue;
+        const bool neutral =
+            (!strcmp(k, "tools") && json_is_array(v) && json_array_size(v) == 0) ||
+            (!strcmp(k, "tool_choice") && json_is_string(v) && !strcmp(json_string_value(v), "none")) ||
+            (!strcmp(k, "parallel_tool_calls") && json_is_boolean(v)) ||
+            (!strcmp(k, "response_format") && json_is_object(v) &&
+             json_is_string(json_object_get(v, "type")) &&
+             !strcmp(json_string_value(json_object_get(v, "type")), "text")) ||
+            (!strcmp(k, "suffix") && json_is_string(v) && json_string_length(v) == 0) ||
+            (!strcmp(k, "best_of") && json_is_integer(v) && json_integer_value(v) == 1);
+        if (!neutral && (!strcmp(k, "tools") || !strcmp(k, "tool_choice") || !strcmp(k, "parallel_tool_calls") ||
+                         !strcmp(k, "response_format") || !strcmp(k, "suffix") || !strcmp(k, "best_of")))
+            return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
+                            "'%s' is not supported by this server (only its neutral value is accepted)", k);
+    }
+    return true;
+}
+
+/* ---- prompts ---- */
+
+static bool tokenize_text(const oai_ctx *c, const char *text, size_t len, int32_t **ids, int32_t *n, const char *param,
+                          oai_error *e) {
+    size_t cnt = 0, again = 0;
+    cn_error err = {0};
+    if (cn_tokenize(c->tok, text, len, true, true, NULL, 0, &cnt, &err) != CN_STATUS_OK)
+        return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", err.msg);
+    if (cnt == 0)
+        return oai_fail(e, 400, "invalid_request_error", param, NULL, "the prompt is empty");
+    if (cnt > INT32_MAX / 2)
+        return oai_fail(e, 400, "invalid_request_error", param, "context_length_exceeded", "the prompt is too long");
+    *ids = malloc(cnt * sizeof **ids);
+    if (!*ids) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    if (cn_tokenize(c->tok, text, len, true, true, *ids, cnt, &again, &err) != CN_STATUS_OK || again != cnt) {
+        free(*ids);
+        *ids = NULL;
+        return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", err.msg);
+    }
+    *n = (int32_t)cnt;
+    return true;
+}
+
+static bool token_array(const oai_ctx *c, json_t *a, int32_t **ids, int32_t *n, const char *param, oai_error *e) {
+    const size_t cnt = json_array_size(a);
+    if (cnt == 0) return oai_fail(e, 400, "invalid_request_error", param, NULL, "the prompt is empty");
+    if (cnt > (size_t)INT32_MAX / 2)
+        return oai_fail(e, 400, "invalid_request_error", param, "context_length_exceeded", "the prompt is too long");
+    *ids = malloc(cnt * sizeof **ids);
+    if (!*ids) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < cnt; i++) {
+        json_t *x = json_array_get(a, i);
+        const json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
+        if (!json_is_integer(x) || v < 0 || v >= c->n_vocab) {
+            free(*ids);
+            *ids = NULL;
+            return oai_fail(e, 400, "invalid_request_error", param, NULL,
+                            "prompt token %zu is not a token id in [0, %d)", i, c->n_vocab);
+        }
+        (*ids)[i] = (int32_t)v;
+    }
+    *n = (int32_t)cnt;
+    return true;
+}
+
+static bool add_prompt_text(const oai_ctx *c, oai_request *r, const char *s, size_t len, oai_error *e) {
+    if (r->n_prompts == OAI_MAX_PROMPTS)
+        return oai_fail(e, 400, "invalid_request_error", "prompt", NULL, "at most %d prompts per request",
+                        OAI_MAX_PROMPTS);
+    const int i = r->n_prompts;
+    if (!tokenize_text(c, s, len, &r->prompt[i], &r->n_prompt[i], "prompt", e)) return false;
+    r->echo_text[i] = strndup(s, len);
+    r->n_prompts++;
+    if (!r->echo_text[i]) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    return true;
+}
+
+static bool parse_prompt(const oai_ctx *c, json_t *p, oai_request *r, oai_error *e) {
+    if (!p) return oai_fail(e, 400, "invalid_request_error", "prompt", NULL, "'prompt' is required");
+    if (json_is_string(p)) return add_prompt_text(c, r, json_string_value(p), json_string_length(p), e);
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return bad_type(e, "prompt", "a string, an array of strings, or an array of token ids");
+    json_t *first = json_array_get(p, 0);
+    if (json_is_integer(first)) {
+        if (!token_array(c, p, &r->prompt[0], &r->n_prompt[0], "prompt", e)) return false;
+        r->n_prompts = 1;
+        return true;
+    }
+    size_t i;
+    json_t *x;
+    json_array_foreach(p, i, x) {
+        if (json_is_string(x)) {
+            if (!add_prompt_text(c, r, json_string_value(x), json_string_length(x), e)) return false;
+        } else if (json_is_array(x)) {
+            if (r->n_prompts == OAI_MAX_PROMPTS)
+                return oai_fail(e, 400, "invalid_request_error", "prompt", NULL, "at most %d prompts per request",
+                                OAI_MAX_PROMPTS);
+            if (!token_array(c, x, &r->prompt[r->n_prompts], &r->n_prompt[r->n_prompts], "prompt", e)) return false;
+            r->n_prompts++;
+        } else {
+            return bad_type(e, "prompt", "a string, an array of strings, or an array of token ids");
+        }
+    }
+    return true;
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text": ...} parts
+ * joined with newlines (as vLLM does). *out is malloc'ed. */
+static bool message_content(json_t *m, size_t i, char **out, oai_error *e) {
+    char param[96];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    json_t *ct = json_object_get(m, "content");
+    if (!ct || json_is_null(ct)) return oai_fail(e, 400, "invalid_request_error", param, NULL, "'%s' is required", param);
+    if (json_is_string(ct)) {
+        *out = strndup(json_string_value(ct), json_string_length(ct));
+        return *out ? true : oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    }
+    if (!json_is_array(ct)) return bad_type(e, param, "a string or an array of text parts");
+    size_t total = 1, j;
+    json_t *part;
+    json_array_foreach(ct, j, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0 ||
+            !json_is_string(text)) {
+            snprintf(param, sizeof param, "messages[%zu].content[%zu]", i, j);
+            return oai_fail(e, 400, "invalid_request_error", param, "unsupported_content",
+                            "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
+        }
+        total += json_string_length(text) + 1;
+    }
+    char *s = malloc(total), *w = s;
+    if (!s) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    json_array_foreach(ct, j, part) {
+        json_t *text = json_object_get(part, "text");
+        if (j > 0) *w++ = '\n';
+        memcpy(w, json_string_value(text), json_string_length(text));
+        w += json_string_length(text);
+    }
+    *w = 0;
+    *out = s;
+    return true;
+}
+
+static bool parse_messages(const oai_ctx *c, json_t *msgs, oai_request *r, oai_error *e) {
+    if (!c->chat)
+        return oai_fail(e, 400, "invalid_request_error", "messages", NULL,
+                        "this model has no chat template cinder can render: use /v1/completions "
+                        "or start the server with --chat-template NAME");
+    if (!msgs) return oai_fail(e, 400, "invalid_request_error", "messages", NULL, "'messages' is required");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return bad_type(e, "messages", "a non-empty array of messages");
+    const size_t n = json_array_size(msgs);
+    if (n > OAI_MAX_MESSAGES)
+        return oai_fail(e, 400, "invalid_request_error", "messages", NULL, "at most %d messages", OAI_MAX_MESSAGES);
+    cn_chat_msg *cm = calloc(n, sizeof *cm);
+    char **texts = calloc(n, sizeof *texts);
+    bool ok = cm && texts;
+    if (!ok) oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; ok && i < n; i++) {
+        json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
+        char param[96];
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        if (!json_is_object(m)) {
+            snprintf(param, sizeof param, "messages[%zu]", i);
+            ok = bad_type(e, param, "an object");
+            break;
+        }
+        const char *rs = json_is_string(role) ? json_string_value(role) : NULL;
+        if (rs && !strcmp(rs, "developer")) rs = "system";
+        if (!rs || (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))) {
+            ok = oai_fail(e, 400, "invalid_request_error", param, NULL,
+                          "'%s' must be \"system\", \"developer\", \"user\" or \"assistant\"", param);
+            break;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(m, k, v) {
+            if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "name")) {
+                snprintf(param, sizeof param, "messages[%zu].%.40s", i, k);
+                ok = oai_fail(e, 400, "invalid_request_error", param, "unsupported_parameter",
+                              "unsupported message field '%s'", param);
+                break;
+            }
+        }
+        if (!ok) break;
+        ok = message_content(m, i, &texts[i], e);
+        cm[i].role = rs;
+        cm[i].content = texts[i];
+    }
+    char *prompt = NULL;
+    size_t len = 0;
+    if (ok) {
+        cn_error err = {0};
+        const cn_status st = cn_chat_render(c->chat, cm, n, true, &prompt, &len, &err);
+        if (st != CN_STATUS_OK) ok = oai_fail(e, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);
+    }
+    if (ok) ok = tokenize_text(c, prompt, len, &r->prompt[0], &r->n_prompt[0], "messages", e);
+    if (ok) r->n_prompts = 1;
+    free(prompt);
+    for (size_t i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+    free(cm);
+    return ok;
+}
+
+/* ---- sampling and stopping ---- */
+
+static bool parse_stop(json_t *body, oai_request *r, oai_error *e) {
+    json_t *s = json_object_get(body, "stop");
+    if (!s || json_is_null(s)) return true;
+    json_t *one = json_is_string(s) ? s : NULL;
+    const size_t n = one ? 1 : json_array_size(s);
+    if (!one && !json_is_array(s)) return bad_type(e, "stop", "a string or an array of strings");
+    if (n > CN_GEN_MAX_STOP)
+        return oai_fail(e, 400, "invalid_request_error", "stop", NULL, "at most %d stop strings", CN_GEN_MAX_STOP);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = one ? one : json_array_get(s, i);
+        if (!json_is_string(x)) return bad_type(e, "stop", "a string or an array of strings");
+        const size_t len = json_string_length(x);
+        if (len == 0 || len > CN_GEN_MAX_STOP_LEN)
+            return oai_fail(e, 400, "invalid_request_error", "stop", NULL,
+                            "stop strings must be 1 to %d bytes", CN_GEN_MAX_STOP_LEN);
+        if (memchr(json_string_value(x), 0, len))
+            return oai_fail(e, 400, "invalid_request_error", "stop", NULL, "stop strings must not contain NUL");
+        r->stops[r->gen.n_stop] = strndup(json_string_value(x), len);
+        if (!r->stops[r->gen.n_stop]) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+        r->gen.n_stop++;
+    }
+    return true;
+}
+
+/* The template's end-of-turn text as a stop string where the tokenizer does not already
+ * end generation on it. */
+static bool add_end_of_turn(const oai_ctx *c, oai_request *r, oai_error *e) {
+    const char *eot = cn_chat_template_end_of_turn(c->chat);
+    const int32_t id = cn_tokenizer_find(c->tok, eot);
+    if (id >= 0 && cn_tokenizer_is_eog(c->tok, id)) return true;
+    if (r->gen.n_stop == CN_GEN_MAX_STOP)
+        return oai_fail(e, 400, "invalid_request_error", "stop", NULL,
+                        "no room for the end-of-turn stop string (at most %d stop strings, one taken by the template)",
+                        CN_GEN_MAX_STOP - 1);
+    r->stops[r->gen.n_stop] = strdup(eot);
+    if (!r->stops[r->gen.n_stop]) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    r->gen.n_stop++;
+    return true;
+}
+
+static bool parse_logit_bias(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e) {
+    json_t *b = json_object_get(body, "logit_bias");
+    if (!b || json_is_null(b)) return true;
+    if (!json_is_object(b)) return bad_type(e, "logit_bias", "an object mapping token ids to biases");
+    const size_t n = json_object_size(b);
+    if (n > CN_SAMPLING_MAX_LOGIT_BIAS)
+        return oai_fail(e, 400, "invalid_request_error", "logit_bias", NULL, "at most %d logit_bias entries",
+                        CN_SAMPLING_MAX_LOGIT_BIAS);
+    if (n == 0) return true;
+    r->bias = malloc(n * sizeof *r->bias);
+    if (!r->bias) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    const char *k;
+    json_t *v;
+    int32_t i = 0;
+    json_object_foreach(b, k, v) {
+        char *end = NULL;
+        const long id = strtol(k, &end, 10);
+        if (!*k || *end || id < 0 || id >= c->n_vocab)
+            return oai_fail(e, 400, "invalid_request_error", "logit_bias", NULL,
+                            "logit_bias key '%.32s' is not a token id in [0, %d)", k, c->n_vocab);
+        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+            return oai_fail(e, 400, "invalid_request_error", "logit_bias", NULL,
+                            "logit_bias values must be numbers in [-100, 100] (-100 bans the token)");
+        const double x = json_number_value(v);
+        r->bias[i].token = (int32_t)id;
+        r->bias[i].bias = x <= -100 ? -INFINITY : (float)x;
+        i++;
+    }
+    r->gen.sampling.logit_bias = r->bias;
+    r->gen.sampling.n_logit_bias = i;
+    return true;
+}
+
+static bool parse_sampling(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oai_error *e) {
+    cn_sampling_params *sp = &r->gen.sampling;
+    double d;
+    int64_t v;
+    int k;
+    struct { const char *name; float *dst; } floats[] = {
+        {"temperature", &sp->temperature}, {"top_p", &sp->top_p}, {"min_p", &sp->min_p},
+        {"typical_p", &sp->typical_p}, {"repetition_penalty", &sp->repetition_penalty},
+        {"presence_penalty", &sp->presence_penalty}, {"frequency_penalty", &sp->frequency_penalty}};
+    for (size_t i = 0; i < CN_ARRAY_LEN(floats); i++) {
+        if ((k = get_num(body, floats[i].name, &d, e)) < 0) return false;
+        if (k) *floats[i].dst = (float)d;
+    }
+    if ((k = get_int(body, "top_k", -1, INT32_MAX, &v, e)) < 0) return false;
+    if (k) sp->top_k = v < 0 ? 0 : (int32_t)v;
+    if ((k = get_int(body, "seed", INT64_MIN + 1, INT64_MAX, &v, e)) < 0) return false;
+    if (k) sp->seed = (uint64_t)v & (UINT64_MAX >> 1);
+    bool b = false;
+    if ((k = get_bool(body, "ignore_eos", &b, e)) < 0) return false;
+    sp->ignore_eos = b;
+    if (kind == OAI_CHAT) {
+        bool lp = false;
+        if ((k = get_bool(body, "logprobs", &lp, e)) < 0) return false;
+        int64_t top = 0;
+        if ((k = get_int(body, "top_logprobs", 0, CN_SAMPLING_MAX_LOGPROBS, &top, e)) < 0) return false;
+        if (k && !lp)
+            return oai_fail(e, 400, "invalid_request_error", "top_logprobs", NULL,
+                            "'top_logprobs' needs 'logprobs': true");
+        r->n_logprobs = lp ? (int32_t)top : -1;
+    } else {
+        int64_t lp = 0;
+        if ((k = get_int(body, "logprobs", 0, CN_SAMPLING_MAX_LOGPROBS, &lp, e)) < 0) return false;
+        r->n_logprobs = k ? (int32_t)lp : -1;
+    }
+    sp->n_logprobs = r->n_logprobs;
+    return parse_logit_bias(c, body, r, e);
+}
+
+bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oai_error *e) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->gen = cn_gen_default();
+    r->n = 1;
+    r->n_logprobs = -1;
+    if (!json_is_object(body)) return bad_type(e, "body", "a JSON object");
+    if (!check_fields(kind, body, e)) return false;
+    json_t *model = json_object_get(body, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model)) return bad_type(e, "model", "a string");
+        const char *name = json_string_value(model);
+        if (strcmp(name, c->model_id) && !(c->alias && !strcmp(name, c->alias)))
+            return oai_fail(e, 404, "invalid_request_error", "model", "model_not_found",
+                            "The model '%.200s' does not exist: this server serves '%.200s'", name, c->model_id);
+    }
+    int64_t v;
+    int k;
+    if ((k = get_int(body, "n", 1, CN_ENGINE_MAX_N, &v, e)) < 0) return false;
+    if (k) r->n = (int32_t)v;
+    if (get_bool(body, "stream", &r->stream, e) < 0) return false;
+    json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return bad_type(e, "stream_options", "an object");
+        const char *sk;
+        json_t *sv;
+        json_object_foreach(so, sk, sv) {
+            if (strcmp(sk, "include_usage"))
+                return oai_fail(e, 400, "invalid_request_error", "stream_options", "unsupported_parameter",
+                                "unsupported field 'stream_options.%.40s'", sk);
+        }
+        if (get_bool(so, "include_usage", &r->include_usage, e) < 0) return false;
+        if (!r->stream)
+            return oai_fail(e, 400, "invalid_request_error", "stream_options", NULL,
+                            "'stream_options' is only allowed with 'stream': true");
+    }
+    int64_t max_tokens = 0;
+    if ((k = get_int(body, "max_tokens", 1, CN_GEN_MAX_TOKENS, &max_tokens, e)) < 0) return false;
+    r->max_tokens_given = k > 0;
+    if (kind == OAI_CHAT) {
+        int64_t mct = 0;
+        if ((k = get_int(body, "max_completion_tokens", 1, CN_GEN_MAX_TOKENS, &mct, e)) < 0) return false;
+        if (k) {
+            max_tokens = r->max_tokens_given ? (mct < max_tokens ? mct : max_tokens) : mct;
+            r->max_tokens_given = true;
+        }
+    }
+    if (!parse_sampling(c, kind, body, r, e)) return false;
+    if (!parse_stop(body, r, e)) return false;
+    if (kind == OAI_COMPLETION) {
+        if (get_bool(body, "echo", &r->echo, e) < 0) return false;
+        if (r->echo && r->n_logprobs >= 0)
+            return oai_fail(e, 400, "invalid_request_error", "echo", NULL,
+                            "'echo' with 'logprobs' (prompt log-probabilities) is not supported");
+        if (!parse_prompt(c, json_object_get(body, "prompt"), r, e)) return false;
+    } else {
+        if (!parse_messages(c, json_object_get(body, "messages"), r, e)) return false;
+        if (!add_end_of_turn(c, r, e)) return false;
+    }
+    r->gen.stop = (const char *const *)r->stops;
+    int32_t longest = 0;
+    for (int i = 0; i < r->n_prompts; i++) longest = r->n_prompt[i] > longest ? r->n_prompt[i] : longest;
+    if (longest >= c->n_ctx)
+        return oai_fail(e, 400, "invalid_request_error", kind == OAI_CHAT ? "messages" : "prompt",
+                        "context_length_exceeded",
+                        "This model's maximum context length is %d tokens. However, your %s resulted in %d tokens "
+                        "(at least one position must be left for the reply).",
+                        c->n_ctx, kind == OAI_CHAT ? "messages" : "prompt", longest);
+    /* An output limit, not a context size: the context ends the request sooner ("length"). */
+    const int64_t room = c->n_ctx - longest;
+    r->gen.max_tokens = (int32_t)(r->max_tokens_given && max_tokens < room ? max_tokens : room);
+    cn_error err = {0};
+    if (cn_gen_validate(&r->gen, c->n_vocab, &err) != CN_STATUS_OK) {
+        char param[64] = "";
+        sscanf(err.msg, "%63[a-z_]", param);
+        return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", err.msg);
+    }
+    return true;
+}
+
+void oai_request_free(oai_request *r) {
+    if (!r) return;
+    for (int i = 0; i < OAI_MAX_PROMPTS; i++) {
+        free(r->prompt[i]);
+        free(r->echo_text[i]);
+    }
+    for (int i = 0; i < CN_GEN_MAX_STOP; i++) free(r->stops[i]);
+    free(r->bias);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- response pieces ---- */
+
+json_t *oai_piece(const cn_tokenizer *tok, int32_t id) {
+    char buf[256];
+    size_t n = cn_token_to_piece(tok, id, true, buf, sizeof buf);
+    if (n > sizeof buf) n = 0;
+    size_t m = 0;
+    char *s = utf8_clean(buf, n, &m);
+    json_t *j = s ? json_stringn(s, m) : NULL;
+    free(s);
+    return j ? j : json_string("");
+}
+
+static json_t *piece_bytes(const cn_tokenizer *tok, int32_t id) {
+    char buf[256];
+    size_t n = cn_token_to_piece(tok, id, true, buf, sizeof buf);
+    if (n > sizeof buf) n = 0;
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)buf[i]));
+    return a;
+}
+
+static json_t *logprob_value(float lp) {
+    return json_real(isfinite(lp) ? lp : -9999.0);
+}
+
+json_t *oai_chat_logprob(const cn_tokenizer *tok, const cn_gen_token *t) {
+    json_t *top = json_array();
+    for (int32_t i = 0; i < t->n_top; i++)
+        json_array_append_new(top, json_pack("{s:o,s:o,s:o}", "token", oai_piece(tok, t->top[i].id), "logprob",
+                                             logprob_value(t->top[i].logprob), "bytes", piece_bytes(tok, t->top[i].id)));
+    return json_pack("{s:o,s:o,s:o,s:o}", "token", oai_piece(tok, t->id), "logprob", logprob_value(t->logprob),
+                     "bytes", piece_bytes(tok, t->id), "top_logprobs", top);
+}
+
+json_t *oai_timings_json(const cn_gen_timings *t) {
+    return json_pack("{s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "prompt_n", t->n_prompt_tokens,
+                     "cached_n", t->n_cached_tokens, "predicted_n", t->n_generated_tokens, "queue_ms", t->queue_ms,
+                     "prefill_ms", t->prefill_ms, "ttft_ms", t->ttft_ms, "decode_ms", t->decode_ms, "total_ms",
+                     t->total_ms, "itl_mean_ms", t->itl_mean_ms, "itl_p50_ms", t->itl_p50_ms, "itl_p90_ms",
+                     t->itl_p90_ms, "itl_p99_ms", t->itl_p99_ms, "prefill_tok_s", t->prefill_tok_s, "decode_tok_s",
+                     t->decode_tok_s);
+}
+
+const char *oai_finish_str(cn_finish_reason r) {
+    return r == CN_FINISH_LENGTH ? "length" : r == CN_FINISH_CANCELLED ? "cancelled" : "stop";
+}

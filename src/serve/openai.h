@@ -1,0 +1,76 @@
+/* openai.h — the OpenAI API mapping: a JSON request body to engine requests, and the
+ * response shapes (errors, completions, chunks, usage). Pure translation: no sockets,
+ * no threads, no engine calls; the server (server.c) owns those. */
+#ifndef CN_SERVE_OPENAI_H
+#define CN_SERVE_OPENAI_H
+
+#include <jansson.h>
+
+#include "cinder.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+#define OAI_MAX_PROMPTS 16     /* prompts in one completions request (array form) */
+#define OAI_MAX_MESSAGES 1024  /* messages in one chat request */
+
+/* An error as OpenAI returns it: HTTP status and {"error": {message, type, param, code}}. */
+typedef struct {
+    int http_status;           /* 400, 401, 404, 405, 413, 429, 503, 504 */
+    const char *type;          /* "invalid_request_error", "authentication_error", ... */
+    char param[64];            /* the field at fault, "" if none */
+    const char *code;          /* "model_not_found", "context_length_exceeded", or NULL */
+    char message[512];
+} oai_error;
+
+/* Fills e and returns false, for `return oai_fail(e, ...)`. */
+bool oai_fail(oai_error *e, int http_status, const char *type, const char *param, const char *code,
+              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* {"error": {...}}; caller json_decref's. */
+json_t *oai_error_json(const oai_error *e);
+
+typedef enum { OAI_CHAT, OAI_COMPLETION } oai_kind;
+
+/* What the server needs to map a request. */
+typedef struct {
+    const cn_tokenizer *tok;       /* borrowed */
+    const cn_chat_template *chat;  /* borrowed; NULL: chat requests get 400 */
+    const char *model_id;          /* the served name */
+    const char *alias;             /* another accepted name, or NULL */
+    int32_t n_ctx;                 /* positions per sequence */
+    int32_t n_vocab;
+} oai_ctx;
+
+/* One parsed request: n_prompts engine requests of n completions each (choice index
+ * = prompt * n + completion). Owns every buffer; oai_request_free releases them. */
+typedef struct {
+    oai_kind kind;
+    int32_t n_prompts;
+    int32_t *prompt[OAI_MAX_PROMPTS];    /* token ids (BOS as the model's rule says) */
+    int32_t n_prompt[OAI_MAX_PROMPTS];
+    char *echo_text[OAI_MAX_PROMPTS];    /* the prompt text when echo (completions) */
+    int32_t n;
+    cn_gen_params gen;                   /* sampling, max_tokens, stops (owned copies) */
+    char *stops[CN_GEN_MAX_STOP];
+    cn_logit_bias *bias;
+    bool stream, include_usage, echo;
+    int32_t n_logprobs;                  /* -1 none; chat: top_logprobs; completions: logprobs */
+    bool max_tokens_given;
+} oai_request;
+
+/* Parses and validates body for kind. On failure: false and e filled (status 400/404). */
+bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *out, oai_error *e);
+void oai_request_free(oai_request *r);
+
+/* Appends to a JSON array the OpenAI logprobs entries of a token (chat form:
+ * {token, logprob, bytes, top_logprobs}). */
+json_t *oai_chat_logprob(const cn_tokenizer *tok, const cn_gen_token *t);
+/* A token's text as a valid UTF-8 JSON string (invalid bytes as U+FFFD). */
+json_t *oai_piece(const cn_tokenizer *tok, int32_t id);
+
+/* The "timings" object of one choice (cn_gen_timings, milliseconds and tok/s). */
+json_t *oai_timings_json(const cn_gen_timings *t);
+
+/* "stop" / "length"; a cancelled completion (timeout, shutdown) reports "cancelled". */
+const char *oai_finish_str(cn_finish_reason r);
+
+#endif

@@ -1,0 +1,861 @@
+/* server.c — HTTP (libmicrohttpd) to the engine: routing, auth, bodies, jobs, SSE.
+ *
+ * DESIGN. One thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a request may
+ * block its own thread: a non-streaming completion waits in the access handler, a
+ * streaming one in its content-reader callback. A completion is a *job*: n_prompts
+ * engine requests of n completions each. The engine's callbacks (on its run-loop thread)
+ * only append to the job under the job's mutex and signal its condition variable; the
+ * connection thread takes what is there and writes it. The rule that keeps this free of
+ * deadlocks: no engine call is ever made while a job mutex is held (the engine thread
+ * holds the engine lock when it takes a job mutex).
+ *
+ * A waiting connection thread wakes every 50 ms to look at its socket (recv MSG_PEEK:
+ * 0 bytes means the client closed it) and at its deadline; a client that went away gets
+ * its requests cancelled, which frees their KV blocks before cn_engine_cancel returns.
+ *
+ * Lifetimes: a non-streaming job lives in its access-handler call; a streaming job is
+ * owned by its MHD response and freed by the response's free callback, after cancelling
+ * whatever of it is still open. Every job is on the server's list while alive, so a
+ * shutdown can cancel them all. */
+#include "serve/server.h"
+
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "serve/metrics.h"
+#include "serve/openai.h"
+
+#define WAKE_MS 50
+
+cn_server_params cn_server_default_params(void) {
+    return (cn_server_params){.host = "127.0.0.1", .port = 8080, .request_timeout_s = 600, .idle_timeout_s = 30,
+                              .max_body_bytes = 8u << 20, .max_connections = 256};
+}
+
+typedef struct job job;
+
+struct cn_server {
+    struct MHD_Daemon *d;
+    cn_server_params p;
+    int port;
+    cn_metrics *metrics;
+    pthread_mutex_t mu;        /* engine pointers, ready, draining, the job list */
+    pthread_cond_t idle_cv;    /* a job left the list */
+    cn_engine *e;
+    oai_ctx oc;
+    bool ready, draining;
+    job *jobs;
+    int n_jobs;
+    uint64_t next_id;
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ---- growable byte buffers ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf;
+
+static bool buf_add(buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) return false;
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+
+/* ---- jobs ---- */
+
+typedef struct {
+    job *j;
+    int32_t prompt;            /* which prompt of the job */
+    uint64_t id;               /* the engine's request id; 0 until submitted */
+    bool submitted;
+} job_sub;
+
+typedef struct {
+    buf text;                  /* final text so far */
+    cn_gen_token *toks;        /* (n_toks) for logprobs */
+    int32_t n_toks, cap_toks, n_toks_sent;
+    cn_finish_reason finish;
+    cn_gen_timings timings;
+    bool done;
+    double t_last_token;
+} job_choice;
+
+struct job {
+    cn_server *s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    oai_request r;
+    job_sub subs[OAI_MAX_PROMPTS];
+    job_choice *ch;            /* (n_prompts * n) */
+    int32_t n_choices, n_open;
+    bool oom;                  /* a buffer could not grow: the job is cancelled */
+    buf out;                   /* streaming: SSE bytes not yet written */
+    size_t out_sent;
+    bool stream_done;          /* the last bytes ([DONE]) are in out */
+    bool gone;                 /* the reader saw the client go (counted once) */
+    int fd;                    /* the client's socket, to notice a disconnect */
+    double t_deadline;
+    char id[48];
+    long long created;
+    job *next;
+};
+
+static void job_register(cn_server *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    j->next = s->jobs;
+    s->jobs = j;
+    s->n_jobs++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void job_unregister(cn_server *s, job *j) {
+    pthread_mutex_lock(&s->mu);
+    for (job **pp = &s->jobs; *pp; pp = &(*pp)->next)
+        if (*pp == j) {
+            *pp = j->next;
+            s->n_jobs--;
+            break;
+        }
+    pthread_cond_broadcast(&s->idle_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Cancels every open engine request of j (no job lock held: see DESIGN). After it
+ * returns every completion has had its on_finish. */
+static void job_cancel(job *j) {
+    for (int p = 0; p < j->r.n_prompts; p++)
+        if (j->subs[p].submitted) cn_engine_cancel(j->s->e, j->subs[p].id, NULL);
+}
+
+static void job_free(job *j) {
+    if (!j) return;
+    for (int32_t i = 0; j->ch && i < j->n_choices; i++) {
+        free(j->ch[i].text.p);
+        free(j->ch[i].toks);
+    }
+    free(j->ch);
+    free(j->out.p);
+    oai_request_free(&j->r);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+/* ---- streaming chunks (job lock held) ---- */
+
+static void sse_emit(job *j, json_t *chunk) {
+    char *s = chunk ? json_dumps(chunk, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    if (!s || !buf_add(&j->out, "data: ", 6) || !buf_add(&j->out, s, strlen(s)) || !buf_add(&j->out, "\n\n", 2))
+        j->oom = true;
+    free(s);
+    json_decref(chunk);
+}
+
+static json_t *chunk_base(const job *j) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", j->id, "object",
+                     j->r.kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)j->created, "model", j->s->oc.model_id, "system_fingerprint", "cinder-" CN_VERSION);
+}
+
+/* The tokens of choice c not yet sent, as a logprobs object (NULL when none asked). */
+static json_t *pending_logprobs(job *j, job_choice *c) {
+    if (j->r.n_logprobs < 0) return json_null();
+    const cn_tokenizer *tok = j->s->oc.tok;
+    json_t *lp;
+    if (j->r.kind == OAI_CHAT) {
+        json_t *content = json_array();
+        for (int32_t i = c->n_toks_sent; i < c->n_toks; i++)
+            json_array_append_new(content, oai_chat_logprob(tok, &c->toks[i]));
+        lp = json_pack("{s:o}", "content", content);
+    } else {
+        json_t *tokens = json_array(), *tlp = json_array(), *top = json_array(), *off = json_array();
+        for (int32_t i = c->n_toks_sent; i < c->n_toks; i++) {
+            const cn_gen_token *t = &c->toks[i];
+            json_array_append_new(tokens, oai_piece(tok, t->id));
+            json_array_append_new(tlp, json_real(isfinite(t->logprob) ? t->logprob : -9999.0));
+            json_t *m = json_object();
+            for (int32_t k = 0; k < t->n_top; k++) {
+                json_t *piece = oai_piece(tok, t->top[k].id);
+                json_object_set_new(m, json_string_value(piece),
+                                    json_real(isfinite(t->top[k].logprob) ? t->top[k].logprob : -9999.0));
+                json_decref(piece);
+            }
+            json_array_append_new(top, m);
+            json_array_append_new(off, json_integer(0));
+        }
+        lp = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", tlp, "top_logprobs", top,
+                       "text_offset", off);
+    }
+    c->n_toks_sent = c->n_toks;
+    return lp;
+}
+
+static void stream_delta(job *j, int32_t idx, const char *text, size_t n, bool role, const char *finish) {
+    job_choice *c = &j->ch[idx];
+    json_t *chunk = chunk_base(j), *choice;
+    json_t *content = json_stringn(text ? text : "", n);
+    if (!content) content = json_string("");
+    if (j->r.kind == OAI_CHAT) {
+        json_t *delta = json_object();
+        if (role) json_object_set_new(delta, "role", json_string("assistant"));
+        if (text || role) json_object_set_new(delta, "content", content);
+        else json_decref(content);
+        choice = json_pack("{s:i,s:o,s:o,s:s?}", "index", idx, "delta", delta, "logprobs",
+                           role ? json_null() : pending_logprobs(j, c), "finish_reason", finish);
+    } else {
+        choice = json_pack("{s:i,s:o,s:o,s:s?}", "index", idx, "text", content, "logprobs",
+                           pending_logprobs(j, c), "finish_reason", finish);
+    }
+    if (finish) json_object_set_new(choice, "timings", oai_timings_json(&c->timings));
+    json_object_set_new(chunk, "choices", json_pack("[o]", choice));
+    if (j->r.include_usage) json_object_set_new(chunk, "usage", json_null());
+    sse_emit(j, chunk);
+}
+
+static json_t *usage_json(const job *j) {
+    int64_t prompt = 0, gen = 0, cached = 0;
+    for (int p = 0; p < j->r.n_prompts; p++) {
+        prompt += j->r.n_prompt[p];
+        cached += j->ch[p * j->r.n].timings.n_cached_tokens;
+    }
+    for (int32_t i = 0; i < j->n_choices; i++) gen += j->ch[i].timings.n_generated_tokens;
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                     (json_int_t)gen, "total_tokens", (json_int_t)(prompt + gen), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)cached);
+}
+
+/* ---- engine callbacks (engine thread, engine lock held) ---- */
+
+static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token *tok) {
+    (void)id;
+    job_sub *sub = user;
+    job *j = sub->j;
+    const double t = now_s();
+    pthread_mutex_lock(&j->mu);
+    job_choice *c = &j->ch[sub->prompt * j->r.n + index];
+    if (c->t_last_token > 0) cn_metrics_itl(j->s->metrics, t - c->t_last_token);
+    c->t_last_token = t;
+    if (j->r.n_logprobs >= 0) {
+        if (c->n_toks == c->cap_toks) {
+            const int32_t cap = c->cap_toks ? c->cap_toks * 2 : 64;
+            cn_gen_token *q = realloc(c->toks, (size_t)cap * sizeof *q);
+            if (q) {
+                c->toks = q;
+                c->cap_toks = cap;
+            }
+        }
+        if (c->n_toks < c->cap_toks) c->toks[c->n_toks++] = *tok;
+        else j->oom = true;
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void on_text(void *user, uint64_t id, int32_t index, const char *text, size_t n) {
+    (void)id;
+    job_sub *sub = user;
+    job *j = sub->j;
+    pthread_mutex_lock(&j->mu);
+    const int32_t idx = sub->prompt * j->r.n + index;
+    if (j->r.stream) stream_delta(j, idx, text, n, false, NULL);
+    else if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason reason, const cn_gen_timings *t) {
+    (void)id;
+    job_sub *sub = user;
+    job *j = sub->j;
+    cn_metrics_finish(j->s->metrics, t, reason);
+    pthread_mutex_lock(&j->mu);
+    const int32_t idx = sub->prompt * j->r.n + index;
+    job_choice *c = &j->ch[idx];
+    c->finish = reason;
+    c->timings = *t;
+    c->done = true;
+    j->n_open--;
+    if (j->r.stream) {
+        stream_delta(j, idx, NULL, 0, false, oai_finish_str(reason));
+        if (j->n_open == 0) {
+            if (j->r.include_usage) {
+                json_t *chunk = chunk_base(j);
+                json_object_set_new(chunk, "choices", json_array());
+                json_object_set_new(chunk, "usage", usage_json(j));
+                sse_emit(j, chunk);
+            }
+            if (!buf_add(&j->out, "data: [DONE]\n\n", 14)) j->oom = true;
+            j->stream_done = true;
+        }
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* ---- answering ---- */
+
+static const char *endpoint_of(const char *url) {
+    static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                                        "/metrics", "/tokenize", "/detokenize"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(url, known[i])) return known[i];
+    return "other";
+}
+
+static enum MHD_Result send_bytes(cn_server *s, struct MHD_Connection *conn, const char *url, int status,
+                                  const char *type, const char *body, size_t n, const char *extra_hdr,
+                                  const char *extra_val) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", type);
+    if (extra_hdr) MHD_add_response_header(resp, extra_hdr, extra_val);
+    const enum MHD_Result r = MHD_queue_response(conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    cn_metrics_request(s->metrics, endpoint_of(url), status);
+    return r;
+}
+
+static enum MHD_Result send_json(cn_server *s, struct MHD_Connection *conn, const char *url, int status, json_t *j,
+                                 const char *extra_hdr, const char *extra_val) {
+    char *body = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!body) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
+        return send_bytes(s, conn, url, 500, "application/json", oom, sizeof oom - 1, NULL, NULL);
+    }
+    const enum MHD_Result r =
+        send_bytes(s, conn, url, status, "application/json", body, strlen(body), extra_hdr, extra_val);
+    free(body);
+    return r;
+}
+
+static enum MHD_Result send_error(cn_server *s, struct MHD_Connection *conn, const char *url, const oai_error *e) {
+    const char *hdr = NULL, *val = NULL;
+    if (e->http_status == 429 || e->http_status == 503) hdr = "Retry-After", val = "1";
+    if (e->http_status == 401) hdr = "WWW-Authenticate", val = "Bearer";
+    return send_json(s, conn, url, e->http_status, oai_error_json(e), hdr, val);
+}
+
+static enum MHD_Result fail(cn_server *s, struct MHD_Connection *conn, const char *url, int status, const char *type,
+                            const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+static enum MHD_Result fail(cn_server *s, struct MHD_Connection *conn, const char *url, int status, const char *type,
+                            const char *param, const char *code, const char *fmt, ...) {
+    oai_error e = {0};
+    e.http_status = status;
+    e.type = type;
+    e.code = code;
+    snprintf(e.param, sizeof e.param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return send_error(s, conn, url, &e);
+}
+
+/* True when the peer has closed its end (or the socket failed). */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    char c;
+    const ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0) return true;
+    return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += (long)ms * 1000000L;
+    t.tv_sec += t.tv_nsec / 1000000000L;
+    t.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(cv, mu, &t);
+}
+
+/* The whole non-streaming response of a finished job. */
+static json_t *completion_json(job *j) {
+    json_t *choices = json_array();
+    const cn_tokenizer *tok = j->s->oc.tok;
+    for (int32_t i = 0; i < j->n_choices; i++) {
+        job_choice *c = &j->ch[i];
+        json_t *text;
+        if (j->r.echo) {
+            buf b = {0};
+            const char *et = j->r.echo_text[i / j->r.n];
+            if (et) buf_add(&b, et, strlen(et));
+            buf_add(&b, c->text.p ? c->text.p : "", c->text.n);
+            text = json_stringn(b.p ? b.p : "", b.n);
+            free(b.p);
+        } else {
+            text = json_stringn(c->text.p ? c->text.p : "", c->text.n);
+        }
+        if (!text) text = json_string("");
+        json_t *lp = pending_logprobs(j, c);
+        (void)tok;
+        json_t *choice;
+        if (j->r.kind == OAI_CHAT)
+            choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message", "role", "assistant", "content",
+                               text, "logprobs", lp, "finish_reason", oai_finish_str(c->finish));
+        else
+            choice = json_pack("{s:i,s:o,s:o,s:s}", "index", i, "text", text, "logprobs", lp, "finish_reason",
+                               oai_finish_str(c->finish));
+        json_object_set_new(choice, "timings", oai_timings_json(&c->timings));
+        json_array_append_new(choices, choice);
+    }
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", j->id, "object",
+                     j->r.kind == OAI_CHAT ? "chat.completion" : "text_completion", "created",
+                     (json_int_t)j->created, "model", j->s->oc.model_id, "system_fingerprint", "cinder-" CN_VERSION,
+                     "choices", choices, "usage", usage_json(j));
+}
+
+/* Streaming: MHD asks for bytes; wait for them (see DESIGN). */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
+    (void)pos;
+    job *j = cls;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        if (j->out_sent < j->out.n) {
+            size_t k = j->out.n - j->out_sent;
+            if (k > max) k = max;
+            memcpy(out, j->out.p + j->out_sent, k);
+            j->out_sent += k;
+            if (j->out_sent == j->out.n) j->out_sent = j->out.n = 0;
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)k;
+        }
+        if (j->stream_done) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        timed_wait(&j->cv, &j->mu, WAKE_MS);
+        const bool has = j->out_sent < j->out.n || j->stream_done, oom = j->oom;
+        pthread_mutex_unlock(&j->mu);
+        if (has) continue;
+        if (client_gone(j->fd)) {
+            cn_metrics_disconnect(j->s->metrics);
+            pthread_mutex_lock(&j->mu);
+            j->gone = true;
+            pthread_mutex_unlock(&j->mu);
+            job_cancel(j);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (oom || now_s() > j->t_deadline) job_cancel(j); /* its finish chunks follow */
+    }
+}
+
+static void stream_free(void *cls) {
+    job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    const bool cut = !j->stream_done && !j->gone; /* MHD gave up on the socket first */
+    pthread_mutex_unlock(&j->mu);
+    if (cut) cn_metrics_disconnect(j->s->metrics);
+    job_cancel(j);
+    job_unregister(j->s, j);
+    job_free(j);
+}
+
+static bool authorized(cn_server *s, struct MHD_Connection *conn) {
+    if (!s->p.api_key) return true;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    const char *k = h + 7, *want = s->p.api_key;
+    const size_t nk = strlen(k), nw = strlen(want);
+    unsigned diff = (unsigned)(nk != nw);
+    for (size_t i = 0; i < nw; i++) diff |= (unsigned)(unsigned char)want[i] ^ (unsigned)(unsigned char)(i < nk ? k[i] : 0);
+    return diff == 0;
+}
+
+static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body,
+                                         oai_kind kind) {
+    pthread_mutex_lock(&s->mu);
+    const bool ready = s->ready, draining = s->draining;
+    const uint64_t seq = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
+    if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+
+    job *j = calloc(1, sizeof *j);
+    if (!j) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->s = s;
+    oai_error oe = {0};
+    if (!oai_parse(&s->oc, kind, body, &j->r, &oe)) {
+        job_free(j);
+        return send_error(s, conn, url, &oe);
+    }
+    j->n_choices = j->r.n_prompts * j->r.n;
+    j->n_open = j->n_choices;
+    j->ch = calloc((size_t)j->n_choices, sizeof *j->ch);
+    if (!j->ch) {
+        job_free(j);
+        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    }
+    snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
+    j->created = (long long)time(NULL);
+    j->t_deadline = now_s() + s->p.request_timeout_s;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    if (j->r.stream) {
+        for (int32_t i = 0; i < j->n_choices; i++) {
+            if (kind == OAI_CHAT) {
+                stream_delta(j, i, NULL, 0, true, NULL);
+            } else if (j->r.echo && j->r.echo_text[i / j->r.n]) {
+                const char *et = j->r.echo_text[i / j->r.n];
+                stream_delta(j, i, et, strlen(et), false, NULL);
+            }
+        }
+    }
+    job_register(s, j);
+
+    cn_engine_callbacks cb = {on_text, on_token, on_finish, NULL};
+    for (int p = 0; p < j->r.n_prompts; p++) {
+        cn_engine_request er = cn_engine_request_default();
+        er.prompt_tokens = j->r.prompt[p];
+        er.n_prompt_tokens = j->r.n_prompt[p];
+        er.gen = j->r.gen;
+        er.n = j->r.n;
+        j->subs[p].j = j;
+        j->subs[p].prompt = p;
+        cb.user = &j->subs[p];
+        cn_error err = {0};
+        const cn_status st = cn_engine_submit(s->e, &er, &cb, &j->subs[p].id, &err);
+        if (st != CN_STATUS_OK) {
+            job_cancel(j);
+            job_unregister(s, j);
+            job_free(j);
+            if (st == CN_STATUS_BUSY)
+                return fail(s, conn, url, 429, "rate_limit_error", NULL, "queue_full",
+                            "the request queue is full: retry later (%s)", err.msg);
+            if (st == CN_STATUS_LIMIT)
+                return fail(s, conn, url, 400, "invalid_request_error", kind == OAI_CHAT ? "messages" : "prompt",
+                            "context_length_exceeded", "%s", err.msg);
+            return fail(s, conn, url, st == CN_STATUS_NO_MEMORY ? 503 : 400,
+                        st == CN_STATUS_NO_MEMORY ? "server_error" : "invalid_request_error", NULL, NULL, "%s",
+                        err.msg);
+        }
+        pthread_mutex_lock(&j->mu);
+        j->subs[p].submitted = true;
+        pthread_mutex_unlock(&j->mu);
+    }
+
+    if (j->r.stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j,
+                                                                      stream_free);
+        if (!resp) {
+            stream_free(j);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        const enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        cn_metrics_request(s->metrics, endpoint_of(url), 200);
+        return r;
+    }
+
+    bool gone = false, timed_out = false;
+    pthread_mutex_lock(&j->mu);
+    while (j->n_open > 0) {
+        timed_wait(&j->cv, &j->mu, WAKE_MS);
+        if (j->n_open == 0) break;
+        const bool oom = j->oom;
+        pthread_mutex_unlock(&j->mu);
+        if (!gone && client_gone(j->fd)) {
+            gone = true;
+            cn_metrics_disconnect(s->metrics);
+            job_cancel(j);
+        } else if (!timed_out && (oom || now_s() > j->t_deadline)) {
+            timed_out = true;
+            job_cancel(j);
+        }
+        pthread_mutex_lock(&j->mu);
+    }
+    const bool oom = j->oom;
+    pthread_mutex_unlock(&j->mu);
+    enum MHD_Result r;
+    if (gone) r = MHD_NO;
+    else if (oom) r = fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    else if (timed_out)
+        r = fail(s, conn, url, 504, "timeout_error", NULL, "timeout", "the request ran longer than %d s",
+                 s->p.request_timeout_s);
+    else r = send_json(s, conn, url, 200, completion_json(j), NULL, NULL);
+    job_unregister(s, j);
+    job_free(j);
+    return r;
+}
+
+static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
+    json_t *content = json_object_get(body, "content");
+    if (!content) content = json_object_get(body, "prompt");
+    if (!json_is_string(content))
+        return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "'content' must be a string");
+    bool add_special = true, parse_special = true, with_pieces = false;
+    oai_error e = {0};
+    json_t *x;
+    if ((x = json_object_get(body, "add_special"))) add_special = json_is_true(x);
+    if ((x = json_object_get(body, "parse_special"))) parse_special = json_is_true(x);
+    if ((x = json_object_get(body, "with_pieces"))) with_pieces = json_is_true(x);
+    (void)e;
+    const char *text = json_string_value(content);
+    const size_t len = json_string_length(content);
+    size_t cnt = 0, again = 0;
+    cn_error err = {0};
+    if (cn_tokenize(s->oc.tok, text, len, add_special, parse_special, NULL, 0, &cnt, &err) != CN_STATUS_OK)
+        return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "%s", err.msg);
+    int32_t *ids = malloc((cnt + 1) * sizeof *ids);
+    if (!ids || cn_tokenize(s->oc.tok, text, len, add_special, parse_special, ids, cnt, &again, &err) != CN_STATUS_OK) {
+        free(ids);
+        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < cnt; i++)
+        json_array_append_new(arr, with_pieces ? json_pack("{s:i,s:o}", "id", ids[i], "piece", oai_piece(s->oc.tok, ids[i]))
+                                               : json_integer(ids[i]));
+    free(ids);
+    return send_json(s, conn, url, 200,
+                     json_pack("{s:o,s:I,s:i}", "tokens", arr, "count", (json_int_t)cnt, "max_model_len", s->oc.n_ctx),
+                     NULL, NULL);
+}
+
+static enum MHD_Result handle_detokenize(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
+    json_t *toks = json_object_get(body, "tokens");
+    if (!json_is_array(toks))
+        return fail(s, conn, url, 400, "invalid_request_error", "tokens", NULL, "'tokens' must be an array of token ids");
+    cn_detok *d = NULL;
+    if (cn_detok_new(s->oc.tok, true, &d) != CN_STATUS_OK)
+        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    buf b = {0};
+    bool ok = buf_add(&b, "", 0);
+    size_t i;
+    json_t *x;
+    json_array_foreach(toks, i, x) {
+        const json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
+        if (v < 0 || v >= s->oc.n_vocab) {
+            cn_detok_free(d);
+            free(b.p);
+            return fail(s, conn, url, 400, "invalid_request_error", "tokens", NULL,
+                        "tokens[%zu] is not a token id in [0, %d)", i, s->oc.n_vocab);
+        }
+        const char *t;
+        size_t n;
+        if (cn_detok_push(d, (int32_t)v, &t, &n) == CN_STATUS_OK && n) ok = ok && buf_add(&b, t, n);
+    }
+    const char *t;
+    size_t n;
+    if (cn_detok_flush(d, &t, &n) == CN_STATUS_OK && n) ok = ok && buf_add(&b, t, n);
+    cn_detok_free(d);
+    json_t *js = ok ? json_stringn(b.p, b.n) : NULL;
+    free(b.p);
+    if (!js) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    return send_json(s, conn, url, 200, json_pack("{s:o}", "content", js), NULL, NULL);
+}
+
+/* ---- the access handler ---- */
+
+typedef struct {
+    buf body;
+    bool too_large;
+} conn_state;
+
+static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const char *url, const char *method,
+                             conn_state *cs) {
+    const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    struct { const char *path; bool post; } routes[] = {
+        {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/tokenize", true}, {"/detokenize", true},
+        {"/v1/models", false},          {"/health", false},        {"/metrics", false}};
+    int r = -1;
+    for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
+        if (!strcmp(url, routes[i].path)) r = i;
+    if (r < 0) return fail(s, conn, url, 404, "invalid_request_error", NULL, "not_found", "no route %.200s %.200s", method, url);
+    if ((routes[r].post && !post) || (!routes[r].post && !get)) {
+        oai_error e = {0};
+        oai_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%s does not accept %s (use %s)", url,
+                 method, routes[r].post ? "POST" : "GET");
+        return send_json(s, conn, url, 405, oai_error_json(&e), "Allow", routes[r].post ? "POST" : "GET, HEAD");
+    }
+    pthread_mutex_lock(&s->mu);
+    const bool ready = s->ready;
+    cn_engine *e = s->e;
+    pthread_mutex_unlock(&s->mu);
+    if (!strcmp(url, "/health"))
+        return send_json(s, conn, url, ready ? 200 : 503, json_pack("{s:s}", "status", ready ? "ok" : "loading"),
+                         ready ? NULL : "Retry-After", "1");
+    if (!strcmp(url, "/metrics")) {
+        cn_engine_stats st;
+        if (ready) cn_engine_get_stats(e, &st);
+        char *text = cn_metrics_render(s->metrics, ready ? &st : NULL, s->p.model_id);
+        if (!text) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+        const enum MHD_Result res =
+            send_bytes(s, conn, url, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL, NULL);
+        free(text);
+        return res;
+    }
+    if (!authorized(s, conn))
+        return fail(s, conn, url, 401, "authentication_error", NULL, "invalid_api_key",
+                    "a valid API key is required: 'Authorization: Bearer KEY'");
+    if (!strcmp(url, "/v1/models")) {
+        json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->p.model_id, "object", "model", "created",
+                              (json_int_t)time(NULL), "owned_by", "cinder");
+        if (ready) json_object_set_new(m, "max_model_len", json_integer(s->oc.n_ctx));
+        return send_json(s, conn, url, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m), NULL, NULL);
+    }
+    if (cs->too_large)
+        return fail(s, conn, url, 413, "invalid_request_error", NULL, "body_too_large",
+                    "the request body is larger than %zu bytes", s->p.max_body_bytes);
+    if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
+    json_error_t je;
+    json_t *body = json_loadb(cs->body.p ? cs->body.p : "", cs->body.n, 0, &je);
+    if (!body)
+        return fail(s, conn, url, 400, "invalid_request_error", NULL, "invalid_json",
+                    "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    if (!json_is_object(body)) {
+        json_decref(body);
+        return fail(s, conn, url, 400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
+    }
+    enum MHD_Result res;
+    if (!strcmp(url, "/v1/chat/completions")) res = handle_completion(s, conn, url, body, OAI_CHAT);
+    else if (!strcmp(url, "/v1/completions")) res = handle_completion(s, conn, url, body, OAI_COMPLETION);
+    else if (!strcmp(url, "/tokenize")) res = handle_tokenize(s, conn, url, body);
+    else res = handle_detokenize(s, conn, url, body);
+    json_decref(body);
+    return res;
+}
+
+static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                      const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    cn_server *s = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        cs = calloc(1, sizeof *cs);
+        if (!cs) return MHD_NO;
+        *con_cls = cs;
+        /* a declared length over the limit is refused before its body is read */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes)
+            return fail(s, conn, url, 413, "invalid_request_error", NULL, "body_too_large",
+                        "the request body is larger than %zu bytes", s->p.max_body_bytes);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cs->too_large && cs->body.n + *upload_size > s->p.max_body_bytes) cs->too_large = true;
+        if (!cs->too_large && !buf_add(&cs->body, upload, *upload_size)) cs->too_large = true;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return route(s, conn, url, method, cs);
+}
+
+static void request_done(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    conn_state *cs = *con_cls;
+    if (!cs) return;
+    free(cs->body.p);
+    free(cs);
+    *con_cls = NULL;
+}
+
+cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *err) {
+    *out = NULL;
+    if (!p->model_id || p->port < 0 || p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 ||
+        p->idle_timeout_s < 1 || p->max_body_bytes < 1)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)p->port);
+    if (inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
+    cn_server *s = calloc(1, sizeof *s);
+    if (!s) return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+    s->p = *p;
+    s->metrics = cn_metrics_new();
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
+    s->oc.model_id = p->model_id;
+    s->oc.alias = p->alias;
+    if (!s->metrics) {
+        cn_server_free(s);
+        return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+    }
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)p->port, NULL,
+                            NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)p->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_END);
+    if (!s->d) {
+        const int port = p->port;
+        cn_server_free(s);
+        return cn_err(err, CN_STATUS_IO, "server: cannot listen on %s:%d (in use, or not an address here)",
+                      p->host ? p->host : "127.0.0.1", port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : p->port;
+    *out = s;
+    return CN_STATUS_OK;
+}
+
+int cn_server_port(const cn_server *s) { return s->port; }
+
+void cn_server_set_engine(cn_server *s, cn_engine *e, const cn_tokenizer *tok, const cn_chat_template *chat,
+                          int32_t n_ctx, int32_t n_vocab) {
+    pthread_mutex_lock(&s->mu);
+    s->e = e;
+    s->oc.tok = tok;
+    s->oc.chat = chat;
+    s->oc.n_ctx = n_ctx;
+    s->oc.n_vocab = n_vocab;
+    s->ready = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void cn_server_drain(cn_server *s, double deadline_s) {
+    if (!s) return;
+    const double end = now_s() + deadline_s;
+    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    while (s->n_jobs > 0 && now_s() < end) timed_wait(&s->idle_cv, &s->mu, WAKE_MS);
+    for (job *j = s->jobs; j; j = j->next) job_cancel(j);
+    const double end2 = now_s() + 5.0;
+    while (s->n_jobs > 0 && now_s() < end2) timed_wait(&s->idle_cv, &s->mu, WAKE_MS);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void cn_server_free(cn_server *s) {
+    if (!s) return;
+    if (s->d) MHD_stop_daemon(s->d);
+    cn_metrics_free(s->metrics);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->idle_cv);
+    free(s);
+}

@@ -1,0 +1,47 @@
+/* server.h — `cinder serve`'s HTTP server: the OpenAI API over the batched engine.
+ *
+ * It owns the HTTP side only (libmicrohttpd, one thread per connection), and talks to the
+ * engine through the public engine API: submit, cancel, stats. The model is loaded by the
+ * caller while the server already answers (/health says 503 until cn_server_set_engine). */
+#ifndef CN_SERVE_SERVER_H
+#define CN_SERVE_SERVER_H
+
+#include <stddef.h>
+
+#include "cinder.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+typedef struct {
+    const char *host;          /* address to bind; default "127.0.0.1" (loopback only) */
+    int port;                  /* default 8080; 0 = any free port (see cn_server_port) */
+    const char *model_id;      /* the served model name (required) */
+    const char *alias;         /* another name requests may use; NULL = none */
+    const char *api_key;       /* NULL = no authentication */
+    int request_timeout_s;     /* a completion running longer is cancelled; default 600 */
+    int idle_timeout_s;        /* an idle keep-alive connection is closed; default 30 */
+    size_t max_body_bytes;     /* larger bodies get 413; default 8 MiB */
+    int max_connections;       /* more are refused at accept; default 256 */
+} cn_server_params;
+
+cn_server_params cn_server_default_params(void);
+
+typedef struct cn_server cn_server;
+
+/* Binds and starts answering (503 on model endpoints until an engine is set). Borrows
+ * the strings in p until cn_server_free. Errors: IO (cannot bind), INVALID_ARG. */
+cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *err);
+/* The bound port (useful with port 0). */
+int cn_server_port(const cn_server *s);
+/* Makes the server ready. Borrows e, tok and chat (chat may be NULL: chat requests get
+ * 400) until cn_server_free; e's run loop must be started. n_ctx: positions per sequence. */
+void cn_server_set_engine(cn_server *s, cn_engine *e, const cn_tokenizer *tok, const cn_chat_template *chat,
+                          int32_t n_ctx, int32_t n_vocab);
+/* Graceful stop: new completion requests get 503, running ones may finish until
+ * deadline_s from now, then the rest are cancelled; returns when none is left. */
+void cn_server_drain(cn_server *s, double deadline_s);
+/* Stops the HTTP daemon (closes connections) and frees. NULL is a no-op. Call
+ * cn_server_drain first, then this, then free the engine. */
+void cn_server_free(cn_server *s);
+
+#endif
