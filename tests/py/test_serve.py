@@ -457,6 +457,43 @@ def test_metrics_shape(stories):
         assert name in m, name
 
 
+def test_health_503_while_loading_then_a_bad_model_is_a_clear_error(tmp_path):
+    # the "model" is a FIFO: loading blocks in open() until we write, so the server is
+    # deterministically in its loading state; then it reads garbage and must say so
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    port = free_port()
+    p = subprocess.Popen([str(binaries()[0]), "serve", "-m", str(fifo), "--port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/health")
+                r = c.getresponse()
+                break
+            except OSError:
+                assert time.time() < deadline and p.poll() is None
+                time.sleep(0.02)
+        assert r.status == 503 and json.loads(r.read()) == {"status": "loading"} and r.getheader("Retry-After")
+        c.request("POST", "/v1/completions", body=b'{"prompt": "x"}', headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 503 and json.loads(r.read())["error"]["code"] == "model_loading"
+        c.close()
+        try:
+            with open(fifo, "wb") as f:
+                f.write(b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)
+        except BrokenPipeError:
+            pass  # the loader may refuse a non-regular file before reading it
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 1 and "cinder: serve:" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
 def test_sigterm_drains_and_exits_zero():
     srv = Server(binaries()[0], STORIES, "--ctx", "256")
     with cf.ThreadPoolExecutor(1) as ex:
