@@ -400,20 +400,30 @@ def raw_request(port, body, stream):
     return s
 
 
-def test_disconnects_cancel_and_free_blocks(stories):
+def test_disconnects_cancel_and_free_blocks(smollm):
+    stories = smollm  # SmolLM2 takes seconds for 400 tokens: the requests are still running when we leave
     before = stories.metrics()
-    body = {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 1.0, "ignore_eos": True}
+    body = {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 1.0, "ignore_eos": True}
     # mid-stream
     s = raw_request(stories.port, body, True)
     assert s.recv(200).startswith(b"HTTP/1.1 200")
     s.close()
-    # during a non-streaming request
-    s = raw_request(stories.port, body, False)
-    time.sleep(0.05)
-    s.close()
-    m = wait_idle(stories)
     cancelled = lambda mm: [v for lab, v in mm["cinder:request_success_total"] if lab["finished_reason"] == "cancelled"][0]
-    assert cancelled(m) >= cancelled(before) + 2
+    deadline = time.time() + 30
+    while cancelled(stories.metrics()) < cancelled(before) + 1:
+        assert time.time() < deadline, "the disconnected stream was not cancelled"
+        time.sleep(0.01)
+    wait_idle(stories)
+    # during a non-streaming request: close once the engine has it
+    s = raw_request(stories.port, body, False)
+    while stories.metrics()["cinder:num_requests_open"][0][1] < 1:
+        assert time.time() < deadline, "the request never reached the engine"
+        time.sleep(0.01)
+    s.close()
+    while cancelled(stories.metrics()) < cancelled(before) + 2:
+        assert time.time() < deadline, "the disconnected requests were not cancelled"
+        time.sleep(0.01)
+    m = wait_idle(stories)
     assert m["cinder:client_disconnects_total"][0][1] >= before["cinder:client_disconnects_total"][0][1] + 2
 
 
@@ -425,7 +435,10 @@ def test_disconnect_while_queued():
             first = ex.submit(srv.post, "/v1/completions", long)
             time.sleep(0.1)
             queued = raw_request(srv.port, dict(long, max_tokens=100), False)
-            time.sleep(0.1)
+            deadline = time.time() + 30
+            while srv.metrics()["cinder:num_requests_waiting"][0][1] < 1:
+                assert time.time() < deadline, "the second request never queued"
+                time.sleep(0.01)
             queued.close()
             deadline = time.time() + 10
             while time.time() < deadline:

@@ -160,6 +160,8 @@ typedef struct {
     float near_tie;     /* a different argmax is accepted only where llama.cpp's top-2 gap < this */
     int min_exact;      /* at least this many cases have their first N_EXACT greedy tokens identical
                            to llama.cpp's, near-ties included (0: no such requirement) */
+    int min_exact_chat; /* ... and of them at least this many are chat prompts (ChatML: they
+                           start with "<|im_start|>") */
 } golden_spec;
 
 #define N_EXACT 32
@@ -234,7 +236,7 @@ static void run_golden(const golden_spec *gs) {
     cr_assert_eq(cn_batch_init(&b, n_ctx, &err), CN_STATUS_OK);
     float *lg = malloc((size_t)n_ctx * V * sizeof(float));
     float worst_prompt = 0, worst_greedy = 0;
-    int n_flips = 0, n_compared = 0, n_exact = 0;
+    int n_flips = 0, n_compared = 0, n_exact = 0, n_exact_chat = 0;
 
     json_t *cases = json_object_get(root, "cases");
     cr_assert(json_array_size(cases) > 0, "%s: no cases", gpath);
@@ -298,13 +300,17 @@ static void run_golden(const golden_spec *gs) {
         }
         free(last);
         n_exact += exact;
+        const char *prompt = json_string_value(json_object_get(cs, "prompt"));
+        n_exact_chat += exact && prompt && !strncmp(prompt, "<|im_start|>", 12);
     }
     cr_log_info("%s: max |dlogit| over llama.cpp's top-20: prompt %.4g, greedy %.4g (bound %.4g); "
-                "%d of %d argmaxes flipped at near-ties; %d of %zu cases identical for %d greedy tokens",
+                "%d of %d argmaxes flipped at near-ties; %d of %zu cases (%d chat) identical for %d greedy tokens",
                 gs->name, worst_prompt, worst_greedy, gs->bound, n_flips, n_compared, n_exact,
-                json_array_size(cases), N_EXACT);
+                json_array_size(cases), n_exact_chat, N_EXACT);
     cr_assert(n_exact >= gs->min_exact, "%s: only %d cases have their first %d greedy tokens identical to "
               "llama.cpp's, want %d", gs->name, n_exact, N_EXACT, gs->min_exact);
+    cr_assert(n_exact_chat >= gs->min_exact_chat, "%s: only %d chat prompts have their first %d greedy tokens "
+              "identical to llama.cpp's, want %d", gs->name, n_exact_chat, N_EXACT, gs->min_exact_chat);
     cr_assert(n_flips * 16 <= n_compared, "%s: %d of %d argmaxes differ from llama.cpp's (near-ties or not)",
               gs->name, n_flips, n_compared);
     free(lg);
@@ -316,32 +322,32 @@ static void run_golden(const golden_spec *gs) {
 }
 
 Test(golden, stories260k) {
-    golden_spec gs = {"stories260k", "testdata", "stories260K.gguf", 2e-2f, 1e-3f, 0};
+    golden_spec gs = {"stories260k", "testdata", "stories260K.gguf", 2e-2f, 1e-3f, 0, 0};
     run_golden(&gs);
 }
 
 Test(golden, tiny_qwen2) {
-    golden_spec gs = {"tiny-qwen2", "tiny:qwen2", "tiny-qwen2.gguf", 2e-2f, 1e-3f, 0};
+    golden_spec gs = {"tiny-qwen2", "tiny:qwen2", "tiny-qwen2.gguf", 2e-2f, 1e-3f, 0, 0};
     run_golden(&gs);
 }
 
 Test(golden, tiny_qwen3) {
-    golden_spec gs = {"tiny-qwen3", "tiny:qwen3", "tiny-qwen3.gguf", 2e-2f, 1e-3f, 0};
+    golden_spec gs = {"tiny-qwen3", "tiny:qwen3", "tiny-qwen3.gguf", 2e-2f, 1e-3f, 0, 0};
     run_golden(&gs);
 }
 
 Test(golden, tiny_llama) {
-    golden_spec gs = {"tiny-llama", "tiny:llama", "tiny-llama.gguf", 2e-2f, 1e-3f, 0};
+    golden_spec gs = {"tiny-llama", "tiny:llama", "tiny-llama.gguf", 2e-2f, 1e-3f, 0, 0};
     run_golden(&gs);
 }
 
 Test(golden, smollm2_135m_instruct_q4_1) {
-    golden_spec gs = {"smollm2-135m-instruct-q4_1", "models", "SmolLM2-135M-Instruct.Q4_1.gguf", 4.0f, 0.5f, 0};
+    golden_spec gs = {"smollm2-135m-instruct-q4_1", "models", "SmolLM2-135M-Instruct.Q4_1.gguf", 4.0f, 0.5f, 0, 0};
     run_golden(&gs);
 }
 
 Test(golden, gemma3_270m_q4_k_m) {
-    golden_spec gs = {"gemma3-270m-q4_k_m", "models", "gemma-3-270m-q4_k_m.gguf", 4.0f, 0.5f, 0};
+    golden_spec gs = {"gemma3-270m-q4_k_m", "models", "gemma-3-270m-q4_k_m.gguf", 4.0f, 0.5f, 0, 0};
     run_golden(&gs);
 }
 
@@ -350,12 +356,12 @@ Test(golden, gemma3_270m_q4_k_m) {
  * through ref or ASan kernels would take minutes each). */
 Test(golden_qwen, qwen25_coder_05b_instruct_q4_k_m) {
     golden_spec gs = {"qwen2.5-coder-0.5b-instruct-q4_k_m", "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-                      4.0f, 0.5f, 4};
+                      4.0f, 0.5f, 4, 2};
     run_golden(&gs);
 }
 
 Test(golden_qwen, qwen25_coder_15b_instruct_q4_k_m) {
     golden_spec gs = {"qwen2.5-coder-1.5b-instruct-q4_k_m", "models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-                      4.0f, 0.5f, 4};
+                      4.0f, 0.5f, 4, 2};
     run_golden(&gs);
 }

@@ -66,8 +66,10 @@ QWEN_PROMPTS = [
     "\u4e2d\u56fd\u7684\u9996\u90fd\u662f",
     "import numpy as np\n\n# Compute the mean of each column\n",
     "Water boils at a temperature of",
+    qwen_chat("What is 7 times 8?"),
+    qwen_chat("What is the boiling point of water in Celsius?"),
 ]
-QWEN_NOTES = ("qwen2 arch, byte-level BPE (pre=qwen2, 151936 tokens), no BOS; cases 0 and 1 are "
+QWEN_NOTES = ("qwen2 arch, byte-level BPE (pre=qwen2, 151936 tokens), no BOS; cases 0, 1, 7 and 8 are "
               "the Qwen2.5 chat template's rendering of one user turn (default system prompt, "
               "add_generation_prompt), special tokens parsed; decoding goes on past <|im_end|>.")
 
