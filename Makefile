@@ -98,6 +98,9 @@ $(BUILD)/obj/src/kernels/x86/%_amx.o: src/kernels/x86/%_amx.c
 	@echo "  CC amx  $<"
 	$(Q)$(CC) $(CFLAGS) $(ISA_AMX) -c $< -o $@
 
+# The chat page is embedded with .incbin (src/serve/page.c): rebuild when it changes.
+$(BUILD)/obj/src/serve/page.o: src/serve/chat.html
+
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  AR      $@"

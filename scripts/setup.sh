@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything cinder needs, idempotently: Debian packages (compiler, PCRE2,
-# jansson, libmicrohttpd, Criterion), the Python packages the tests use, and the real
+# jansson, libmicrohttpd, Criterion; chromium and its driver for the chat page's browser
+# tests), the Python packages the tests use (selenium 4.50: 4.51+ need a certifi newer
+# than PyPI serves here), and the real
 # models (scripts/fetch_models.sh). Safe to run again: each step checks first.
 #
 #   scripts/setup.sh          packages + default model
@@ -10,11 +12,17 @@ cd "$(dirname "$0")/.."
 
 APT_PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev
           libcriterion-dev python3 python3-pip)
+# the chat page's browser tests and the replica test behind nginx (make test runs
+# setup.sh --all): only for the test setup
+if [ "${1:-}" = --all ]; then
+    APT_PKGS+=(chromium chromium-driver nginx-light)
+fi
 # make test's arm64 cross check (x86_64 hosts): cross compiler, arm64 libc, qemu-aarch64
 if [ "$(uname -m)" = x86_64 ]; then
     APT_PKGS+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi
-PIP_PKGS=(numpy==2.4.6 gguf==0.19.0 pytest==9.2.0 openai==3.51.0 prometheus_client==0.26.0)
+PIP_PKGS=(numpy==2.4.6 gguf==0.19.0 pytest==9.2.0 openai==3.51.0 prometheus_client==0.26.0
+          selenium==4.50.0)
 
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -29,7 +37,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 
-if ! python3 -c 'import numpy, gguf, pytest, openai, prometheus_client' 2>/dev/null; then
+if ! python3 -c 'import numpy, gguf, pytest, openai, prometheus_client, selenium' 2>/dev/null; then
     echo "setup: installing Python packages: ${PIP_PKGS[*]}" >&2
     python3 -m pip install --quiet --disable-pip-version-check "${PIP_PKGS[@]}" >&2 ||
         python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${PIP_PKGS[@]}" >&2

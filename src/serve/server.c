@@ -36,6 +36,7 @@
 #include "core/core.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
+#include "serve/page.h"
 
 #define WAKE_MS 50
 
@@ -323,7 +324,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
 
 static const char *endpoint_of(const char *url) {
     static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                                        "/metrics", "/tokenize", "/detokenize"};
+                                        "/metrics", "/tokenize", "/detokenize", "/"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(url, known[i])) return known[i];
     return "other";
@@ -691,7 +692,8 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     struct { const char *path; bool post; } routes[] = {
         {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/tokenize", true}, {"/detokenize", true},
-        {"/v1/models", false},          {"/health", false},        {"/metrics", false}};
+        {"/v1/models", false},          {"/health", false},        {"/metrics", false},
+        {"/", false}};
     int r = -1;
     for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
         if (!strcmp(url, routes[i].path)) r = i;
@@ -709,6 +711,22 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     if (!strcmp(url, "/health"))
         return send_json(s, conn, url, ready ? 200 : 503, json_pack("{s:s}", "status", ready ? "ok" : "loading"),
                          ready ? NULL : "Retry-After", "1");
+    if (!strcmp(url, "/")) {
+        size_t n = 0;
+        const char *page = cn_serve_page(&n);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)page, MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+        /* nothing outside this server may be loaded or contacted by the page */
+        MHD_add_response_header(resp, "Content-Security-Policy",
+                                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'");
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        const enum MHD_Result res = MHD_queue_response(conn, 200, resp);
+        MHD_destroy_response(resp);
+        cn_metrics_request(s->metrics, "/", 200);
+        return res;
+    }
     if (!strcmp(url, "/metrics")) {
         cn_engine_stats st;
         if (ready) cn_engine_get_stats(e, &st);
