@@ -159,10 +159,8 @@ int cn_cli_serve(int argc, char **argv) {
     if (model) {
         snprintf(path, sizeof path, "%s", model);
     } else {
-        const char *d = getenv("CINDER_MODELS");
-        if (d && *d) snprintf(path, sizeof path, "%s/%s", d, CLI_DEFAULT_MODEL);
-        else snprintf(path, sizeof path, "%s/.cache/cinder/models/%s", getenv("HOME") ? getenv("HOME") : ".",
-                      CLI_DEFAULT_MODEL);
+        const cli_gen_opts go = {.model = NULL};
+        cli_model_path(&go, path, sizeof path);
         if (access(path, R_OK) != 0) {
             cn_cli_errorf("serve: the default model %s is missing: run scripts/fetch_models.sh, or give -m MODEL",
                           path);
@@ -176,7 +174,6 @@ int cn_cli_serve(int argc, char **argv) {
     const size_t idl = strlen(model_id);
     if (!alias && idl > 5 && !strcmp(model_id + idl - 5, ".gguf")) model_id[idl - 5] = 0;
     sp.model_id = model_id;
-    sp.alias = NULL;
 
     /* SIGINT/SIGTERM go to sigwait below; every thread started from here inherits the mask */
     sigset_t sigs;

@@ -35,7 +35,6 @@ typedef struct {
     const cn_tokenizer *tok;       /* borrowed */
     const cn_chat_template *chat;  /* borrowed; NULL: chat requests get 400 */
     const char *model_id;          /* the served name */
-    const char *alias;             /* another accepted name, or NULL */
     int32_t n_ctx;                 /* positions per sequence */
     int32_t n_vocab;
 } oai_ctx;

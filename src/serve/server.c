@@ -105,7 +105,6 @@ typedef struct {
     int32_t n_toks, cap_toks, n_toks_sent;
     cn_finish_reason finish;
     cn_gen_timings timings;
-    bool done;
     double t_last_token;
 } job_choice;
 
@@ -301,7 +300,6 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     job_choice *c = &j->ch[idx];
     c->finish = reason;
     c->timings = *t;
-    c->done = true;
     j->n_open--;
     if (j->r.stream) {
         stream_delta(j, idx, NULL, 0, false, oai_finish_str(reason));
@@ -402,7 +400,6 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
 /* The whole non-streaming response of a finished job. */
 static json_t *completion_json(job *j) {
     json_t *choices = json_array();
-    const cn_tokenizer *tok = j->s->oc.tok;
     for (int32_t i = 0; i < j->n_choices; i++) {
         job_choice *c = &j->ch[i];
         json_t *text;
@@ -418,7 +415,6 @@ static json_t *completion_json(job *j) {
         }
         if (!text) text = json_string("");
         json_t *lp = pending_logprobs(j, c);
-        (void)tok;
         json_t *choice;
         if (j->r.kind == OAI_CHAT)
             choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message", "role", "assistant", "content",
@@ -620,12 +616,10 @@ static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn
     if (!json_is_string(content))
         return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "'content' must be a string");
     bool add_special = true, parse_special = true, with_pieces = false;
-    oai_error e = {0};
     json_t *x;
     if ((x = json_object_get(body, "add_special"))) add_special = json_is_true(x);
     if ((x = json_object_get(body, "parse_special"))) parse_special = json_is_true(x);
     if ((x = json_object_get(body, "with_pieces"))) with_pieces = json_is_true(x);
-    (void)e;
     const char *text = json_string_value(content);
     const size_t len = json_string_length(content);
     size_t cnt = 0, again = 0;
@@ -821,7 +815,6 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
     s->oc.model_id = p->model_id;
-    s->oc.alias = p->alias;
     if (!s->metrics) {
         cn_server_free(s);
         return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");

@@ -16,7 +16,6 @@ typedef struct {
     const char *host;          /* address to bind; default "127.0.0.1" (loopback only) */
     int port;                  /* default 8080; 0 = any free port (see cn_server_port) */
     const char *model_id;      /* the served model name (required) */
-    const char *alias;         /* another name requests may use; NULL = none */
     const char *api_key;       /* NULL = no authentication */
     int request_timeout_s;     /* a completion running longer is cancelled; default 600 */
     int idle_timeout_s;        /* an idle keep-alive connection is closed; default 30 */
