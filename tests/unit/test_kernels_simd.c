@@ -58,9 +58,14 @@ static const uint32_t k_types[] = {CN_TYPE_F32,  CN_TYPE_F16,  CN_TYPE_BF16, CN_
 
 static uint16_t f16_of(float x) { return cn_f32_to_f16(x); }
 
+/* Extreme inputs for check_one: every code byte 0xFF (the largest codes, scales and
+ * mins of each format) and activations all equal (every code at magnitude 127), the
+ * case where 16-bit partial sums in a family would overflow first. */
+static bool g_extreme;
+
 /* Random weight rows: random code bytes, finite random scales (f16 fields rewritten). */
 static void fill_weights(uint32_t type, uint8_t *w, size_t n_bytes, int64_t n_rows, int64_t k) {
-    for (size_t i = 0; i < n_bytes; i++) w[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < n_bytes; i++) w[i] = g_extreme ? 0xFF : (uint8_t)rnd();
     const cn_type_traits *tr = cn_type_traits_get(type);
     const size_t rb = cn_type_row_bytes(type, k);
     for (int64_t r = 0; r < n_rows; r++) {
@@ -107,7 +112,7 @@ static void check_one(const cn_kernels *K, uint32_t type, int64_t k, int64_t n_o
     float *y0 = malloc((size_t)(n_tok * ldy) * sizeof(float)), *y1 = malloc((size_t)(n_tok * ldy) * sizeof(float));
     cr_assert(w && x && xq && y0 && y1);
     fill_weights(type, w, wrb * (size_t)n_out, n_out, k);
-    for (int64_t i = 0; i < n_tok * k; i++) x[i] = frnd() * (1.0f + (float)(i % 5));
+    for (int64_t i = 0; i < n_tok * k; i++) x[i] = g_extreme ? (i / k % 2 ? 0.75f : -0.5f) : frnd() * (1.0f + (float)(i % 5));
     R->quantize_rows(at, x, k, n_tok, xq, arb, 0, 1);
     for (int64_t i = 0; i < n_tok * ldy; i++) y0[i] = y1[i] = -7.5f;
     cn_matmul_args a = {.w_type = type, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
@@ -163,6 +168,19 @@ Test(kernels_simd, matmul_bit_identical_to_ref, .timeout = 300) {
             /* rows longer than a K-chunk (8192 elements) */
             check_one(fam[f], type, bs == 256 ? 256 * 35 : bs == 32 ? 32 * 269 : 8200, 19, 9);
         }
+}
+
+Test(kernels_simd, matmul_extreme_codes_bit_identical_to_ref, .timeout = 60) {
+    const cn_kernels *fam[4];
+    const int nf = simd_families(fam);
+    g_extreme = true;
+    for (int f = 0; f < nf; f++)
+        for (size_t i = 0; i < CN_ARRAY_LEN(k_types); i++) {
+            const int64_t bs = block_of(k_types[i]);
+            if (bs == 1) continue; /* float formats: 0xFF bytes are NaNs */
+            check_one(fam[f], k_types[i], bs * (bs == 256 ? 3 : 9), 19, 6);
+        }
+    g_extreme = false;
 }
 
 /* Within a family: each token alone, and any thread split, give the batch's bits. */

@@ -3,8 +3,9 @@
  * packed layout, model.c) gives logits bit-identical to the same model read from the
  * file mapping, for a prefill batch and for decode steps (the one-row path of
  * forward.c), at 1 and 2 threads, and 1 and 2 threads give the same bits: stories260K
- * (F32, copied as stored) and the default SmolLM2 Q4_1 model (Q4_1 layers and a tied Q8_0
- * LM head, packed). */
+ * (F32, copied as stored), the default SmolLM2 Q4_1 model (Q4_1 layers and a tied Q8_0
+ * LM head, packed) and gemma-3 270M Q4_K_M (Q4_K, Q5_0, Q6_K and Q8_0 matrices: the
+ * K-quants in their own packed layout). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,3 +96,4 @@ static void same_logits(const char *file) {
 
 Test(kernels_simd_model, hugepage_weights_same_logits_f32) { same_logits("stories260K.gguf"); }
 Test(kernels_simd_model, packed_weights_same_logits_q4_1, .timeout = 300) { same_logits("SmolLM2-135M-Instruct.Q4_1.gguf"); }
+Test(kernels_simd_model, packed_weights_same_logits_k_quants, .timeout = 300) { same_logits("gemma-3-270m-q4_k_m.gguf"); }

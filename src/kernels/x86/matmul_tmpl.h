@@ -232,8 +232,8 @@ static inline prefetcher pf_setup(const cn_matmul_args *a, const tile_rows *R, i
 }
 
 CN_INLINE void pf_block(const prefetcher *p, int64_t b) {
-    for (size_t o = (size_t)b * p->step; o < (size_t)(b + 1) * p->step; o += 64)
-        _mm_prefetch((const char *)(p->base + o), _MM_HINT_T1);
+    const uint8_t *q = p->base + (size_t)b * p->step, *end = q + p->step;
+    _Pragma("GCC unroll 4") for (; q < end; q += 64) _mm_prefetch((const char *)q, _MM_HINT_T1);
 }
 
 CN_INLINE const uint8_t *act_row(const cn_matmul_args *a, int64_t t) {
@@ -388,15 +388,42 @@ static bool pack_type(uint32_t type) {
            type == CN_TYPE_Q8_0;
 }
 
+/* The K-quants' packed layout (kq_tile, below) is used by the AVX2 family only: the
+ * AVX-512 and AMX families read them as stored, because no machine this was written on
+ * could run those families' tests (the layout code is the same at 16 lanes). */
+static bool pack_k_type(uint32_t type) {
+    return !CN_X86_AVX512 && (type == CN_TYPE_Q4_K || type == CN_TYPE_Q5_K || type == CN_TYPE_Q6_K);
+}
+
 static size_t CN_X86_SUFFIX(packed_size)(uint32_t type, int64_t n_out, int64_t k) {
-    if (!pack_type(type) || n_out < 1 || k < 32 || k % 32) return 0;
-    const uint64_t rb = (uint64_t)(k / 32) * blk32_bytes(type), tiles = (uint64_t)(n_out + VL - 1) / VL;
+    const int64_t bs = pack_k_type(type) ? CN_QK_K : 32;
+    if (!(pack_type(type) || pack_k_type(type)) || n_out < 1 || k < bs || k % bs) return 0;
+    const uint64_t rb = cn_type_row_bytes(type, k), tiles = (uint64_t)(n_out + VL - 1) / VL;
     uint64_t n;
     if (rb > (uint64_t)INT32_MAX / VL || !cn_mul_ok(tiles, (uint64_t)VL * rb, &n) || n > SIZE_MAX) return 0;
     return (size_t)n;
 }
 
+/* kq_tile's layout: dword c of each row's block together, VL rows per vector. */
+static void pack_k(uint32_t type, const void *w, size_t w_row_bytes, int64_t n_out, int64_t k, void *dst) {
+    const size_t bb = cn_type_traits_get(type)->type_size, n_dw = bb / 4;
+    const int64_t nb = k / CN_QK_K, n_tiles = (n_out + VL - 1) / VL;
+    uint8_t *o = dst;
+    for (int64_t t = 0; t < n_tiles; t++)
+        for (int64_t b = 0; b < nb; b++, o += VL * bb)
+            for (int r = 0; r < VL; r++) {
+                const int64_t row = CN_MIN(t * VL + r, n_out - 1);
+                const uint8_t *s = (const uint8_t *)w + (size_t)row * w_row_bytes + (size_t)b * bb;
+                for (size_t c = 0; c < n_dw; c++) memcpy(o + c * 4 * VL + 4 * (size_t)r, s + 4 * c, 4);
+                if (bb % 4) memcpy(o + n_dw * 4 * VL + 2 * (size_t)r, s + 4 * n_dw, 2); /* Q6_K's d */
+            }
+}
+
 static void CN_X86_SUFFIX(pack)(uint32_t type, const void *w, size_t w_row_bytes, int64_t n_out, int64_t k, void *dst) {
+    if (pack_k_type(type)) {
+        pack_k(type, w, w_row_bytes, n_out, k, dst);
+        return;
+    }
     const size_t bb = blk32_bytes(type), qs_src = type == CN_TYPE_Q4_0 ? 2 : type == CN_TYPE_Q4_1 ? 4
                                                   : type == CN_TYPE_Q5_0 ? 6 : type == CN_TYPE_Q5_1 ? 8 : 2;
     const int n_dw = type == CN_TYPE_Q8_0 ? 8 : 4;
@@ -666,58 +693,167 @@ static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t til
 #endif
 }
 
-/* ---------------------------------------------------------------- Q4_K, Q5_K */
+/* ---------------------------------------------------------------- K-quants: shared */
 
-/* 6-bit scales and mins of the 8 sub-blocks from scales[12] (s[0..2] dwords per lane). */
-CN_INLINE void k4_scales(const vi *s, vi *sc, vi *mn) {
-    const vi m6 = vi_set1(63), m4 = vi_set1(15), m2 = vi_set1(3);
-    CN_UNROLL
-    for (int j = 0; j < 4; j++) {
-        sc[j] = vi_and(vi_srlv(s[0], vi_set1(8 * j)), m6);
-        mn[j] = vi_and(vi_srlv(s[1], vi_set1(8 * j)), m6);
-        sc[j + 4] = vi_or(vi_and(vi_srlv(s[2], vi_set1(8 * j)), m4),
-                          vi_slli(vi_and(vi_srlv(s[0], vi_set1(8 * j + 6)), m2), 4));
-        mn[j + 4] = vi_or(vi_and(vi_srlv(s[2], vi_set1(8 * j + 4)), m4),
-                          vi_slli(vi_and(vi_srlv(s[1], vi_set1(8 * j + 6)), m2), 4));
+/* The packed K-quant layout (pack() below): a 256-element block transposed at dword
+ * granularity. Block b of tile t (VL rows, the last tile padded with copies of the last
+ * row) is one run of VL * block bytes in which vector c holds dword c (bytes 4c .. 4c+3)
+ * of every row's stored block, lane r = row t*VL + r. Q6_K's 210 bytes end in a lone f16
+ * d: its 52 dwords, then d[VL]. A tile's dwords c .. c+3 are then 4 plain loads instead
+ * of vi_load_t4's 8 loads and 8 shuffles, and a tile's blocks are one contiguous run. */
+typedef struct {
+    tile_rows R;
+    const uint8_t *pk; /* the tile's packed blocks; NULL: the stored rows */
+    size_t bb;         /* bytes of one row's block */
+} kq_tile;
+
+CN_INLINE void kq_setup(const cn_matmul_args *a, int64_t tile, size_t bb, kq_tile *K) {
+    tile_setup(a, tile, &K->R);
+    K->pk = a->w_packed ? (const uint8_t *)a->w + (size_t)tile * VL * a->w_row_bytes : NULL;
+    K->bb = bb;
+}
+
+/* Dwords c .. c+3 of block b, one vector each. */
+CN_INLINE void kq_load4(const kq_tile *K, int64_t b, int c, vi v[4]) {
+    if (K->pk) {
+        const uint8_t *p = K->pk + (size_t)b * VL * K->bb + (size_t)c * 4 * VL;
+        CN_UNROLL
+        for (int i = 0; i < 4; i++) v[i] = vi_loadu(p + (size_t)i * 4 * VL);
+    } else {
+        vi_load_t4(K->R.rp, (size_t)b * K->bb + 4 * (size_t)c, v);
     }
 }
 
+CN_INLINE vi kq_dword(const kq_tile *K, int64_t b, int c) {
+    if (K->pk) return vi_loadu(K->pk + (size_t)b * VL * K->bb + (size_t)c * 4 * VL);
+    return vi_gather32(K->R.rp[0] + (size_t)b * K->bb + 4 * (size_t)c, K->R.ridx);
+}
+
+/* A lane's sub-block scale (int32, |s| < 128) as kq_dot takes it. */
+CN_INLINE vi kq_scale(vi s) {
+#if CN_X86_AVX512
+    return s;
+#else
+    return vi_or(vi_and(s, vi_set1(0xFFFF)), vi_slli(s, 16));
+#endif
+}
+
+/* Per lane: scale * sum over n code dwords w[0..n) (4 unsigned codes each) of the codes
+ * times the activation's bytes aq[0 .. 4n). With VNNI: vpdpbusd sums, one 32-bit
+ * multiply. On AVX2 the vpmaddubsw pair sums are added in 16 bits, g dwords at a time,
+ * and vpmaddwd by the scale (in both halves of each dword, kq_scale) makes and adds the
+ * 32-bit products, which saves a widening vpmaddwd per dword and the vpmulld. Exact as
+ * long as g dwords of pair sums fit int16: |a| <= 127 (Q8_K), so a pair is at most
+ * 2 * 127 * code; callers pick g = 8 for codes <= 15 (30480), 4 for <= 31 (31496) and
+ * 2 for <= 63 (32004). */
+CN_INLINE vi kq_dot(const vi *w, const int8_t *aq, const int n, const int g, vi sc) {
+#if CN_X86_AVX512
+    (void)g;
+    vi s0 = vi_zero(), s1 = vi_zero();
+    CN_UNROLL
+    for (int c = 0; c < n; c += 2) {
+        s0 = vi_dp4(s0, w[c], vi_bcast32(aq + 4 * c));
+        s1 = vi_dp4(s1, w[c + 1], vi_bcast32(aq + 4 * c + 4));
+    }
+    return vi_mullo(vi_add(s0, s1), sc);
+#else
+    vi r = vi_zero();
+    CN_UNROLL
+    for (int c0 = 0; c0 < n; c0 += g) {
+        __m256i p = _mm256_maddubs_epi16(w[c0], vi_bcast32(aq + 4 * c0));
+        CN_UNROLL
+        for (int c = c0 + 1; c < c0 + g; c++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[c], vi_bcast32(aq + 4 * c)));
+        r = vi_dp2w(r, p, sc);
+    }
+    return r;
+#endif
+}
+
+/* ---------------------------------------------------------------- Q4_K, Q5_K */
+
+/* The 6-bit scales and mins of the 8 sub-blocks, one byte each, from scales[12]
+ * (s[0..2]: its dwords per lane): sc[0] = bytes sc0..sc3, sc[1] = sc4..sc7, and mn the
+ * same. Bytewise masks after 32-bit shifts: a shift moves bits across bytes only into
+ * bits the mask clears. */
+CN_INLINE void k4_scales(const vi *s, vi *sc, vi *mn) {
+    const vi m6 = vi_set1(0x3F3F3F3F), m4 = vi_set1(0x0F0F0F0F), hi2 = vi_set1(0x30303030);
+    sc[0] = vi_and(s[0], m6);
+    mn[0] = vi_and(s[1], m6);
+    sc[1] = vi_or(vi_and(s[2], m4), vi_and(vi_srli(s[0], 2), hi2));
+    mn[1] = vi_or(vi_and(vi_srli(s[2], 4), m4), vi_and(vi_srli(s[1], 2), hi2));
+}
+
+/* Byte i of each dword, zero-extended to the 16-bit halves given by pattern: lo (half 0
+ * only) or both. */
+CN_INLINE vi byte_to_halves(vi v, int i, bool both) {
+    const int8_t z = (int8_t)0x80, b0 = (int8_t)i, b1 = both ? (int8_t)i : z;
+    return vi_shuffle8(v, vi_bcast128(_mm_setr_epi8(b0, z, b1, z, (int8_t)(4 + b0), z, (int8_t)(both ? 4 + i : 0x80), z,
+                                                    (int8_t)(8 + b0), z, (int8_t)(both ? 8 + i : 0x80), z,
+                                                    (int8_t)(12 + b0), z, (int8_t)(both ? 12 + i : 0x80), z)));
+}
+
+/* Bytes i and i+1 of each dword as the dword's two 16-bit halves. */
+CN_INLINE vi bytes_to_pair(vi v, int i) {
+    const int8_t z = (int8_t)0x80;
+    return vi_shuffle8(v, vi_bcast128(_mm_setr_epi8((int8_t)i, z, (int8_t)(i + 1), z, (int8_t)(4 + i), z, (int8_t)(5 + i), z,
+                                                    (int8_t)(8 + i), z, (int8_t)(9 + i), z, (int8_t)(12 + i), z,
+                                                    (int8_t)(13 + i), z)));
+}
+
+/* Byte i of each dword into the high byte of both 16-bit halves (low bytes zero). */
+CN_INLINE vi byte_to_high16(vi v, int i) {
+    const int8_t z = (int8_t)0x80, b = (int8_t)i;
+    return vi_shuffle8(v, vi_bcast128(_mm_setr_epi8(z, b, z, b, z, (int8_t)(4 + b), z, (int8_t)(4 + b), z, (int8_t)(8 + b), z,
+                                                    (int8_t)(8 + b), z, (int8_t)(12 + b), z, (int8_t)(12 + b))));
+}
+
+/* Sub-block j's scale (one of k4_scales' bytes) as kq_dot takes it. */
+CN_INLINE vi k4_scale(const vi *sc, int j) { return byte_to_halves(sc[j / 4], j % 4, !CN_X86_AVX512); }
+
+/* Block dwords: d | dmin << 16 (0), scales (1..3), Q5_K's qh (4..11), qs (Q4_K 4..35,
+ * Q5_K 12..43). */
 CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
-    const size_t bb = five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K);
     const int64_t nb = a->k / CN_QK_K;
     const mm_ctx c = {.a = a, .t0 = t0};
-    tile_rows R;
-    tile_setup(a, tile, &R);
+    kq_tile K;
+    kq_setup(a, tile, five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K), &K);
     vf acc[TMAX];
-    acc_init(&c, &R, T, acc, false);
+    acc_init(&c, &K.R, T, acc, false);
     const cn_block_q8_K *arow[TMAX];
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
     const vi lo4 = vi_set1_8(0x0F), bit4 = vi_set1_8(0x10);
-    const prefetcher pf = pf_setup(a, &R, nb);
+    const prefetcher pf = pf_setup(a, &K.R, nb);
+    const int qs = five ? 12 : 4;
     for (int64_t b = 0; b < nb; b++) {
         pf_block(&pf, b);
-        const size_t off = (size_t)b * bb;
-        const vi h = vi_gather32(R.rp[0] + off, R.ridx);
-        vi s[4], sc[8], mn[8], qh[8];
-        vi_load_t4(R.rp, off + 4, s); /* scales[12] and 4 bytes past them */
+        const vi h = kq_dword(&K, b, 0);
+        vi s[4], sc[2], mn[2], qh[8];
+        kq_load4(&K, b, 1, s); /* scales[12] and the dword past them */
         k4_scales(s, sc, mn);
         if (five) {
-            vi_load_t4(R.rp, off + 16, qh);
-            vi_load_t4(R.rp, off + 32, qh + 4);
+            kq_load4(&K, b, 4, qh);
+            kq_load4(&K, b, 8, qh + 4);
         }
-        const size_t qs = off + (five ? 48 : 16);
         vi sq[TMAX];
         CN_UNROLL
         for (int t = 0; t < T; t++) sq[t] = vi_zero();
         CN_UNROLL
         for (int p = 0; p < 4; p++) {
             vi v[8];
-            vi_load_t4(R.rp, qs + 32 * (size_t)p, v);
-            vi_load_t4(R.rp, qs + 32 * (size_t)p + 16, v + 4);
+            kq_load4(&K, b, qs + 8 * p, v);
+            kq_load4(&K, b, qs + 8 * p + 4, v + 4);
             CN_UNROLL
             for (int half = 0; half < 2; half++) {
                 const int j = 2 * p + half;
+#if !CN_X86_AVX512
+                /* 16 registers: the codes are loaded again for the high nibbles (from L1,
+                 * plain loads when packed) rather than kept, which spills */
+                if (half) {
+                    kq_load4(&K, b, qs + 8 * p, v);
+                    kq_load4(&K, b, qs + 8 * p + 4, v + 4);
+                }
+#endif
                 vi w[8];
                 CN_UNROLL
                 for (int cc = 0; cc < 8; cc++) {
@@ -725,53 +861,53 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                     if (five) /* bit j of qh byte -> bit 4 */
                         w[cc] = vi_or(w[cc], vi_and(j <= 4 ? vi_sllv(qh[cc], vi_set1(4 - j)) : vi_srlv(qh[cc], vi_set1(j - 4)), bit4));
                 }
+                const vi scj = k4_scale(sc, j);
                 CN_UNROLL
-                for (int t = 0; t < T; t++) {
-                    const int8_t *aq = arow[t][b].qs + 32 * j;
-                    vi s0 = vi_zero(), s1 = vi_zero();
-                    CN_UNROLL
-                    for (int cc = 0; cc < 8; cc += 2) {
-                        s0 = vi_dp4(s0, w[cc], vi_bcast32(aq + 4 * cc));
-                        s1 = vi_dp4(s1, w[cc + 1], vi_bcast32(aq + 4 * cc + 4));
-                    }
-                    sq[t] = vi_add(sq[t], vi_mullo(vi_add(s0, s1), sc[j]));
-                }
+                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj));
             }
         }
         const vf dv = vf_h2f_lo(h), dmv = vf_h2f_hi(h);
+        vi mp[4]; /* (m_2i, m_2i+1) as 16-bit halves */
+        CN_UNROLL
+        for (int i = 0; i < 4; i++) mp[i] = bytes_to_pair(mn[i / 2], 2 * (i % 2));
         CN_UNROLL
         for (int t = 0; t < T; t++) {
-            vi sm = vi_zero(); /* sum_j m_j * (bsums[2j] + bsums[2j+1]) as int16 pair dots */
+            /* sum_j m_j * (bsums[2j] + bsums[2j+1]): the pair sums (|.| <= 4064) as int16,
+             * then int16 pair dots with (m_2i, m_2i+1) */
+            const int16_t *bs = arow[t][b].bsums;
+            int32_t ps[4];
+            _mm_storeu_si128((__m128i *)(void *)ps, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
+                                                                   _mm_loadu_si128((const __m128i *)(const void *)(bs + 8))));
+            vi sm = vi_zero();
             CN_UNROLL
-            for (int j = 0; j < 8; j++) sm = vi_dp2w(sm, vi_or(mn[j], vi_slli(mn[j], 16)), vi_bcast32(&arow[t][b].bsums[2 * j]));
+            for (int i = 0; i < 4; i++) sm = vi_dp2w(sm, mp[i], vi_set1(ps[i]));
             const vf ad = vf_set1(arow[t][b].d);
             const vf d = vf_mul(dv, ad), dmin = vf_mul(dmv, ad);
             acc[t] = vf_add(acc[t], vf_sub(vf_mul(d, vf_cvt(sq[t])), vf_mul(dmin, vf_cvt(sm))));
         }
     }
-    acc_store(&c, &R, T, acc);
+    acc_store(&c, &K.R, T, acc);
 }
 
 /* ---------------------------------------------------------------- Q6_K */
 
+/* Block dwords: ql (0..31), qh (32..47), scales (48..51, int8); then d (f16, byte 208). */
 CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
-    const size_t bb = sizeof(cn_block_q6_K);
     const int64_t nb = a->k / CN_QK_K;
     const mm_ctx c = {.a = a, .t0 = t0};
-    tile_rows R;
-    tile_setup(a, tile, &R);
+    kq_tile K;
+    kq_setup(a, tile, sizeof(cn_block_q6_K), &K);
     vf acc[TMAX];
-    acc_init(&c, &R, T, acc, false);
+    acc_init(&c, &K.R, T, acc, false);
     const cn_block_q8_K *arow[TMAX];
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
-    const vi lo4 = vi_set1_8(0x0F), lo2 = vi_set1_8(0x03);
-    const prefetcher pf = pf_setup(a, &R, nb);
+    const vi lo4 = vi_set1_8(0x0F), hi2 = vi_set1_8(0x30);
+    const prefetcher pf = pf_setup(a, &K.R, nb);
     for (int64_t b = 0; b < nb; b++) {
         pf_block(&pf, b);
-        const size_t off = (size_t)b * bb;
         vi sv[4];
-        vi_load_t4(R.rp, off + 192, sv); /* scales[16], int8 */
+        kq_load4(&K, b, 48, sv); /* scales[16], int8 */
         vi sq[TMAX];
         CN_UNROLL
         for (int t = 0; t < T; t++) sq[t] = vi_zero();
@@ -780,40 +916,46 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
             CN_UNROLL
             for (int lp = 0; lp < 2; lp++) {
                 vi qa[4], qb[4], qh[4];
-                vi_load_t4(R.rp, off + 64 * (size_t)hh + 16 * (size_t)lp, qa);      /* k = 0 low, 2 high */
-                vi_load_t4(R.rp, off + 64 * (size_t)hh + 32 + 16 * (size_t)lp, qb); /* k = 1 low, 3 high */
-                vi_load_t4(R.rp, off + 128 + 32 * (size_t)hh + 16 * (size_t)lp, qh);
+#if CN_X86_AVX512
+                kq_load4(&K, b, 16 * hh + 4 * lp, qa);     /* k = 0 low, 2 high */
+                kq_load4(&K, b, 16 * hh + 8 + 4 * lp, qb); /* k = 1 low, 3 high */
+                kq_load4(&K, b, 32 + 8 * hh + 4 * lp, qh);
+#endif
                 CN_UNROLL
                 for (int kk = 0; kk < 4; kk++) {
                     const int j = 8 * hh + 2 * kk + lp; /* sub-block of 16 */
+#if !CN_X86_AVX512 /* 16 registers: loaded for each kk (from L1) rather than kept, which spills */
+                    kq_load4(&K, b, kk & 1 ? 16 * hh + 8 + 4 * lp : 16 * hh + 4 * lp, kk & 1 ? qb : qa);
+                    kq_load4(&K, b, 32 + 8 * hh + 4 * lp, qh);
+#endif
                     const vi *src = kk & 1 ? qb : qa;
                     vi w[4];
                     CN_UNROLL
-                    for (int cc = 0; cc < 4; cc++) {
+                    for (int cc = 0; cc < 4; cc++) { /* low nibble | bits 2kk, 2kk+1 of qh at 4, 5 */
                         const vi lo = kk < 2 ? vi_and(src[cc], lo4) : vi_and(vi_srli(src[cc], 4), lo4);
-                        w[cc] = vi_or(lo, vi_slli(vi_and(vi_srlv(qh[cc], vi_set1(2 * kk)), lo2), 4));
+                        const vi hi = kk == 0 ? vi_slli(qh[cc], 4) : kk == 1 ? vi_slli(qh[cc], 2) : kk == 2 ? qh[cc] : vi_srli(qh[cc], 2);
+                        w[cc] = vi_or(lo, vi_and(hi, hi2));
                     }
+#if CN_X86_AVX512
                     const vi scj = vi_srai(vi_sllv(sv[j / 4], vi_set1(24 - 8 * (j % 4))), 24);
+#else /* the int16 (sc, sc) pair kq_dot takes: the byte into the high half of both int16, then an arithmetic shift */
+                    const vi scj = vi_srai16(byte_to_high16(K.pk ? kq_dword(&K, b, 48 + j / 4) : sv[j / 4], j % 4), 8);
+#endif
                     CN_UNROLL
-                    for (int t = 0; t < T; t++) {
-                        const int8_t *aq = arow[t][b].qs + 16 * j;
-                        vi s0 = vi_dp4(vi_zero(), w[0], vi_bcast32(aq));
-                        vi s1 = vi_dp4(vi_zero(), w[1], vi_bcast32(aq + 4));
-                        s0 = vi_dp4(s0, w[2], vi_bcast32(aq + 8));
-                        s1 = vi_dp4(s1, w[3], vi_bcast32(aq + 12));
-                        sq[t] = vi_add(sq[t], vi_mullo(vi_add(s0, s1), scj));
-                    }
+                    for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 16 * j, 4, 2, scj));
                 }
             }
         /* the -32 offset: 32 * sum_j sc_j * bsums[j], as int16 pair dots (sc_2i, sc_2i+1) */
         vi pr[8];
+        if (K.pk) kq_load4(&K, b, 48, sv);
         CN_UNROLL
         for (int q = 0; q < 4; q++) {
             const vi ev = vi_srai16(vi_slli16(sv[q], 8), 8), od = vi_srai16(sv[q], 8); /* (b0, b2), (b1, b3) */
             pr[2 * q] = vi_or(vi_and(ev, vi_set1(0xFFFF)), vi_slli(od, 16));
             pr[2 * q + 1] = vi_or(vi_srli(ev, 16), vi_and(od, vi_set1((int32_t)0xFFFF0000)));
         }
-        const vf dv = vf_h2f_hi(vi_gather32(R.rp[0] + off + 206, R.ridx));
+        const vf dv = K.pk ? vf_load_h((const uint16_t *)(const void *)(K.pk + (size_t)b * VL * K.bb + 208 * VL))
+                           : vf_h2f_hi(vi_gather32(K.R.rp[0] + (size_t)b * K.bb + 206, K.R.ridx));
         CN_UNROLL
         for (int t = 0; t < T; t++) {
             vi cs = vi_zero();
@@ -823,7 +965,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
             acc[t] = vf_add(acc[t], vf_mul(vf_mul(dv, vf_set1(arow[t][b].d)), vf_cvt(s)));
         }
     }
-    acc_store(&c, &R, T, acc);
+    acc_store(&c, &K.R, T, acc);
 }
 
 #define TILEK_FN(NAME, CALL)                                                            \
@@ -842,11 +984,22 @@ TILEK_FN(tilek_q6_k, Q6K_CALL)
 
 typedef void (*tilek_fn)(const cn_matmul_args *a, int64_t t0, int T, int64_t tile);
 
+/* Every token tile reads all of the thread's weight tiles, which for a real model's
+ * matrix (megabytes) means from L3 or memory each time: the tiles are taken a panel
+ * that fits in L2 at a time, and each panel is done for every token tile before the
+ * next, so prefill re-reads weights from L2. Decode (one token tile) is unchanged. */
+#ifndef KQ_PANEL_BYTES
+#define KQ_PANEL_BYTES (64 << 10)
+#endif
 static void mmk(tilek_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t tile1) {
-    for (int64_t t0 = 0; t0 < a->n_tok;) {
-        const int T = tok_tile(a->n_tok - t0);
-        for (int64_t tile = tile0; tile < tile1; tile++) fn(a, t0, T, tile);
-        t0 += T;
+    const int64_t per = CN_MAX((int64_t)1, (int64_t)(KQ_PANEL_BYTES / ((size_t)VL * a->w_row_bytes)));
+    for (int64_t p0 = tile0; p0 < tile1; p0 += per) {
+        const int64_t p1 = CN_MIN(tile1, p0 + per);
+        for (int64_t t0 = 0; t0 < a->n_tok;) {
+            const int T = tok_tile(a->n_tok - t0);
+            for (int64_t tile = p0; tile < p1; tile++) fn(a, t0, T, tile);
+            t0 += T;
+        }
     }
 }
 
