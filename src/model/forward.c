@@ -410,6 +410,79 @@ static void dec_keep_x(cn_ctx *c, int64_t row) {
     memcpy(c->x + row * E, c->thr_f, (size_t)E * sizeof(float));
 }
 
+/* ---- the steps of a layer: each picks the one-row (decode) region or the batch's
+ * regions itself, so the layer loop is the model's math, one call per step ---- */
+
+/* The per-row step before a group of matmuls: x += add_norm(add) (add NULL: no branch;
+ * add_norm NULL: added as is, else normed in place first); xb = norm(x). */
+typedef struct {
+    float *add;
+    const cn_weight *add_norm, *norm;
+} resid_norm;
+
+/* resid_norm over the batch's rows, then y[i] = xb · w[i]ᵀ for nw matmuls on it. With
+ * want, only those n_want rows go on to the matmuls (row i of y is batch row want[i]). */
+static void norm_matmuls(cn_ctx *c, int64_t n, const int32_t *want, int64_t n_want, resid_norm rn, int nw,
+                         const cn_weight *const *w, float *const *y) {
+    if (n == 1) {
+        dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .add = rn.add, .add_norm = rn.add_norm,
+                      .norm = rn.norm, .k = cn_model_hparams(c->m)->n_embd, .n_mm = nw};
+        for (int i = 0; i < nw; i++) d.w[i] = w[i], d.y[i] = y[i];
+        cn_pool_run(c->pool, dec_run, &d);
+        dec_keep_x(c, 0);
+        return;
+    }
+    const int64_t rows = want ? n_want : n;
+    int wi[3];
+    resid_norm_task t = {c, rows, rn.add, rn.add_norm, rn.norm, want, {0}};
+    quant_plan(c, w, nw, &t.qs, wi);
+    cn_pool_run(c->pool, resid_norm_run, &t);
+    mm_group g = {c->kern, nw, {{0}}};
+    for (int i = 0; i < nw; i++) g.a[i] = mm_args(w[i], &t.qs, wi[i], rows, y[i], w[i]->ne1);
+    cn_pool_run(c->pool, mm_group_run, &g);
+}
+
+/* y = src · wᵀ for n rows of width k (src quantized first). */
+static void quant_matmul(cn_ctx *c, int64_t n, const float *src, int64_t k, const cn_weight *w, float *y) {
+    if (n == 1) {
+        dec_task d = {.c = c, .mode = DEC_QUANT, .src = src, .k = k, .n_mm = 1, .w = {w}, .y = {y}};
+        cn_pool_run(c->pool, dec_run, &d);
+        return;
+    }
+    int wi;
+    quant_set qs;
+    quant_plan(c, &w, 1, &qs, &wi);
+    quant_task qt = {c->kern, qs.act[0], src, k, n, qs.buf[0], qs.rb[0]};
+    cn_pool_run(c->pool, quant_run, &qt);
+    mm_group g = {c->kern, 1, {mm_args(w, &qs, 0, n, y, w->ne1)}};
+    cn_pool_run(c->pool, mm_group_run, &g);
+}
+
+/* hg = act(hg) * hu, then y = hg · wᵀ. */
+static void act_matmul(cn_ctx *c, int64_t n, cn_act act, const cn_weight *w, float *y) {
+    if (n == 1) {
+        dec_task d = {.c = c, .mode = DEC_ACT, .act = act, .k = cn_model_hparams(c->m)->n_ff, .n_mm = 1, .w = {w}, .y = {y}};
+        cn_pool_run(c->pool, dec_run, &d);
+        return;
+    }
+    int wi;
+    act_task t = {c, n, act, {0}};
+    quant_plan(c, &w, 1, &t.qs, &wi);
+    cn_pool_run(c->pool, act_run, &t);
+    mm_group g = {c->kern, 1, {mm_args(w, &t.qs, 0, n, y, w->ne1)}};
+    cn_pool_run(c->pool, mm_group_run, &g);
+}
+
+/* Biases, q/k norms, RoPE and the q pre-scale of every row (one row: on this thread). */
+static void rope_qk(cn_ctx *c, const cn_layer *L, const float *cs, int64_t n) {
+    if (n == 1) {
+        qk_row(c, L, cs, 0);
+        return;
+    }
+    qk_task t = {c, L, cs, n};
+    cn_pool_run(c->pool, qk_run, &t);
+}
+
 
 /* Checks rows, finds the batch's sequences, checks each continues its cache without
  * gaps, and reserves the blocks. */
@@ -495,6 +568,34 @@ static cn_status gather_blocks(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t 
     return CN_STATUS_OK;
 }
 
+/* Writes the batch's K, V rows into the cache for layer il and attends: att = each row's
+ * attention over its sequence's cached positions (a sliding window on SWA layers). */
+static cn_status attend(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t il, const cn_layer *L, int32_t nu,
+                        cn_error *err) {
+    const cn_hparams *hp = cn_model_hparams(c->m);
+    const cn_arch_desc *arch = cn_model_arch(c->m);
+    const cn_kv_params *kp = cn_kv_params_of(kv);
+    const int64_t n = b->n_rows, hd = hp->head_dim, KVD = (int64_t)hp->n_head_kv * hd;
+    cn_status s;
+    for (int64_t r = 0; r < n; r++) {
+        s = cn_kv_write(kv, il, b->rows[r].seq, b->rows[r].pos, c->k + r * KVD, c->v + r * KVD, err);
+        if (s != CN_STATUS_OK) return s;
+        c->pos_hi[r] = b->rows[r].pos;
+        c->pos_lo[r] = L->swa && hp->n_swa > 0 ? CN_MAX(0, b->rows[r].pos - hp->n_swa + 1) : 0;
+    }
+    s = gather_blocks(c, b, kv, il, nu, err);
+    if (s != CN_STATUS_OK) return s;
+    attn_task at = {c->kern,
+                    {.n_rows = (int32_t)n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                     .head_dim = (int32_t)hd, .q = c->q, .out = c->att, .pos_lo = c->pos_lo,
+                     .pos_hi = c->pos_hi, .k_blocks = c->k_rows, .v_blocks = c->v_rows,
+                     .block_tokens = kp->block_tokens, .kv_dim = kp->kv_dim,
+                     .kv_type = kp->type, .scale = arch->q_prescale ? 1.0f : hp->attn_scale,
+                     .scratch = c->attn_scratch, .scratch_stride = CN_ATTN_SCRATCH(c->n_ctx)}};
+    cn_pool_run(c->pool, attn_run, &at);
+    return CN_STATUS_OK;
+}
+
 cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
                      float *logits_out, cn_error *err) {
     const cn_hparams *hp = cn_model_hparams(m);
@@ -504,7 +605,7 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
     if (b->n_rows < 1 || b->n_rows > c->n_batch_max)
         return cn_err(err, CN_STATUS_INVALID_ARG, "batch of %d rows (context takes 1 to %d)", b->n_rows,
                       c->n_batch_max);
-    const int64_t n = b->n_rows, E = hp->n_embd, F = hp->n_ff, hd = hp->head_dim;
+    const int64_t n = b->n_rows, E = hp->n_embd, hd = hp->head_dim;
     const int64_t QD = (int64_t)hp->n_head * hd, KVD = (int64_t)hp->n_head_kv * hd;
     const cn_kv_params *kp = cn_kv_params_of(kv);
     if (kp->n_layer != hp->n_layer || kp->kv_dim != KVD)
@@ -543,102 +644,27 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
         const cn_layer *prev = il > 0 ? cn_model_layer(m, il - 1) : NULL;
         const float *cs = L->swa ? c->cs_swa : c->cs_global;
 
-        /* attention: x (+ the previous layer's FFN branch) → norm → Q, K, V */
-        const cn_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        int wi[3];
-        if (n == 1) {
-            dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .add = prev ? c->tmp : NULL,
-                          .add_norm = prev && arch->post_norms ? &prev->post_ffn_norm : NULL, .norm = &L->attn_norm,
-                          .k = E, .n_mm = 3, .w = {&L->wq, &L->wk, &L->wv}, .y = {c->q, c->k, c->v}};
-            cn_pool_run(c->pool, dec_run, &d);
-            dec_keep_x(c, 0);
-        } else {
-            resid_norm_task rn = {c, n, prev ? c->tmp : NULL, prev && arch->post_norms ? &prev->post_ffn_norm : NULL,
-                                  &L->attn_norm, NULL, {0}};
-            quant_plan(c, qkv, 3, &rn.qs, wi);
-            cn_pool_run(c->pool, resid_norm_run, &rn);
-            mm_group g = {K, 3, {mm_args(&L->wq, &rn.qs, wi[0], n, c->q, QD), mm_args(&L->wk, &rn.qs, wi[1], n, c->k, KVD),
-                                 mm_args(&L->wv, &rn.qs, wi[2], n, c->v, KVD)}};
-            cn_pool_run(c->pool, mm_group_run, &g);
-        }
-        if (n > 1) {
-            qk_task qt = {c, L, cs, n};
-            cn_pool_run(c->pool, qk_run, &qt);
-        } else {
-            qk_row(c, L, cs, 0);
-        }
-        for (int64_t r = 0; r < n; r++) {
-            s = cn_kv_write(kv, il, b->rows[r].seq, b->rows[r].pos, c->k + r * KVD, c->v + r * KVD, err);
-            if (s != CN_STATUS_OK) return s;
-            c->pos_hi[r] = b->rows[r].pos;
-            c->pos_lo[r] = L->swa && hp->n_swa > 0 ? CN_MAX(0, b->rows[r].pos - hp->n_swa + 1) : 0;
-        }
-        s = gather_blocks(c, b, kv, il, nu, err);
+        /* attention: x (+ the previous layer's FFN branch) → norm → Q, K, V → RoPE */
+        const resid_norm attn_in = {prev ? c->tmp : NULL, prev && arch->post_norms ? &prev->post_ffn_norm : NULL,
+                                    &L->attn_norm};
+        norm_matmuls(c, n, NULL, n, attn_in, 3, (const cn_weight *[]){&L->wq, &L->wk, &L->wv},
+                     (float *[]){c->q, c->k, c->v});
+        rope_qk(c, L, cs, n);
+        s = attend(c, b, kv, il, L, nu, err); /* K, V into the cache; att = attention over it */
         if (s != CN_STATUS_OK) return s;
-        attn_task at = {K,
-                        {.n_rows = (int32_t)n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                         .head_dim = (int32_t)hd, .q = c->q, .out = c->att, .pos_lo = c->pos_lo,
-                         .pos_hi = c->pos_hi, .k_blocks = c->k_rows, .v_blocks = c->v_rows,
-                         .block_tokens = kp->block_tokens, .kv_dim = kp->kv_dim,
-                         .kv_type = kp->type, .scale = arch->q_prescale ? 1.0f : hp->attn_scale,
-                         .scratch = c->attn_scratch, .scratch_stride = CN_ATTN_SCRATCH(c->n_ctx)}};
-        cn_pool_run(c->pool, attn_run, &at);
-        const cn_weight *wo = &L->wo;
-        if (n == 1) {
-            dec_task d = {.c = c, .mode = DEC_QUANT, .src = c->att, .k = QD, .n_mm = 1, .w = {wo}, .y = {c->tmp}};
-            cn_pool_run(c->pool, dec_run, &d);
-        } else {
-            quant_set qo;
-            quant_plan(c, &wo, 1, &qo, wi);
-            quant_task qt = {K, qo.act[0], c->att, QD, n, qo.buf[0], qo.rb[0]};
-            cn_pool_run(c->pool, quant_run, &qt);
-            mm_group go = {K, 1, {mm_args(wo, &qo, 0, n, c->tmp, E)}};
-            cn_pool_run(c->pool, mm_group_run, &go);
-        }
+        quant_matmul(c, n, c->att, QD, &L->wo, c->tmp);
 
         /* feed-forward: x += attention branch → norm → gate, up → act → down */
-        const cn_weight *gu[2] = {&L->w_gate, &L->w_up}, *wd = &L->w_down;
-        if (n == 1) {
-            dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .add = c->tmp,
-                          .add_norm = arch->post_norms ? &L->post_attn_norm : NULL, .norm = &L->ffn_norm, .k = E,
-                          .n_mm = 2, .w = {&L->w_gate, &L->w_up}, .y = {c->hg, c->hu}};
-            cn_pool_run(c->pool, dec_run, &d);
-            dec_keep_x(c, 0);
-            dec_task da = {.c = c, .mode = DEC_ACT, .act = arch->act, .k = F, .n_mm = 1, .w = {wd}, .y = {c->tmp}};
-            cn_pool_run(c->pool, dec_run, &da);
-            continue;
-        }
-        resid_norm_task rf = {c, n, c->tmp, arch->post_norms ? &L->post_attn_norm : NULL, &L->ffn_norm, NULL, {0}};
-        quant_plan(c, gu, 2, &rf.qs, wi);
-        cn_pool_run(c->pool, resid_norm_run, &rf);
-        mm_group gg = {K, 2, {mm_args(&L->w_gate, &rf.qs, wi[0], n, c->hg, F), mm_args(&L->w_up, &rf.qs, wi[1], n, c->hu, F)}};
-        cn_pool_run(c->pool, mm_group_run, &gg);
-        act_task ac = {c, n, arch->act, {0}};
-        quant_plan(c, &wd, 1, &ac.qs, wi);
-        cn_pool_run(c->pool, act_run, &ac);
-        mm_group gd = {K, 1, {mm_args(wd, &ac.qs, 0, n, c->tmp, E)}};
-        cn_pool_run(c->pool, mm_group_run, &gd);
+        const resid_norm ffn_in = {c->tmp, arch->post_norms ? &L->post_attn_norm : NULL, &L->ffn_norm};
+        norm_matmuls(c, n, NULL, n, ffn_in, 2, (const cn_weight *[]){&L->w_gate, &L->w_up}, (float *[]){c->hg, c->hu});
+        act_matmul(c, n, arch->act, &L->w_down, c->tmp);
     }
 
     /* the last FFN branch, the output norm and the LM head, for the rows that want logits */
     if (n_want == 0) return CN_STATUS_OK;
-    const cn_weight *out = cn_model_output(m);
-    if (n == 1) {
-        dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .add = c->tmp,
-                      .add_norm = arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
-                      .norm = cn_model_output_norm(m), .k = E, .n_mm = 1, .w = {out}, .y = {logits_out}};
-        cn_pool_run(c->pool, dec_run, &d);
-        dec_keep_x(c, 0);
-    } else {
-        int wi0;
-        resid_norm_task rl = {c, n_want, c->tmp,
-                              arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
-                              cn_model_output_norm(m), c->want_rows, {0}};
-        quant_plan(c, &out, 1, &rl.qs, &wi0);
-        cn_pool_run(c->pool, resid_norm_run, &rl);
-        mm_group gl = {K, 1, {mm_args(out, &rl.qs, 0, n_want, logits_out, hp->n_vocab)}};
-        cn_pool_run(c->pool, mm_group_run, &gl);
-    }
+    const resid_norm out_in = {c->tmp, arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
+                               cn_model_output_norm(m)};
+    norm_matmuls(c, n, c->want_rows, n_want, out_in, 1, (const cn_weight *[]){cn_model_output(m)}, (float *[]){logits_out});
     if (hp->final_softcap > 0.0f) {
         const float cap = hp->final_softcap;
         for (int64_t i = 0; i < (int64_t)n_want * hp->n_vocab; i++)
