@@ -301,12 +301,8 @@ cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t
     const int32_t k = p->beam.n_beams;
     if (k < 1 || k > CN_GEN_MAX_BEAMS)
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_beams = %d is out of range", (int)k);
-    if (n_prompt < 1 || !prompt) return cn_err(err, CN_STATUS_INVALID_ARG, "the prompt is empty (no tokens)");
-    if (n_prompt >= n_ctx)
-        return cn_err(err, CN_STATUS_LIMIT,
-                      "the prompt is %d tokens and the context holds %d: no room to generate "
-                      "(shorten the prompt or enlarge the context)",
-                      (int)n_prompt, (int)n_ctx);
+    cn_status cs = cn_gen_check_prompt(r, seq_base, prompt, n_prompt, NULL, err);
+    if (cs != CN_STATUS_OK) return cs;
     if (seq_base < 0 || seq_base + k > cn_kv_params_of(r->kv)->max_seqs)
         return cn_err(err, CN_STATUS_INVALID_ARG,
                       "beam search needs sequences %d..%d but the KV cache has %d (raise max_seqs)",

@@ -455,6 +455,23 @@ cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tok
     return st;
 }
 
+cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t *prompt, int32_t n_prompt,
+                             int32_t *n_reuse, cn_error *err) {
+    const int32_t n_ctx = cn_ctx_n_ctx(r->ctx);
+    if (n_prompt < 1 || !prompt) return cn_err(err, CN_STATUS_INVALID_ARG, "the prompt is empty (no tokens)");
+    if (n_prompt >= n_ctx)
+        return cn_err(err, CN_STATUS_LIMIT,
+                      "the prompt is %d tokens and the context holds %d: no room to generate "
+                      "(shorten the prompt or enlarge the context)",
+                      (int)n_prompt, (int)n_ctx);
+    if (!n_reuse) return CN_STATUS_OK;
+    if (*n_reuse < 0 || *n_reuse > cn_kv_seq_len(r->kv, seq))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "n_reuse = %d but sequence %d holds %lld positions",
+                      (int)*n_reuse, (int)seq, (long long)cn_kv_seq_len(r->kv, seq));
+    if (*n_reuse > n_prompt - 1) *n_reuse = n_prompt - 1;
+    return CN_STATUS_OK;
+}
+
 cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt,
                       int32_t n_prompt, int32_t n_reuse, cn_gen *g, cn_error *err) {
     if (!r || !r->model || !r->ctx || !r->kv || !g)
@@ -463,18 +480,9 @@ cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt
     if (g->n_vocab != V)
         return cn_err(err, CN_STATUS_INVALID_ARG, "the request was made for %d logits, the model has %d",
                       (int)g->n_vocab, (int)V);
-    if (n_prompt < 1 || !prompt) return cn_err(err, CN_STATUS_INVALID_ARG, "the prompt is empty (no tokens)");
-    if (n_prompt >= n_ctx)
-        return cn_err(err, CN_STATUS_LIMIT,
-                      "the prompt is %d tokens and the context holds %d: no room to generate "
-                      "(shorten the prompt or enlarge the context)",
-                      (int)n_prompt, (int)n_ctx);
-    if (n_reuse < 0 || n_reuse > cn_kv_seq_len(r->kv, seq))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_reuse = %d but sequence %d holds %lld positions",
-                      (int)n_reuse, (int)seq, (long long)cn_kv_seq_len(r->kv, seq));
-    if (n_reuse > n_prompt - 1) n_reuse = n_prompt - 1;
-
-    cn_status st = cn_gen_begin(g, prompt, n_prompt, n_reuse, err);
+    cn_status st = cn_gen_check_prompt(r, seq, prompt, n_prompt, &n_reuse, err);
+    if (st != CN_STATUS_OK) return st;
+    st = cn_gen_begin(g, prompt, n_prompt, n_reuse, err);
     if (st != CN_STATUS_OK) return st;
     cn_kv_seq_truncate(r->kv, seq, n_reuse);
     if (should_cancel(g)) {

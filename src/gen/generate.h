@@ -137,6 +137,12 @@ typedef struct {
 cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt,
                       int32_t n_prompt, int32_t n_reuse, cn_gen *g, cn_error *err);
 
+/* The checks every single-request loop makes before it begins: a non-empty prompt that
+ * leaves room to generate in r's context, and (n_reuse not NULL) *n_reuse within what
+ * seq holds, lowered to n_prompt - 1 so the last prompt token is always prefilled. */
+cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t *prompt, int32_t n_prompt,
+                             int32_t *n_reuse, cn_error *err);
+
 /* Prefills tokens[from..n) of seq (positions from..n-1) in chunks of r->n_batch, and
  * writes the last row's logits (n_vocab) to logits. For cn_generate and beam search. */
 cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tokens, int32_t n,
