@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite: what `make test` runs, and so what CI runs.
 #   1. the optimized build's unit tests (Criterion), the Qwen2.5-Coder goldens included
-#   2. the same tests built with ASan + UBSan (leaks fail the run), all but the Qwen
-#      goldens (golden_qwen: 0.5B and 1.5B models through -O1 sanitized kernels would take
-#      minutes; every kernel family is checked against ref bit for bit on other tests)
+#   2. the same tests built with ASan + UBSan (leaks fail the run), all but the real-model
+#      suites (golden_qwen: the 0.5B and 1.5B goldens; spec_models: speculative decoding
+#      on every shipped model): those models through -O1 sanitized kernels would take
+#      minutes; every kernel family is checked against ref bit for bit on other tests,
+#      and speculation on stories260K in the spec suite)
 #   3. the optimized unit tests again, forced onto the portable kernel paths
 #      (CINDER_ISA=avx2, then the scalar reference: CINDER_ISA=ref), and, where the
 #      default is the AMX family, onto plain AVX-512 too (CINDER_ISA=avx512); these
-#      also leave the Qwen goldens out (the scalar ref alone would take minutes)
+#      also leave those two suites out (the scalar ref alone would take minutes)
 #   4. on x86_64 hosts, the arm64 cross check: the NEON kernels built by
 #      aarch64-linux-gnu-gcc and compared with ref under qemu-aarch64 (make cross-arm64)
 #   5. the python checks against independent implementations (pytest)
@@ -17,7 +19,7 @@ JOBS=${JOBS:-2}
 
 make -j"$JOBS" all
 make -j"$JOBS" SAN=1 all
-NOT_BIG='!(golden_qwen)/*'
+NOT_BIG='!(golden_qwen|spec_models)/*'
 
 echo "== unit tests (optimized) =="
 ./build/test_unit --jobs "$JOBS"
