@@ -148,6 +148,10 @@ cn_status cn_gguf_warr_push_str(cn_gguf_warr *a, const char *s, uint64_t len); /
 cn_status cn_gguf_warr_push_arr(cn_gguf_warr *a, const cn_gguf_warr *sub);    /* ARRAY */
 cn_status cn_gguf_writer_set_warr(cn_gguf_writer *w, const char *key, const cn_gguf_warr *a);
 
+/* Copies key/value i of g (a scalar in its own type, a string, or a flat array) into w
+ * under key (NUL-terminated; usually kv i's own). Nested arrays: CN_STATUS_UNSUPPORTED. */
+cn_status cn_gguf_writer_copy_kv(cn_gguf_writer *w, const cn_gguf *g, int64_t i, const char *key, cn_error *err);
+
 /* Tensors: data copied; n_bytes must equal the type's row size × rows. */
 cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type type,
                                     uint32_t n_dims, const int64_t *ne, const void *data,

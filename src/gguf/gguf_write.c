@@ -385,3 +385,51 @@ cn_status cn_gguf_writer_write_file(const cn_gguf_writer *w, const char *path, c
     if (s.failed) return cn_err(err, CN_STATUS_IO, "cannot write '%s': %s", path, strerror(e));
     return CN_STATUS_OK;
 }
+
+cn_status cn_gguf_writer_copy_kv(cn_gguf_writer *w, const cn_gguf *g, int64_t i, const char *key, cn_error *err) {
+    cn_gguf_vtype t = cn_gguf_kv_type(g, i);
+    if (t == CN_GGUF_STRING) {
+        cn_gguf_str s;
+        if (!cn_gguf_kv_str(g, i, &s)) return cn_err(err, CN_STATUS_CORRUPT, "%s: bad string", key);
+        return cn_gguf_writer_set_strn(w, key, s.ptr, s.len);
+    }
+    if (t == CN_GGUF_ARRAY) {
+        cn_gguf_arr a;
+        if (!cn_gguf_kv_arr(g, i, &a)) return cn_err(err, CN_STATUS_CORRUPT, "%s: bad array", key);
+        if (a.type == CN_GGUF_ARRAY)
+            return cn_err(err, CN_STATUS_UNSUPPORTED, "%s: nested array not copied", key);
+        if (a.type != CN_GGUF_STRING) return cn_gguf_writer_set_arr(w, key, a.type, a.data, a.n);
+        cn_gguf_warr *wa = cn_gguf_warr_new(CN_GGUF_STRING);
+        if (!wa) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
+        cn_status st = CN_STATUS_OK;
+        for (uint64_t j = 0; j < a.n && !st; j++) {
+            cn_gguf_str s = cn_gguf_arr_str(&a, j);
+            st = cn_gguf_warr_push_str(wa, s.ptr, s.len);
+        }
+        if (!st) st = cn_gguf_writer_set_warr(w, key, wa);
+        cn_gguf_warr_free(wa);
+        return st;
+    }
+    /* a scalar: re-encode in its own type */
+    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+            uint64_t u64; int64_t i64; float f32; double f64; } v;
+    int64_t iv = 0;
+    double fv = 0;
+    bool ok = (t == CN_GGUF_FLOAT32 || t == CN_GGUF_FLOAT64) ? cn_gguf_kv_f64(g, i, &fv)
+                                                           : cn_gguf_kv_i64(g, i, &iv);
+    if (!ok) return cn_err(err, CN_STATUS_CORRUPT, "%s: unreadable value", key);
+    switch (t) {
+    case CN_GGUF_UINT8: case CN_GGUF_BOOL: v.u8 = (uint8_t)iv; break;
+    case CN_GGUF_INT8: v.i8 = (int8_t)iv; break;
+    case CN_GGUF_UINT16: v.u16 = (uint16_t)iv; break;
+    case CN_GGUF_INT16: v.i16 = (int16_t)iv; break;
+    case CN_GGUF_UINT32: v.u32 = (uint32_t)iv; break;
+    case CN_GGUF_INT32: v.i32 = (int32_t)iv; break;
+    case CN_GGUF_UINT64: v.u64 = (uint64_t)iv; break;
+    case CN_GGUF_INT64: v.i64 = iv; break;
+    case CN_GGUF_FLOAT32: v.f32 = (float)fv; break;
+    case CN_GGUF_FLOAT64: v.f64 = fv; break;
+    default: return cn_err(err, CN_STATUS_UNSUPPORTED, "%s: value type %d", key, (int)t);
+    }
+    return cn_gguf_writer_set_scalar(w, key, t, &v);
+}
