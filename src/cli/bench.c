@@ -254,7 +254,10 @@ static void usage(FILE *f) {
                "  over -r runs after a warm-up); TTFT and inter-token latency p50/p90 for a built-in\n"
                "  prompt continued greedily for -n tokens; decode GB/s (weight bytes × tg tok/s) and\n"
                "  its share of the measured memory read bandwidth. -t: comma-separated thread counts\n"
-               "  (default: the number of CPUs). --json: one object per (model, threads) line.\n");
+               "  (default: the number of CPUs). --json: one object per (model, threads) line.\n"
+               "       cinder bench --spec -m MODEL (--draft DRAFT | --lookup N) [--task edit|code] [-n 128] [-t T] [-r 3]\n"
+               "  speculative vs plain greedy decoding on a built-in prompt: tok/s of both, speedup,\n"
+               "  accepted share of drafted tokens, tokens per target pass.\n");
 }
 
 static void print_json(const char *path, const cn_model *m, const opts *o, const result *res, uint64_t wb) {
@@ -413,6 +416,8 @@ done:
 int cn_cli_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) /* the batched engine's benchmark: bench_parallel.c */
         if (!strcmp(argv[i], "--parallel")) return cn_cli_bench_parallel(argc, argv);
+    for (int i = 1; i < argc; i++) /* speculative vs plain decoding: bench_spec.c */
+        if (!strcmp(argv[i], "--spec")) return cn_cli_bench_spec(argc, argv);
     opts o = {.n_p = 512, .n_g = 128, .reps = 5};
     o.threads[0] = (int)CN_MAX(1L, CN_MIN(64L, sysconf(_SC_NPROCESSORS_ONLN)));
     o.n_threads = 1;

@@ -92,7 +92,7 @@ int cn_cli_chat(int argc, char **argv) {
     if (cli_gen_opts_check(&o)) return 2;
 
     int rc = 1;
-    cli_engine e;
+    cli_engine e, de = {0};
     cn_chat_template *tmpl = NULL;
     conversation conv = {0};
     int32_t *kv_toks = NULL; /* the tokens whose K/V sequence 0 holds, in order */
@@ -115,6 +115,8 @@ int cn_cli_chat(int argc, char **argv) {
         goto done;
     }
     if (cli_engine_start(&e, &o, 512, 1, 0)) goto done;
+    if ((rc = cli_spec_start(&e, &de, &o)) != 0) goto done;
+    rc = 1;
     if (o.system && !conv_add(&conv, "system", o.system, strlen(o.system))) goto oom;
     o.gp.on_text = stream_text;
     o.gp.should_cancel = cli_sigint_cancel;
@@ -156,7 +158,7 @@ int cn_cli_chat(int argc, char **argv) {
         cn_status st = cn_gen_create(e.tok, e.n_vocab, &o.gp, &g, &err);
         if (st == CN_STATUS_OK) {
             cli_sigint_arm();
-            st = cn_generate(&e.run, 0, ids, n_prompt, n_reuse, g, &err);
+            st = cn_generate_spec(&e.run, &o.spec, 0, ids, n_prompt, n_reuse, g, NULL, &err);
             cli_sigint_disarm();
         }
         if (st != CN_STATUS_OK) {
@@ -205,6 +207,7 @@ done:
     free(kv_toks);
     conv_free(&conv);
     cn_chat_template_free(tmpl);
+    cli_engine_close(&de);
     cli_engine_close(&e);
     return rc;
 }

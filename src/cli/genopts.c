@@ -26,6 +26,7 @@ void cli_gen_opts_init(cli_gen_opts *o, const char *cmd) {
     o->gp.sampling.min_p = 0.05f;
     o->gp.stop = o->stops;
     o->gp.sampling.logit_bias = o->bias;
+    o->spec = cn_spec_default_params();
 }
 
 void cli_gen_opts_help(FILE *f) {
@@ -53,7 +54,12 @@ void cli_gen_opts_help(FILE *f) {
             "  --logit-bias ID=BIAS      add BIAS to token ID's logit; -inf bans it (repeatable)\n"
             "  --seed N                  random seed in [0, 2^63) (default: random, reported by --json)\n"
             "  --samplers ORDER          stage order: 'default' (HF/vLLM), 'llama.cpp', or names\n"
-            "                            joined by ';' (logit_bias;penalties;temperature;top_k;...)\n");
+            "                            joined by ';' (logit_bias;penalties;temperature;top_k;...)\n"
+            "speculative decoding (the same tokens as without it, fewer target passes):\n"
+            "  --draft MODEL             a smaller model with the same vocabulary drafts tokens\n"
+            "  --lookup N                draft from the longest earlier match of the last 1..N tokens\n"
+            "                            in the prompt and output (n-gram lookup; no draft model)\n"
+            "  --draft-max K             the longest draft per step, 1..16 (default 8; adapts)\n");
 }
 
 static bool parse_long(const char *s, long lo, long hi, long *out) {
@@ -107,7 +113,8 @@ int cli_gen_opts_parse(cli_gen_opts *o, int argc, char **argv, int *i) {
         "-m", "--model", "-p", "--prompt", "-n", "--max-tokens", "-t", "--threads", "-c", "--ctx",
         "--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--typical", "--repeat-penalty",
         "--repeat-last-n", "--presence-penalty", "--frequency-penalty", "--logit-bias", "--seed", "--stop",
-        "--logprobs", "--beams", "--length-penalty", "--samplers", "--system", "--chat-template"};
+        "--logprobs", "--beams", "--length-penalty", "--samplers", "--system", "--chat-template", "--draft",
+        "--draft-max", "--lookup"};
     bool known = false;
     for (size_t k = 0; k < CN_ARRAY_LEN(WITH_VALUE) && !known; k++) known = !strcmp(name, WITH_VALUE[k]);
     if (!known) return 0;
@@ -127,6 +134,7 @@ int cli_gen_opts_parse(cli_gen_opts *o, int argc, char **argv, int *i) {
     else if (!strcmp(name, "--system")) o->system = val;
     else if (!strcmp(name, "--chat-template")) o->chat_template = val;
     else if (!strcmp(name, "--samplers")) o->samplers = val;
+    else if (!strcmp(name, "--draft")) o->draft = val;
     else if (!strcmp(name, "--temp") || !strcmp(name, "--temperature")) fp = &s->temperature;
     else if (!strcmp(name, "--top-p")) fp = &s->top_p;
     else if (!strcmp(name, "--min-p")) fp = &s->min_p;
@@ -179,6 +187,8 @@ int cli_gen_opts_parse(cli_gen_opts *o, int argc, char **argv, int *i) {
         else if (!strcmp(name, "--repeat-last-n")) s->penalty_last_n = (int32_t)l;
         else if (!strcmp(name, "--logprobs")) s->n_logprobs = (int32_t)l;
         else if (!strcmp(name, "--beams")) o->gp.beam.n_beams = (int32_t)l;
+        else if (!strcmp(name, "--draft-max")) o->spec.n_draft_max = (int32_t)l;
+        else if (!strcmp(name, "--lookup")) o->spec.lookup_n = (int32_t)l;
         else if (!strcmp(name, "-t") || !strcmp(name, "--threads")) {
             if (l < 1 || l > 1024) {
                 cn_cli_errorf("%s: %s = %ld is out of range: must be in [1, 1024]", o->cmd, name, l);
@@ -265,6 +275,41 @@ int cli_engine_start(cli_engine *e, const cli_gen_opts *o, int32_t n_batch, int3
         return 1;
     }
     e->run = (cn_gen_runner){e->model, e->ctx, e->kv, n_batch};
+    return 0;
+}
+
+int cli_spec_start(cli_engine *e, cli_engine *d, cli_gen_opts *o) {
+    memset(d, 0, sizeof *d);
+    cn_error err = {0};
+    if (o->draft && o->spec.lookup_n > 0) {
+        cn_cli_errorf("%s: --draft and --lookup are two drafters: give one", o->cmd);
+        return 2;
+    }
+    if (o->draft && o->gp.beam.n_beams > 1) {
+        cn_cli_errorf("%s: speculative decoding (--draft, --lookup) does not combine with --beams", o->cmd);
+        return 2;
+    }
+    if (o->spec.lookup_n > 0 && o->gp.beam.n_beams > 1) {
+        cn_cli_errorf("%s: speculative decoding (--draft, --lookup) does not combine with --beams", o->cmd);
+        return 2;
+    }
+    if (cn_spec_validate(&o->spec, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("%s: %s", o->cmd, err.msg);
+        return 2;
+    }
+    if (!o->draft) return 0;
+    cli_gen_opts od = *o;
+    od.model = o->draft;
+    od.n_ctx = e->n_ctx;
+    if (cli_engine_load(d, &od)) return 1;
+    if (cn_spec_check_vocab(e->tok, d->tok, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("%s: --draft %s: %s", o->cmd, o->draft, err.msg);
+        return 2;
+    }
+    d->n_ctx = e->n_ctx;
+    if (cli_engine_start(d, &od, e->run.n_batch, 1, 0)) return 1;
+    o->spec.draft = &d->run;
+    o->spec.draft_seq = 0;
     return 0;
 }
 
@@ -360,4 +405,15 @@ void cli_print_timings(const cn_gen_timings *t, cn_finish_reason r) {
             "finish %s\n",
             t->n_prompt_tokens, t->n_cached_tokens, t->prefill_tok_s, t->prefill_ms, t->ttft_ms,
             t->n_generated_tokens, t->decode_tok_s, t->itl_mean_ms, t->itl_p90_ms, cn_finish_reason_str(r));
+}
+
+void cli_print_spec(const cn_spec_stats *s) {
+    const int64_t made = s->steps + s->accepted;
+    fprintf(stderr,
+            "cinder: speculation: %lld target passes for %lld tokens (%.2f per pass); drafted %lld, accepted %lld "
+            "(%.1f%%); %lld passes with no draft, %lld draft-model passes\n",
+            (long long)s->steps, (long long)made, s->steps ? (double)made / (double)s->steps : 0.0,
+            (long long)s->drafted, (long long)s->accepted,
+            s->drafted ? 100.0 * (double)s->accepted / (double)s->drafted : 0.0, (long long)s->plain_steps,
+            (long long)s->draft_evals);
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "gen/generate.h"
+#include "gen/spec.h"
 #include "text/chat.h"
 
 #define CLI_MAX_LOGIT_BIAS 1024
@@ -21,6 +22,8 @@ typedef struct {
     const char *system;        /* --system */
     const char *chat_template; /* --chat-template */
     const char *samplers;      /* --samplers */
+    const char *draft;         /* --draft MODEL */
+    cn_spec_params spec;       /* --lookup N, --draft-max K; .draft set by cli_spec_start */
     long n_threads, n_ctx;     /* -t, -c/--ctx (0: the model's, at most 4096) */
     bool json, chat;           /* --json, --chat */
     cn_gen_params gp;          /* stop and logit_bias point into the arrays below */
@@ -38,7 +41,8 @@ void cli_gen_opts_init(cli_gen_opts *o, const char *cmd);
  * --temp --top-k --top-p --min-p --typical --repeat-penalty --repeat-last-n
  * --presence-penalty --frequency-penalty --logit-bias ID=BIAS --seed --stop STR
  * --ignore-eos --logprobs N --logprobs-after-chain --beams N --length-penalty X
- * --early-stopping --samplers ORDER --json --chat --system S --chat-template NAME. */
+ * --early-stopping --samplers ORDER --json --chat --system S --chat-template NAME
+ * --draft MODEL --draft-max K --lookup N. */
 int cli_gen_opts_parse(cli_gen_opts *o, int argc, char **argv, int *i);
 
 /* Help text for the flags above. */
@@ -68,6 +72,12 @@ int cli_engine_load(cli_engine *e, const cli_gen_opts *o);
 int cli_engine_start(cli_engine *e, const cli_gen_opts *o, int32_t n_batch, int32_t n_seqs, int64_t n_blocks);
 void cli_engine_close(cli_engine *e);
 
+/* Speculative decoding from --draft / --lookup: checks the flags, loads the draft model
+ * into d (same context size, one sequence; its vocabulary must be e's) and points
+ * o->spec.draft at it. After cli_engine_start(e). 0, 1 or 2 (message printed); close d
+ * with cli_engine_close either way. */
+int cli_spec_start(cli_engine *e, cli_engine *d, cli_gen_opts *o);
+
 /* The chat template: --chat-template NAME, else detected from tokenizer.chat_template.
  * NULL after printing the error. */
 cn_chat_template *cli_chat_template(const cli_engine *e, const cli_gen_opts *o);
@@ -88,5 +98,8 @@ bool cli_sigint_cancel(void *user); /* a cn_gen_cancel_fn */
 /* Two lines on stderr: prompt tokens, prefill tok/s, time to first token; generated
  * tokens, decode tok/s, inter-token latency mean and p90, finish reason. */
 void cli_print_timings(const cn_gen_timings *t, cn_finish_reason r);
+/* One line on stderr: verify passes, drafted and accepted tokens, acceptance rate and
+ * tokens per target pass. */
+void cli_print_spec(const cn_spec_stats *s);
 
 #endif

@@ -70,7 +70,8 @@ static json_t *json_token(const cn_tokenizer *tok, int32_t id, float logprob) {
                      "logprob", (double)logprob);
 }
 
-static int print_json(const cli_gen_opts *o, const cli_engine *e, const cn_gen *g, const cn_beam_result *beam) {
+static int print_json(const cli_gen_opts *o, const cli_engine *e, const cn_gen *g, const cn_beam_result *beam,
+                      const cn_spec_stats *spec) {
     cn_gen_timings t;
     cn_gen_get_timings(g, &t);
     size_t n_text;
@@ -116,6 +117,12 @@ static int print_json(const cli_gen_opts *o, const cli_engine *e, const cn_gen *
                             json_pack("{s:i, s:f, s:f, s:f, s:i}", "n_beams", (int)o->gp.beam.n_beams,
                                       "length_penalty", (double)o->gp.beam.length_penalty, "score", beam->score,
                                       "sum_logprob", beam->sum_logprob, "n_finished", (int)beam->n_finished));
+    if (spec)
+        json_object_set_new(root, "speculation",
+                            json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "drafter", o->spec.draft ? "model" : "lookup",
+                                      "target_passes", (json_int_t)spec->steps, "drafted", (json_int_t)spec->drafted,
+                                      "accepted", (json_int_t)spec->accepted, "plain_passes",
+                                      (json_int_t)spec->plain_steps, "draft_passes", (json_int_t)spec->draft_evals));
     char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9));
     json_decref(root);
     if (!s) {
@@ -170,7 +177,7 @@ int cn_cli_run(int argc, char **argv) {
     if (cli_gen_opts_check(&o)) return 2;
 
     int rc = 1;
-    cli_engine e;
+    cli_engine e, de = {0};
     char *text = NULL;
     int32_t *ids = NULL;
     cn_gen *g = NULL;
@@ -205,7 +212,9 @@ int cn_cli_run(int argc, char **argv) {
         const int64_t gen = CN_MIN((int64_t)o.gp.max_tokens, (int64_t)e.n_ctx - n_prompt);
         n_blocks = (n_prompt + bt - 1) / bt + k * ((gen + bt - 1) / bt + 2);
     }
-    if (cli_engine_start(&e, &o, n_batch, k, n_blocks)) goto done;
+    if (cli_engine_start(&e, &o, CN_MAX(n_batch, CN_SPEC_MAX_DRAFT + 1), k, n_blocks)) goto done;
+    if ((rc = cli_spec_start(&e, &de, &o)) != 0) goto done;
+    rc = 1;
 
     if (!o.json) o.gp.on_text = stream_text;
     o.gp.should_cancel = cli_sigint_cancel;
@@ -216,8 +225,10 @@ int cn_cli_run(int argc, char **argv) {
     }
     cli_sigint_arm();
     cn_beam_result beam;
+    cn_spec_stats ss = {0};
+    const bool spec = o.spec.draft || o.spec.lookup_n > 0;
     cn_status st = k > 1 ? cn_beam_search(&e.run, 0, ids, n_prompt, g, &beam, &err)
-                         : cn_generate(&e.run, 0, ids, n_prompt, 0, g, &err);
+                         : cn_generate_spec(&e.run, &o.spec, 0, ids, n_prompt, 0, g, &ss, &err);
     cli_sigint_disarm();
     if (st != CN_STATUS_OK) {
         if (!o.json) fputc('\n', stdout);
@@ -225,19 +236,21 @@ int cn_cli_run(int argc, char **argv) {
         goto done;
     }
     if (o.json) {
-        rc = print_json(&o, &e, g, k > 1 ? &beam : NULL);
+        rc = print_json(&o, &e, g, k > 1 ? &beam : NULL, spec ? &ss : NULL);
     } else {
         fputc('\n', stdout);
         fflush(stdout);
         cn_gen_timings t;
         cn_gen_get_timings(g, &t);
         cli_print_timings(&t, cn_gen_finish_reason(g));
+        if (spec) cli_print_spec(&ss);
         rc = 0;
     }
 done:
     cn_gen_free(g);
     free(ids);
     free(text);
+    cli_engine_close(&de);
     cli_engine_close(&e);
     return rc;
 }
