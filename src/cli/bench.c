@@ -171,13 +171,6 @@ static int32_t rand_token(runner *r, int32_t n_vocab) {
     return (int32_t)((r->rng >> 33) % (uint64_t)n_vocab);
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t a = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[a]) a = i;
-    return a;
-}
-
 /* pp: n_p random tokens in one batch; returns the wall time in ms. */
 static cn_status run_pp(runner *r, int32_t n_p, double *ms, cn_error *err) {
     const int32_t V = cn_model_hparams(r->m)->n_vocab;
@@ -215,14 +208,14 @@ static cn_status run_chat(runner *r, const int32_t *prompt, int32_t n_prompt, in
     const double t0 = cn_time_ms();
     cn_status s = cn_forward(r->m, r->c, &r->b, r->kv, r->logits, err);
     if (s != CN_STATUS_OK) return s;
-    int32_t id = argmax(r->logits, V);
+    int32_t id = cn_argmax(r->logits, V);
     double prev = cn_time_ms();
     *ttft_ms = prev - t0;
     for (int32_t i = 1; i < n_g; i++) {
         cn_batch_clear(&r->b);
         cn_batch_add(&r->b, id, n_prompt + i - 1, 0, true);
         if ((s = cn_forward(r->m, r->c, &r->b, r->kv, r->logits, err)) != CN_STATUS_OK) return s;
-        id = argmax(r->logits, V);
+        id = cn_argmax(r->logits, V);
         const double now = cn_time_ms();
         itl_ms[i - 1] = now - prev;
         prev = now;

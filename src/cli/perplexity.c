@@ -78,13 +78,6 @@ static void log_softmax(const float *x, int32_t n, double *out) {
     for (int32_t i = 0; i < n; i++) out[i] = (double)x[i] - lse;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* Logits (n, n_vocab) for one chunk of tokens, run as one sequence through a fresh KV
  * cache of the given type, in batches of at most n_batch rows. */
 static int chunk_logits(cli_engine *e, cn_kv *kv, const int32_t *tok, int32_t n, int32_t n_batch,
@@ -254,7 +247,7 @@ int cn_cli_perplexity(int argc, char **argv) {
                 for (size_t v = 0; v < V; v++) kl += exp(lp_ref[v]) * (lp_ref[v] - lp[v]);
                 kl_sum += kl;
                 kl_max = kl > kl_max ? kl : kl_max;
-                n_agree += argmax(r, e.n_vocab) == argmax(q, e.n_vocab);
+                n_agree += cn_argmax(r, e.n_vocab) == cn_argmax(q, e.n_vocab);
             }
             n_scored++;
         }

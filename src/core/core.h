@@ -41,6 +41,14 @@ static inline bool cn_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
     return true;
 }
 
+/* Index of the largest of x[0..n) (n >= 1), the first on ties: greedy's choice. */
+static inline int32_t cn_argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 /* Aligned allocation (64 bytes, a cache line and an AVX-512 register). Returns NULL on
  * failure or n == 0 overflow; cn_free_aligned(NULL) is a no-op. */
 #define CN_ALIGN 64

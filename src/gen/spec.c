@@ -59,13 +59,6 @@ int32_t cn_spec_lookup(const int32_t *hist, size_t n, int32_t max_n, int32_t k, 
     return 0;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* The draft model's state: how much of the request's history its cache holds. */
 typedef struct {
     const cn_gen_runner *r;
@@ -149,7 +142,7 @@ static cn_status draft_propose(draft_state *d, const int32_t *hist, int32_t n, i
     cn_batch b = {0};
     s = cn_batch_init(&b, 1, err);
     for (int32_t j = 0; s == CN_STATUS_OK && j < k; j++) {
-        out[j] = argmax(d->logits, V);
+        out[j] = cn_argmax(d->logits, V);
         *n_out = j + 1;
         if (j + 1 == k) break;
         cn_batch_clear(&b);
