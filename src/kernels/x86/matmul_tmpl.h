@@ -404,41 +404,35 @@ static size_t CN_X86_SUFFIX(packed_size)(uint32_t type, int64_t n_out, int64_t k
     return (size_t)n;
 }
 
-/* kq_tile's layout: dword c of each row's block together, VL rows per vector. */
-static void pack_k(uint32_t type, const void *w, size_t w_row_bytes, int64_t n_out, int64_t k, void *dst) {
-    const size_t bb = cn_type_traits_get(type)->type_size, n_dw = bb / 4;
-    const int64_t nb = k / CN_QK_K, n_tiles = (n_out + VL - 1) / VL;
-    uint8_t *o = dst;
-    for (int64_t t = 0; t < n_tiles; t++)
-        for (int64_t b = 0; b < nb; b++, o += VL * bb)
-            for (int r = 0; r < VL; r++) {
-                const int64_t row = CN_MIN(t * VL + r, n_out - 1);
-                const uint8_t *s = (const uint8_t *)w + (size_t)row * w_row_bytes + (size_t)b * bb;
-                for (size_t c = 0; c < n_dw; c++) memcpy(o + c * 4 * VL + 4 * (size_t)r, s + 4 * c, 4);
-                if (bb % 4) memcpy(o + n_dw * 4 * VL + 2 * (size_t)r, s + 4 * n_dw, 2); /* Q6_K's d */
-            }
+/* Row r's block s into its tile's packed block o: kq_tile's layout for the K-quants
+ * (dword c of every row's block together), pk_layout's for the 32-element formats. */
+static void pack_row_block(uint32_t type, const uint8_t *s, int r, uint8_t *o) {
+    if (pack_k_type(type)) {
+        const size_t bb = cn_type_traits_get(type)->type_size, n_dw = bb / 4;
+        for (size_t c = 0; c < n_dw; c++) memcpy(o + c * 4 * VL + 4 * (size_t)r, s + 4 * c, 4);
+        if (bb % 4) memcpy(o + n_dw * 4 * VL + 2 * (size_t)r, s + 4 * n_dw, 2); /* Q6_K's d */
+        return;
+    }
+    const size_t qs_src = type == CN_TYPE_Q4_0 ? 2 : type == CN_TYPE_Q4_1 ? 4 : type == CN_TYPE_Q5_0 ? 6
+                        : type == CN_TYPE_Q5_1 ? 8 : 2;
+    const int n_dw = type == CN_TYPE_Q8_0 ? 8 : 4;
+    const pk_off L = pk_layout(type);
+    memcpy(o + 2 * r, s, 2);
+    if (L.m) memcpy(o + L.m + 2 * r, s + 2, 2);
+    if (L.qh) memcpy(o + L.qh + 4 * r, s + qs_src - 4, 4);
+    for (int c = 0; c < n_dw; c++) memcpy(o + L.qs + (size_t)c * 4 * VL + 4 * r, s + qs_src + 4 * c, 4);
 }
 
 static void CN_X86_SUFFIX(pack)(uint32_t type, const void *w, size_t w_row_bytes, int64_t n_out, int64_t k, void *dst) {
-    if (pack_k_type(type)) {
-        pack_k(type, w, w_row_bytes, n_out, k, dst);
-        return;
-    }
-    const size_t bb = blk32_bytes(type), qs_src = type == CN_TYPE_Q4_0 ? 2 : type == CN_TYPE_Q4_1 ? 4
-                                                  : type == CN_TYPE_Q5_0 ? 6 : type == CN_TYPE_Q5_1 ? 8 : 2;
-    const int n_dw = type == CN_TYPE_Q8_0 ? 8 : 4;
-    const pk_off L = pk_layout(type);
-    const int64_t nb = k / 32, n_tiles = (n_out + VL - 1) / VL;
+    const cn_type_traits *tr = cn_type_traits_get(type);
+    const size_t bb = tr->type_size;
+    const int64_t nb = k / tr->block_size, n_tiles = (n_out + VL - 1) / VL;
     uint8_t *o = dst;
     for (int64_t t = 0; t < n_tiles; t++)
         for (int64_t b = 0; b < nb; b++, o += VL * bb)
             for (int r = 0; r < VL; r++) {
                 const int64_t row = CN_MIN(t * VL + r, n_out - 1);
-                const uint8_t *s = (const uint8_t *)w + (size_t)row * w_row_bytes + (size_t)b * bb;
-                memcpy(o + 2 * r, s, 2);
-                if (L.m) memcpy(o + L.m + 2 * r, s + 2, 2);
-                if (L.qh) memcpy(o + L.qh + 4 * r, s + qs_src - 4, 4);
-                for (int c = 0; c < n_dw; c++) memcpy(o + L.qs + (size_t)c * 4 * VL + 4 * r, s + qs_src + 4 * c, 4);
+                pack_row_block(type, (const uint8_t *)w + (size_t)row * w_row_bytes + (size_t)b * bb, r, o);
             }
 }
 
