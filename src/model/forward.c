@@ -420,6 +420,15 @@ typedef struct {
     const cn_weight *add_norm, *norm;
 } resid_norm;
 
+/* The batch path's matmuls on one quantized input, in one region: y[i] = (rows of qs
+ * buffer wi[i]) · w[i]ᵀ. */
+static void run_matmuls(cn_ctx *c, const quant_set *qs, const int *wi, int64_t rows, int nw, const cn_weight *const *w,
+                        float *const *y) {
+    mm_group g = {c->kern, nw, {{0}}};
+    for (int i = 0; i < nw; i++) g.a[i] = mm_args(w[i], qs, wi[i], rows, y[i], w[i]->ne1);
+    cn_pool_run(c->pool, mm_group_run, &g);
+}
+
 /* resid_norm over the batch's rows, then y[i] = xb · w[i]ᵀ for nw matmuls on it. With
  * want, only those n_want rows go on to the matmuls (row i of y is batch row want[i]). */
 static void norm_matmuls(cn_ctx *c, int64_t n, const int32_t *want, int64_t n_want, resid_norm rn, int nw,
@@ -437,9 +446,7 @@ static void norm_matmuls(cn_ctx *c, int64_t n, const int32_t *want, int64_t n_wa
     resid_norm_task t = {c, rows, rn.add, rn.add_norm, rn.norm, want, {0}};
     quant_plan(c, w, nw, &t.qs, wi);
     cn_pool_run(c->pool, resid_norm_run, &t);
-    mm_group g = {c->kern, nw, {{0}}};
-    for (int i = 0; i < nw; i++) g.a[i] = mm_args(w[i], &t.qs, wi[i], rows, y[i], w[i]->ne1);
-    cn_pool_run(c->pool, mm_group_run, &g);
+    run_matmuls(c, &t.qs, wi, rows, nw, w, y);
 }
 
 /* y = src · wᵀ for n rows of width k (src quantized first). */
@@ -454,8 +461,7 @@ static void quant_matmul(cn_ctx *c, int64_t n, const float *src, int64_t k, cons
     quant_plan(c, &w, 1, &qs, &wi);
     quant_task qt = {c->kern, qs.act[0], src, k, n, qs.buf[0], qs.rb[0]};
     cn_pool_run(c->pool, quant_run, &qt);
-    mm_group g = {c->kern, 1, {mm_args(w, &qs, 0, n, y, w->ne1)}};
-    cn_pool_run(c->pool, mm_group_run, &g);
+    run_matmuls(c, &qs, &wi, n, 1, &w, &y);
 }
 
 /* hg = act(hg) * hu, then y = hg · wᵀ. */
@@ -469,8 +475,7 @@ static void act_matmul(cn_ctx *c, int64_t n, cn_act act, const cn_weight *w, flo
     act_task t = {c, n, act, {0}};
     quant_plan(c, &w, 1, &t.qs, &wi);
     cn_pool_run(c->pool, act_run, &t);
-    mm_group g = {c->kern, 1, {mm_args(w, &t.qs, 0, n, y, w->ne1)}};
-    cn_pool_run(c->pool, mm_group_run, &g);
+    run_matmuls(c, &t.qs, &wi, n, 1, &w, &y);
 }
 
 /* Biases, q/k norms, RoPE and the q pre-scale of every row (one row: on this thread). */
