@@ -285,11 +285,7 @@ int cli_spec_start(cli_engine *e, cli_engine *d, cli_gen_opts *o) {
         cn_cli_errorf("%s: --draft and --lookup are two drafters: give one", o->cmd);
         return 2;
     }
-    if (o->draft && o->gp.beam.n_beams > 1) {
-        cn_cli_errorf("%s: speculative decoding (--draft, --lookup) does not combine with --beams", o->cmd);
-        return 2;
-    }
-    if (o->spec.lookup_n > 0 && o->gp.beam.n_beams > 1) {
+    if ((o->draft || o->spec.lookup_n > 0) && o->gp.beam.n_beams > 1) {
         cn_cli_errorf("%s: speculative decoding (--draft, --lookup) does not combine with --beams", o->cmd);
         return 2;
     }

@@ -96,9 +96,11 @@ static int32_t plan(planner *pl, int32_t kmax) {
     if (pl->t1 <= 0) return 0;                            /* measure a plain step first */
     if (pl->per_row < 0) return CN_MIN(kmax, 4);          /* then a speculative one */
     int32_t best = 0, best_pos = 1;
+    double f_best = tokens_per_ms(pl, 0), f_pos = 0;
     for (int32_t k = 1; k <= kmax; k++) {
-        if (tokens_per_ms(pl, k) > tokens_per_ms(pl, best)) best = k;
-        if (tokens_per_ms(pl, k) > tokens_per_ms(pl, best_pos)) best_pos = k;
+        const double f = tokens_per_ms(pl, k);
+        if (f > f_best) best = k, f_best = f;
+        if (f > f_pos) best_pos = k, f_pos = f;
     }
     if (best == 0 && ++pl->plain_run >= 16) {
         pl->plain_run = 0;
