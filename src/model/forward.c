@@ -233,14 +233,19 @@ static void resid_norm_row(const cn_kernels *K, const cn_hparams *hp, float *x, 
     K->rmsnorm(x, norm->data, xb, E, hp->norm_eps);
 }
 
+/* The per-row step before a group of matmuls: x += add_norm(add) (add NULL: no branch;
+ * add_norm NULL: added as is, else normed in place first); xb = norm(x). */
+typedef struct {
+    float *add;
+    const cn_weight *add_norm, *norm;
+} resid_norm;
+
 /* Rows r: [add_norm(add_r); x_r += add_r]; xb_r = norm(x_r); quantize xb_r. With
  * `want`, row i works on batch row want[i] and writes xb / quantized row i. */
 typedef struct {
     cn_ctx *c;
     int64_t n;
-    float *add;                 /* (n, E) or NULL */
-    const cn_weight *add_norm;  /* post-norm of `add` rows, or NULL */
-    const cn_weight *norm;
+    resid_norm rn;              /* rn.add: (n, E) or NULL, its rows normed in place */
     const int32_t *want;        /* NULL: row i is batch row i */
     quant_set qs;
 } resid_norm_task;
@@ -254,8 +259,8 @@ static void resid_norm_run(void *p, int ith, int nth) {
     cn_split(t->n, ith, nth, &i0, &i1);
     for (int64_t i = i0; i < i1; i++) {
         const int64_t r = t->want ? t->want[i] : i;
-        float *ar = t->add ? t->add + r * E : NULL; /* normed in place */
-        resid_norm_row(K, hp, c->x + r * E, ar, ar, t->add_norm, t->norm, c->xb + i * E);
+        float *ar = t->rn.add ? t->rn.add + r * E : NULL; /* normed in place */
+        resid_norm_row(K, hp, c->x + r * E, ar, ar, t->rn.add_norm, t->rn.norm, c->xb + i * E);
         quant_row(K, &t->qs, c->xb + i * E, E, i);
     }
 }
@@ -364,9 +369,8 @@ typedef struct {
     cn_ctx *c;
     dec_mode mode;
     int64_t row;                /* DEC_RESID_NORM: the batch row (x, add) */
-    const float *add;           /* DEC_RESID_NORM: branch added to x (NULL: none) */
-    const cn_weight *add_norm;  /* its post-norm, or NULL */
-    const cn_weight *norm;
+    resid_norm rn;              /* DEC_RESID_NORM (rn.add is read only: the branch is normed
+                                 * into this thread's buffer) */
     const float *src;           /* DEC_QUANT: the row */
     cn_act act;                 /* DEC_ACT (hg, hu row 0) */
     int64_t k;                  /* width quantized */
@@ -387,7 +391,7 @@ static void dec_run(void *p, int ith, int nth) {
         const int64_t E = hp->n_embd;
         float *xr = f, *br = f + c->thr_w, *xb = f + 2 * c->thr_w;
         memcpy(xr, c->x + t->row * E, (size_t)E * sizeof(float));
-        resid_norm_row(K, hp, xr, t->add ? t->add + t->row * E : NULL, br, t->add_norm, t->norm, xb);
+        resid_norm_row(K, hp, xr, t->rn.add ? t->rn.add + t->row * E : NULL, br, t->rn.add_norm, t->rn.norm, xb);
         in = xb;
     } else if (t->mode == DEC_ACT) {
         K->gated_act(t->act, c->hg, c->hu, f, t->k);
@@ -413,13 +417,6 @@ static void dec_keep_x(cn_ctx *c, int64_t row) {
 /* ---- the steps of a layer: each picks the one-row (decode) region or the batch's
  * regions itself, so the layer loop is the model's math, one call per step ---- */
 
-/* The per-row step before a group of matmuls: x += add_norm(add) (add NULL: no branch;
- * add_norm NULL: added as is, else normed in place first); xb = norm(x). */
-typedef struct {
-    float *add;
-    const cn_weight *add_norm, *norm;
-} resid_norm;
-
 /* The batch path's matmuls on one quantized input, in one region: y[i] = (rows of qs
  * buffer wi[i]) · w[i]ᵀ. */
 static void run_matmuls(cn_ctx *c, const quant_set *qs, const int *wi, int64_t rows, int nw, const cn_weight *const *w,
@@ -434,8 +431,8 @@ static void run_matmuls(cn_ctx *c, const quant_set *qs, const int *wi, int64_t r
 static void norm_matmuls(cn_ctx *c, int64_t n, const int32_t *want, int64_t n_want, resid_norm rn, int nw,
                          const cn_weight *const *w, float *const *y) {
     if (n == 1) {
-        dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .add = rn.add, .add_norm = rn.add_norm,
-                      .norm = rn.norm, .k = cn_model_hparams(c->m)->n_embd, .n_mm = nw};
+        dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .rn = rn, .k = cn_model_hparams(c->m)->n_embd,
+                      .n_mm = nw};
         for (int i = 0; i < nw; i++) d.w[i] = w[i], d.y[i] = y[i];
         cn_pool_run(c->pool, dec_run, &d);
         dec_keep_x(c, 0);
@@ -443,7 +440,7 @@ static void norm_matmuls(cn_ctx *c, int64_t n, const int32_t *want, int64_t n_wa
     }
     const int64_t rows = want ? n_want : n;
     int wi[3];
-    resid_norm_task t = {c, rows, rn.add, rn.add_norm, rn.norm, want, {0}};
+    resid_norm_task t = {c, rows, rn, want, {0}};
     quant_plan(c, w, nw, &t.qs, wi);
     cn_pool_run(c->pool, resid_norm_run, &t);
     run_matmuls(c, &t.qs, wi, rows, nw, w, y);
