@@ -281,6 +281,7 @@ typedef struct cn_engine cn_engine;
 
 #define CN_ENGINE_MAX_N 16           /* completions per request */
 #define CN_ENGINE_MAX_RUNNING 1024   /* sequences in the running batch */
+#define CN_ENGINE_MAX_DRAFT 16       /* speculative guesses per sequence and step */
 
 typedef struct {
     int32_t n_threads;     /* [1, 1024]; default 1 */
@@ -298,6 +299,8 @@ typedef struct {
     int32_t n_ctx;         /* most positions per sequence; 0 (default) = the model's
                               training context; never more than the KV budget */
     bool prefix_cache;     /* reuse cached prompt blocks; default true */
+    bool spec_fixed;       /* speculation (a request's lookup_n): every guess lookup finds
+                              runs, without the cost model; default false */
 } cn_engine_params;
 
 cn_engine_params cn_engine_default_params(void);
@@ -315,6 +318,17 @@ typedef struct {
                                       with seed + i (with CN_SAMPLING_SEED_RANDOM: one picked
                                       seed, then + i), so it equals an n = 1 request with
                                       that seed */
+    int32_t lookup_n;              /* speculative decoding by n-gram lookup: each step may
+                                      guess the continuation of the longest recent repeat
+                                      of the last 1..lookup_n tokens in the prompt and
+                                      output, and the pass checks the guesses with the
+                                      decode row. [0, 8]; 0 (default) = off. The tokens are
+                                      the ones made without it (greedy or seeded); the
+                                      engine drafts only while its measured step costs and
+                                      the request's acceptance say it pays, so at a large
+                                      batch it stops by itself */
+    int32_t max_draft;             /* the most guesses per step, [1, CN_ENGINE_MAX_DRAFT];
+                                      0 = 8 */
 } cn_engine_request;
 
 cn_engine_request cn_engine_request_default(void); /* n = 1, gen = cn_gen_default() */
@@ -383,6 +397,9 @@ typedef struct {
     int64_t n_preemptions;
     int64_t n_steps, n_rows;       /* forward passes and the rows they ran */
     int64_t n_generated;           /* tokens generated over all requests */
+    int64_t n_drafted;             /* speculative guesses checked (rows beyond decode rows) */
+    int64_t n_accepted;            /* of them, confirmed (tokens made without a row of their own) */
+    int64_t n_spec_steps;          /* decode rows that carried guesses */
 } cn_engine_stats;
 
 void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);

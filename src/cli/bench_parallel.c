@@ -16,6 +16,12 @@
  * requests": with the prefix cache they skip the system prompt's prefill; the same run
  * with --no-prefix-cache shows what that is worth.
  *
+ * --prompt-file F: every request's prompt is "Request i." and the file's text (input-
+ * grounded work such as "rewrite this code", where n-gram lookup pays). --lookup N: each
+ * request asks for speculation by n-gram lookup (cn_engine_request.lookup_n); the engine
+ * decides per step how many guesses run, and the guesses checked and confirmed are
+ * reported (the tokens are the same as without it).
+ *
  * Output: a table on stdout (progress on stderr), or one JSON object per level with
  * --json. Every figure is wall time on a machine others may use: the 1-minute load
  * average is printed with it. */
@@ -44,6 +50,8 @@ typedef struct {
     int64_t kv_mem_mib;
     cn_type kv_type;
     bool shared, prefix_cache, json;
+    int32_t lookup_n;
+    char *file_text;     /* --prompt-file's contents, or NULL */
 } popts;
 
 /* ---- prompts ---- */
@@ -63,10 +71,12 @@ static const char k_system_sentence[] =
 
 static char *prompt_for(const popts *o, const char *system, int i) {
     const char *topic = k_topics[i % (int)CN_ARRAY_LEN(k_topics)];
-    const size_t n = strlen(system) + 256;
+    const size_t n = strlen(system) + (o->file_text ? strlen(o->file_text) : 0) + 256;
     char *p = malloc(n);
     if (!p) return NULL;
-    if (o->shared)
+    if (o->file_text)
+        snprintf(p, n, "Request %d.\n%s", i + 1, o->file_text);
+    else if (o->shared)
         snprintf(p, n, "%sQuestion %d: please tell me a very short story about %s.\nAnswer:", system, i + 1, topic);
     else
         snprintf(p, n, "Story %d, about %s. Once upon a time, in a place not far from here, there lived", i + 1,
@@ -132,6 +142,7 @@ typedef struct {
     double ttft_p50, ttft_p90, ttft_p99, itl_p50, itl_p90, itl_p99;
     double kv_mib;
     int64_t n_gen, n_cached, preemptions;
+    int64_t drafted, accepted;
     double load;
 } presult;
 
@@ -202,6 +213,7 @@ static int run_level(const cn_model *m, const cn_tokenizer *tok, const popts *o,
     r.gen.sampling.temperature = 0.0f;
     r.gen.sampling.seed = 1;
     r.gen.sampling.ignore_eos = true;
+    r.lookup_n = o->lookup_n;
     uint64_t id = 0;
     /* ids are 1, 2, ... in submission order: they index rec.reqs */
     uint64_t first_id = 1;
@@ -255,6 +267,8 @@ static int run_level(const cn_model *m, const cn_tokenizer *tok, const popts *o,
     res->itl_p99 = cn_gen_percentile(rec.gaps, rec.n_gaps, 0.99);
     res->kv_mib = (double)st.kv_blocks_peak * (double)st.kv_block_bytes / (1024.0 * 1024.0);
     res->preemptions = st.n_preemptions - st0.n_preemptions;
+    res->drafted = st.n_drafted - st0.n_drafted;
+    res->accepted = st.n_accepted - st0.n_accepted;
     res->load = load1();
     rc = 0;
 done:
@@ -271,14 +285,15 @@ done:
 /* ---- output ---- */
 
 static void print_json(const popts *o, const presult *r) {
-    json_t *j = json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f}",
+    json_t *j = json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:i, s:I, s:I}",
                           "model", o->model, "variant", o->shared ? "shared" : "distinct", "prefix_cache",
                           o->prefix_cache, "parallel", r->parallel, "threads", o->n_threads, "prompt_tokens",
                           r->n_prompt_mean, "gen_tokens", (json_int_t)r->n_gen, "gen_tok_s", r->gen_tok_s, "decode_tok_s", r->decode_tok_s,
                           "ttft_p50_ms", r->ttft_p50, "ttft_p90_ms", r->ttft_p90, "ttft_p99_ms", r->ttft_p99,
                           "itl_p50_ms", r->itl_p50, "itl_p90_ms", r->itl_p90, "itl_p99_ms", r->itl_p99, "kv_mib",
                           r->kv_mib, "cached_prompt_tokens", (json_int_t)r->n_cached, "preemptions",
-                          (json_int_t)r->preemptions, "wall_s", r->wall_s, "load1", r->load);
+                          (json_int_t)r->preemptions, "wall_s", r->wall_s, "load1", r->load, "lookup", o->lookup_n,
+                          "drafted", (json_int_t)r->drafted, "accepted", (json_int_t)r->accepted);
     if (!j) return;
     char *s = json_dumps(j, JSON_COMPACT);
     if (s) printf("%s\n", s);
@@ -290,9 +305,12 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: cinder bench --parallel 1,4,8,16 -m MODEL [-n 64] [-t THREADS] [--variant distinct|shared]\n"
             "       [--system-tokens 500] [--no-prefix-cache] [--kv-mem MiB] [--kv-type f16|q8_0] [--json]\n"
+            "       [--prompt-file F] [--lookup N]\n"
             "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
             "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB. 'shared' gives every\n"
-            "  request one common system prompt (after a warm-up request) to measure the prefix cache.\n");
+            "  request one common system prompt (after a warm-up request) to measure the prefix cache.\n"
+            "  --prompt-file F: every prompt is 'Request i.' and F's text. --lookup N: speculation by\n"
+            "  n-gram lookup (up to N-grams) in every request; guesses checked and confirmed are shown.\n");
 }
 
 int cn_cli_bench_parallel(int argc, char **argv) {
@@ -328,6 +346,12 @@ int cn_cli_bench_parallel(int argc, char **argv) {
             o.model = v;
             continue;
         }
+        if (!strcmp(a, "--prompt-file")) {
+            size_t len = 0;
+            free(o.file_text);
+            if (!(o.file_text = cn_cli_read_file(v, &len))) return 2;
+            continue;
+        }
         if (!strcmp(a, "--variant")) {
             if (strcmp(v, "distinct") && strcmp(v, "shared")) {
                 cn_cli_errorf("bench: --variant is 'distinct' or 'shared', got '%s'", v);
@@ -355,6 +379,7 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         else if (!strcmp(a, "-t") && n >= 1 && n <= 1024) o.n_threads = (int32_t)n;
         else if (!strcmp(a, "--system-tokens") && n >= 1 && n <= (1 << 16)) o.system_tokens = (int32_t)n;
         else if (!strcmp(a, "--kv-mem") && n >= 1 && n <= (1 << 20)) o.kv_mem_mib = n;
+        else if (!strcmp(a, "--lookup") && n >= 0 && n <= 8) o.lookup_n = (int32_t)n;
         else {
             cn_cli_errorf("bench: unknown option '%s' or value %ld out of range", a, n);
             usage(stderr);
@@ -383,9 +408,9 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         goto done;
     }
     if (!o.json)
-        printf("%-8s %-6s %4s %6s %9s %9s %10s %10s %10s %9s %9s %9s %8s %7s %5s\n", "variant", "prefix", "N", "prompt",
-               "gen tok/s", "dec tok/s", "ttft p50", "ttft p90", "ttft p99", "itl p50", "itl p90", "itl p99", "kv MiB", "preempt",
-               "load");
+        printf("%-8s %-6s %4s %6s %9s %9s %10s %10s %10s %9s %9s %9s %8s %7s %5s %8s %8s\n", "variant", "prefix", "N",
+               "prompt", "gen tok/s", "dec tok/s", "ttft p50", "ttft p90", "ttft p99", "itl p50", "itl p90", "itl p99",
+               "kv MiB", "preempt", "load", "drafted", "accepted");
     for (int32_t l = 0; l < o.n_levels; l++) {
         fprintf(stderr, "cinder bench: parallel %d (%s prompts, prefix cache %s, %d threads)...\n", o.levels[l],
                 o.shared ? "shared" : "distinct", o.prefix_cache ? "on" : "off", o.n_threads);
@@ -394,16 +419,19 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         if (o.json) {
             print_json(&o, &res);
         } else {
-            printf("%-8s %-6s %4d %6d %9.1f %9.1f %8.1fms %8.1fms %8.1fms %7.2fms %7.2fms %7.2fms %8.2f %7lld %5.2f\n",
-                   o.shared ? "shared" : "distinct", o.prefix_cache ? "on" : "off", res.parallel, res.n_prompt_mean,
-                   res.gen_tok_s, res.decode_tok_s, res.ttft_p50, res.ttft_p90, res.ttft_p99, res.itl_p50, res.itl_p90, res.itl_p99,
-                   res.kv_mib, (long long)res.preemptions, res.load);
+            printf("%-8s %-6s %4d %6d %9.1f %9.1f %8.1fms %8.1fms %8.1fms %7.2fms %7.2fms %7.2fms %8.2f %7lld %5.2f "
+                   "%8lld %8lld\n",
+                   o.file_text ? "file" : o.shared ? "shared" : "distinct", o.prefix_cache ? "on" : "off", res.parallel,
+                   res.n_prompt_mean, res.gen_tok_s, res.decode_tok_s, res.ttft_p50, res.ttft_p90, res.ttft_p99,
+                   res.itl_p50, res.itl_p90, res.itl_p99, res.kv_mib, (long long)res.preemptions, res.load,
+                   (long long)res.drafted, (long long)res.accepted);
         }
         fflush(stdout);
     }
     rc = 0;
 done:
     free(system);
+    free(o.file_text);
     cn_tokenizer_free(tok);
     cn_model_free(m);
     return rc;

@@ -5,6 +5,7 @@
 #define CN_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 int cn_cli_inspect(int argc, char **argv);
@@ -24,5 +25,7 @@ bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int ma
 
 /* Prints "cinder: <msg>" to stderr as one line. */
 void cn_cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A whole file (at most 1 GiB), NUL-terminated, *n its length; NULL after an error message. */
+char *cn_cli_read_file(const char *path, size_t *n);
 
 #endif

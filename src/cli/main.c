@@ -2,6 +2,7 @@
  * that turns a status into an exit code and a message. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,4 +86,44 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     cn_cli_errorf("unknown command '%s' (try 'cinder --help')", argv[1]);
     return 2;
+}
+
+char *cn_cli_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cn_cli_errorf("cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (len < cap) break;
+        if (cap > ((size_t)1 << 30)) {
+            cn_cli_errorf("'%s' is larger than 1 GiB", path);
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        char *nb = realloc(buf, 2 * cap + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    if (buf && ferror(f)) {
+        cn_cli_errorf("cannot read '%s'", path);
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[len] = 0;
+        *n = len;
+    }
+    return buf;
 }

@@ -6,7 +6,6 @@
  * does). With --kv-type T it also runs the same chunks with an F16 KV cache and reports
  * the next-token KL divergence KL(P_f16 ‖ P_T) at every scored position and how often
  * the top token agrees: the cost of storing the cache in T, on a fixed text. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,46 +25,6 @@ static void usage(FILE *f) {
             "  -t, --threads N      threads (default: all CPUs)\n"
             "  --kv-type T          f16 (default), f32 or q8_0; other than f16 also reports\n"
             "                       the KL divergence from the f16 cache at each position\n");
-}
-
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cn_cli_errorf("perplexity: cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (len < cap) break;
-        if (cap > ((size_t)1 << 30)) {
-            cn_cli_errorf("perplexity: '%s' is larger than 1 GiB", path);
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        char *nb = realloc(buf, 2 * cap + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) {
-        cn_cli_errorf("perplexity: cannot read '%s'", path);
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[len] = 0;
-        *n = len;
-    }
-    return buf;
 }
 
 /* log-softmax of one row into out (double, for sums over many positions). */
@@ -170,7 +129,7 @@ int cn_cli_perplexity(int argc, char **argv) {
     const bool compare = kv_type != CN_TYPE_F16;
 
     size_t n_text = 0;
-    char *text = read_file(file, &n_text);
+    char *text = cn_cli_read_file(file, &n_text);
     if (!text) return 1;
 
     int rc = 1;

@@ -48,6 +48,10 @@ static void usage(FILE *f) {
             "  --alias NAME           the model name clients use (default: the file name without .gguf)\n"
             "  --chat-template NAME   chatml, gemma or llama3 (default: from the model)\n"
             "  --no-prefix-cache      do not reuse cached prompt blocks\n"
+            "  --lookup N             speculative decoding by n-gram lookup (n-grams of up to N\n"
+            "                         tokens, 1..8) for requests that do not set \"speculative\";\n"
+            "                         the same tokens, drafted only while it pays (default: off)\n"
+            "  --draft-max K          guesses per step and sequence, 1..16 (default 8)\n"
             "  --shutdown-timeout S   on SIGINT/SIGTERM, let running requests finish this long (default 10)\n");
 }
 
@@ -144,6 +148,12 @@ int cn_cli_serve(int argc, char **argv) {
             tmpl_name = v;
         } else if (!strcmp(a, "--no-prefix-cache")) {
             ep.prefix_cache = false;
+        } else if (!strcmp(a, "--lookup")) {
+            INT_FLAG(0, 8);
+            sp.lookup_n = (int32_t)x;
+        } else if (!strcmp(a, "--draft-max")) {
+            INT_FLAG(1, CN_ENGINE_MAX_DRAFT);
+            sp.max_draft = (int32_t)x;
         } else if (!strcmp(a, "--shutdown-timeout")) {
             INT_FLAG(0, 3600);
             shutdown_s = x;

@@ -13,6 +13,17 @@
  * (a preempted sequence recomputes only K/V). So what a request sees is a function of
  * its prompt, parameters and seed alone.
  *
+ * Speculation (a request's lookup_n): before a step, each decoding completion that opted
+ * in may get guesses for its next tokens from n-gram lookup over its own token list
+ * (cn_spec_lookup); the scheduler gives them rows after the decode row, and the rows'
+ * logits go through the completion's sampler in order for as long as the token chosen is
+ * the one guessed (the rule of gen/spec.h, so the tokens are those made without it). How
+ * many guesses run is one decision per step (plan_drafts): the engine measures what
+ * steps of each row count cost, each completion's guesses are worth their chance of being
+ * reached (a^j for the j-th with acceptance a), and the step takes the number of guesses
+ * that maximizes expected tokens per millisecond. When the batch is large enough that a
+ * row costs what a token is worth, that number is 0.
+ *
  * Concurrency (see the engine section of cinder.h): one recursive lock held for a whole
  * step, so callbacks may call back into the engine. A cancel that arrives during a step
  * (from a callback) is recorded and carried out when the callback returns, before the
@@ -27,10 +38,21 @@
 
 #include "core/core.h"
 #include "gen/generate.h"
+#include "gen/spec.h"
 #include "model/model.h"
 #include "engine/sched.h"
 
 typedef struct engine_req engine_req;
+
+/* Measured forward-pass time by row count: a smoothed figure for each of the most
+ * recently seen row counts, linear in between. */
+#define COST_POINTS 48
+typedef struct {
+    int32_t rows[COST_POINTS];
+    double ms[COST_POINTS];
+    int64_t used[COST_POINTS]; /* step of the last update (the oldest point is replaced) */
+    int32_t n;
+} step_costs;
 
 typedef struct {
     cn_sched_seq seq;
@@ -38,6 +60,9 @@ typedef struct {
     engine_req *req;
     int32_t index;
     bool done;
+    double hit, try;           /* guesses confirmed, guesses judged (decayed counts) */
+    int32_t plain_run;         /* steps in a row with guesses found but none run */
+    int32_t n_found;           /* guesses lookup found for the next step */
 } engine_choice;
 
 struct engine_req {
@@ -46,6 +71,7 @@ struct engine_req {
     int32_t *prompt;           /* (n_prompt) */
     int32_t n_prompt;
     int32_t n, n_open;
+    int32_t lookup_n, max_draft; /* speculation: 0 = off */
     engine_choice *choices;    /* (n) */
     bool begun;                /* cn_gen_begin called (first time in a forward pass) */
     bool admitted;             /* counted out of the queue */
@@ -62,7 +88,8 @@ struct cn_engine {
     cn_kv *kv;
     cn_sched *sched;
     cn_batch batch;
-    float *logits;             /* (max_running, n_vocab) */
+    float *logits;             /* (n_logit_rows, n_vocab) */
+    int64_t n_logit_rows;      /* max_running, more while guesses need them */
     int32_t n_vocab, n_ctx;
     int64_t kv_capacity;       /* positions the whole pool holds */
 
@@ -77,6 +104,8 @@ struct cn_engine {
     uint64_t next_id;
 
     int64_t n_steps, n_rows, n_generated, kv_peak;
+    int64_t n_drafted, n_accepted, n_spec_steps;
+    step_costs costs;
 };
 
 cn_engine_params cn_engine_default_params(void) {
@@ -225,6 +254,7 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
                           .prefix_cache = p->prefix_cache};
     if ((st = cn_sched_create(&sp, e->kv, &e->sched, err)) != CN_STATUS_OK) goto fail;
     if ((st = cn_batch_init(&e->batch, p->step_tokens, err)) != CN_STATUS_OK) goto fail;
+    e->n_logit_rows = p->max_running;
     e->logits = malloc((size_t)p->max_running * (size_t)e->n_vocab * sizeof(float));
     if (!e->logits) {
         st = cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for %d logits rows", p->max_running);
@@ -296,9 +326,16 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
     if (r->gen.beam.n_beams > 1)
         return cn_err(err, CN_STATUS_UNSUPPORTED, "engine: beam search (n_beams = %d) is not supported here",
                       r->gen.beam.n_beams);
+    if (r->lookup_n < 0 || r->lookup_n > 8)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: lookup_n = %d is out of range [0, 8]", r->lookup_n);
+    if (r->max_draft < 0 || r->max_draft > CN_ENGINE_MAX_DRAFT)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: max_draft = %d is out of range [0, %d]", r->max_draft,
+                      CN_ENGINE_MAX_DRAFT);
     cn_status st = cn_gen_validate(&r->gen, e->n_vocab, err);
     if (st != CN_STATUS_OK) return st;
     if ((st = prompt_tokens(e, r, q, err)) != CN_STATUS_OK) return st;
+    q->lookup_n = r->lookup_n;
+    q->max_draft = r->max_draft > 0 ? r->max_draft : 8;
     if ((int64_t)q->n_prompt + r->gen.max_tokens > e->kv_capacity)
         return cn_err(err, CN_STATUS_LIMIT,
                       "engine: prompt (%d tokens) + max_tokens (%d) can never fit the KV budget of %lld tokens",
@@ -312,6 +349,8 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
         engine_choice *c = &q->choices[i];
         c->req = q;
         c->index = i;
+        c->hit = 1.2; /* a prior acceptance of 0.6 */
+        c->try = 2;
         cn_sched_seq_init(&c->seq, 0, c);
         cn_gen_params gp = r->gen;
         gp.on_text = on_text;
@@ -439,8 +478,10 @@ cn_status cn_engine_cancel(cn_engine *e, uint64_t id, cn_error *err) {
 
 /* ---- the step ---- */
 
-/* Samples completion c's next token from row; ends it if done or out of context. */
-static cn_status push_row(cn_engine *e, engine_choice *c, const float *row, cn_error *err) {
+/* Samples completion c's next token from row; ends it if done or out of context. *tok
+ * (may be NULL) gets the token appended, or -1 if none was. */
+static cn_status push_row(cn_engine *e, engine_choice *c, const float *row, int32_t *tok, cn_error *err) {
+    if (tok) *tok = -1;
     if (c->done || c->req->cancel_pending) return CN_STATUS_OK;
     cn_gen_step step;
     cn_status st = cn_gen_push_logits(c->gen, row, &step, err);
@@ -458,10 +499,31 @@ static cn_status push_row(cn_engine *e, engine_choice *c, const float *row, cn_e
             cn_gen_finish(c->gen, CN_FINISH_CANCELLED);
             finish_choice(e, c);
             return st;
+        } else if (tok) {
+            *tok = step.token;
         }
     }
     if (cn_gen_done(c->gen)) finish_choice(e, c);
     return CN_STATUS_OK;
+}
+
+/* A decode row followed by nd guessed rows: the sampler takes them in order while the
+ * token it chooses is the one guessed; the scheduler keeps the confirmed positions. */
+static cn_status push_guessed_rows(cn_engine *e, engine_choice *c, const float *rows, int32_t nd, cn_error *err) {
+    int32_t acc = 0, tok = -1;
+    cn_status st = CN_STATUS_OK;
+    for (int32_t i = 0; i <= nd; i++) {
+        st = push_row(e, c, rows + (size_t)i * (size_t)e->n_vocab, &tok, err);
+        if (st != CN_STATUS_OK || tok < 0 || i == nd || tok != c->seq.draft[i]) break;
+        acc++;
+    }
+    cn_sched_accept(e->sched, &c->seq, acc);
+    e->n_drafted += nd;
+    e->n_accepted += acc;
+    e->n_spec_steps++;
+    c->hit = 0.9 * c->hit + acc;
+    c->try = 0.9 * c->try + (acc < nd ? acc + 1 : nd);
+    return st;
 }
 
 /* The prompt's logits reached completion 0 of q: fork the others, then every completion
@@ -481,7 +543,7 @@ static cn_status prompt_done(cn_engine *e, engine_choice *c0, const float *row, 
     }
     for (int32_t i = 0; i < q->n; i++) {
         cn_error e2 = {0};
-        cn_status st = push_row(e, &q->choices[i], row, first == CN_STATUS_OK ? err : &e2);
+        cn_status st = push_row(e, &q->choices[i], row, NULL, first == CN_STATUS_OK ? err : &e2);
         if (st != CN_STATUS_OK && first == CN_STATUS_OK) first = st;
     }
     return first;
@@ -494,9 +556,130 @@ static void begin_req(cn_engine *e, engine_req *q, int64_t n_reused) {
         cn_gen_begin(q->choices[i].gen, q->prompt, q->n_prompt, (int32_t)n_reused, NULL);
 }
 
+/* ---- speculation ---- */
+
+static void costs_add(step_costs *sc, int32_t rows, double ms, int64_t step) {
+    int32_t i = 0;
+    while (i < sc->n && sc->rows[i] != rows) i++;
+    if (i == sc->n) {
+        if (sc->n < COST_POINTS) {
+            sc->n++;
+        } else {
+            i = 0;
+            for (int32_t j = 1; j < sc->n; j++)
+                if (sc->used[j] < sc->used[i]) i = j;
+        }
+        sc->rows[i] = rows;
+        sc->ms[i] = ms;
+    } else {
+        sc->ms[i] = 0.8 * sc->ms[i] + 0.2 * ms;
+    }
+    sc->used[i] = step;
+}
+
+/* The estimated ms of a step of `rows` rows: linear between the measured points around
+ * it; beyond the largest, the slope of the two largest (or, with one point, the same
+ * time: an optimistic guess that the next steps measure); below the smallest, through
+ * the origin. 0 with no point. */
+static double costs_at(const step_costs *sc, int32_t rows) {
+    int32_t lo = -1, hi = -1, lo2 = -1;
+    for (int32_t i = 0; i < sc->n; i++) {
+        if (sc->rows[i] <= rows && (lo < 0 || sc->rows[i] > sc->rows[lo])) lo2 = lo, lo = i;
+        else if (sc->rows[i] <= rows && (lo2 < 0 || sc->rows[i] > sc->rows[lo2])) lo2 = i;
+        if (sc->rows[i] >= rows && (hi < 0 || sc->rows[i] < sc->rows[hi])) hi = i;
+    }
+    if (lo >= 0 && sc->rows[lo] == rows) return sc->ms[lo];
+    if (lo >= 0 && hi >= 0)
+        return sc->ms[lo] + (sc->ms[hi] - sc->ms[lo]) * (rows - sc->rows[lo]) / (sc->rows[hi] - sc->rows[lo]);
+    if (lo >= 0 && lo2 >= 0)
+        return sc->ms[lo] + CN_MAX(0.0, (sc->ms[lo] - sc->ms[lo2]) / (sc->rows[lo] - sc->rows[lo2])) *
+                                (rows - sc->rows[lo]);
+    if (lo >= 0) return sc->ms[lo];
+    if (hi >= 0) return sc->ms[hi] * rows / sc->rows[hi];
+    return 0;
+}
+
+typedef struct {
+    double gain;  /* the chance this guess is reached and confirmed */
+    engine_choice *c;
+} guess;
+
+static int guess_cmp(const void *pa, const void *pb) {
+    const guess *a = pa, *b = pb;
+    return (a->gain < b->gain) - (a->gain > b->gain);
+}
+
+/* Sets every decoding completion's guesses (seq.n_draft) for the next step. */
+static void plan_drafts(cn_engine *e) {
+    int32_t rows = 0, n_guess = 0;
+    for (engine_req *q = e->reqs; q; q = q->next)
+        for (int32_t i = 0; i < q->n; i++) {
+            engine_choice *c = &q->choices[i];
+            c->seq.n_draft = c->n_found = 0;
+            if (c->done || c->seq.state != CN_SEQ_RUNNING || c->seq.n_tokens - c->seq.n_computed != 1) continue;
+            rows++;
+            if (q->lookup_n == 0 || q->cancel_pending) continue;
+            /* guesses worth making: within max_tokens and before the context's last position */
+            const int64_t left = (int64_t)cn_gen_params_of(c->gen)->max_tokens - cn_gen_n_generated(c->gen) - 1;
+            const int64_t room = e->n_ctx - 1 - c->seq.n_tokens;
+            const int32_t k = (int32_t)CN_MAX(0, CN_MIN(CN_MIN(left, room), q->max_draft));
+            if (k > 0) c->seq.n_draft = cn_spec_lookup(c->seq.tokens, (size_t)c->seq.n_tokens, q->lookup_n, k,
+                                                        c->seq.draft);
+            c->n_found = c->seq.n_draft;
+            n_guess += c->seq.n_draft;
+        }
+    if (n_guess == 0) return;
+    if (e->n_logit_rows < e->p.max_running + n_guess) {
+        const int64_t want = (int64_t)e->p.max_running * (1 + CN_ENGINE_MAX_DRAFT);
+        float *l = realloc(e->logits, (size_t)want * (size_t)e->n_vocab * sizeof *l);
+        if (!l) {
+            for (engine_req *q = e->reqs; q; q = q->next)
+                for (int32_t i = 0; i < q->n; i++) q->choices[i].seq.n_draft = 0;
+            return;
+        }
+        e->logits = l;
+        e->n_logit_rows = want;
+    }
+    if (e->p.spec_fixed) return;
+    guess *g = malloc((size_t)n_guess * sizeof *g);
+    if (!g) return; /* every guess stays: the cost model only trims them */
+    int32_t n = 0;
+    for (engine_req *q = e->reqs; q; q = q->next)
+        for (int32_t i = 0; i < q->n; i++) {
+            engine_choice *c = &q->choices[i];
+            /* a completion kept plain 16 steps in a row is tried again: its rate may have changed */
+            const double a = c->plain_run >= 16 ? 1.0 : c->hit / c->try;
+            double p = 1;
+            for (int32_t j = 0; j < c->seq.n_draft; j++) {
+                p *= a;
+                g[n++] = (guess){.gain = p, .c = c};
+            }
+            c->seq.n_draft = 0;
+        }
+    /* Take the d best guesses, the d that gives the most expected tokens per ms. Gains
+     * fall along each completion's guesses, so the best d are a prefix of each one's. */
+    qsort(g, (size_t)n, sizeof *g, guess_cmp);
+    int32_t best = 0;
+    double tokens = rows, best_rate = rows / CN_MAX(costs_at(&e->costs, rows), 1e-9);
+    for (int32_t d = 1; d <= n; d++) {
+        tokens += g[d - 1].gain;
+        const double rate = tokens / CN_MAX(costs_at(&e->costs, rows + d), 1e-9);
+        if (rate > best_rate) best = d, best_rate = rate;
+    }
+    for (int32_t d = 0; d < best; d++) g[d].c->seq.n_draft++;
+    free(g);
+    for (engine_req *q = e->reqs; q; q = q->next)
+        for (int32_t i = 0; i < q->n; i++) {
+            engine_choice *c = &q->choices[i];
+            if (c->seq.n_draft > 0) c->plain_run = 0;
+            else if (c->n_found > 0) c->plain_run++;
+        }
+}
+
 static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
     run_cancels(e);
     reap(e);
+    plan_drafts(e);
     cn_sched_plan plan;
     cn_status st = cn_sched_plan_step(e->sched, &e->batch, &plan, err);
     if (st != CN_STATUS_OK) return st;
@@ -515,8 +698,10 @@ static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
     cn_kv_get_stats(e->kv, &ks);
     e->kv_peak = CN_MAX(e->kv_peak, ks.n_blocks - ks.n_free);
 
+    const double t0 = cn_time_ms();
     st = cn_forward(e->m, e->ctx, &e->batch, e->kv, e->logits, err);
     if (st != CN_STATUS_OK) return st;
+    costs_add(&e->costs, e->batch.n_rows, cn_time_ms() - t0, e->n_steps);
     e->n_steps++;
     e->n_rows += e->batch.n_rows;
     cn_sched_commit(e->sched, &plan);
@@ -529,8 +714,11 @@ static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
         cn_error e2 = {0};
         /* A completion the sampler or a fork failed has been finished "cancelled"; the
          * others go on, so this is the request's trouble, not the step's. */
-        if ((c->index == 0 && c->seq.n_fork > 0 ? prompt_done(e, c, row, &e2) : push_row(e, c, row, &e2)) !=
-            CN_STATUS_OK)
+        cn_status rs;
+        if (c->index == 0 && c->seq.n_fork > 0) rs = prompt_done(e, c, row, &e2);
+        else if (s->plan_draft > 0) rs = push_guessed_rows(e, c, row, s->plan_draft, &e2);
+        else rs = push_row(e, c, row, NULL, &e2);
+        if (rs != CN_STATUS_OK)
             cn_log(CN_LOG_WARN, "engine: request %llu ended: %s", (unsigned long long)c->req->id, e2.msg);
         run_cancels(e);
     }
@@ -652,5 +840,8 @@ void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out) {
     out->n_steps = e->n_steps;
     out->n_rows = e->n_rows;
     out->n_generated = e->n_generated;
+    out->n_drafted = e->n_drafted;
+    out->n_accepted = e->n_accepted;
+    out->n_spec_steps = e->n_spec_steps;
     pthread_mutex_unlock(&e->mu);
 }

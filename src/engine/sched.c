@@ -127,6 +127,7 @@ void cn_sched_enqueue(cn_sched *s, cn_sched_seq *q) {
     q->slot = -1;
     q->n_computed = 0;
     q->plan_rows = 0;
+    q->plan_draft = 0;
     q->plan_logits = -1;
     list_insert(&s->waiting, q);
     s->n_waiting++;
@@ -150,6 +151,7 @@ void cn_sched_remove(cn_sched *s, cn_sched_seq *q) {
     }
     q->state = CN_SEQ_IDLE;
     q->plan_rows = 0;
+    q->plan_draft = 0;
     q->plan_logits = -1;
 }
 
@@ -284,15 +286,32 @@ static cn_status admit_waiting(cn_sched *s, cn_sched_plan *plan, cn_error *err) 
 
 /* ---- the step ---- */
 
+/* Rows for the drafts of decoding sequences, in key order, within what the budget and
+ * the blocks leave (a draft never preempts anything). */
+static void choose_drafts(cn_sched *s, int64_t budget, int64_t avail) {
+    for (cn_sched_seq *q = s->running; q && budget > 0; q = q->next) {
+        if (q->plan_rows != 1 || q->n_tokens - q->n_computed != 1 || q->n_draft < 1) continue;
+        int64_t d = CN_MIN(CN_MIN(q->n_draft, CN_SCHED_MAX_DRAFT), budget);
+        const int64_t base = need_blocks(s, q, 1);
+        while (d > 0 && need_blocks(s, q, 1 + d) - base > avail) d--;
+        if (d == 0) continue;
+        avail -= need_blocks(s, q, 1 + d) - base;
+        budget -= d;
+        q->plan_draft = (int32_t)d;
+        q->plan_rows += (int32_t)d;
+    }
+}
+
 /* Chooses rows for every running sequence: decode rows first (preempting the newest
  * sequence while their blocks do not fit), then prompt chunks in key order within the
- * token budget and the blocks left. */
+ * token budget and the blocks left, then drafts. */
 static cn_status choose_rows(cn_sched *s, cn_sched_plan *plan, cn_error *err) {
     while (s->running) {
         int64_t avail = n_free_blocks(s), budget = s->p.step_tokens, need = 0, n_rows = 0;
         bool work = false;
         for (cn_sched_seq *q = s->running; q; q = q->next) {
             q->plan_rows = 0;
+            q->plan_draft = 0;
             work |= q->n_tokens > q->n_computed;
             if (q->n_tokens - q->n_computed == 1) {
                 q->plan_rows = 1;
@@ -314,7 +333,10 @@ static cn_status choose_rows(cn_sched *s, cn_sched_plan *plan, cn_error *err) {
                 budget -= rows;
                 n_rows += rows;
             }
-            if (n_rows > 0) return CN_STATUS_OK;
+            if (n_rows > 0) {
+                choose_drafts(s, budget, avail);
+                return CN_STATUS_OK;
+            }
         }
         if (s->n_running == 1)
             return cn_err(err, CN_STATUS_LIMIT,
@@ -339,18 +361,29 @@ cn_status cn_sched_plan_step(cn_sched *s, cn_batch *b, cn_sched_plan *plan, cn_e
         if (q->plan_rows == 0) continue;
         st = cn_kv_seq_reserve(s->kv, q->slot, q->n_computed + q->plan_rows, err);
         if (st != CN_STATUS_OK) return st; /* the accounting above makes this a bug */
-        const bool completes = q->n_computed + q->plan_rows == q->n_tokens;
+        const int32_t real = q->plan_rows - q->plan_draft; /* rows of known tokens */
+        const bool completes = q->n_computed + real == q->n_tokens;
         for (int32_t i = 0; i < q->plan_rows; i++) {
             const int64_t pos = q->n_computed + i;
-            const bool want = completes && i == q->plan_rows - 1;
-            if (!cn_batch_add(b, q->tokens[pos], (int32_t)pos, q->slot, want))
+            const bool want = completes && i >= real - 1;
+            const int32_t tok = i < real ? q->tokens[pos] : q->draft[i - real];
+            if (!cn_batch_add(b, tok, (int32_t)pos, q->slot, want))
                 return cn_err(err, CN_STATUS_INVALID_ARG, "sched: batch capacity %d below step_tokens %d",
                               b->cap, s->p.step_tokens);
         }
-        if (completes) q->plan_logits = plan->n_logits++;
+        if (completes) {
+            q->plan_logits = plan->n_logits;
+            plan->n_logits += 1 + q->plan_draft;
+        }
         s->planned[plan->n_seqs++] = q;
     }
     return CN_STATUS_OK;
+}
+
+/* Publishes q's blocks that became full since it had `before` positions computed. */
+static void publish(cn_sched *s, cn_sched_seq *q, int64_t before) {
+    if (s->p.prefix_cache && q->n_computed / s->block_tokens > before / s->block_tokens)
+        cn_kv_seq_prefix_publish(s->kv, q->slot, q->tokens, q->n_computed, NULL);
 }
 
 void cn_sched_commit(cn_sched *s, const cn_sched_plan *plan) {
@@ -358,11 +391,20 @@ void cn_sched_commit(cn_sched *s, const cn_sched_plan *plan) {
         cn_sched_seq *q = plan->seqs[i];
         if (q->state != CN_SEQ_RUNNING) continue;
         const int64_t before = q->n_computed;
-        q->n_computed += q->plan_rows;
+        q->n_computed += q->plan_rows - q->plan_draft;
         q->plan_rows = 0;
-        if (s->p.prefix_cache && q->n_computed / s->block_tokens > before / s->block_tokens)
-            cn_kv_seq_prefix_publish(s->kv, q->slot, q->tokens, q->n_computed, NULL);
+        if (q->plan_draft == 0) publish(s, q, before);
     }
+}
+
+void cn_sched_accept(cn_sched *s, cn_sched_seq *q, int32_t n_accepted) {
+    if (q->state != CN_SEQ_RUNNING || q->plan_draft == 0) return;
+    const int64_t before = q->n_computed;
+    const int64_t n = CN_MAX(0, CN_MIN(CN_MIN(n_accepted, q->plan_draft), q->n_tokens - 1 - q->n_computed));
+    q->n_computed += n;
+    q->plan_draft = 0;
+    cn_kv_seq_truncate(s->kv, q->slot, q->n_computed);
+    publish(s, q, before);
 }
 
 void cn_sched_get_stats(const cn_sched *s, cn_sched_stats *out) {

@@ -13,6 +13,14 @@
  * and it is recomputed after readmission. Blocks are reserved before the batch is
  * returned, so the forward pass never runs out of them.
  *
+ * Drafts (speculative decoding). The owner may give a decoding sequence guesses for the
+ * tokens after its last one (draft[0..n_draft)). If the blocks and the token budget left
+ * after everything above allow, they get rows right after its decode row, every one
+ * asking for logits, so one pass checks them all. Their positions are written but not
+ * counted as computed: after the pass the owner appends the tokens it chose and calls
+ * cn_sched_accept with how many drafts they confirmed; the rest are truncated away before
+ * anything is published to the prefix cache.
+ *
  * Knows no model, no sampler, no request: the engine owns those. Not thread-safe: the
  * engine serializes calls. */
 #ifndef CN_ENGINE_SCHED_H
@@ -20,6 +28,8 @@
 
 #include "kv/kv.h"
 #include "model/model.h"
+
+#define CN_SCHED_MAX_DRAFT 16 /* drafted tokens per sequence and step */
 
 typedef enum {
     CN_SEQ_IDLE = 0,   /* not in the scheduler */
@@ -38,7 +48,12 @@ typedef struct cn_sched_seq {
     cn_seq_state state;
     /* per-step plan, valid from cn_sched_plan until the next plan */
     int32_t plan_rows;     /* rows of this sequence in the batch */
-    int32_t plan_logits;   /* index into the logits rows, or -1 */
+    int32_t plan_logits;   /* index into the logits rows, or -1; with drafts, the first of
+                              1 + plan_draft consecutive rows */
+    int32_t plan_draft;    /* drafts in the batch (valid until cn_sched_accept or the next plan) */
+    /* set by the owner before a plan: guesses for the tokens after tokens[n_tokens - 1] */
+    int32_t draft[CN_SCHED_MAX_DRAFT];
+    int32_t n_draft;       /* [0, CN_SCHED_MAX_DRAFT]; used only while decoding */
     /* counters for the owner */
     int64_t n_reused;      /* prefix-cache positions reused at the last admission */
     int32_t n_admitted;    /* admissions (1 + times preempted and readmitted) */
@@ -87,8 +102,12 @@ typedef struct {
  * nothing can run (no sequences). */
 cn_status cn_sched_plan_step(cn_sched *s, cn_batch *b, cn_sched_plan *plan, cn_error *err);
 /* After the forward pass of that batch: advances every planned sequence's n_computed
- * and publishes newly full blocks to the prefix cache. */
+ * (drafted positions excluded) and publishes newly full blocks to the prefix cache. */
 void cn_sched_commit(cn_sched *s, const cn_sched_plan *plan);
+/* After the owner appended the tokens it chose for q (running, plan_draft > 0): the first
+ * n_accepted drafts (<= plan_draft; they must equal the tokens appended at their
+ * positions) stay computed, the other drafted positions leave the cache. */
+void cn_sched_accept(cn_sched *s, cn_sched_seq *q, int32_t n_accepted);
 
 typedef struct {
     int32_t n_running, n_waiting;

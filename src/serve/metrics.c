@@ -233,6 +233,12 @@ char *cn_metrics_render(cn_metrics *m, const cn_engine_stats *st, const char *mo
         counter(&b, "cinder:num_preemptions_total", "Sequences preempted for KV space.", model,
                 (uint64_t)st->n_preemptions);
         counter(&b, "cinder:engine_steps_total", "Forward passes run by the engine.", model, (uint64_t)st->n_steps);
+        counter(&b, "cinder:spec_draft_tokens_total", "Speculative guesses checked (n-gram lookup).", model,
+                (uint64_t)st->n_drafted);
+        counter(&b, "cinder:spec_accepted_tokens_total", "Of them, confirmed by the model.", model,
+                (uint64_t)st->n_accepted);
+        counter(&b, "cinder:spec_steps_total", "Decode rows that carried guesses.", model,
+                (uint64_t)st->n_spec_steps);
     }
     if (b.oom) {
         free(b.p);

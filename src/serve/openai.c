@@ -115,7 +115,7 @@ static int get_bool(json_t *o, const char *k, bool *v, oai_error *e) {
 static const char *const COMMON_FIELDS[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "typical_p", "repetition_penalty",
     "presence_penalty", "frequency_penalty", "logit_bias", "seed", "n", "stop", "stream", "stream_options",
-    "logprobs", "ignore_eos", "user"};
+    "logprobs", "ignore_eos", "user", "speculative"};
 static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
                                           "response_format", "parallel_tool_calls"};
 static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "best_of"};
@@ -454,6 +454,35 @@ static bool parse_sampling(const oai_ctx *c, oai_kind kind, json_t *body, oai_re
     return parse_logit_bias(c, body, r, e);
 }
 
+/* "speculative": false (off), true (lookup with n-grams of up to 3), or {"lookup": N in
+ * [0, 8], "max_draft": K in [1, 16]}; absent: the server's default. Speculation never
+ * changes a token, only the work per token. */
+static bool parse_speculative(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e) {
+    r->lookup_n = c->lookup_n;
+    r->max_draft = c->max_draft;
+    json_t *x = json_object_get(body, "speculative");
+    if (!x || json_is_null(x)) return true;
+    if (json_is_boolean(x)) {
+        r->lookup_n = json_is_true(x) ? (c->lookup_n > 0 ? c->lookup_n : 3) : 0;
+        return true;
+    }
+    if (!json_is_object(x)) return bad_type(e, "speculative", "a boolean or an object {\"lookup\", \"max_draft\"}");
+    const char *k;
+    json_t *v;
+    json_object_foreach(x, k, v) {
+        if (strcmp(k, "lookup") && strcmp(k, "max_draft"))
+            return oai_fail(e, 400, "invalid_request_error", "speculative", "unsupported_parameter",
+                            "unsupported field 'speculative.%.40s' (lookup, max_draft)", k);
+    }
+    int64_t n = 0;
+    int got;
+    if ((got = get_int(x, "lookup", 0, 8, &n, e)) < 0) return false;
+    r->lookup_n = got ? (int32_t)n : (c->lookup_n > 0 ? c->lookup_n : 3);
+    if ((got = get_int(x, "max_draft", 1, CN_ENGINE_MAX_DRAFT, &n, e)) < 0) return false;
+    if (got) r->max_draft = (int32_t)n;
+    return true;
+}
+
 bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oai_error *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
@@ -503,6 +532,7 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
     }
     if (!parse_sampling(c, kind, body, r, e)) return false;
     if (!parse_stop(body, r, e)) return false;
+    if (!parse_speculative(c, body, r, e)) return false;
     if (kind == OAI_COMPLETION) {
         if (get_bool(body, "echo", &r->echo, e) < 0) return false;
         if (r->echo && r->n_logprobs >= 0)

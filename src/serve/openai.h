@@ -37,6 +37,7 @@ typedef struct {
     const char *model_id;          /* the served name */
     int32_t n_ctx;                 /* positions per sequence */
     int32_t n_vocab;
+    int32_t lookup_n, max_draft;   /* the server's speculation default (0: off) */
 } oai_ctx;
 
 /* One parsed request: n_prompts engine requests of n completions each (choice index
@@ -54,6 +55,7 @@ typedef struct {
     bool stream, include_usage, echo;
     int32_t n_logprobs;                  /* -1 none; chat: top_logprobs; completions: logprobs */
     bool max_tokens_given;
+    int32_t lookup_n, max_draft;         /* speculation (cn_engine_request's fields) */
 } oai_request;
 
 /* Parses and validates body for kind. On failure: false and e filled (status 400/404). */

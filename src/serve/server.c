@@ -42,7 +42,7 @@
 
 cn_server_params cn_server_default_params(void) {
     return (cn_server_params){.host = "127.0.0.1", .port = 8080, .request_timeout_s = 600, .idle_timeout_s = 30,
-                              .max_body_bytes = 8u << 20, .max_connections = 256};
+                              .max_body_bytes = 8u << 20, .max_connections = 256, .max_draft = 8};
 }
 
 typedef struct job job;
@@ -539,6 +539,8 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
         er.n_prompt_tokens = j->r.n_prompt[p];
         er.gen = j->r.gen;
         er.n = j->r.n;
+        er.lookup_n = j->r.lookup_n;
+        er.max_draft = j->r.max_draft;
         j->subs[p].j = j;
         j->subs[p].prompt = p;
         cb.user = &j->subs[p];
@@ -815,6 +817,8 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
     s->oc.model_id = p->model_id;
+    s->oc.lookup_n = p->lookup_n;
+    s->oc.max_draft = p->max_draft;
     if (!s->metrics) {
         cn_server_free(s);
         return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");

@@ -21,6 +21,10 @@ typedef struct {
     int idle_timeout_s;        /* an idle keep-alive connection is closed; default 30 */
     size_t max_body_bytes;     /* larger bodies get 413; default 8 MiB */
     int max_connections;       /* more are refused at accept; default 256 */
+    int32_t lookup_n;          /* speculation by n-gram lookup for requests that do not say
+                                  ("speculative"): n-grams of up to this many tokens; 0
+                                  (default) = off */
+    int32_t max_draft;         /* guesses per step (1..16); default 8 */
 } cn_server_params;
 
 cn_server_params cn_server_default_params(void);

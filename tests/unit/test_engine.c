@@ -218,3 +218,93 @@ Test(engine, run_loop_thread) {
     for (int i = 0; i < N_REQ; i++) te_expect_same(&out[i].r[0], &refs[i], "run loop");
     cn_engine_free(e);
 }
+
+/* Speculation by n-gram lookup (a request's lookup_n) changes no token, logprob or text,
+ * whatever the batch: with every guess run (spec_fixed), beside 15 others, under
+ * preemption with the prefix cache, forked, and with the cost model deciding. */
+static void run_lookup(cn_engine_params p, int group, int n_total, int32_t n_fork, bool want_guesses,
+                       const char *what) {
+    cn_engine *e = te_engine(model, p);
+    static te_req out[N_REQ];
+    static cn_engine_request rs[N_REQ];
+    for (int i = 0; i < n_total; i++) {
+        rs[i] = reqs[i];
+        rs[i].lookup_n = 1 + i % 4;
+        rs[i].max_draft = i % 3 == 0 ? 0 : 2 + i % 7;
+        rs[i].n = n_fork;
+    }
+    for (int g = 0; g < n_total; g += group) te_run(e, rs + g, out + g, group);
+    char buf[160];
+    for (int i = 0; i < n_total; i++)
+        for (int32_t c = 0; c < n_fork; c++) {
+            te_result ref;
+            const te_result *want = &refs[i];
+            if (c > 0) {
+                te_reference(model, &rs[i], c, 1, CN_TYPE_F16, &ref);
+                want = &ref;
+            }
+            snprintf(buf, sizeof buf, "%s, request %d, completion %d", what, i, c);
+            te_expect_same(&out[i].r[c], want, buf);
+        }
+    cn_engine_stats st;
+    cn_engine_get_stats(e, &st);
+    if (want_guesses) {
+        cr_assert_gt(st.n_drafted, 0, "%s: no guess was checked", what);
+        cr_assert_gt(st.n_accepted, 0, "%s: no guess was confirmed (%lld checked)", what, (long long)st.n_drafted);
+    }
+    cr_assert_leq(st.n_accepted, st.n_drafted);
+    cr_assert_eq(st.n_requests, 0);
+    cr_assert_eq(st.kv_blocks_used, 0, "%s: %lld blocks still held", what, (long long)st.kv_blocks_used);
+    cn_error err = {0};
+    cr_assert_eq(cn_kv_check(cn_engine_kv(e), &err), CN_STATUS_OK, "%s", err.msg);
+    cn_engine_free(e);
+}
+
+Test(engine, lookup_speculation_with_15_others) {
+    cn_engine_params p = cn_engine_default_params();
+    p.spec_fixed = true;
+    p.block_tokens = 4;
+    run_lookup(p, 16, N_REQ, 1, true, "lookup, 16 at once");
+}
+
+Test(engine, lookup_speculation_preempted_with_prefix_cache) {
+    cn_engine_params p = cn_engine_default_params();
+    p.spec_fixed = true;
+    p.kv_tokens = 160;
+    p.max_running = 8;
+    p.step_tokens = 32;
+    run_lookup(p, N_REQ, N_REQ, 1, true, "lookup, preempted");
+}
+
+Test(engine, lookup_speculation_forked_at_2_threads) {
+    cn_engine_params p = cn_engine_default_params();
+    p.spec_fixed = true;
+    p.n_threads = 2;
+    p.block_tokens = 8;
+    run_lookup(p, 4, 4, 3, true, "lookup, n = 3");
+}
+
+Test(engine, lookup_speculation_adaptive) {
+    cn_engine_params p = cn_engine_default_params();
+    run_lookup(p, 8, N_REQ, 1, false, "lookup, cost model");
+}
+
+Test(engine, lookup_speculation_bad_parameters) {
+    cn_engine *e = te_engine(model, cn_engine_default_params());
+    cn_engine_request r = reqs[0];
+    cn_error err = {0};
+    uint64_t id = 0;
+    r.lookup_n = 9;
+    cr_assert_eq(cn_engine_submit(e, &r, NULL, &id, &err), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(err.msg, "lookup_n"), "%s", err.msg);
+    r.lookup_n = -1;
+    cr_assert_eq(cn_engine_submit(e, &r, NULL, &id, &err), CN_STATUS_INVALID_ARG);
+    r.lookup_n = 2;
+    r.max_draft = CN_ENGINE_MAX_DRAFT + 1;
+    cr_assert_eq(cn_engine_submit(e, &r, NULL, &id, &err), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(err.msg, "max_draft"), "%s", err.msg);
+    cn_engine_stats st;
+    cn_engine_get_stats(e, &st);
+    cr_assert_eq(st.n_requests, 0);
+    cn_engine_free(e);
+}

@@ -7,7 +7,10 @@
  * prefix, whatever admission, prefix-cache reuse, forks, copy-on-write and preemption
  * did. It also checks the policy: first come first served admission, a decode row for
  * every running sequence with one pending token, the oldest sequence always making
- * progress, the step budget, cn_kv_check's invariants, and that every block comes back. */
+ * progress, the step budget, cn_kv_check's invariants, and that every block comes back.
+ * With drafts on, decoding sequences get guesses (some right, some wrong) for their next
+ * tokens; the check then also covers the drafted rows, the confirmed positions kept and
+ * the rejected ones dropped before the prefix cache could publish them. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,7 @@ typedef struct sim_seq {
 } sim_seq;
 
 static uint64_t rng_state;
+static bool g_drafts;           /* give decoding sequences guesses before each plan */
 static uint32_t rnd(uint32_t n) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(rng_state >> 33) % n;
@@ -53,6 +57,7 @@ typedef struct {
     sim_seq *by_slot[64];
     uint64_t next_key;
     int32_t max_running, step_tokens, block_tokens;
+    int64_t n_accepted, n_rejected; /* drafts */
 } world;
 
 static void world_init(world *w, int64_t n_blocks, int32_t bt, int32_t max_running, int32_t step_tokens,
@@ -124,10 +129,21 @@ static void fake_forward(world *w) {
         const cn_batch_row *row = &w->b.rows[r];
         sim_seq *x = w->by_slot[row->seq];
         cr_assert(x && x->q.slot == row->seq, "row %d: slot %d belongs to no running sequence", r, row->seq);
-        cr_assert_eq(x->q.tokens[row->pos], row->token, "row %d: wrong token for its position", r);
+        /* a drafted row's token is the guess; its prefix is the tokens and the guesses */
+        int32_t toks[256];
+        const int64_t n_known = x->q.n_tokens;
+        cr_assert_lt(row->pos, 256 - 1);
+        if (row->pos < n_known) {
+            cr_assert_eq(x->q.tokens[row->pos], row->token, "row %d: wrong token for its position", r);
+        } else {
+            cr_assert_lt(row->pos - n_known, x->q.plan_draft, "row %d: past the planned drafts", r);
+            cr_assert_eq(x->q.draft[row->pos - n_known], row->token, "row %d: not the guess", r);
+        }
+        memcpy(toks, x->q.tokens, (size_t)CN_MIN(n_known, row->pos + 1) * sizeof *toks);
+        for (int64_t p = n_known; p <= row->pos; p++) toks[p] = x->q.draft[p - n_known];
         for (int32_t l = 0; l < N_LAYER; l++) {
             float k[KV_DIM], v[KV_DIM];
-            for (int32_t i = 0; i < KV_DIM; i++) k[i] = v[i] = pos_value(x->q.tokens, row->pos, l);
+            for (int32_t i = 0; i < KV_DIM; i++) k[i] = v[i] = pos_value(toks, row->pos, l);
             cn_error err = {0};
             cr_assert_eq(cn_kv_write(w->kv, l, row->seq, row->pos, k, v, &err), CN_STATUS_OK,
                          "the scheduler reserved too little: %s", err.msg);
@@ -154,9 +170,36 @@ static void check_contents(world *w) {
     }
 }
 
+/* The token the simulated model "samples" after tokens[0..n). */
+static int32_t next_token(const sim_seq *y, const int32_t *tokens, int64_t n) {
+    return (int32_t)(pos_value(tokens, n - 1, 0) + (float)(y->q.key & 255));
+}
+
+/* Guesses for every decoding sequence: the true continuation, wrong from a random point
+ * a third of the time. */
+static void make_drafts(world *w) {
+    for (int32_t i = 0; i < w->n_seqs; i++) {
+        sim_seq *x = &w->seqs[i];
+        x->q.n_draft = 0;
+        if (!x->live || x->q.state != CN_SEQ_RUNNING || x->q.n_tokens - x->q.n_computed != 1) continue;
+        int32_t toks[256];
+        const int32_t n = (int32_t)CN_MIN(rnd(6), (uint32_t)(200 - x->q.n_tokens));
+        if (n <= 0) continue;
+        const int32_t wrong = rnd(3) == 0 ? (int32_t)rnd((uint32_t)n) : n;
+        memcpy(toks, x->q.tokens, (size_t)x->q.n_tokens * sizeof *toks);
+        for (int32_t j = 0; j < n; j++) {
+            const int32_t t = next_token(x, toks, x->q.n_tokens + j) + (j >= wrong);
+            toks[x->q.n_tokens + j] = t;
+            x->q.draft[j] = t;
+        }
+        x->q.n_draft = n;
+    }
+}
+
 /* One step with every check; returns the rows run. */
 static int32_t step(world *w) {
     uint64_t min_waiting_before = UINT64_MAX;
+    if (g_drafts) make_drafts(w);
     for (int32_t i = 0; i < w->n_seqs; i++) w->seqs[i].admitted_before = w->seqs[i].q.state == CN_SEQ_RUNNING;
     cn_sched_plan plan;
     cn_error err = {0};
@@ -193,10 +236,14 @@ static int32_t step(world *w) {
                          (unsigned long long)x->q.key, (unsigned long long)min_waiting);
         /* every running decode gets its row */
         if (x->q.n_tokens - x->q.n_computed == 1)
-            cr_assert_eq(x->q.plan_rows, 1, "a running decode (key %llu) got no row", (unsigned long long)x->q.key);
+            cr_assert_eq(x->q.plan_rows - x->q.plan_draft, 1, "a running decode (key %llu) got no row",
+                         (unsigned long long)x->q.key);
+        else
+            cr_assert_eq(x->q.plan_draft, 0, "a prompt chunk got drafts");
+        cr_assert_leq(x->q.plan_draft, x->q.n_draft);
         if (x->q.key == oldest_pending) cr_assert_gt(x->q.plan_rows, 0, "the oldest sequence made no progress");
         rows += x->q.plan_rows;
-        cr_assert_leq(x->q.n_computed + x->q.plan_rows, x->q.n_tokens);
+        cr_assert_leq(x->q.n_computed + x->q.plan_rows - x->q.plan_draft, x->q.n_tokens);
     }
     cr_assert_eq(rows, w->b.n_rows);
     if (n_running > 0 && oldest_pending != UINT64_MAX) cr_assert_gt(w->b.n_rows, 0);
@@ -225,12 +272,27 @@ static int32_t step(world *w) {
         }
         for (int32_t g = 0; g < n_group; g++) {
             sim_seq *y = group[g];
-            if (++y->n_gen >= y->n_gen_target) {
-                seq_kill(w, y);
-                continue;
+            const int32_t nd = g == 0 ? y->q.plan_draft : 0;
+            int32_t acc = 0;
+            bool killed = false;
+            for (int32_t j = 0; j <= nd; j++) {
+                if (++y->n_gen >= y->n_gen_target) {
+                    seq_kill(w, y);
+                    killed = true;
+                    break;
+                }
+                const int32_t tok = next_token(y, y->q.tokens, y->q.n_tokens);
+                cr_assert_eq(cn_sched_seq_append(&y->q, &tok, 1, NULL), CN_STATUS_OK);
+                if (j == nd || tok != y->q.draft[j]) break;
+                acc++;
             }
-            const int32_t tok = (int32_t)((pos_value(y->q.tokens, y->q.n_tokens - 1, 0) + (float)(y->q.key & 255)));
-            cr_assert_eq(cn_sched_seq_append(&y->q, &tok, 1, NULL), CN_STATUS_OK);
+            if (killed || nd == 0) continue;
+            cn_sched_accept(w->s, &y->q, acc);
+            w->n_accepted += acc;
+            w->n_rejected += nd - acc;
+            cr_assert_eq(y->q.n_computed, y->q.n_tokens - 1);
+            cr_assert_eq(cn_kv_seq_len(w->kv, y->q.slot), y->q.n_computed, "rejected positions kept");
+            check_contents(w);
         }
     }
     cr_assert_eq(cn_kv_check(w->kv, &err), CN_STATUS_OK, "%s", err.msg);
@@ -247,6 +309,7 @@ static int32_t n_live(const world *w) {
  * preemptions and prefix-cache hits it caused, so each test can say it exercised them. */
 typedef struct {
     int64_t n_preemptions, n_prefix_hits, n_shared_max;
+    int64_t n_accepted, n_rejected;
 } run_counts;
 
 static run_counts run_random(uint64_t seed, int64_t n_blocks, int32_t bt, int32_t max_running,
@@ -286,6 +349,8 @@ static run_counts run_random(uint64_t seed, int64_t n_blocks, int32_t bt, int32_
     cn_kv_get_stats(w.kv, &ks);
     rc.n_preemptions = ss.n_preemptions;
     rc.n_prefix_hits = ks.n_prefix_hits;
+    rc.n_accepted = w.n_accepted;
+    rc.n_rejected = w.n_rejected;
     world_free(&w);
     return rc;
 }
@@ -310,6 +375,29 @@ Test(sched, random_one_slot) { run_random(4, 24, 4, 1, 8, true, 300); }
 Test(sched, random_block_of_one_token) {
     run_counts rc = run_random(5, 70, 1, 4, 8, true, 300);
     cr_expect_gt(rc.n_preemptions, 0);
+}
+
+Test(sched, random_drafts_roomy) {
+    g_drafts = true;
+    run_counts rc = run_random(6, 256, 4, 6, 32, true, 600);
+    g_drafts = false;
+    cr_expect_gt(rc.n_accepted, 100);
+    cr_expect_gt(rc.n_rejected, 10);
+    cr_expect_gt(rc.n_prefix_hits, 0);
+}
+Test(sched, random_drafts_tight_kv) {
+    g_drafts = true;
+    run_counts rc = run_random(7, 20, 4, 6, 16, true, 600);
+    g_drafts = false;
+    cr_expect_gt(rc.n_preemptions, 10);
+    cr_expect_gt(rc.n_accepted, 10);
+    cr_expect_gt(rc.n_rejected, 0);
+}
+Test(sched, random_drafts_one_token_blocks) {
+    g_drafts = true;
+    run_counts rc = run_random(8, 70, 1, 4, 8, true, 300);
+    g_drafts = false;
+    cr_expect_gt(rc.n_accepted, 10);
 }
 
 /* Preemption under a tight pool takes the newest sequence and it comes back first. */
