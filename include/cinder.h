@@ -299,8 +299,13 @@ typedef struct {
     int32_t n_ctx;         /* most positions per sequence; 0 (default) = the model's
                               training context; never more than the KV budget */
     bool prefix_cache;     /* reuse cached prompt blocks; default true */
-    bool spec_fixed;       /* speculation (a request's lookup_n): every guess lookup finds
-                              runs, without the cost model; default false */
+    bool spec_fixed;       /* speculation: every guess found runs (lookup) or the longest
+                              draft is made (draft model), without the cost model; default
+                              false */
+    const cn_model *draft; /* a draft model with the same vocabulary (checked token by
+                              token), for requests that set draft; borrowed, must outlive
+                              the engine; NULL (default) = none. It gets a KV cache of its
+                              own with as many positions as the engine's */
 } cn_engine_params;
 
 cn_engine_params cn_engine_default_params(void);
@@ -329,6 +334,11 @@ typedef struct {
                                       batch it stops by itself */
     int32_t max_draft;             /* the most guesses per step, [1, CN_ENGINE_MAX_DRAFT];
                                       0 = 8 */
+    bool draft;                    /* speculative decoding with the engine's draft model
+                                      (cn_engine_params.draft; INVALID_ARG if it has none):
+                                      its greedy guesses, made for every such completion in
+                                      one batched draft pass per guess, checked as above;
+                                      takes precedence over lookup_n */
 } cn_engine_request;
 
 cn_engine_request cn_engine_request_default(void); /* n = 1, gen = cn_gen_default() */
@@ -400,6 +410,7 @@ typedef struct {
     int64_t n_drafted;             /* speculative guesses checked (rows beyond decode rows) */
     int64_t n_accepted;            /* of them, confirmed (tokens made without a row of their own) */
     int64_t n_spec_steps;          /* decode rows that carried guesses */
+    int64_t n_draft_passes;        /* forward passes of the draft model */
 } cn_engine_stats;
 
 void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);

@@ -20,7 +20,8 @@
  * grounded work such as "rewrite this code", where n-gram lookup pays). --lookup N: each
  * request asks for speculation by n-gram lookup (cn_engine_request.lookup_n); the engine
  * decides per step how many guesses run, and the guesses checked and confirmed are
- * reported (the tokens are the same as without it).
+ * reported (the tokens are the same as without it); --draft MODEL: the same with a draft
+ * model's guesses.
  *
  * Output: a table on stdout (progress on stderr), or one JSON object per level with
  * --json. Every figure is wall time on a machine others may use: the 1-minute load
@@ -51,6 +52,7 @@ typedef struct {
     cn_type kv_type;
     bool shared, prefix_cache, json;
     int32_t lookup_n;
+    const char *draft;   /* --draft: a draft model for every request */
     char *file_text;     /* --prompt-file's contents, or NULL */
 } popts;
 
@@ -162,8 +164,8 @@ static cn_status drain(cn_engine *e, const preq *reqs, uint64_t lo, uint64_t hi,
     }
 }
 
-static int run_level(const cn_model *m, const cn_tokenizer *tok, const popts *o, int32_t N, const char *system,
-                     presult *res) {
+static int run_level(const cn_model *m, const cn_model *dm, const cn_tokenizer *tok, const popts *o, int32_t N,
+                     const char *system, presult *res) {
     int rc = 1;
     cn_error err = {0};
     char **prompts = calloc((size_t)N + 1, sizeof *prompts);
@@ -196,6 +198,7 @@ static int run_level(const cn_model *m, const cn_tokenizer *tok, const popts *o,
     ep.kv_type = o->kv_type;
     ep.prefix_cache = o->prefix_cache;
     ep.max_queue = N + 1;
+    ep.draft = dm;
     if (o->kv_mem_mib > 0) {
         ep.kv_mem_mib = o->kv_mem_mib;
     } else {
@@ -214,6 +217,7 @@ static int run_level(const cn_model *m, const cn_tokenizer *tok, const popts *o,
     r.gen.sampling.seed = 1;
     r.gen.sampling.ignore_eos = true;
     r.lookup_n = o->lookup_n;
+    r.draft = dm != NULL;
     uint64_t id = 0;
     /* ids are 1, 2, ... in submission order: they index rec.reqs */
     uint64_t first_id = 1;
@@ -305,12 +309,13 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: cinder bench --parallel 1,4,8,16 -m MODEL [-n 64] [-t THREADS] [--variant distinct|shared]\n"
             "       [--system-tokens 500] [--no-prefix-cache] [--kv-mem MiB] [--kv-type f16|q8_0] [--json]\n"
-            "       [--prompt-file F] [--lookup N]\n"
+            "       [--prompt-file F] [--lookup N] [--draft MODEL]\n"
             "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
             "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB. 'shared' gives every\n"
             "  request one common system prompt (after a warm-up request) to measure the prefix cache.\n"
             "  --prompt-file F: every prompt is 'Request i.' and F's text. --lookup N: speculation by\n"
-            "  n-gram lookup (up to N-grams) in every request; guesses checked and confirmed are shown.\n");
+            "  n-gram lookup (up to N-grams) in every request; --draft: speculation with a draft model;\n"
+            "  guesses checked and confirmed are shown.\n");
 }
 
 int cn_cli_bench_parallel(int argc, char **argv) {
@@ -344,6 +349,10 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         }
         if (!strcmp(a, "-m")) {
             o.model = v;
+            continue;
+        }
+        if (!strcmp(a, "--draft")) {
+            o.draft = v;
             continue;
         }
         if (!strcmp(a, "--prompt-file")) {
@@ -391,14 +400,15 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         return 2;
     }
     cn_error err = {0};
-    cn_model *m = NULL;
+    cn_model *m = NULL, *dm = NULL;
     cn_tokenizer *tok = NULL;
     char *system = NULL;
     int rc = 1;
     cn_model_params mp = cn_model_default_params();
     mp.prefault = true;
     if (cn_model_load(o.model, &mp, &m, &err) != CN_STATUS_OK ||
-        cn_tokenizer_load(cn_model_gguf(m), &tok, &err) != CN_STATUS_OK) {
+        cn_tokenizer_load(cn_model_gguf(m), &tok, &err) != CN_STATUS_OK ||
+        (o.draft && cn_model_load(o.draft, &mp, &dm, &err) != CN_STATUS_OK)) {
         cn_cli_errorf("%s", err.msg);
         goto done;
     }
@@ -415,7 +425,7 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         fprintf(stderr, "cinder bench: parallel %d (%s prompts, prefix cache %s, %d threads)...\n", o.levels[l],
                 o.shared ? "shared" : "distinct", o.prefix_cache ? "on" : "off", o.n_threads);
         presult res;
-        if (run_level(m, tok, &o, o.levels[l], system, &res) != 0) goto done;
+        if (run_level(m, dm, tok, &o, o.levels[l], system, &res) != 0) goto done;
         if (o.json) {
             print_json(&o, &res);
         } else {
@@ -433,6 +443,7 @@ done:
     free(system);
     free(o.file_text);
     cn_tokenizer_free(tok);
+    cn_model_free(dm);
     cn_model_free(m);
     return rc;
 }

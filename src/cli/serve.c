@@ -51,6 +51,8 @@ static void usage(FILE *f) {
             "  --lookup N             speculative decoding by n-gram lookup (n-grams of up to N\n"
             "                         tokens, 1..8) for requests that do not set \"speculative\";\n"
             "                         the same tokens, drafted only while it pays (default: off)\n"
+            "  --draft MODEL          a draft model with the same vocabulary: speculation with its\n"
+            "                         guesses becomes the default for requests that do not say\n"
             "  --draft-max K          guesses per step and sequence, 1..16 (default 8)\n"
             "  --shutdown-timeout S   on SIGINT/SIGTERM, let running requests finish this long (default 10)\n");
 }
@@ -65,7 +67,7 @@ static bool parse_long(const char *s, long lo, long hi, long *out) {
 }
 
 int cn_cli_serve(int argc, char **argv) {
-    const char *model = NULL, *tmpl_name = NULL, *alias = NULL;
+    const char *model = NULL, *tmpl_name = NULL, *alias = NULL, *draft_path = NULL;
     cn_server_params sp = cn_server_default_params();
     cn_engine_params ep = cn_engine_default_params();
     long n_threads = sysconf(_SC_NPROCESSORS_ONLN), kv_mem = 0, n_ctx = 0, shutdown_s = 10;
@@ -151,6 +153,9 @@ int cn_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--lookup")) {
             INT_FLAG(0, 8);
             sp.lookup_n = (int32_t)x;
+        } else if (!strcmp(a, "--draft")) {
+            NEED_VALUE();
+            draft_path = v;
         } else if (!strcmp(a, "--draft-max")) {
             INT_FLAG(1, CN_ENGINE_MAX_DRAFT);
             sp.max_draft = (int32_t)x;
@@ -195,11 +200,12 @@ int cn_cli_serve(int argc, char **argv) {
 
     cn_error err = {0};
     cn_server *srv = NULL;
-    cn_model *m = NULL;
+    cn_model *m = NULL, *dm = NULL;
     cn_tokenizer *tok = NULL;
     cn_chat_template *chat = NULL;
     cn_engine *e = NULL;
     int rc = 1;
+    sp.draft = draft_path != NULL;
     if (cn_server_start(&sp, &srv, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: %s", err.msg);
         return 1;
@@ -226,6 +232,11 @@ int cn_cli_serve(int argc, char **argv) {
             chat = NULL;
         }
     }
+    if (draft_path && cn_model_load(draft_path, &mp, &dm, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("serve: the draft model: %s", err.msg);
+        goto done;
+    }
+    ep.draft = dm;
     const cn_hparams *hp = cn_model_hparams(m);
     ep.n_threads = (int32_t)n_threads;
     ep.n_ctx = (int32_t)(n_ctx ? n_ctx : CN_MIN(hp->n_ctx_train, 4096));
@@ -244,10 +255,11 @@ int cn_cli_serve(int argc, char **argv) {
         cn_engine_get_stats(e, &st);
         fprintf(stderr,
                 "cinder: serving %s at http://%s:%d/v1 (context %d, %d parallel, KV %lld blocks of %d tokens, "
-                "chat template %s%s)\n",
+                "chat template %s%s%s%s)\n",
                 model_id, sp.host, cn_server_port(srv), cn_engine_n_ctx(e), ep.max_running,
                 (long long)st.kv_blocks_total, st.kv_block_tokens, chat ? cn_chat_template_name(chat) : "none",
-                sp.api_key ? ", API key required" : "");
+                sp.api_key ? ", API key required" : "", dm ? ", speculation: draft model " : "",
+                dm ? draft_path : sp.lookup_n ? ", speculation: n-gram lookup" : "");
     }
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -260,6 +272,7 @@ done:
     cn_engine_free(e);
     cn_chat_template_free(chat);
     cn_tokenizer_free(tok);
+    cn_model_free(dm);
     cn_model_free(m);
     return rc;
 }

@@ -31,6 +31,7 @@
  * still iterates over disappears under it. */
 #include "engine/engine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -63,6 +64,12 @@ typedef struct {
     double hit, try;           /* guesses confirmed, guesses judged (decayed counts) */
     int32_t plain_run;         /* steps in a row with guesses found but none run */
     int32_t n_found;           /* guesses lookup found for the next step */
+    int64_t d_len;             /* draft model: history positions its cache holds (slot seq.slot,
+                                  while the engine's draft owner of that slot is this one) */
+    int64_t d_base;            /* after drafting: n_tokens then; d_guesses of the guesses sit in
+                                  the draft cache after it until the step settles them */
+    int32_t d_guesses;
+    bool downer_ok;            /* planning: its draft slot already holds its history */
 } engine_choice;
 
 struct engine_req {
@@ -72,6 +79,7 @@ struct engine_req {
     int32_t n_prompt;
     int32_t n, n_open;
     int32_t lookup_n, max_draft; /* speculation: 0 = off */
+    bool use_draft;              /* speculation with the draft model */
     engine_choice *choices;    /* (n) */
     bool begun;                /* cn_gen_begin called (first time in a forward pass) */
     bool admitted;             /* counted out of the queue */
@@ -106,6 +114,16 @@ struct cn_engine {
     int64_t n_steps, n_rows, n_generated, kv_peak;
     int64_t n_drafted, n_accepted, n_spec_steps;
     step_costs costs;
+
+    /* the draft model (p.draft): its context, cache (one slot per engine slot), batch */
+    const cn_model *dm;
+    cn_ctx *dctx;
+    cn_kv *dkv;
+    cn_batch dbatch;
+    float *dlogits;             /* (max_running, n_vocab) */
+    engine_choice **downer;     /* (max_running) whose history draft slot s holds, or NULL */
+    step_costs dcosts;          /* draft pass times by row count */
+    int64_t n_draft_passes;
 };
 
 cn_engine_params cn_engine_default_params(void) {
@@ -134,6 +152,7 @@ cn_engine_request cn_engine_request_default(void) {
 
 const cn_tokenizer *cn_engine_tokenizer(const cn_engine *e) { return e->tok; }
 const cn_kv *cn_engine_kv(const cn_engine *e) { return e->kv; }
+const cn_kv *cn_engine_draft_kv(const cn_engine *e) { return e->dkv; }
 int32_t cn_engine_n_ctx(const cn_engine *e) { return e->n_ctx; }
 
 /* ---- create / free ---- */
@@ -190,6 +209,11 @@ void cn_engine_free(cn_engine *e) {
         free_req(r);
     }
     cn_sched_free(e->sched);
+    cn_ctx_free(e->dctx);
+    cn_kv_free(e->dkv);
+    cn_batch_free(&e->dbatch);
+    free(e->dlogits);
+    free(e->downer);
     cn_ctx_free(e->ctx);
     cn_kv_free(e->kv);
     cn_tokenizer_free(e->tok);
@@ -198,6 +222,38 @@ void cn_engine_free(cn_engine *e) {
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
+}
+
+/* The draft model's runner: the same vocabulary, a cache with the engine's positions plus
+ * room for every slot's guesses. */
+static cn_status draft_create(cn_engine *e, const cn_model *dm, cn_error *err) {
+    if (cn_model_hparams(dm)->n_vocab != e->n_vocab)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: the draft model has %d logits, the model %d",
+                      (int)cn_model_hparams(dm)->n_vocab, (int)e->n_vocab);
+    cn_tokenizer *dtok = NULL;
+    cn_status st = cn_tokenizer_load(cn_model_gguf(dm), &dtok, err);
+    if (st == CN_STATUS_OK) st = cn_spec_check_vocab(e->tok, dtok, err);
+    cn_tokenizer_free(dtok);
+    if (st != CN_STATUS_OK) return st;
+    const cn_engine_params *p = &e->p;
+    e->dm = dm;
+    cn_kv_params kp = cn_model_kv_params(dm);
+    kp.type = p->kv_type;
+    kp.block_tokens = p->block_tokens;
+    kp.max_seqs = p->max_running;
+    const int64_t positions = e->kv_capacity + (int64_t)p->max_running * (CN_ENGINE_MAX_DRAFT + p->block_tokens);
+    kp.n_blocks = CN_MIN((positions + p->block_tokens - 1) / p->block_tokens, (int64_t)INT32_MAX);
+    if ((st = cn_kv_create(&kp, &e->dkv, err)) != CN_STATUS_OK) return st;
+    cn_ctx_params cp = cn_ctx_default_params();
+    cp.n_threads = p->n_threads;
+    cp.n_batch_max = p->step_tokens;
+    cp.n_ctx = e->n_ctx;
+    if ((st = cn_ctx_create(dm, &cp, &e->dctx, err)) != CN_STATUS_OK) return st;
+    if ((st = cn_batch_init(&e->dbatch, p->step_tokens, err)) != CN_STATUS_OK) return st;
+    e->dlogits = malloc((size_t)p->max_running * (size_t)e->n_vocab * sizeof *e->dlogits);
+    e->downer = calloc((size_t)p->max_running, sizeof *e->downer);
+    if (!e->dlogits || !e->downer) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for the draft model");
+    return CN_STATUS_OK;
 }
 
 cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engine **out, cn_error *err) {
@@ -261,6 +317,7 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
         goto fail;
     }
     if ((st = cn_tokenizer_load(cn_model_gguf(m), &e->tok, err)) != CN_STATUS_OK) goto fail;
+    if (p->draft && (st = draft_create(e, p->draft, err)) != CN_STATUS_OK) goto fail;
     *out = e;
     return CN_STATUS_OK;
 fail:
@@ -331,10 +388,13 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
     if (r->max_draft < 0 || r->max_draft > CN_ENGINE_MAX_DRAFT)
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: max_draft = %d is out of range [0, %d]", r->max_draft,
                       CN_ENGINE_MAX_DRAFT);
+    if (r->draft && !e->dctx)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: the request asks for the draft model, the engine has none");
     cn_status st = cn_gen_validate(&r->gen, e->n_vocab, err);
     if (st != CN_STATUS_OK) return st;
     if ((st = prompt_tokens(e, r, q, err)) != CN_STATUS_OK) return st;
-    q->lookup_n = r->lookup_n;
+    q->use_draft = r->draft;
+    q->lookup_n = r->draft ? 0 : r->lookup_n;
     q->max_draft = r->max_draft > 0 ? r->max_draft : 8;
     if ((int64_t)q->n_prompt + r->gen.max_tokens > e->kv_capacity)
         return cn_err(err, CN_STATUS_LIMIT,
@@ -408,8 +468,11 @@ out:
 /* ---- finishing and cancelling ---- */
 
 /* Completion c is over (its cn_gen is done): release its blocks, tell the caller. */
+static void draft_forget(cn_engine *e, engine_choice *c);
+
 static void finish_choice(cn_engine *e, engine_choice *c) {
     if (c->done) return;
+    draft_forget(e, c);
     cn_sched_remove(e->sched, &c->seq);
     c->done = true;
     engine_req *q = c->req;
@@ -609,25 +672,212 @@ static int guess_cmp(const void *pa, const void *pb) {
     return (a->gain < b->gain) - (a->gain > b->gain);
 }
 
-/* Sets every decoding completion's guesses (seq.n_draft) for the next step. */
+/* Guesses worth making for decoding completion c: within max_tokens and before the
+ * context's last position, at most the request's max_draft. */
+static int32_t guess_room(const cn_engine *e, const engine_choice *c) {
+    const int64_t left = (int64_t)cn_gen_params_of(c->gen)->max_tokens - cn_gen_n_generated(c->gen) - 1;
+    const int64_t room = e->n_ctx - 1 - c->seq.n_tokens;
+    return (int32_t)CN_MAX(0, CN_MIN(CN_MIN(left, room), c->req->max_draft));
+}
+
+/* The chance that a completion's next guess is confirmed (1 for one kept plain 16 steps
+ * in a row: it is tried again, its rate may have changed). */
+static double guess_rate(const engine_choice *c) { return c->plain_run >= 16 ? 1.0 : c->hit / c->try; }
+
+static bool decoding(const engine_choice *c) {
+    return !c->done && !c->req->cancel_pending && c->seq.state == CN_SEQ_RUNNING &&
+           c->seq.n_tokens - c->seq.n_computed == 1;
+}
+
+/* ---- the draft model ---- */
+
+/* After a step: each drafting completion's cache keeps its history and the guesses the
+ * model confirmed; a completion that lost its slot (finished, preempted) loses its
+ * draft slot too. */
+static void draft_settle(cn_engine *e) {
+    if (!e->dctx) return;
+    for (int32_t s = 0; s < e->p.max_running; s++) {
+        engine_choice *c = e->downer[s];
+        if (!c) continue;
+        if (c->done || c->seq.state != CN_SEQ_RUNNING || c->seq.slot != s) {
+            cn_kv_seq_free(e->dkv, s);
+            e->downer[s] = NULL;
+            c->d_base = c->d_guesses = 0;
+            continue;
+        }
+        if (c->d_base == 0) continue;
+        const int64_t acc = CN_MAX(0, CN_MIN(c->seq.n_tokens - 1 - c->d_base, (int64_t)c->d_guesses));
+        c->d_len = c->d_base + acc;
+        cn_kv_seq_truncate(e->dkv, s, c->d_len);
+        c->d_base = c->d_guesses = 0;
+    }
+}
+
+/* finish_choice: c is going away */
+static void draft_forget(cn_engine *e, engine_choice *c) {
+    if (!e->dctx) return;
+    for (int32_t s = 0; s < e->p.max_running; s++)
+        if (e->downer[s] == c) {
+            cn_kv_seq_free(e->dkv, s);
+            e->downer[s] = NULL;
+        }
+}
+
+static void draft_drop_all(cn_engine *e) {
+    for (int32_t s = 0; s < e->p.max_running; s++)
+        if (e->downer[s]) {
+            cn_kv_seq_free(e->dkv, s);
+            e->downer[s]->d_base = e->downer[s]->d_guesses = 0;
+            e->downer[s] = NULL;
+        }
+}
+
+static cn_status draft_pass(cn_engine *e, cn_error *err) {
+    const double t0 = cn_time_ms();
+    cn_status st = cn_forward(e->dm, e->dctx, &e->dbatch, e->dkv, e->dlogits, err);
+    if (st == CN_STATUS_OK) costs_add(&e->dcosts, e->dbatch.n_rows, cn_time_ms() - t0, e->n_draft_passes++);
+    return st;
+}
+
+/* The draft model's guesses for the completions in dc[0..n): the history each one's
+ * draft cache lacks (within the step's rows; a longer one catches up over several
+ * steps and guesses once it has), then one batched pass per further guess, k[i] each
+ * (the longest K). Sets seq.draft / n_draft. */
+static void draft_guesses(cn_engine *e, engine_choice **dc, const int32_t *k, int32_t n, int32_t K) {
+    cn_error err = {0};
+    cn_batch_clear(&e->dbatch);
+    int64_t budget = e->p.step_tokens;
+    bool active[CN_ENGINE_MAX_RUNNING];
+    for (int32_t i = 0; i < n; i++) {
+        engine_choice *c = dc[i];
+        const int32_t s = c->seq.slot;
+        if (e->downer[s] != c) {
+            cn_kv_seq_free(e->dkv, s);
+            e->downer[s] = c;
+            c->d_len = 0;
+        }
+        const int64_t lack = c->seq.n_tokens - c->d_len, feed = CN_MIN(lack, budget);
+        for (int64_t j = 0; j < feed; j++)
+            cn_batch_add(&e->dbatch, c->seq.tokens[c->d_len + j], (int32_t)(c->d_len + j), s, j == lack - 1);
+        budget -= feed;
+        c->d_len += feed;
+        active[i] = feed == lack;
+    }
+    if (e->dbatch.n_rows == 0) return;
+    if (draft_pass(e, &err) != CN_STATUS_OK) goto fail;
+    int32_t row = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!active[i]) continue;
+        dc[i]->seq.draft[0] = cn_argmax(e->dlogits + (size_t)row++ * (size_t)e->n_vocab, e->n_vocab);
+        dc[i]->seq.n_draft = 1;
+        dc[i]->d_base = dc[i]->seq.n_tokens;
+    }
+    for (int32_t j = 1; j < K; j++) {
+        cn_batch_clear(&e->dbatch);
+        for (int32_t i = 0; i < n; i++)
+            if (active[i] && k[i] > j)
+                cn_batch_add(&e->dbatch, dc[i]->seq.draft[j - 1], (int32_t)(dc[i]->seq.n_tokens - 1 + j),
+                             dc[i]->seq.slot, true);
+        if (e->dbatch.n_rows == 0) break;
+        if (draft_pass(e, &err) != CN_STATUS_OK) goto fail;
+        row = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (!active[i] || k[i] <= j) continue;
+            dc[i]->seq.draft[j] = cn_argmax(e->dlogits + (size_t)row++ * (size_t)e->n_vocab, e->n_vocab);
+            dc[i]->seq.n_draft = j + 1;
+            dc[i]->d_guesses = j;
+        }
+    }
+    return;
+fail:
+    cn_log(CN_LOG_WARN, "engine: a draft pass failed, no guesses this step: %s", err.msg);
+    for (int32_t i = 0; i < n; i++) dc[i]->seq.n_draft = 0;
+    draft_drop_all(e);
+}
+
+/* The number of draft-model guesses K for this step (0: none): the most expected tokens
+ * per ms over the target's step and the draft passes, with rows decode rows besides. */
+static int32_t draft_plan(cn_engine *e, engine_choice **dc, const int32_t *k, int32_t n, int32_t rows,
+                          double *t_draft) {
+    int32_t kmax = 0;
+    int64_t catchup = 0;
+    for (int32_t i = 0; i < n; i++) {
+        kmax = CN_MAX(kmax, k[i]);
+        catchup += dc[i]->downer_ok ? dc[i]->seq.n_tokens - dc[i]->d_len : dc[i]->seq.n_tokens;
+    }
+    *t_draft = 0;
+    if (e->p.spec_fixed) return kmax;
+    /* unmeasured: a short first try (a draft pass is not free, unlike a lookup) */
+    if (e->dcosts.n == 0) return CN_MIN(kmax, 2);
+    int32_t best = 0;
+    double best_rate = rows / CN_MAX(costs_at(&e->costs, rows), 1e-9);
+    for (int32_t K = 1; K <= kmax; K++) {
+        double tokens = rows, t = costs_at(&e->dcosts, (int32_t)CN_MIN(catchup, e->p.step_tokens));
+        int32_t r = rows;
+        for (int32_t j = 1; j <= K; j++) {
+            int32_t m = 0;
+            for (int32_t i = 0; i < n; i++) {
+                if (k[i] < j) continue;
+                /* one kept plain 16 steps is tried again with a single guess */
+                tokens += dc[i]->plain_run >= 16 ? (j == 1) : pow(guess_rate(dc[i]), j);
+                m++;
+            }
+            r += m;
+            if (j > 1) t += costs_at(&e->dcosts, m);
+        }
+        const double rate = tokens / CN_MAX(costs_at(&e->costs, r) + t, 1e-9);
+        if (rate > best_rate) best = K, best_rate = rate, *t_draft = t;
+    }
+    return best;
+}
+
+/* ---- planning a step's guesses ---- */
+
+/* Sets every decoding completion's guesses (seq.n_draft) for the next step: the draft
+ * model's first (they cost passes of their own), then lookup's, chosen against the
+ * step that the first make. */
 static void plan_drafts(cn_engine *e) {
-    int32_t rows = 0, n_guess = 0;
+    draft_settle(e);
+    int32_t rows = 0, n_guess = 0, n_dc = 0;
+    engine_choice *dc[CN_ENGINE_MAX_RUNNING];
+    int32_t dk[CN_ENGINE_MAX_RUNNING];
     for (engine_req *q = e->reqs; q; q = q->next)
         for (int32_t i = 0; i < q->n; i++) {
             engine_choice *c = &q->choices[i];
             c->seq.n_draft = c->n_found = 0;
-            if (c->done || c->seq.state != CN_SEQ_RUNNING || c->seq.n_tokens - c->seq.n_computed != 1) continue;
+            if (!decoding(c)) continue;
             rows++;
-            if (q->lookup_n == 0 || q->cancel_pending) continue;
-            /* guesses worth making: within max_tokens and before the context's last position */
-            const int64_t left = (int64_t)cn_gen_params_of(c->gen)->max_tokens - cn_gen_n_generated(c->gen) - 1;
-            const int64_t room = e->n_ctx - 1 - c->seq.n_tokens;
-            const int32_t k = (int32_t)CN_MAX(0, CN_MIN(CN_MIN(left, room), q->max_draft));
-            if (k > 0) c->seq.n_draft = cn_spec_lookup(c->seq.tokens, (size_t)c->seq.n_tokens, q->lookup_n, k,
-                                                        c->seq.draft);
-            c->n_found = c->seq.n_draft;
+            const int32_t k = guess_room(e, c);
+            if (k == 0) continue;
+            if (q->use_draft) {
+                c->downer_ok = e->downer[c->seq.slot] == c;
+                dc[n_dc] = c;
+                dk[n_dc++] = k;
+                c->n_found = k;
+            } else if (q->lookup_n > 0) {
+                c->seq.n_draft = cn_spec_lookup(c->seq.tokens, (size_t)c->seq.n_tokens, q->lookup_n, k, c->seq.draft);
+                c->n_found = c->seq.n_draft;
+                n_guess += c->seq.n_draft;
+            }
+        }
+    double t_draft = 0;
+    int32_t base_rows = rows;
+    double base_tokens = rows;
+    if (n_dc > 0) {
+        const int32_t K = draft_plan(e, dc, dk, n_dc, rows, &t_draft);
+        if (K > 0) {
+            for (int32_t i = 0; i < n_dc; i++) dk[i] = CN_MIN(dk[i], K);
+            draft_guesses(e, dc, dk, n_dc, K);
+        }
+        for (int32_t i = 0; i < n_dc; i++) {
+            engine_choice *c = dc[i];
+            if (c->seq.n_draft > 0) c->plain_run = 0;
+            else c->plain_run++;
+            base_rows += c->seq.n_draft;
+            for (int32_t j = 1; j <= c->seq.n_draft; j++) base_tokens += pow(guess_rate(c), j);
             n_guess += c->seq.n_draft;
         }
+    }
     if (n_guess == 0) return;
     if (e->n_logit_rows < e->p.max_running + n_guess) {
         const int64_t want = (int64_t)e->p.max_running * (1 + CN_ENGINE_MAX_DRAFT);
@@ -640,15 +890,16 @@ static void plan_drafts(cn_engine *e) {
         e->logits = l;
         e->n_logit_rows = want;
     }
-    if (e->p.spec_fixed) return;
-    guess *g = malloc((size_t)n_guess * sizeof *g);
+    const int32_t n_lookup = n_guess - (base_rows - rows);
+    if (e->p.spec_fixed || n_lookup == 0) return;
+    guess *g = malloc((size_t)n_lookup * sizeof *g);
     if (!g) return; /* every guess stays: the cost model only trims them */
     int32_t n = 0;
     for (engine_req *q = e->reqs; q; q = q->next)
         for (int32_t i = 0; i < q->n; i++) {
             engine_choice *c = &q->choices[i];
-            /* a completion kept plain 16 steps in a row is tried again: its rate may have changed */
-            const double a = c->plain_run >= 16 ? 1.0 : c->hit / c->try;
+            if (q->use_draft) continue;
+            const double a = guess_rate(c);
             double p = 1;
             for (int32_t j = 0; j < c->seq.n_draft; j++) {
                 p *= a;
@@ -660,10 +911,10 @@ static void plan_drafts(cn_engine *e) {
      * fall along each completion's guesses, so the best d are a prefix of each one's. */
     qsort(g, (size_t)n, sizeof *g, guess_cmp);
     int32_t best = 0;
-    double tokens = rows, best_rate = rows / CN_MAX(costs_at(&e->costs, rows), 1e-9);
+    double tokens = base_tokens, best_rate = tokens / CN_MAX(costs_at(&e->costs, base_rows) + t_draft, 1e-9);
     for (int32_t d = 1; d <= n; d++) {
         tokens += g[d - 1].gain;
-        const double rate = tokens / CN_MAX(costs_at(&e->costs, rows + d), 1e-9);
+        const double rate = tokens / CN_MAX(costs_at(&e->costs, base_rows + d) + t_draft, 1e-9);
         if (rate > best_rate) best = d, best_rate = rate;
     }
     for (int32_t d = 0; d < best; d++) g[d].c->seq.n_draft++;
@@ -671,6 +922,7 @@ static void plan_drafts(cn_engine *e) {
     for (engine_req *q = e->reqs; q; q = q->next)
         for (int32_t i = 0; i < q->n; i++) {
             engine_choice *c = &q->choices[i];
+            if (q->use_draft) continue;
             if (c->seq.n_draft > 0) c->plain_run = 0;
             else if (c->n_found > 0) c->plain_run++;
         }
@@ -722,6 +974,7 @@ static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
             cn_log(CN_LOG_WARN, "engine: request %llu ended: %s", (unsigned long long)c->req->id, e2.msg);
         run_cancels(e);
     }
+    draft_settle(e);
     reap(e);
     return CN_STATUS_OK;
 }
@@ -843,5 +1096,6 @@ void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out) {
     out->n_drafted = e->n_drafted;
     out->n_accepted = e->n_accepted;
     out->n_spec_steps = e->n_spec_steps;
+    out->n_draft_passes = e->n_draft_passes;
     pthread_mutex_unlock(&e->mu);
 }

@@ -11,6 +11,7 @@
 /* Views valid until cn_engine_free. The KV cache must only be read between steps. */
 const cn_tokenizer *cn_engine_tokenizer(const cn_engine *e);
 const cn_kv *cn_engine_kv(const cn_engine *e);
+const cn_kv *cn_engine_draft_kv(const cn_engine *e); /* NULL without a draft model */
 /* The largest position count one sequence may reach (context and KV budget). */
 int32_t cn_engine_n_ctx(const cn_engine *e);
 

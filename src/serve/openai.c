@@ -454,30 +454,44 @@ static bool parse_sampling(const oai_ctx *c, oai_kind kind, json_t *body, oai_re
     return parse_logit_bias(c, body, r, e);
 }
 
-/* "speculative": false (off), true (lookup with n-grams of up to 3), or {"lookup": N in
- * [0, 8], "max_draft": K in [1, 16]}; absent: the server's default. Speculation never
- * changes a token, only the work per token. */
+/* "speculative": false (off), true (the draft model if the server has one, else lookup
+ * with n-grams of up to 3), or {"draft": bool, "lookup": N in [0, 8], "max_draft": K in
+ * [1, 16]}; absent: the server's default. Speculation never changes a token, only the
+ * work per token. */
 static bool parse_speculative(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e) {
+    const int32_t lookup_default = c->lookup_n > 0 ? c->lookup_n : 3;
+    r->draft = c->has_draft;
     r->lookup_n = c->lookup_n;
     r->max_draft = c->max_draft;
     json_t *x = json_object_get(body, "speculative");
     if (!x || json_is_null(x)) return true;
     if (json_is_boolean(x)) {
-        r->lookup_n = json_is_true(x) ? (c->lookup_n > 0 ? c->lookup_n : 3) : 0;
+        const bool on = json_is_true(x);
+        r->draft = on && c->has_draft;
+        r->lookup_n = on && !c->has_draft ? lookup_default : 0;
         return true;
     }
-    if (!json_is_object(x)) return bad_type(e, "speculative", "a boolean or an object {\"lookup\", \"max_draft\"}");
+    if (!json_is_object(x))
+        return bad_type(e, "speculative", "a boolean or an object {\"draft\", \"lookup\", \"max_draft\"}");
     const char *k;
     json_t *v;
     json_object_foreach(x, k, v) {
-        if (strcmp(k, "lookup") && strcmp(k, "max_draft"))
+        if (strcmp(k, "lookup") && strcmp(k, "max_draft") && strcmp(k, "draft"))
             return oai_fail(e, 400, "invalid_request_error", "speculative", "unsupported_parameter",
-                            "unsupported field 'speculative.%.40s' (lookup, max_draft)", k);
+                            "unsupported field 'speculative.%.40s' (draft, lookup, max_draft)", k);
     }
-    int64_t n = 0;
+    bool d = false;
     int got;
-    if ((got = get_int(x, "lookup", 0, 8, &n, e)) < 0) return false;
-    r->lookup_n = got ? (int32_t)n : (c->lookup_n > 0 ? c->lookup_n : 3);
+    if ((got = get_bool(x, "draft", &d, e)) < 0) return false;
+    if (got && d && !c->has_draft)
+        return oai_fail(e, 400, "invalid_request_error", "speculative", NULL,
+                        "'speculative.draft': this server has no draft model (cinder serve --draft MODEL)");
+    int64_t n = 0;
+    int got_lookup;
+    if ((got_lookup = get_int(x, "lookup", 0, 8, &n, e)) < 0) return false;
+    /* an object asks for lookup unless it asks for the draft model */
+    r->draft = got ? d : c->has_draft && !got_lookup;
+    r->lookup_n = r->draft ? 0 : got_lookup ? (int32_t)n : lookup_default;
     if ((got = get_int(x, "max_draft", 1, CN_ENGINE_MAX_DRAFT, &n, e)) < 0) return false;
     if (got) r->max_draft = (int32_t)n;
     return true;

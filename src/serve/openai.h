@@ -38,6 +38,7 @@ typedef struct {
     int32_t n_ctx;                 /* positions per sequence */
     int32_t n_vocab;
     int32_t lookup_n, max_draft;   /* the server's speculation default (0: off) */
+    bool has_draft;                /* a draft model is loaded (and is the default) */
 } oai_ctx;
 
 /* One parsed request: n_prompts engine requests of n completions each (choice index
@@ -56,6 +57,7 @@ typedef struct {
     int32_t n_logprobs;                  /* -1 none; chat: top_logprobs; completions: logprobs */
     bool max_tokens_given;
     int32_t lookup_n, max_draft;         /* speculation (cn_engine_request's fields) */
+    bool draft;
 } oai_request;
 
 /* Parses and validates body for kind. On failure: false and e filled (status 400/404). */

@@ -541,6 +541,7 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
         er.n = j->r.n;
         er.lookup_n = j->r.lookup_n;
         er.max_draft = j->r.max_draft;
+        er.draft = j->r.draft;
         j->subs[p].j = j;
         j->subs[p].prompt = p;
         cb.user = &j->subs[p];
@@ -819,6 +820,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     s->oc.model_id = p->model_id;
     s->oc.lookup_n = p->lookup_n;
     s->oc.max_draft = p->max_draft;
+    s->oc.has_draft = p->draft;
     if (!s->metrics) {
         cn_server_free(s);
         return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");

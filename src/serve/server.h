@@ -25,6 +25,8 @@ typedef struct {
                                   ("speculative"): n-grams of up to this many tokens; 0
                                   (default) = off */
     int32_t max_draft;         /* guesses per step (1..16); default 8 */
+    bool draft;                /* the engine has a draft model: requests that do not say get
+                                  speculation with it; "speculative": {"draft": ...} chooses */
 } cn_server_params;
 
 cn_server_params cn_server_default_params(void);

@@ -261,9 +261,34 @@ def test_speculative_lookup_changes_no_token(stories):
     accepted = after["cinder:spec_accepted_tokens_total"][0][1] - before["cinder:spec_accepted_tokens_total"][0][1]
     assert drafted > 0 and 0 < accepted <= drafted, (drafted, accepted)
     for bad, field in (({"lookup": 9}, "lookup"), ({"max_draft": 0}, "max_draft"), ({"n": 3}, "speculative.n"),
-                       ("yes", "speculative")):
+                       ("yes", "speculative"), ({"draft": True}, "draft model")):
         st, body, _ = stories.post("/v1/completions", dict(model="stories260K", prompt="Hi", speculative=bad))
         assert st == 400 and field in body["error"]["message"], (bad, body)
+
+
+def test_speculative_draft_model_changes_no_token(binary):
+    """`serve --draft`: stories260K drafting for itself is the default; the text and logprobs
+    are the ones without speculation, greedy (every guess right) and seeded, alone and among
+    concurrent requests; opting out per request works; /metrics counts the guesses."""
+    srv = Server(binary, STORIES, "--parallel", "8", "--ctx", "256", "--draft", STORIES)
+    try:
+        c = srv.client()
+        base = dict(model="stories260K", prompt="Once upon a time", max_tokens=40, logprobs=2)
+        for kw in (dict(temperature=0), dict(temperature=0.9, top_p=0.95, seed=3)):
+            plain = c.completions.create(**base, **kw, extra_body={"speculative": False})
+            for spec in (None, True, {"draft": True, "max_draft": 3}, {"lookup": 2}):
+                got = c.completions.create(**base, **kw, extra_body={} if spec is None else {"speculative": spec})
+                assert got.choices[0].text == plain.choices[0].text, (spec, kw)
+                assert got.choices[0].logprobs.token_logprobs == plain.choices[0].logprobs.token_logprobs
+        with cf.ThreadPoolExecutor(8) as ex:
+            texts = list(ex.map(lambda i: c.completions.create(**base, temperature=0).choices[0].text, range(8)))
+        assert texts == [texts[0]] * 8 and texts[0].startswith(GREEDY)
+        m = srv.metrics()
+        drafted, accepted = m["cinder:spec_draft_tokens_total"][0][1], m["cinder:spec_accepted_tokens_total"][0][1]
+        assert drafted > 0 and 0 < accepted <= drafted, (drafted, accepted)
+        wait_idle(srv)
+    finally:
+        srv.stop()
 
 
 def test_64_concurrent_streams(stories):

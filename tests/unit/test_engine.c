@@ -222,8 +222,9 @@ Test(engine, run_loop_thread) {
 /* Speculation by n-gram lookup (a request's lookup_n) changes no token, logprob or text,
  * whatever the batch: with every guess run (spec_fixed), beside 15 others, under
  * preemption with the prefix cache, forked, and with the cost model deciding. */
-static void run_lookup(cn_engine_params p, int group, int n_total, int32_t n_fork, bool want_guesses,
-                       const char *what) {
+static void run_spec(cn_engine_params p, int group, int n_total, int32_t n_fork, bool want_guesses, bool draft,
+                     const char *what) {
+    if (draft) p.draft = model; /* stories260K drafting for itself: greedy guesses, sampled targets */
     cn_engine *e = te_engine(model, p);
     static te_req out[N_REQ];
     static cn_engine_request rs[N_REQ];
@@ -232,6 +233,7 @@ static void run_lookup(cn_engine_params p, int group, int n_total, int32_t n_for
         rs[i].lookup_n = 1 + i % 4;
         rs[i].max_draft = i % 3 == 0 ? 0 : 2 + i % 7;
         rs[i].n = n_fork;
+        rs[i].draft = draft;
     }
     for (int g = 0; g < n_total; g += group) te_run(e, rs + g, out + g, group);
     char buf[160];
@@ -251,6 +253,14 @@ static void run_lookup(cn_engine_params p, int group, int n_total, int32_t n_for
     if (want_guesses) {
         cr_assert_gt(st.n_drafted, 0, "%s: no guess was checked", what);
         cr_assert_gt(st.n_accepted, 0, "%s: no guess was confirmed (%lld checked)", what, (long long)st.n_drafted);
+        cr_assert_lt(st.n_accepted, st.n_drafted, "%s: no guess was rejected", what);
+        if (draft) cr_assert_gt(st.n_draft_passes, 0);
+    }
+    if (draft) {
+        cn_kv_stats ds;
+        cn_kv_get_stats(cn_engine_draft_kv(e), &ds);
+        cr_assert_eq(ds.n_free, ds.n_blocks, "%s: the draft cache holds %lld blocks", what,
+                     (long long)(ds.n_blocks - ds.n_free));
     }
     cr_assert_leq(st.n_accepted, st.n_drafted);
     cr_assert_eq(st.n_requests, 0);
@@ -264,7 +274,7 @@ Test(engine, lookup_speculation_with_15_others) {
     cn_engine_params p = cn_engine_default_params();
     p.spec_fixed = true;
     p.block_tokens = 4;
-    run_lookup(p, 16, N_REQ, 1, true, "lookup, 16 at once");
+    run_spec(p, 16, N_REQ, 1, true, false, "lookup, 16 at once");
 }
 
 Test(engine, lookup_speculation_preempted_with_prefix_cache) {
@@ -273,7 +283,7 @@ Test(engine, lookup_speculation_preempted_with_prefix_cache) {
     p.kv_tokens = 160;
     p.max_running = 8;
     p.step_tokens = 32;
-    run_lookup(p, N_REQ, N_REQ, 1, true, "lookup, preempted");
+    run_spec(p, N_REQ, N_REQ, 1, true, false, "lookup, preempted");
 }
 
 Test(engine, lookup_speculation_forked_at_2_threads) {
@@ -281,12 +291,93 @@ Test(engine, lookup_speculation_forked_at_2_threads) {
     p.spec_fixed = true;
     p.n_threads = 2;
     p.block_tokens = 8;
-    run_lookup(p, 4, 4, 3, true, "lookup, n = 3");
+    run_spec(p, 4, 4, 3, true, false, "lookup, n = 3");
 }
 
 Test(engine, lookup_speculation_adaptive) {
     cn_engine_params p = cn_engine_default_params();
-    run_lookup(p, 8, N_REQ, 1, false, "lookup, cost model");
+    run_spec(p, 8, N_REQ, 1, false, false, "lookup, cost model");
+}
+
+Test(engine, draft_model_speculation_with_15_others) {
+    cn_engine_params p = cn_engine_default_params();
+    p.spec_fixed = true;
+    p.block_tokens = 4;
+    run_spec(p, 16, N_REQ, 1, true, true, "draft model, 16 at once");
+}
+
+Test(engine, draft_model_speculation_preempted_chunked) {
+    cn_engine_params p = cn_engine_default_params();
+    p.spec_fixed = true;
+    p.kv_tokens = 160;
+    p.max_running = 8;
+    p.step_tokens = 32; /* longer prompts catch up in the draft cache over several steps */
+    run_spec(p, N_REQ, N_REQ, 1, true, true, "draft model, preempted");
+}
+
+Test(engine, draft_model_speculation_forked_adaptive) {
+    cn_engine_params p = cn_engine_default_params();
+    p.n_threads = 2;
+    run_spec(p, 4, 4, 3, false, true, "draft model, n = 3, cost model");
+}
+
+/* Greedy with no penalty, a model drafting for itself guesses every token right: any
+ * position of the draft cache kept wrong (after a rejection, a preemption, a catch-up
+ * over several steps, a slot passed on) would show as a rejected guess. */
+Test(engine, draft_model_self_draft_greedy_every_guess_right) {
+    for (int tight = 0; tight < 2; tight++) {
+        cn_engine_params p = cn_engine_default_params();
+        p.spec_fixed = true;
+        p.draft = model;
+        p.step_tokens = 32;
+        p.max_running = 8;
+        if (tight) p.kv_tokens = 160;
+        cn_engine *e = te_engine(model, p);
+        static cn_engine_request rs[N_REQ];
+        static te_req out[N_REQ];
+        for (int i = 0; i < N_REQ; i++) {
+            rs[i] = reqs[i];
+            rs[i].gen.sampling = cn_sampling_default();
+            rs[i].gen.sampling.temperature = 0.0f;
+            rs[i].gen.sampling.seed = 1;
+            rs[i].gen.max_tokens = 24 + i;
+            rs[i].draft = true;
+            rs[i].max_draft = 1 + i % 6;
+        }
+        te_run(e, rs, out, N_REQ);
+        cn_engine_stats st;
+        cn_engine_get_stats(e, &st);
+        for (int i = 0; i < N_REQ; i++) {
+            te_result ref;
+            te_reference(model, &rs[i], 0, 1, CN_TYPE_F16, &ref);
+            te_expect_same(&out[i].r[0], &ref, tight ? "greedy self-draft, preempted" : "greedy self-draft");
+        }
+        if (tight) cr_assert_gt(st.n_preemptions, 0);
+        cr_assert_gt(st.n_drafted, 100);
+        cr_assert_eq(st.n_accepted, st.n_drafted, "%lld of %lld guesses confirmed", (long long)st.n_accepted,
+                     (long long)st.n_drafted);
+        cn_engine_free(e);
+    }
+}
+
+Test(engine, draft_model_refused) {
+    cn_engine *e = te_engine(model, cn_engine_default_params());
+    cn_engine_request r = reqs[0];
+    r.draft = true;
+    cn_error err = {0};
+    uint64_t id = 0;
+    cr_assert_eq(cn_engine_submit(e, &r, NULL, &id, &err), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(err.msg, "draft"), "%s", err.msg);
+    cn_engine_free(e);
+    /* a draft model with another vocabulary (SmolLM2's 49152 tokens) */
+    cn_model *other = te_load_default();
+    cn_engine_params p = cn_engine_default_params();
+    p.draft = other;
+    cn_engine *bad = NULL;
+    cr_assert_neq(cn_engine_create(model, &p, &bad, &err), CN_STATUS_OK);
+    cr_assert_null(bad);
+    cr_assert(strstr(err.msg, "draft"), "%s", err.msg);
+    cn_model_free(other);
 }
 
 Test(engine, lookup_speculation_bad_parameters) {

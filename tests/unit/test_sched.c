@@ -377,26 +377,27 @@ Test(sched, random_block_of_one_token) {
     cr_expect_gt(rc.n_preemptions, 0);
 }
 
-Test(sched, random_drafts_roomy) {
+static run_counts run_random_drafts(uint64_t seed, int64_t n_blocks, int32_t bt, int32_t max_running,
+                                    int32_t step_tokens, int n_ops) {
     g_drafts = true;
-    run_counts rc = run_random(6, 256, 4, 6, 32, true, 600);
+    run_counts rc = run_random(seed, n_blocks, bt, max_running, step_tokens, true, n_ops);
     g_drafts = false;
+    return rc;
+}
+Test(sched, random_drafts_roomy) {
+    run_counts rc = run_random_drafts(6, 256, 4, 6, 32, 600);
     cr_expect_gt(rc.n_accepted, 100);
     cr_expect_gt(rc.n_rejected, 10);
     cr_expect_gt(rc.n_prefix_hits, 0);
 }
 Test(sched, random_drafts_tight_kv) {
-    g_drafts = true;
-    run_counts rc = run_random(7, 20, 4, 6, 16, true, 600);
-    g_drafts = false;
+    run_counts rc = run_random_drafts(7, 20, 4, 6, 16, 600);
     cr_expect_gt(rc.n_preemptions, 10);
     cr_expect_gt(rc.n_accepted, 10);
     cr_expect_gt(rc.n_rejected, 0);
 }
 Test(sched, random_drafts_one_token_blocks) {
-    g_drafts = true;
-    run_counts rc = run_random(8, 70, 1, 4, 8, true, 300);
-    g_drafts = false;
+    run_counts rc = run_random_drafts(8, 70, 1, 4, 8, 300);
     cr_expect_gt(rc.n_accepted, 10);
 }
 
