@@ -86,17 +86,17 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/src/kernels/x86/%_avx2.o: src/kernels/x86/%_avx2.c
 	@mkdir -p $(dir $@)
 	@echo "  CC avx2 $<"
-	$(Q)$(CC) $(CFLAGS) $(ISA_AVX2) -c $< -o $@
+	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX2) -c $< -o $@
 
 $(BUILD)/obj/src/kernels/x86/%_avx512.o: src/kernels/x86/%_avx512.c
 	@mkdir -p $(dir $@)
 	@echo "  CC avx512 $<"
-	$(Q)$(CC) $(CFLAGS) $(ISA_AVX512) -c $< -o $@
+	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX512) -c $< -o $@
 
 $(BUILD)/obj/src/kernels/x86/%_amx.o: src/kernels/x86/%_amx.c
 	@mkdir -p $(dir $@)
 	@echo "  CC amx  $<"
-	$(Q)$(CC) $(CFLAGS) $(ISA_AMX) -c $< -o $@
+	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AMX) -c $< -o $@
 
 # The chat page is embedded with .incbin (src/serve/page.c): rebuild when it changes.
 $(BUILD)/obj/src/serve/page.o: src/serve/chat.html
@@ -137,17 +137,45 @@ models:
 test-unit: $(UNIT)
 	$(UNIT) --jobs 2
 
-# libFuzzer builds of the parser harnesses (clang; not part of `all`, whose unit tests
-# replay the same entry points): make fuzz BUILD=dir, then
-#   $(BUILD)/tools/gguf_tool seeds CORPUS && $(BUILD)/fuzz/fuzz_gguf CORPUS
-FUZZ_CC ?= clang
-.PHONY: fuzz
-fuzz: $(BUILD)/fuzz/fuzz_gguf
+# libFuzzer: every harness in tests/fuzz (the GGUF reader, tokenizer encode/decode, chat
+# templates, the HTTP body -> engine request mapping, the stop-string stream filter),
+# linked against a clang build of the library with ASan + UBSan in $(FUZZ_BUILD). Not part
+# of `all`: the unit tests replay every committed corpus file and the GGUF seeds under
+# the sanitizers (tests/unit/test_fuzz_corpus.c, test_gguf_fuzz.c).
+#   make fuzz                build the harnesses
+#   make fuzz FUZZ_S=600     and run each for 600 s on its corpus (new inputs go to
+#                            $(FUZZ_BUILD)/corpus/NAME, crashes to $(FUZZ_BUILD)/crash-NAME-*;
+#                            tests/fuzz/corpus/NAME is read, never written)
+FUZZ_CC    ?= clang-14
+FUZZ_BUILD ?= build-fuzz
+FUZZ_S     ?= 0
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS  := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz/fuzz_%)
+.PHONY: fuzz fuzz-lib
+fuzz: fuzz-lib
+	$(Q)$(MAKE) --no-print-directory $(FUZZ_BINS)
+	$(Q)if [ "$(FUZZ_S)" != 0 ]; then set -e; for n in $(FUZZ_NAMES); do \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$n tests/fuzz/corpus/$$n; \
+	    [ $$n != gguf ] || $(FUZZ_BUILD)/tools/gguf_tool seeds $(FUZZ_BUILD)/corpus/$$n >/dev/null; \
+	    echo "  FUZZ    $$n for $(FUZZ_S) s"; \
+	    $(FUZZ_BUILD)/fuzz/fuzz_$$n -max_total_time=$(FUZZ_S) -print_final_stats=1 -max_len=8192 \
+	        -artifact_prefix=$(FUZZ_BUILD)/crash-$$n- $(FUZZ_BUILD)/corpus/$$n tests/fuzz/corpus/$$n \
+	        2>&1 | grep -E '^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::peak_rss|^==[0-9]+==|^SUMMARY' ; \
+	done; fi
 
-$(BUILD)/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(wildcard src/gguf/*.c) src/core/core.c
+# The SIMD kernel files are built without the sanitizers there (KERNEL_NOSAN): no harness
+# reaches them, and clang's ASan takes many minutes over their intrinsics.
+FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+fuzz-lib:
+	$(Q)$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) SANFLAGS="$(FUZZ_SAN) -g" \
+	    KERNEL_NOSAN="$(FUZZ_SAN)" OPT=-O1 $(FUZZ_BUILD)/libcinder.a $(FUZZ_BUILD)/tools/gguf_tool
+
+$(FUZZ_BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libcinder.a
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc \
-	    -fsanitize=fuzzer,address,undefined -o $@ $^
+	@echo "  LD fuzz $@"
+	$(Q)$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $< \
+	    $(FUZZ_BUILD)/libcinder.a $(PKG_LIBS) -lpthread -lm
 
 # arm64 cross check, for x86 hosts (scripts/test.sh runs it there): every library and
 # CLI source an aarch64 build compiles (so not kernels/x86) is compiled by $(ARM_CC) with

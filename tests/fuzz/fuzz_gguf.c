@@ -5,8 +5,9 @@
  * the first and last byte of every tensor) so that the sanitizers see any read outside
  * the input. Built three ways: by `make fuzz` with libFuzzer (clang), by the unit tests
  * (tests/unit/test_gguf_fuzz.c includes this file and replays the seeds and their
- * mutations under ASan+UBSan), and by tests/tools/gguf_corpus.c, which writes the seeds
- * to a folder for libFuzzer. The seeds are made by our writer at run time, never stored. */
+ * mutations under ASan+UBSan), and by tests/tools/gguf_tool.c, whose `seeds DIR` writes
+ * the seeds to a folder for libFuzzer. The seeds are made by our writer at run time,
+ * never stored. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,13 @@ static void walk_arr(const cn_gguf_arr *a, int depth) {
             }
             break;
         }
-        default:
-            acc += (uint64_t)cn_gguf_arr_i64(a, j) + (uint64_t)cn_gguf_arr_f64(a, j);
+        default: {
+            /* the float's bits: converting a NaN or a huge value to an integer is undefined */
+            const double f = cn_gguf_arr_f64(a, j);
+            uint64_t bits;
+            memcpy(&bits, &f, sizeof bits);
+            acc += (uint64_t)cn_gguf_arr_i64(a, j) + bits;
+        }
         }
     }
     /* out-of-range requests stay harmless */

@@ -1,0 +1,85 @@
+/* fuzz_openai.c — fuzz entry for the HTTP request body → engine request mapping
+ * (src/serve/openai.c): the bytes a client POSTs, parsed as JSON and mapped for
+ * /v1/chat/completions or /v1/completions (the first byte chooses), with stories260K's
+ * vocabulary (../shared/testdata/models) and the ChatML template, a 256-position context.
+ *
+ * Checked: a body that is not JSON is refused before mapping (as the server does); a
+ * mapping either fails with an HTTP status in 400..404 and a message (and its error JSON
+ * builds), or succeeds with a request the engine would accept: 1..16 prompts of token ids
+ * in the vocabulary, each shorter than the context, max_tokens within what the context
+ * leaves, generation parameters that cn_gen_validate accepts, a speculation setting in
+ * range. Built by `make fuzz`; the unit tests replay its corpus. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "serve/openai.h"
+
+int fuzz_openai_one(const uint8_t *data, size_t size);
+
+static oai_ctx fuzz_oai;
+static cn_gguf *fuzz_oai_gguf;
+static cn_tokenizer *fuzz_oai_tok;
+static cn_chat_template *fuzz_oai_chat;
+
+static const oai_ctx *fuzz_oai_ctx(void) {
+    if (fuzz_oai.tok) return &fuzz_oai;
+    const char *dir = getenv("CINDER_TESTDATA");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir && *dir ? dir : "../shared/testdata");
+    cn_error err = {0};
+    if (cn_gguf_open(path, &fuzz_oai_gguf, &err) != CN_STATUS_OK ||
+        cn_tokenizer_load(fuzz_oai_gguf, &fuzz_oai_tok, &err) != CN_STATUS_OK ||
+        cn_chat_template_from_name("chatml", &fuzz_oai_chat, &err) != CN_STATUS_OK) {
+        fprintf(stderr, "fuzz_openai: %s: %s\n", path, err.msg);
+        abort();
+    }
+    fuzz_oai = (oai_ctx){.tok = fuzz_oai_tok, .chat = fuzz_oai_chat, .model_id = "stories260K", .n_ctx = 256,
+                         .n_vocab = cn_tokenizer_n_vocab(fuzz_oai_tok), .max_draft = 8};
+    return &fuzz_oai;
+}
+
+int fuzz_openai_one(const uint8_t *data, size_t size) {
+    if (size < 1) return -1;
+    const oai_ctx *c = fuzz_oai_ctx();
+    const oai_kind kind = data[0] & 1 ? OAI_CHAT : OAI_COMPLETION;
+    json_error_t jerr;
+    json_t *body = json_loadb((const char *)data + 1, size - 1, JSON_REJECT_DUPLICATES, &jerr);
+    if (!body) return -1;
+    oai_request r;
+    oai_error e = {0};
+    const bool ok = oai_parse(c, kind, body, &r, &e);
+    json_decref(body);
+    if (!ok) {
+        if (e.http_status < 400 || e.http_status > 404 || !e.message[0]) abort();
+        json_t *ej = oai_error_json(&e);
+        if (!ej || !json_is_object(json_object_get(ej, "error"))) abort();
+        json_decref(ej);
+        oai_request_free(&r);
+        return -1;
+    }
+    if (r.n_prompts < 1 || r.n_prompts > OAI_MAX_PROMPTS || r.n < 1 || r.n > CN_ENGINE_MAX_N) abort();
+    int32_t longest = 0;
+    for (int32_t i = 0; i < r.n_prompts; i++) {
+        if (r.n_prompt[i] < 1 || r.n_prompt[i] >= c->n_ctx || !r.prompt[i]) abort();
+        for (int32_t j = 0; j < r.n_prompt[i]; j++)
+            if (r.prompt[i][j] < 0 || r.prompt[i][j] >= c->n_vocab) abort();
+        longest = r.n_prompt[i] > longest ? r.n_prompt[i] : longest;
+    }
+    if (r.gen.max_tokens < 1 || r.gen.max_tokens > c->n_ctx - longest) abort();
+    cn_error err = {0};
+    if (cn_gen_validate(&r.gen, c->n_vocab, &err) != CN_STATUS_OK) abort();
+    if (r.lookup_n < 0 || r.lookup_n > 8 || r.max_draft < 1 || r.max_draft > CN_ENGINE_MAX_DRAFT || r.draft) abort();
+    oai_request_free(&r);
+    return 0;
+}
+
+#ifndef CN_FUZZ_NO_ENTRY
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fuzz_openai_one(data, size);
+    return 0;
+}
+#endif
