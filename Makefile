@@ -170,7 +170,7 @@ fuzz-lib:
 	$(Q)$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) SANFLAGS="$(FUZZ_SAN) -g" \
 	    KERNEL_NOSAN="$(FUZZ_SAN)" OPT=-O1 $(FUZZ_BUILD)/libcinder.a $(FUZZ_BUILD)/tools/gguf_tool
 
-$(FUZZ_BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_BUILD)/libcinder.a
+$(FUZZ_BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_BUILD)/libcinder.a
 	@mkdir -p $(dir $@)
 	@echo "  LD fuzz $@"
 	$(Q)$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \

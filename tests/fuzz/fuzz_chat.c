@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "text/chat.h"
 
 #define FUZZ_CHAT_MAX_MSGS 64
@@ -96,10 +97,4 @@ int fuzz_chat_one(const uint8_t *data, size_t size) {
     return st == CN_STATUS_OK ? 0 : -1;
 }
 
-#ifndef CN_FUZZ_NO_ENTRY
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fuzz_chat_one(data, size);
-    return 0;
-}
-#endif
+FUZZ_ENTRY(fuzz_chat_one)

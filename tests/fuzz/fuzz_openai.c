@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "gguf/gguf.h"
 #include "serve/openai.h"
 
@@ -76,10 +77,4 @@ int fuzz_openai_one(const uint8_t *data, size_t size) {
     return 0;
 }
 
-#ifndef CN_FUZZ_NO_ENTRY
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fuzz_openai_one(data, size);
-    return 0;
-}
-#endif
+FUZZ_ENTRY(fuzz_openai_one)

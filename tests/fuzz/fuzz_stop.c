@@ -12,25 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "gen/stop.h"
 
 int fuzz_stop_one(const uint8_t *data, size_t size);
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} fuzz_out;
-
 static void fuzz_stop_emit(void *user, const char *text, size_t n) {
-    fuzz_out *o = user;
     if (n == 0) abort(); /* the contract: never an empty piece */
-    if (o->n + n > o->cap) {
-        o->cap = (o->n + n) * 2;
-        o->p = realloc(o->p, o->cap);
-        if (!o->p) abort();
-    }
-    memcpy(o->p + o->n, text, n);
-    o->n += n;
+    fuzz_buf_add(user, text, n);
 }
 
 int fuzz_stop_one(const uint8_t *data, size_t size) {
@@ -47,7 +36,7 @@ int fuzz_stop_one(const uint8_t *data, size_t size) {
     const char *text = (const char *)data + i;
     const size_t len = size - i;
 
-    fuzz_out out = {0};
+    fuzz_buf out = {0};
     cn_stop_filter *f = NULL;
     cn_error err = {0};
     if (cn_stop_filter_new(n_stops ? stops : NULL, n_stops, fuzz_stop_emit, &out, &f, &err) != CN_STATUS_OK) {
@@ -91,10 +80,4 @@ int fuzz_stop_one(const uint8_t *data, size_t size) {
     return 0;
 }
 
-#ifndef CN_FUZZ_NO_ENTRY
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fuzz_stop_one(data, size);
-    return 0;
-}
-#endif
+FUZZ_ENTRY(fuzz_stop_one)

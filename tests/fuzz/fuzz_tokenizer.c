@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "gguf/gguf.h"
 #include "text/tokenizer.h"
 
@@ -83,22 +84,6 @@ static bool fuzz_utf8_valid(const char *s, size_t n) {
         i += len;
     }
     return true;
-}
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} fuzz_buf;
-
-static void fuzz_buf_add(fuzz_buf *b, const char *s, size_t n) {
-    if (n == 0) return;
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) abort();
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
 }
 
 /* Decodes ids[0..n) one id at a time; the output must be valid UTF-8. */
@@ -178,10 +163,4 @@ int fuzz_tokenizer_one(const uint8_t *data, size_t size) {
     return 0;
 }
 
-#ifndef CN_FUZZ_NO_ENTRY
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    fuzz_tokenizer_one(data, size);
-    return 0;
-}
-#endif
+FUZZ_ENTRY(fuzz_tokenizer_one)
