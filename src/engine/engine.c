@@ -61,7 +61,7 @@ typedef struct {
     engine_req *req;
     int32_t index;
     bool done;
-    double hit, try;           /* guesses confirmed, guesses judged (decayed counts) */
+    cn_spec_rate rate;         /* its guesses' acceptance */
     int32_t plain_run;         /* steps in a row with guesses found but none run */
     int32_t n_found;           /* guesses lookup found for the next step */
     int64_t d_len;             /* draft model: history positions its cache holds (slot seq.slot,
@@ -69,7 +69,6 @@ typedef struct {
     int64_t d_base;            /* after drafting: n_tokens then; d_guesses of the guesses sit in
                                   the draft cache after it until the step settles them */
     int32_t d_guesses;
-    bool downer_ok;            /* planning: its draft slot already holds its history */
 } engine_choice;
 
 struct engine_req {
@@ -409,8 +408,7 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
         engine_choice *c = &q->choices[i];
         c->req = q;
         c->index = i;
-        c->hit = 1.2; /* a prior acceptance of 0.6 */
-        c->try = 2;
+        c->rate = cn_spec_rate_prior();
         cn_sched_seq_init(&c->seq, 0, c);
         cn_gen_params gp = r->gen;
         gp.on_text = on_text;
@@ -584,8 +582,7 @@ static cn_status push_guessed_rows(cn_engine *e, engine_choice *c, const float *
     e->n_drafted += nd;
     e->n_accepted += acc;
     e->n_spec_steps++;
-    c->hit = 0.9 * c->hit + acc;
-    c->try = 0.9 * c->try + (acc < nd ? acc + 1 : nd);
+    cn_spec_rate_update(&c->rate, nd, acc);
     return st;
 }
 
@@ -682,7 +679,9 @@ static int32_t guess_room(const cn_engine *e, const engine_choice *c) {
 
 /* The chance that a completion's next guess is confirmed (1 for one kept plain 16 steps
  * in a row: it is tried again, its rate may have changed). */
-static double guess_rate(const engine_choice *c) { return c->plain_run >= 16 ? 1.0 : c->hit / c->try; }
+static double guess_rate(const engine_choice *c) {
+    return c->plain_run >= 16 ? 1.0 : cn_spec_rate_value(&c->rate);
+}
 
 static bool decoding(const engine_choice *c) {
     return !c->done && !c->req->cancel_pending && c->seq.state == CN_SEQ_RUNNING &&
@@ -694,15 +693,20 @@ static bool decoding(const engine_choice *c) {
 /* After a step: each drafting completion's cache keeps its history and the guesses the
  * model confirmed; a completion that lost its slot (finished, preempted) loses its
  * draft slot too. */
+/* Draft slot s goes back empty; its owner (if any) keeps no guesses in it. */
+static void draft_release(cn_engine *e, int32_t s) {
+    cn_kv_seq_free(e->dkv, s);
+    if (e->downer[s]) e->downer[s]->d_base = e->downer[s]->d_guesses = 0;
+    e->downer[s] = NULL;
+}
+
 static void draft_settle(cn_engine *e) {
     if (!e->dctx) return;
     for (int32_t s = 0; s < e->p.max_running; s++) {
         engine_choice *c = e->downer[s];
         if (!c) continue;
         if (c->done || c->seq.state != CN_SEQ_RUNNING || c->seq.slot != s) {
-            cn_kv_seq_free(e->dkv, s);
-            e->downer[s] = NULL;
-            c->d_base = c->d_guesses = 0;
+            draft_release(e, s);
             continue;
         }
         if (c->d_base == 0) continue;
@@ -717,19 +721,12 @@ static void draft_settle(cn_engine *e) {
 static void draft_forget(cn_engine *e, engine_choice *c) {
     if (!e->dctx) return;
     for (int32_t s = 0; s < e->p.max_running; s++)
-        if (e->downer[s] == c) {
-            cn_kv_seq_free(e->dkv, s);
-            e->downer[s] = NULL;
-        }
+        if (e->downer[s] == c) draft_release(e, s);
 }
 
 static void draft_drop_all(cn_engine *e) {
     for (int32_t s = 0; s < e->p.max_running; s++)
-        if (e->downer[s]) {
-            cn_kv_seq_free(e->dkv, s);
-            e->downer[s]->d_base = e->downer[s]->d_guesses = 0;
-            e->downer[s] = NULL;
-        }
+        if (e->downer[s]) draft_release(e, s);
 }
 
 static cn_status draft_pass(cn_engine *e, cn_error *err) {
@@ -752,7 +749,7 @@ static void draft_guesses(cn_engine *e, engine_choice **dc, const int32_t *k, in
         engine_choice *c = dc[i];
         const int32_t s = c->seq.slot;
         if (e->downer[s] != c) {
-            cn_kv_seq_free(e->dkv, s);
+            draft_release(e, s);
             e->downer[s] = c;
             c->d_len = 0;
         }
@@ -803,7 +800,8 @@ static int32_t draft_plan(cn_engine *e, engine_choice **dc, const int32_t *k, in
     int64_t catchup = 0;
     for (int32_t i = 0; i < n; i++) {
         kmax = CN_MAX(kmax, k[i]);
-        catchup += dc[i]->downer_ok ? dc[i]->seq.n_tokens - dc[i]->d_len : dc[i]->seq.n_tokens;
+        const bool held = e->downer[dc[i]->seq.slot] == dc[i]; /* its draft slot holds its history */
+        catchup += held ? dc[i]->seq.n_tokens - dc[i]->d_len : dc[i]->seq.n_tokens;
     }
     *t_draft = 0;
     if (e->p.spec_fixed) return kmax;
@@ -850,7 +848,6 @@ static void plan_drafts(cn_engine *e) {
             const int32_t k = guess_room(e, c);
             if (k == 0) continue;
             if (q->use_draft) {
-                c->downer_ok = e->downer[c->seq.slot] == c;
                 dc[n_dc] = c;
                 dk[n_dc++] = k;
                 c->n_found = k;

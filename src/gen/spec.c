@@ -11,6 +11,15 @@ cn_spec_params cn_spec_default_params(void) {
     return (cn_spec_params){.draft = NULL, .draft_seq = 0, .lookup_n = 0, .n_draft_max = 8, .adaptive = true};
 }
 
+cn_spec_rate cn_spec_rate_prior(void) { return (cn_spec_rate){.hit = 1.2, .try = 2}; }
+
+void cn_spec_rate_update(cn_spec_rate *r, int32_t drafted, int32_t accepted) {
+    r->hit = 0.9 * r->hit + accepted;
+    r->try = 0.9 * r->try + (accepted < drafted ? accepted + 1 : drafted);
+}
+
+double cn_spec_rate_value(const cn_spec_rate *r) { return r->hit / r->try; }
+
 cn_status cn_spec_validate(const cn_spec_params *p, cn_error *err) {
     if (!p) return cn_err(err, CN_STATUS_INVALID_ARG, "speculation: NULL parameters");
     if (p->n_draft_max < 1 || p->n_draft_max > CN_SPEC_MAX_DRAFT)
@@ -81,12 +90,12 @@ typedef struct {
     double t1;       /* ms of a one-row target pass (smoothed); 0 until measured */
     double per_row;  /* ms each further row adds (smoothed); < 0 until measured */
     double t_draft;  /* ms per drafted token spent drafting (smoothed) */
-    double hit, try; /* drafts accepted, drafts judged (decayed counts) */
+    cn_spec_rate rate;
     int32_t plain_run;
 } planner;
 
 static double tokens_per_ms(const planner *pl, int32_t k) {
-    const double a = pl->hit / pl->try;
+    const double a = cn_spec_rate_value(&pl->rate);
     double e = 0, ai = 1;
     for (int32_t i = 0; i <= k; i++, ai *= a) e += ai;
     return e / (pl->t1 + (pl->per_row + pl->t_draft) * k);
@@ -125,8 +134,7 @@ static void planner_update(planner *pl, int32_t rows, double ms, int32_t nd, int
     }
     if (nd > 0) {
         smooth(&pl->t_draft, draft_ms / nd + 1e-6);
-        pl->hit = 0.9 * pl->hit + acc;
-        pl->try = 0.9 * pl->try + (acc < nd ? acc + 1 : nd);
+        cn_spec_rate_update(&pl->rate, nd, acc);
     }
 }
 
@@ -183,7 +191,7 @@ cn_status cn_generate_spec(const cn_gen_runner *r, const cn_spec_params *p, int3
     cn_kv_seq_truncate(r->kv, seq, n_reuse);
     float *logits = malloc((size_t)(kmax + 1) * (size_t)V * sizeof *logits);
     draft_state d = {.r = p->draft, .seq = p->draft_seq};
-    planner pl = {.per_row = -1, .hit = 1.2, .try = 2}; /* a prior acceptance of 0.6 */
+    planner pl = {.per_row = -1, .rate = cn_spec_rate_prior()};
     if (p->draft) {
         cn_kv_seq_truncate(p->draft->kv, p->draft_seq, 0);
         d.logits = malloc((size_t)V * sizeof *d.logits);

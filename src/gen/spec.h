@@ -50,6 +50,17 @@ typedef struct {
     int64_t plain_steps; /* steps with no draft (no lookup match, or speculation off) */
 } cn_spec_stats;
 
+/* A drafter's acceptance, decayed (each update weighs the past by 0.9): drafts kept over
+ * drafts judged, where a step's first miss ends the judging (acc < drafted: acc + 1
+ * judged). Starts at a prior of 0.6. Shared by this file's planner and the engine's. */
+typedef struct {
+    double hit, try;
+} cn_spec_rate;
+
+cn_spec_rate cn_spec_rate_prior(void);
+void cn_spec_rate_update(cn_spec_rate *r, int32_t drafted, int32_t accepted);
+double cn_spec_rate_value(const cn_spec_rate *r);
+
 /* Checks p: lookup_n and n_draft_max in range, a draft runner complete. */
 cn_status cn_spec_validate(const cn_spec_params *p, cn_error *err);
 
