@@ -115,6 +115,19 @@ $(UNIT): $(TEST_OBJ) $(LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS) -lcriterion
 
+# Allocation-failure injection (tests/alloc/alloc_fail.c): every allocation the library
+# makes goes through the test's counter (-Wl,--wrap), so each can be made to fail in
+# turn; LeakSanitizer checks each run, so it is built in the sanitizer build only.
+ALLOC_FAIL := $(BUILD)/tests/alloc_fail
+ALLOC_WRAP := $(foreach f,malloc calloc realloc strdup strndup aligned_alloc,-Wl,--wrap=$(f))
+ifeq ($(SAN),1)
+all: $(ALLOC_FAIL)
+endif
+$(ALLOC_FAIL): $(BUILD)/obj/tests/alloc/alloc_fail.o $(LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) $(ALLOC_WRAP) -o $@ $< $(LIB) $(LDLIBS)
+
 $(TOOLS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
@@ -224,4 +237,4 @@ $(ARM_DIR)/check_kernels: $(ARM_CHECK_OBJ)
 clean:
 	rm -rf build build-san
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(BUILD)/obj/tests/alloc/alloc_fail.d

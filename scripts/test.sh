@@ -6,13 +6,15 @@
 #      on every shipped model): those models through -O1 sanitized kernels would take
 #      minutes; every kernel family is checked against ref bit for bit on other tests,
 #      and speculation on stories260K in the spec suite)
-#   3. the optimized unit tests again, forced onto the portable kernel paths
+#   3. allocation-failure injection (build-san/tests/alloc_fail): every allocation of
+#      model load, tokenizer, engine and HTTP requests fails once in turn; see the file
+#   4. the optimized unit tests again, forced onto the portable kernel paths
 #      (CINDER_ISA=avx2, then the scalar reference: CINDER_ISA=ref), and, where the
 #      default is the AMX family, onto plain AVX-512 too (CINDER_ISA=avx512); these
 #      also leave those two suites out (the scalar ref alone would take minutes)
-#   4. on x86_64 hosts, the arm64 cross check: the NEON kernels built by
+#   5. on x86_64 hosts, the arm64 cross check: the NEON kernels built by
 #      aarch64-linux-gnu-gcc and compared with ref under qemu-aarch64 (make cross-arm64)
-#   5. the python checks against independent implementations (pytest)
+#   6. the python checks against independent implementations (pytest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -28,6 +30,10 @@ echo "== unit tests (ASan + UBSan) =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=tests/lsan.supp:print_suppressions=0 \
     ./build-san/test_unit --jobs "$JOBS" --filter="$NOT_BIG"
+
+echo "== allocation-failure injection (ASan + UBSan) =="
+ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=tests/lsan.supp:print_suppressions=0 \
+    ./build-san/tests/alloc_fail
 
 ISAS="avx2 ref"
 if ./build/cinder version 2>/dev/null | grep -q "kernels amx"; then ISAS="avx512 $ISAS"; fi

@@ -44,7 +44,7 @@ static void usage(FILE *f) {
             "  --timeout S            cancel a completion running longer than S seconds (default 600)\n"
             "  --idle-timeout S       close an idle keep-alive connection after S seconds (default 30)\n"
             "  --max-body BYTES       larger request bodies get 413 (default 8388608)\n"
-            "  --max-connections N    connections at once (default 256)\n"
+            "  --max-connections N    connections at once; more get 503 (default 256)\n"
             "  --alias NAME           the model name clients use (default: the file name without .gguf)\n"
             "  --chat-template NAME   chatml, gemma or llama3 (default: from the model)\n"
             "  --no-prefix-cache      do not reuse cached prompt blocks\n"

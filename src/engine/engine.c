@@ -154,6 +154,8 @@ const cn_kv *cn_engine_kv(const cn_engine *e) { return e->kv; }
 const cn_kv *cn_engine_draft_kv(const cn_engine *e) { return e->dkv; }
 int32_t cn_engine_n_ctx(const cn_engine *e) { return e->n_ctx; }
 
+int32_t cn_engine_max_running(const cn_engine *e) { return e->p.max_running; }
+
 /* ---- create / free ---- */
 
 static cn_status check_params(const cn_engine_params *p, cn_error *err) {

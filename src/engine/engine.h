@@ -14,5 +14,6 @@ const cn_kv *cn_engine_kv(const cn_engine *e);
 const cn_kv *cn_engine_draft_kv(const cn_engine *e); /* NULL without a draft model */
 /* The largest position count one sequence may reach (context and KV budget). */
 int32_t cn_engine_n_ctx(const cn_engine *e);
+int32_t cn_engine_max_running(const cn_engine *e); /* cn_engine_params.max_running */
 
 #endif

@@ -29,9 +29,9 @@ bool oai_fail(oai_error *e, int http_status, const char *type, const char *param
 }
 
 /* Bytes valid as UTF-8 are kept; every other byte becomes U+FFFD. Caller frees. */
-static char *utf8_clean(const char *s, size_t n, size_t *n_out) {
-    char *o = malloc(3 * n + 1);
-    if (!o) return NULL;
+/* s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD, into o (room for 3n + 1
+ * bytes), NUL-terminated; returns the length. */
+static size_t utf8_clean_into(const char *s, size_t n, char *o) {
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         const unsigned char c = (unsigned char)s[i];
@@ -56,7 +56,12 @@ static char *utf8_clean(const char *s, size_t n, size_t *n_out) {
         }
     }
     o[k] = 0;
-    *n_out = k;
+    return k;
+}
+
+static char *utf8_clean(const char *s, size_t n, size_t *n_out) {
+    char *o = malloc(3 * n + 1);
+    if (o) *n_out = utf8_clean_into(s, n, o);
     return o;
 }
 
@@ -158,22 +163,30 @@ static bool check_fields(oai_kind kind, json_t *body, oai_error *e) {
 
 /* ---- prompts ---- */
 
+/* A failed library call: 503 when memory ran out, else 400 naming param. */
+static bool status_fail(oai_error *e, cn_status st, const char *param, const cn_error *err) {
+    if (st == CN_STATUS_NO_MEMORY) return oai_fail(e, 503, "server_error", NULL, NULL, "%s", err->msg);
+    return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", err->msg);
+}
+
 static bool tokenize_text(const oai_ctx *c, const char *text, size_t len, int32_t **ids, int32_t *n, const char *param,
                           oai_error *e) {
     size_t cnt = 0, again = 0;
     cn_error err = {0};
-    if (cn_tokenize(c->tok, text, len, true, true, NULL, 0, &cnt, &err) != CN_STATUS_OK)
-        return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", err.msg);
+    cn_status st = cn_tokenize(c->tok, text, len, true, true, NULL, 0, &cnt, &err);
+    if (st != CN_STATUS_OK) return status_fail(e, st, param, &err);
     if (cnt == 0)
         return oai_fail(e, 400, "invalid_request_error", param, NULL, "the prompt is empty");
     if (cnt > INT32_MAX / 2)
         return oai_fail(e, 400, "invalid_request_error", param, "context_length_exceeded", "the prompt is too long");
     *ids = malloc(cnt * sizeof **ids);
     if (!*ids) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
-    if (cn_tokenize(c->tok, text, len, true, true, *ids, cnt, &again, &err) != CN_STATUS_OK || again != cnt) {
+    st = cn_tokenize(c->tok, text, len, true, true, *ids, cnt, &again, &err);
+    if (st != CN_STATUS_OK || again != cnt) {
         free(*ids);
         *ids = NULL;
-        return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", err.msg);
+        return st != CN_STATUS_OK ? status_fail(e, st, param, &err)
+                                  : oai_fail(e, 500, "server_error", param, NULL, "the tokenizer counted twice differently");
     }
     *n = (int32_t)cnt;
     return true;
@@ -330,7 +343,7 @@ static bool parse_messages(const oai_ctx *c, json_t *msgs, oai_request *r, oai_e
     if (ok) {
         cn_error err = {0};
         const cn_status st = cn_chat_render(c->chat, cm, n, true, &prompt, &len, &err);
-        if (st != CN_STATUS_OK) ok = oai_fail(e, 400, "invalid_request_error", "messages", NULL, "%s", err.msg);
+        if (st != CN_STATUS_OK) ok = status_fail(e, st, "messages", &err);
     }
     if (ok) ok = tokenize_text(c, prompt, len, &r->prompt[0], &r->n_prompt[0], "messages", e);
     if (ok) r->n_prompts = 1;
@@ -458,6 +471,14 @@ static bool parse_sampling(const oai_ctx *c, oai_kind kind, json_t *body, oai_re
  * with n-grams of up to 3), or {"draft": bool, "lookup": N in [0, 8], "max_draft": K in
  * [1, 16]}; absent: the server's default. Speculation never changes a token, only the
  * work per token. */
+/* A field inside an object failed: its param becomes "parent.field". */
+static bool nested(oai_error *e, const char *parent) {
+    char p[2 * sizeof e->param];
+    snprintf(p, sizeof p, "%s.%s", parent, e->param);
+    snprintf(e->param, sizeof e->param, "%.63s", p);
+    return false;
+}
+
 static bool parse_speculative(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e) {
     const int32_t lookup_default = c->lookup_n > 0 ? c->lookup_n : 3;
     r->draft = c->has_draft;
@@ -482,17 +503,17 @@ static bool parse_speculative(const oai_ctx *c, json_t *body, oai_request *r, oa
     }
     bool d = false;
     int got;
-    if ((got = get_bool(x, "draft", &d, e)) < 0) return false;
+    if ((got = get_bool(x, "draft", &d, e)) < 0) return nested(e, "speculative");
     if (got && d && !c->has_draft)
         return oai_fail(e, 400, "invalid_request_error", "speculative", NULL,
                         "'speculative.draft': this server has no draft model (cinder serve --draft MODEL)");
     int64_t n = 0;
     int got_lookup;
-    if ((got_lookup = get_int(x, "lookup", 0, 8, &n, e)) < 0) return false;
+    if ((got_lookup = get_int(x, "lookup", 0, 8, &n, e)) < 0) return nested(e, "speculative");
     /* an object asks for lookup unless it asks for the draft model */
     r->draft = got ? d : c->has_draft && !got_lookup;
     r->lookup_n = r->draft ? 0 : got_lookup ? (int32_t)n : lookup_default;
-    if ((got = get_int(x, "max_draft", 1, CN_ENGINE_MAX_DRAFT, &n, e)) < 0) return false;
+    if ((got = get_int(x, "max_draft", 1, CN_ENGINE_MAX_DRAFT, &n, e)) < 0) return nested(e, "speculative");
     if (got) r->max_draft = (int32_t)n;
     return true;
 }
@@ -515,7 +536,7 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
     }
     int64_t v;
     int k;
-    if ((k = get_int(body, "n", 1, CN_ENGINE_MAX_N, &v, e)) < 0) return false;
+    if ((k = get_int(body, "n", 1, c->max_n > 0 ? c->max_n : CN_ENGINE_MAX_N, &v, e)) < 0) return false;
     if (k) r->n = (int32_t)v;
     if (get_bool(body, "stream", &r->stream, e) < 0) return false;
     json_t *so = json_object_get(body, "stream_options");
@@ -528,7 +549,7 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
                 return oai_fail(e, 400, "invalid_request_error", "stream_options", "unsupported_parameter",
                                 "unsupported field 'stream_options.%.40s'", sk);
         }
-        if (get_bool(so, "include_usage", &r->include_usage, e) < 0) return false;
+        if (get_bool(so, "include_usage", &r->include_usage, e) < 0) return nested(e, "stream_options");
         if (!r->stream)
             return oai_fail(e, 400, "invalid_request_error", "stream_options", NULL,
                             "'stream_options' is only allowed with 'stream': true");
@@ -595,11 +616,9 @@ json_t *oai_piece(const cn_tokenizer *tok, int32_t id) {
     char buf[256];
     size_t n = cn_token_to_piece(tok, id, true, buf, sizeof buf);
     if (n > sizeof buf) n = 0;
-    size_t m = 0;
-    char *s = utf8_clean(buf, n, &m);
-    json_t *j = s ? json_stringn(s, m) : NULL;
-    free(s);
-    return j ? j : json_string("");
+    char clean[3 * sizeof buf + 1];
+    const size_t m = utf8_clean_into(buf, n, clean);
+    return json_stringn(clean, m); /* NULL only when jansson is out of memory */
 }
 
 static json_t *piece_bytes(const cn_tokenizer *tok, int32_t id) {

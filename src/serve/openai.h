@@ -37,6 +37,7 @@ typedef struct {
     const char *model_id;          /* the served name */
     int32_t n_ctx;                 /* positions per sequence */
     int32_t n_vocab;
+    int32_t max_n;                 /* the most completions per request (0: CN_ENGINE_MAX_N) */
     int32_t lookup_n, max_draft;   /* the server's speculation default (0: off) */
     bool has_draft;                /* a draft model is loaded (and is the default) */
 } oai_ctx;

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "engine/engine.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/page.h"
@@ -60,12 +61,41 @@ struct cn_server {
     job *jobs;
     int n_jobs;
     uint64_t next_id;
+    int n_conns;               /* open connections (atomic): over p.max_connections get 503 */
 };
+
+/* MHD itself drops connections at accept past this many beyond max_connections; up to
+ * there, the extra ones get a 503 that says why. */
+#define CONN_MARGIN 64
 
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ---- jansson's allocations ----
+ * jansson reports few of its allocation failures: inside its lexer one reads as a syntax
+ * error, or even as a shorter string (found by tests/alloc/alloc_fail.c), and
+ * json_object_set_new's result is rarely checked. So its allocator is ours, and a
+ * failure marks the thread: whatever JSON that thread parsed or built since it last
+ * asked is not trusted (json_failed). */
+static __thread bool json_oom;
+
+static void *json_alloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) json_oom = true;
+    return p;
+}
+
+static pthread_once_t json_once = PTHREAD_ONCE_INIT;
+static void json_init(void) { json_set_alloc_funcs(json_alloc, free); }
+
+/* True if a jansson allocation failed on this thread since the last call. */
+static bool json_failed(void) {
+    const bool f = json_oom;
+    json_oom = false;
+    return f;
 }
 
 /* ---- growable byte buffers ---- */
@@ -117,9 +147,12 @@ struct job {
     job_choice *ch;            /* (n_prompts * n) */
     int32_t n_choices, n_open;
     bool oom;                  /* a buffer could not grow: the job is cancelled */
+    bool cancelling;           /* the server cancelled it (client gone, timeout, oom, shutdown) */
+    bool engine_failed;        /* a completion ended "cancelled" when the server had not asked */
     buf out;                   /* streaming: SSE bytes not yet written */
     size_t out_sent;
-    bool stream_done;          /* the last bytes ([DONE]) are in out */
+    bool stream_done;          /* out is all there is; then SSE_DONE or SSE_OOM_DONE */
+    size_t tail_sent;          /* bytes of that tail sent */
     bool gone;                 /* the reader saw the client go (counted once) */
     int fd;                    /* the client's socket, to notice a disconnect */
     double t_deadline;
@@ -151,6 +184,9 @@ static void job_unregister(cn_server *s, job *j) {
 /* Cancels every open engine request of j (no job lock held: see DESIGN). After it
  * returns every completion has had its on_finish. */
 static void job_cancel(job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->cancelling = true;
+    pthread_mutex_unlock(&j->mu);
     for (int p = 0; p < j->r.n_prompts; p++)
         if (j->subs[p].submitted) cn_engine_cancel(j->s->e, j->subs[p].id, NULL);
 }
@@ -171,12 +207,35 @@ static void job_free(job *j) {
 
 /* ---- streaming chunks (job lock held) ---- */
 
+/* Appends one chunk. Once memory ran out the stream sends nothing more but, at its end,
+ * an error event (sse_end). */
 static void sse_emit(job *j, json_t *chunk) {
-    char *s = chunk ? json_dumps(chunk, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    if (!s || !buf_add(&j->out, "data: ", 6) || !buf_add(&j->out, s, strlen(s)) || !buf_add(&j->out, "\n\n", 2))
+    char *s = chunk && !j->oom ? json_dumps(chunk, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    if (json_failed() || !s) j->oom = true;
+    const size_t n0 = j->out.n;
+    if (!j->oom && (!buf_add(&j->out, "data: ", 6) || !buf_add(&j->out, s, strlen(s)) || !buf_add(&j->out, "\n\n", 2))) {
         j->oom = true;
+        j->out.n = n0; /* no half event */
+    }
     free(s);
     json_decref(chunk);
+}
+
+/* The stream's last bytes, sent by stream_reader after out (static, so they need no
+ * memory): an OpenAI error event if memory ran out, then [DONE]. */
+static const char SSE_DONE[] = "data: [DONE]\n\n";
+static const char SSE_OOM_DONE[] = "data: {\"error\":{\"message\":\"out of memory: the reply is incomplete\","
+                                   "\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n";
+static const char SSE_FAILED_DONE[] =
+    "data: {\"error\":{\"message\":\"the engine could not finish the request (out of memory, or a failed step: "
+    "see the server log)\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n";
+
+static void sse_end(job *j) { j->stream_done = true; }
+
+static const char *sse_tail(const job *j, size_t *n) {
+    const char *t = j->oom ? SSE_OOM_DONE : j->engine_failed ? SSE_FAILED_DONE : SSE_DONE;
+    *n = strlen(t);
+    return t;
 }
 
 static json_t *chunk_base(const job *j) {
@@ -301,6 +360,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     c->finish = reason;
     c->timings = *t;
     j->n_open--;
+    if (reason == CN_FINISH_CANCELLED && !j->cancelling) j->engine_failed = true;
     if (j->r.stream) {
         stream_delta(j, idx, NULL, 0, false, oai_finish_str(reason));
         if (j->n_open == 0) {
@@ -310,8 +370,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
                 json_object_set_new(chunk, "usage", usage_json(j));
                 sse_emit(j, chunk);
             }
-            if (!buf_add(&j->out, "data: [DONE]\n\n", 14)) j->oom = true;
-            j->stream_done = true;
+            sse_end(j);
         }
     }
     pthread_cond_broadcast(&j->cv);
@@ -345,9 +404,11 @@ static enum MHD_Result send_json(cn_server *s, struct MHD_Connection *conn, cons
                                  const char *extra_hdr, const char *extra_val) {
     char *body = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
-    if (!body) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}";
-        return send_bytes(s, conn, url, 500, "application/json", oom, sizeof oom - 1, NULL, NULL);
+    if (json_failed() || !body) { /* some of it may be missing: say so instead */
+        free(body);
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        return send_bytes(s, conn, url, 503, "application/json", oom, sizeof oom - 1, "Retry-After", "1");
     }
     const enum MHD_Result r =
         send_bytes(s, conn, url, status, "application/json", body, strlen(body), extra_hdr, extra_val);
@@ -432,9 +493,15 @@ static json_t *completion_json(job *j) {
 }
 
 /* Streaming: MHD asks for bytes; wait for them (see DESIGN). */
+/* MHD closes a connection that sent nothing for --idle-timeout, even while our reader
+ * waits: a stream queued or preempted that long gets an SSE comment (ignored by clients)
+ * every third of it, which also keeps proxies from timing out. */
+static const char SSE_KEEPALIVE[] = ": keep-alive\n\n";
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     job *j = cls;
+    const double keepalive_s = j->s->p.idle_timeout_s / 3.0, t_called = now_s(); /* MHD just sent the last */
     for (;;) {
         pthread_mutex_lock(&j->mu);
         if (j->out_sent < j->out.n) {
@@ -447,8 +514,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             return (ssize_t)k;
         }
         if (j->stream_done) {
+            size_t n;
+            const char *tail = sse_tail(j, &n);
+            size_t k = n - j->tail_sent;
+            if (k > max) k = max;
+            memcpy(out, tail + j->tail_sent, k);
+            j->tail_sent += k;
             pthread_mutex_unlock(&j->mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return k ? (ssize_t)k : MHD_CONTENT_READER_END_OF_STREAM;
         }
         timed_wait(&j->cv, &j->mu, WAKE_MS);
         const bool has = j->out_sent < j->out.n || j->stream_done, oom = j->oom;
@@ -462,7 +535,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             job_cancel(j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (oom || now_s() > j->t_deadline) job_cancel(j); /* its finish chunks follow */
+        const double t = now_s();
+        if (oom || t > j->t_deadline) job_cancel(j); /* its finish chunks follow */
+        else if (t - t_called > keepalive_s && max >= sizeof SSE_KEEPALIVE - 1) {
+            memcpy(out, SSE_KEEPALIVE, sizeof SSE_KEEPALIVE - 1);
+            return (ssize_t)(sizeof SSE_KEEPALIVE - 1);
+        }
     }
 }
 
@@ -599,11 +677,14 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
         }
         pthread_mutex_lock(&j->mu);
     }
-    const bool oom = j->oom;
+    const bool oom = j->oom, engine_cancelled = j->engine_failed;
     pthread_mutex_unlock(&j->mu);
     enum MHD_Result r;
     if (gone) r = MHD_NO;
     else if (oom) r = fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    else if (engine_cancelled)
+        r = fail(s, conn, url, 503, "server_error", NULL, NULL,
+                 "the engine could not finish the request (out of memory, or a failed step: see the server log)");
     else if (timed_out)
         r = fail(s, conn, url, 504, "timeout_error", NULL, "timeout", "the request ran longer than %d s",
                  s->p.request_timeout_s);
@@ -627,8 +708,9 @@ static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn
     const size_t len = json_string_length(content);
     size_t cnt = 0, again = 0;
     cn_error err = {0};
-    if (cn_tokenize(s->oc.tok, text, len, add_special, parse_special, NULL, 0, &cnt, &err) != CN_STATUS_OK)
-        return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "%s", err.msg);
+    const cn_status st = cn_tokenize(s->oc.tok, text, len, add_special, parse_special, NULL, 0, &cnt, &err);
+    if (st == CN_STATUS_NO_MEMORY) return fail(s, conn, url, 503, "server_error", NULL, NULL, "%s", err.msg);
+    if (st != CN_STATUS_OK) return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "%s", err.msg);
     int32_t *ids = malloc((cnt + 1) * sizeof *ids);
     if (!ids || cn_tokenize(s->oc.tok, text, len, add_special, parse_special, ids, cnt, &again, &err) != CN_STATUS_OK) {
         free(ids);
@@ -665,11 +747,11 @@ static enum MHD_Result handle_detokenize(cn_server *s, struct MHD_Connection *co
         }
         const char *t;
         size_t n;
-        if (cn_detok_push(d, (int32_t)v, &t, &n) == CN_STATUS_OK && n) ok = ok && buf_add(&b, t, n);
+        ok = ok && cn_detok_push(d, (int32_t)v, &t, &n) == CN_STATUS_OK && buf_add(&b, t, n);
     }
     const char *t;
     size_t n;
-    if (cn_detok_flush(d, &t, &n) == CN_STATUS_OK && n) ok = ok && buf_add(&b, t, n);
+    ok = ok && cn_detok_flush(d, &t, &n) == CN_STATUS_OK && buf_add(&b, t, n);
     cn_detok_free(d);
     json_t *js = ok ? json_stringn(b.p, b.n) : NULL;
     free(b.p);
@@ -681,6 +763,7 @@ static enum MHD_Result handle_detokenize(cn_server *s, struct MHD_Connection *co
 
 typedef struct {
     buf body;
+    bool oom;                  /* the body could not be kept: 503 */
     bool too_large;
 } conn_state;
 
@@ -743,12 +826,18 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
         if (ready) json_object_set_new(m, "max_model_len", json_integer(s->oc.n_ctx));
         return send_json(s, conn, url, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m), NULL, NULL);
     }
+    if (cs->oom) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
     if (cs->too_large)
         return fail(s, conn, url, 413, "invalid_request_error", NULL, "body_too_large",
                     "the request body is larger than %zu bytes", s->p.max_body_bytes);
     if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
     json_error_t je;
+    json_failed();
     json_t *body = json_loadb(cs->body.p ? cs->body.p : "", cs->body.n, 0, &je);
+    if (json_failed() || (!body && json_error_code(&je) == json_error_out_of_memory)) {
+        json_decref(body);
+        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    }
     if (!body)
         return fail(s, conn, url, 400, "invalid_request_error", NULL, "invalid_json",
                     "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
@@ -765,15 +854,31 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     return res;
 }
 
+/* A request whose state could not be allocated: it got its 503 at once. */
+static conn_state no_conn_state;
+
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                       const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
     cn_server *s = cls;
     conn_state *cs = *con_cls;
+    if (cs == &no_conn_state) { /* answered 503 already: the body is dropped */
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (!cs) {
         cs = calloc(1, sizeof *cs);
-        if (!cs) return MHD_NO;
+        if (!cs) {
+            *con_cls = &no_conn_state;
+            return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+        }
         *con_cls = cs;
+        if (__atomic_load_n(&s->n_conns, __ATOMIC_RELAXED) > s->p.max_connections) {
+            MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+            return fail(s, conn, url, 503, "server_error", NULL, "too_many_connections",
+                        "the server has %d connections open (--max-connections): retry later",
+                        s->p.max_connections);
+        }
         /* a declared length over the limit is refused before its body is read */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->p.max_body_bytes)
@@ -783,7 +888,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     }
     if (*upload_size) {
         if (!cs->too_large && cs->body.n + *upload_size > s->p.max_body_bytes) cs->too_large = true;
-        if (!cs->too_large && !buf_add(&cs->body, upload, *upload_size)) cs->too_large = true;
+        if (!cs->too_large && !cs->oom && !buf_add(&cs->body, upload, *upload_size)) cs->oom = true;
         *upload_size = 0;
         return MHD_YES;
     }
@@ -795,10 +900,18 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     (void)toe;
     conn_state *cs = *con_cls;
-    if (!cs) return;
+    if (!cs || cs == &no_conn_state) return;
     free(cs->body.p);
     free(cs);
     *con_cls = NULL;
+}
+
+static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code) {
+    (void)conn;
+    (void)socket_context;
+    cn_server *s = cls;
+    __atomic_add_fetch(&s->n_conns, code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1, __ATOMIC_RELAXED);
 }
 
 cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *err) {
@@ -811,6 +924,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     addr.sin_port = htons((uint16_t)p->port);
     if (inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1)
         return cn_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
+    pthread_once(&json_once, json_init);
     cn_server *s = calloc(1, sizeof *s);
     if (!s) return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     s->p = *p;
@@ -827,8 +941,9 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)p->port, NULL,
                             NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)p->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, request_done, s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections + CONN_MARGIN,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+                            request_done, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_END);
     if (!s->d) {
         const int port = p->port;
@@ -852,6 +967,8 @@ void cn_server_set_engine(cn_server *s, cn_engine *e, const cn_tokenizer *tok, c
     s->oc.chat = chat;
     s->oc.n_ctx = n_ctx;
     s->oc.n_vocab = n_vocab;
+    const int32_t mr = cn_engine_max_running(e);
+    s->oc.max_n = mr < CN_ENGINE_MAX_N ? mr : CN_ENGINE_MAX_N;
     s->ready = true;
     pthread_mutex_unlock(&s->mu);
 }

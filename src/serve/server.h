@@ -20,7 +20,7 @@ typedef struct {
     int request_timeout_s;     /* a completion running longer is cancelled; default 600 */
     int idle_timeout_s;        /* an idle keep-alive connection is closed; default 30 */
     size_t max_body_bytes;     /* larger bodies get 413; default 8 MiB */
-    int max_connections;       /* more are refused at accept; default 256 */
+    int max_connections;       /* more get 503 too_many_connections (64 past it: dropped at accept); default 256 */
     int32_t lookup_n;          /* speculation by n-gram lookup for requests that do not say
                                   ("speculative"): n-grams of up to this many tokens; 0
                                   (default) = off */

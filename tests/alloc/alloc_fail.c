@@ -1,0 +1,583 @@
+/* alloc_fail.c — allocation-failure injection (issue 17), run by scripts/test.sh in the
+ * ASan + UBSan build.
+ *
+ * Linked with -Wl,--wrap for malloc, calloc, realloc, strdup, strndup and aligned_alloc,
+ * so every allocation the library makes (and jansson's: the server gives it an allocator
+ * of its own) goes through one counter. inject_arm(N) makes the Nth allocation from then on return
+ * NULL; a sweep runs one scenario for N = 1, 2, ... until a run makes fewer than N
+ * allocations, so every allocation of the scenario has failed once. After each run:
+ *   - the failing call returned an error status with a message (never OK with a hole);
+ *   - LeakSanitizer finds nothing left unreachable (__lsan_do_recoverable_leak_check);
+ *   - what survives still works: the next request on the same engine / server gives the
+ *     same text as a run with no failure (the reference).
+ * Scenarios: model load (stories260K), the tokenizer (SentencePiece and byte-level BPE
+ * vocabularies from ../shared/testdata: load, encode with special tokens, decode), engine
+ * create, submit and steps (n = 2, stop strings, logprobs), and HTTP requests to an
+ * in-process server (a completion with n = 2 and logprobs, a streamed one, /tokenize).
+ * Over HTTP the rule is: a 200 is the reference reply, else a 503 that says why, or, for
+ * a stream whose headers are out, an error event before [DONE].
+ *
+ *   build-san/tests/alloc_fail [TESTDATA]     exit 0 when every sweep holds */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cinder.h"
+#include "core/core.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "serve/server.h"
+#include "text/tokenizer.h"
+
+int __lsan_do_recoverable_leak_check(void);
+
+/* ---- the counter ---- */
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+char *__real_strdup(const char *s);
+char *__real_strndup(const char *s, size_t n);
+void *__real_aligned_alloc(size_t align, size_t n);
+
+static long g_count;        /* allocations since inject_arm (atomic) */
+static long g_fail_at;      /* 0: off; else the allocation that fails */
+static int g_failed;        /* it happened */
+
+static bool should_fail(void) {
+    if (!__atomic_load_n(&g_fail_at, __ATOMIC_RELAXED)) return false;
+    const long k = __atomic_add_fetch(&g_count, 1, __ATOMIC_RELAXED);
+    if (k != __atomic_load_n(&g_fail_at, __ATOMIC_RELAXED)) return false;
+    __atomic_store_n(&g_failed, 1, __ATOMIC_RELAXED);
+    return true;
+}
+
+void *__wrap_malloc(size_t n) { return should_fail() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t size) { return should_fail() ? NULL : __real_calloc(n, size); }
+void *__wrap_realloc(void *p, size_t n) { return should_fail() ? NULL : __real_realloc(p, n); }
+char *__wrap_strdup(const char *s) { return should_fail() ? NULL : __real_strdup(s); }
+char *__wrap_strndup(const char *s, size_t n) { return should_fail() ? NULL : __real_strndup(s, n); }
+void *__wrap_aligned_alloc(size_t align, size_t n) { return should_fail() ? NULL : __real_aligned_alloc(align, n); }
+
+static void inject_arm(long n) {
+    __atomic_store_n(&g_count, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_failed, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_fail_at, n, __ATOMIC_RELAXED);
+}
+
+/* Disarms; true if the armed allocation was reached (so the sweep goes on). */
+static bool inject_disarm(void) {
+    __atomic_store_n(&g_fail_at, 0, __ATOMIC_RELAXED);
+    return __atomic_load_n(&g_failed, __ATOMIC_RELAXED);
+}
+
+/* ---- reporting ---- */
+
+static int g_errors;
+static const char *g_scenario = "";
+static long g_n;
+
+static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bad(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "alloc_fail: %s, allocation %ld failing: ", g_scenario, g_n);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    g_errors++;
+}
+
+/* An error must say what failed. */
+static void check_error(cn_status st, const cn_error *err, const char *what) {
+    if (st == CN_STATUS_OK) return;
+    if (!err->msg[0]) bad("%s returned status %d with no message", what, (int)st);
+}
+
+static void check_leaks(void) {
+    if (__lsan_do_recoverable_leak_check()) bad("LeakSanitizer found leaked memory (above)");
+}
+
+typedef bool (*scenario_fn)(void *ctx); /* one run; returns false to stop (broken) */
+
+/* Runs fn with allocation N failing, for N = 1, 2, ... until a run reaches no failure. */
+static void sweep(const char *name, scenario_fn fn, void *ctx, long max_n) {
+    g_scenario = name;
+    const int errors0 = g_errors;
+    long n = 1;
+    for (;; n++) {
+        g_n = n;
+        inject_arm(n);
+        const bool go_on = fn(ctx);
+        const bool reached = inject_disarm();
+        check_leaks();
+        if (!go_on || !reached || g_errors > errors0 + 5 || n >= max_n) break;
+    }
+    printf("  %-34s %5ld allocations failed one at a time: %s\n", name, n - 1,
+           g_errors == errors0 ? "ok" : "FAILED");
+    fflush(stdout);
+}
+
+/* ---- scenarios ---- */
+
+static char g_testdata[4096];
+
+static const char *data_path(const char *rel) {
+    static char p[8192];
+    snprintf(p, sizeof p, "%s/%s", g_testdata, rel);
+    return p;
+}
+
+static bool run_model_load(void *ctx) {
+    (void)ctx;
+    cn_model_params mp = cn_model_default_params();
+    cn_model *m = NULL;
+    cn_tokenizer *tok = NULL;
+    cn_error err = {0};
+    cn_status st = cn_model_load(data_path("models/stories260K.gguf"), &mp, &m, &err);
+    check_error(st, &err, "cn_model_load");
+    if (st == CN_STATUS_OK) {
+        st = cn_tokenizer_load(cn_model_gguf(m), &tok, &err);
+        check_error(st, &err, "cn_tokenizer_load");
+    }
+    if ((st == CN_STATUS_OK) != (m && tok) && st == CN_STATUS_OK) bad("OK without a model and a tokenizer");
+    cn_tokenizer_free(tok);
+    cn_model_free(m);
+    return true;
+}
+
+typedef struct {
+    const cn_tokenizer *tok;
+    const char *text;
+    int32_t ref[512];
+    size_t n_ref;
+    char ref_text[2048];
+} tok_case;
+
+/* encode (two-pass), then decode through the incremental detokenizer */
+static cn_status encode_decode(const tok_case *c, int32_t *ids, size_t *n, char *out, size_t cap, cn_error *err) {
+    cn_status st = cn_tokenize(c->tok, c->text, strlen(c->text), true, true, ids, 512, n, err);
+    if (st != CN_STATUS_OK) return st;
+    if (*n > 512) return cn_err(err, CN_STATUS_LIMIT, "test: too many tokens");
+    cn_detok *d = NULL;
+    if ((st = cn_detok_new(c->tok, false, &d)) != CN_STATUS_OK) return cn_err(err, st, "detok_new failed");
+    size_t used = 0;
+    for (size_t i = 0; i <= *n && st == CN_STATUS_OK; i++) {
+        const char *t;
+        size_t k;
+        st = i < *n ? cn_detok_push(d, ids[i], &t, &k) : cn_detok_flush(d, &t, &k);
+        if (st == CN_STATUS_OK && used + k < cap) {
+            memcpy(out + used, t, k);
+            used += k;
+        }
+    }
+    out[used] = 0;
+    cn_detok_free(d);
+    if (st != CN_STATUS_OK) return cn_err(err, st, "detok_push failed");
+    return CN_STATUS_OK;
+}
+
+static bool run_tokenize(void *ctx) {
+    tok_case *c = ctx;
+    int32_t ids[512];
+    size_t n = 0;
+    char out[2048];
+    cn_error err = {0};
+    const cn_status st = encode_decode(c, ids, &n, out, sizeof out, &err);
+    check_error(st, &err, "tokenize/detokenize");
+    if (st == CN_STATUS_OK && (n != c->n_ref || memcmp(ids, c->ref, n * sizeof *ids) || strcmp(out, c->ref_text)))
+        bad("OK but not the reference tokens or text");
+    return true;
+}
+
+static void tokenizer_sweeps(void) {
+    static const struct { const char *file, *name; } vocabs[] = {
+        {"tokenizer/ggml-vocab-llama-spm.gguf", "tokenizer: SentencePiece (llama-spm)"},
+        {"tokenizer/ggml-vocab-gpt-2.gguf", "tokenizer: byte-level BPE (gpt-2)"},
+    };
+    for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
+        cn_gguf *g = NULL;
+        cn_tokenizer *tok = NULL;
+        cn_error err = {0};
+        if (cn_gguf_open(data_path(vocabs[v].file), &g, &err) != CN_STATUS_OK ||
+            cn_tokenizer_load(g, &tok, &err) != CN_STATUS_OK) {
+            fprintf(stderr, "alloc_fail: %s: %s\n", vocabs[v].file, err.msg);
+            g_errors++;
+            cn_gguf_close(g);
+            continue;
+        }
+        static tok_case c;
+        memset(&c, 0, sizeof c);
+        c.tok = tok;
+        c.text = "Hello world! Ünïcödé  spaces\t\n <s> and </s>, 3.14159 — 日本語テキスト 🦙 done.";
+        if (encode_decode(&c, c.ref, &c.n_ref, c.ref_text, sizeof c.ref_text, &err) != CN_STATUS_OK) {
+            fprintf(stderr, "alloc_fail: %s: reference run: %s\n", vocabs[v].file, err.msg);
+            g_errors++;
+        } else {
+            sweep(vocabs[v].name, run_tokenize, &c, 100000);
+        }
+        /* loading the vocabulary, a failing allocation at a time */
+        char name[128];
+        snprintf(name, sizeof name, "%.60s: load", vocabs[v].name);
+        cn_tokenizer_free(tok);
+        g_scenario = name;
+        long n = 1;
+        for (;; n++) {
+            g_n = n;
+            cn_tokenizer *t2 = NULL;
+            cn_error e2 = {0};
+            inject_arm(n);
+            const cn_status st = cn_tokenizer_load(g, &t2, &e2);
+            const bool reached = inject_disarm();
+            check_error(st, &e2, "cn_tokenizer_load");
+            if (st == CN_STATUS_OK && !t2) bad("OK without a tokenizer");
+            cn_tokenizer_free(t2);
+            check_leaks();
+            if (!reached) break;
+        }
+        printf("  %-34s %5ld allocations failed one at a time: ok\n", name, n - 1);
+        cn_gguf_close(g);
+    }
+}
+
+/* ---- the engine ---- */
+
+#define N_REQS 2
+
+typedef struct {
+    char text[N_REQS][2][1024];
+    size_t n_text[N_REQS][2];
+    int32_t n_tokens[N_REQS][2];
+    cn_finish_reason finish[N_REQS][2];
+    int finished[N_REQS][2];
+    int which[N_REQS];
+} collect;
+
+typedef struct {
+    collect *c;
+    int req;
+} collect_ref;
+
+static void on_text(void *user, uint64_t id, int32_t index, const char *text, size_t n) {
+    (void)id;
+    collect_ref *r = user;
+    size_t *len = &r->c->n_text[r->req][index];
+    if (*len + n < sizeof r->c->text[0][0]) {
+        memcpy(r->c->text[r->req][index] + *len, text, n);
+        *len += n;
+        r->c->text[r->req][index][*len] = 0;
+    }
+}
+
+static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token *t) {
+    (void)id;
+    (void)t;
+    collect_ref *r = user;
+    r->c->n_tokens[r->req][index]++;
+}
+
+static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason reason, const cn_gen_timings *tm) {
+    (void)id;
+    (void)tm;
+    collect_ref *r = user;
+    r->c->finish[r->req][index] = reason;
+    r->c->finished[r->req][index]++;
+}
+
+static const char *const STOPS[] = {"park", "\n\n"};
+
+static cn_engine_request make_request(int k) {
+    cn_engine_request r = cn_engine_request_default();
+    r.prompt = k == 0 ? "Once upon a time" : "The little dog";
+    r.gen.max_tokens = 24;
+    r.n = k == 0 ? 1 : 2;
+    if (k == 0) {
+        r.gen.sampling.temperature = 0;
+        r.gen.stop = STOPS;
+        r.gen.n_stop = 2;
+    } else {
+        r.gen.sampling.temperature = 0.8f;
+        r.gen.sampling.seed = 7;
+        r.gen.sampling.n_logprobs = 3;
+    }
+    return r;
+}
+
+typedef struct {
+    const cn_model *m;
+    collect ref;
+    cn_engine *e;  /* the engine for the submit/step scenario (created without injection) */
+} engine_case;
+
+/* Submits both requests and steps to the end. Injection may hit any of it; afterwards
+ * (disarmed) the engine finishes what it kept. Each completion that ends "stop" or
+ * "length" must equal the reference. */
+static bool run_requests(cn_engine *e, collect *out, bool armed_check, const collect *ref) {
+    memset(out, 0, sizeof *out);
+    collect_ref refs[N_REQS];
+    bool submitted[N_REQS] = {false};
+    for (int k = 0; k < N_REQS; k++) {
+        refs[k] = (collect_ref){out, k};
+        cn_engine_request r = make_request(k);
+        cn_engine_callbacks cb = {.on_text = on_text, .on_token = on_token, .on_finish = on_finish, .user = &refs[k]};
+        uint64_t id = 0;
+        cn_error err = {0};
+        const cn_status st = cn_engine_submit(e, &r, &cb, &id, &err);
+        check_error(st, &err, "cn_engine_submit");
+        submitted[k] = st == CN_STATUS_OK;
+    }
+    for (int guard = 0; guard < 10000; guard++) {
+        int32_t rows = 0;
+        cn_error err = {0};
+        const cn_status st = cn_engine_step(e, &rows, &err);
+        check_error(st, &err, "cn_engine_step");
+        if (st != CN_STATUS_OK) inject_disarm(); /* the step is retried, as the contract allows */
+        else if (rows == 0) break;
+    }
+    for (int k = 0; k < N_REQS; k++) {
+        if (!submitted[k]) continue;
+        const int n = k == 0 ? 1 : 2;
+        for (int i = 0; i < n; i++) {
+            if (out->finished[k][i] != 1) {
+                bad("request %d completion %d finished %d times", k, i, out->finished[k][i]);
+                continue;
+            }
+            const cn_finish_reason f = out->finish[k][i];
+            if (!armed_check || !ref) continue;
+            if ((f == CN_FINISH_STOP || f == CN_FINISH_LENGTH) &&
+                (f != ref->finish[k][i] || strcmp(out->text[k][i], ref->text[k][i])))
+                bad("request %d completion %d ended normally with another text: '%s' (want '%s')", k, i,
+                    out->text[k][i], ref->text[k][i]);
+        }
+    }
+    cn_engine_stats st;
+    cn_engine_get_stats(e, &st);
+    if (st.n_requests || st.n_running || st.n_waiting || st.kv_blocks_used)
+        bad("left in the engine: %d requests, %d running, %d waiting, %lld blocks", st.n_requests, st.n_running,
+            st.n_waiting, (long long)st.kv_blocks_used);
+    return true;
+}
+
+static bool run_engine_steps(void *ctx) {
+    engine_case *c = ctx;
+    collect got;
+    run_requests(c->e, &got, true, &c->ref);
+    inject_disarm();
+    /* the same engine serves the next requests as if nothing happened */
+    run_requests(c->e, &got, false, NULL);
+    for (int k = 0; k < N_REQS; k++)
+        for (int i = 0; i < (k == 0 ? 1 : 2); i++)
+            if (strcmp(got.text[k][i], c->ref.text[k][i]) || got.finish[k][i] != c->ref.finish[k][i])
+                bad("after the failure, request %d completion %d gave '%s' (want '%s')", k, i, got.text[k][i],
+                    c->ref.text[k][i]);
+    return true;
+}
+
+static cn_engine_params engine_params(void) {
+    cn_engine_params p = cn_engine_default_params();
+    p.n_threads = 1;
+    p.kv_tokens = 1024;
+    p.max_running = 4;
+    p.n_ctx = 256;
+    return p;
+}
+
+static bool run_engine_create(void *ctx) {
+    engine_case *c = ctx;
+    cn_engine_params p = engine_params();
+    cn_engine *e = NULL;
+    cn_error err = {0};
+    const cn_status st = cn_engine_create(c->m, &p, &e, &err);
+    check_error(st, &err, "cn_engine_create");
+    if (st == CN_STATUS_OK) {
+        inject_disarm();
+        collect got;
+        run_requests(e, &got, false, NULL);
+        for (int k = 0; k < N_REQS; k++)
+            for (int i = 0; i < (k == 0 ? 1 : 2); i++)
+                if (strcmp(got.text[k][i], c->ref.text[k][i]))
+                    bad("an engine created under injection gave another text for request %d", k);
+    }
+    cn_engine_free(e);
+    return true;
+}
+
+/* ---- HTTP ---- */
+
+typedef struct {
+    int port;
+    int which;             /* the request of HTTP_BODIES that the sweep runs */
+    char ref[3][8192];
+} http_case;
+
+static const char *const HTTP_BODIES[3][2] = {
+    {"/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 6, \"temperature\": 0, \"n\": 2, "
+                        "\"logprobs\": 2, \"stop\": [\"park\"]}"},
+    {"/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 6, \"temperature\": 0, \"stream\": true}"},
+    {"/tokenize", "{\"content\": \"Once upon a time\", \"with_pieces\": true}"},
+};
+
+/* The response: status, and the body with its volatile fields ("created", "id",
+ * "timings", durations) cut, so two runs compare equal. */
+static int http_call(int port, int which, char *out, size_t cap) {
+    out[0] = 0;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    char req[2048];
+    const int n = snprintf(req, sizeof req,
+                           "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                           "Content-Length: %zu\r\n\r\n%s",
+                           HTTP_BODIES[which][0], strlen(HTTP_BODIES[which][1]), HTTP_BODIES[which][1]);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t used = 0;
+    for (;;) {
+        const ssize_t k = read(fd, out + used, cap - 1 - used);
+        if (k <= 0) break;
+        used += (size_t)k;
+        if (used + 1 >= cap) break;
+    }
+    out[used] = 0;
+    close(fd);
+    int status = -1;
+    if (sscanf(out, "HTTP/1.1 %d", &status) != 1) return -1;
+    return status;
+}
+
+/* The parts of a response that must not change between runs: the text of every
+ * "text":"..." / "tokens":[...] field, in order. */
+static void essence(const char *resp, char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = 0;
+    const char *keys[] = {"\"text\":", "\"tokens\":", "\"finish_reason\":"};
+    for (const char *p = resp; *p; p++) {
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            const size_t kl = strlen(keys[k]);
+            if (strncmp(p, keys[k], kl)) continue;
+            const char *q = p + kl;
+            const char *end = q;
+            while (*end && *end != ',' && *end != '}' && *end != ']') end += *end == '\\' && end[1] ? 2 : 1;
+            if (*q == '"') { /* a string: to its closing quote */
+                end = q + 1;
+                while (*end && *end != '"') end += *end == '\\' && end[1] ? 2 : 1;
+            }
+            const size_t len = (size_t)(end - p);
+            if (used + len + 2 < cap) {
+                memcpy(out + used, p, len);
+                used += len;
+                out[used++] = '|';
+                out[used] = 0;
+            }
+        }
+    }
+}
+
+static bool run_http(void *ctx) {
+    http_case *c = ctx;
+    const int w = c->which;
+    static char resp[65536], ess[8192];
+    const int st = http_call(c->port, w, resp, sizeof resp);
+    if (st == 200) {
+        essence(resp, ess, sizeof ess);
+        /* a 200 reply is whole and right; a stream whose headers were out may end in an
+         * error event instead */
+        if (strcmp(ess, c->ref[w]) && !(w == 1 && strstr(resp, "data: {\"error\":{\"message\":")))
+            bad("%s: a 200 that is not the reference:\n  got  %s\n  want %s", HTTP_BODIES[w][0], ess, c->ref[w]);
+    } else if (st == 503) {
+        if (!strstr(resp, "out of memory") && !strstr(resp, "could not finish"))
+            bad("%s: a 503 that does not say why: %.300s", HTTP_BODIES[w][0], resp);
+    } else if (st != -1 || w != 1) {
+        /* -1: the connection was closed without a reply; only allowed for a stream whose
+         * headers went out before the failure */
+        bad("%s: status %d: %.300s", HTTP_BODIES[w][0], st, resp);
+    }
+    inject_disarm();
+    /* the server still serves: the same request again gives the reference */
+    const int st2 = http_call(c->port, w, resp, sizeof resp);
+    essence(resp, ess, sizeof ess);
+    if (st2 != 200 || strcmp(ess, c->ref[w])) bad("the next request %s got %d: %.300s", HTTP_BODIES[w][0], st2, resp);
+    return true;
+}
+
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
+    const char *td = argc > 1 ? argv[1] : getenv("CINDER_TESTDATA");
+    snprintf(g_testdata, sizeof g_testdata, "%s", td ? td : "../shared/testdata");
+    printf("allocation-failure injection (every allocation of each scenario fails once):\n");
+
+    sweep("model load (stories260K)", run_model_load, NULL, 100000);
+    tokenizer_sweeps();
+
+    cn_model_params mp = cn_model_default_params();
+    cn_model *m = NULL;
+    cn_tokenizer *tok = NULL;
+    cn_error err = {0};
+    if (cn_model_load(data_path("models/stories260K.gguf"), &mp, &m, &err) != CN_STATUS_OK ||
+        cn_tokenizer_load(cn_model_gguf(m), &tok, &err) != CN_STATUS_OK) {
+        fprintf(stderr, "alloc_fail: stories260K: %s\n", err.msg);
+        return 1;
+    }
+    static engine_case ec;
+    ec.m = m;
+    cn_engine_params ep = engine_params();
+    if (cn_engine_create(m, &ep, &ec.e, &err) != CN_STATUS_OK) {
+        fprintf(stderr, "alloc_fail: engine: %s\n", err.msg);
+        return 1;
+    }
+    g_scenario = "engine reference";
+    run_requests(ec.e, &ec.ref, false, NULL);
+    sweep("engine create", run_engine_create, &ec, 100000);
+    sweep("engine submit + steps", run_engine_steps, &ec, 100000);
+    cn_engine_free(ec.e);
+
+    /* HTTP: an in-process server on a free port, its engine's run loop started */
+    cn_engine *e = NULL;
+    cn_server *srv = NULL;
+    cn_server_params sp = cn_server_default_params();
+    sp.port = 0;
+    sp.model_id = "stories260K";
+    if (cn_engine_create(m, &ep, &e, &err) != CN_STATUS_OK || cn_engine_start(e, &err) != CN_STATUS_OK ||
+        cn_server_start(&sp, &srv, &err) != CN_STATUS_OK) {
+        fprintf(stderr, "alloc_fail: server: %s\n", err.msg);
+        return 1;
+    }
+    cn_server_set_engine(srv, e, tok, NULL, cn_engine_n_ctx(e), cn_tokenizer_n_vocab(tok));
+    static http_case hc;
+    hc.port = cn_server_port(srv);
+    static char resp[65536];
+    for (int w = 0; w < 3; w++) {
+        if (http_call(hc.port, w, resp, sizeof resp) != 200) {
+            fprintf(stderr, "alloc_fail: reference %s: %.300s\n", HTTP_BODIES[w][0], resp);
+            return 1;
+        }
+        essence(resp, hc.ref[w], sizeof hc.ref[w]);
+    }
+    static const char *const names[3] = {"HTTP: completions (n = 2, logprobs)", "HTTP: completions, streamed",
+                                         "HTTP: /tokenize"};
+    for (hc.which = 0; hc.which < 3; hc.which++) sweep(names[hc.which], run_http, &hc, 100000);
+    cn_server_drain(srv, 5);
+    cn_server_free(srv);
+    cn_engine_free(e);
+    cn_tokenizer_free(tok);
+    cn_model_free(m);
+    check_leaks();
+    if (g_errors) printf("alloc_fail: %d problems\n", g_errors);
+    else printf("alloc_fail: every sweep held\n");
+    return g_errors ? 1 : 0;
+}
