@@ -24,7 +24,7 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS  ?=
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc \
-           -fno-strict-aliasing $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
+           -fno-strict-aliasing -fPIC -fvisibility=hidden $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANFLAGS)
 LDLIBS  += $(PKG_LIBS) -lpthread -lm
 
@@ -53,6 +53,11 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 
 LIB   := $(BUILD)/libcinder.a
+# The shared library: the same objects (all -fPIC, symbols hidden unless cinder.h marks
+# them CN_API), soname libcinder.so.MAJOR. Not in the sanitizer build.
+VERSION := $(shell sed -n 's/^\#define CN_VERSION "\(.*\)"/\1/p' include/cinder.h)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
+SO    := $(BUILD)/libcinder.so.$(VERSION)
 CLI   := $(BUILD)/cinder
 UNIT  := $(BUILD)/test_unit
 # small test helpers run by tests/py (tests/tools/x.c -> $(BUILD)/tools/x)
@@ -72,28 +77,37 @@ endif
 TINY := $(patsubst %,$(BUILD)/tiny/tiny-%.gguf,qwen2 qwen3 llama)
 
 all: $(LIB) $(CLI) $(UNIT) $(TOOLS) $(TINY)
+ifneq ($(SAN),1)
+all: $(SO)
+endif
 
 $(BUILD)/tiny/tiny-%.gguf: $(BUILD)/tools/make_tiny_model
 	@mkdir -p $(dir $@)
 	@echo "  TINY    $@"
 	$(Q)$< $* $@
 
-$(BUILD)/obj/%.o: %.c
+# Objects are rebuilt when the flags change (another SAN, CC or CFLAGS into one folder):
+# $(BUILD)/.cflags holds the last flags and is rewritten only when they differ.
+FLAGS_STAMP := $(BUILD)/.cflags
+$(shell mkdir -p $(BUILD) && { echo '$(CC) $(CFLAGS) $(KERNEL_NOSAN)' | cmp -s - $(FLAGS_STAMP) || \
+    echo '$(CC) $(CFLAGS) $(KERNEL_NOSAN)' > $(FLAGS_STAMP); })
+
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/src/kernels/x86/%_avx2.o: src/kernels/x86/%_avx2.c
+$(BUILD)/obj/src/kernels/x86/%_avx2.o: src/kernels/x86/%_avx2.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC avx2 $<"
 	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX2) -c $< -o $@
 
-$(BUILD)/obj/src/kernels/x86/%_avx512.o: src/kernels/x86/%_avx512.c
+$(BUILD)/obj/src/kernels/x86/%_avx512.o: src/kernels/x86/%_avx512.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC avx512 $<"
 	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX512) -c $< -o $@
 
-$(BUILD)/obj/src/kernels/x86/%_amx.o: src/kernels/x86/%_amx.c
+$(BUILD)/obj/src/kernels/x86/%_amx.o: src/kernels/x86/%_amx.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC amx  $<"
 	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AMX) -c $< -o $@
@@ -106,6 +120,30 @@ $(LIB): $(LIB_OBJ)
 	@echo "  AR      $@"
 	$(Q)rm -f $@
 	$(Q)ar rcs $@ $^
+
+$(SO): $(LIB_OBJ)
+	@echo "  LD      $@"
+	$(Q)$(CC) -shared -Wl,-soname,libcinder.so.$(SOMAJOR) -Wl,--no-undefined $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)ln -sf libcinder.so.$(VERSION) $(BUILD)/libcinder.so.$(SOMAJOR)
+	$(Q)ln -sf libcinder.so.$(SOMAJOR) $(BUILD)/libcinder.so
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the header, both libraries, cinder.pc for
+# pkg-config (cinder.pc.in with the prefix filled in) and the CLI.
+PREFIX ?= /usr/local
+INSTALL_DIR = $(DESTDIR)$(PREFIX)
+.PHONY: install shared
+shared: $(SO)
+install: $(LIB) $(SO) $(CLI)
+	@echo "  INSTALL $(INSTALL_DIR)"
+	$(Q)install -d $(INSTALL_DIR)/include $(INSTALL_DIR)/lib/pkgconfig $(INSTALL_DIR)/bin
+	$(Q)install -m 644 include/cinder.h $(INSTALL_DIR)/include/cinder.h
+	$(Q)install -m 644 $(LIB) $(INSTALL_DIR)/lib/libcinder.a
+	$(Q)install -m 755 $(SO) $(INSTALL_DIR)/lib/libcinder.so.$(VERSION)
+	$(Q)ln -sf libcinder.so.$(VERSION) $(INSTALL_DIR)/lib/libcinder.so.$(SOMAJOR)
+	$(Q)ln -sf libcinder.so.$(SOMAJOR) $(INSTALL_DIR)/lib/libcinder.so
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@PKGS@|$(PKGS)|' cinder.pc.in \
+	    > $(INSTALL_DIR)/lib/pkgconfig/cinder.pc
+	$(Q)install -m 755 $(CLI) $(INSTALL_DIR)/bin/cinder
 
 $(CLI): $(CLI_OBJ) $(LIB)
 	@echo "  LD      $@"
@@ -120,9 +158,16 @@ $(UNIT): $(TEST_OBJ) $(LIB)
 # turn; LeakSanitizer checks each run, so it is built in the sanitizer build only.
 ALLOC_FAIL := $(BUILD)/tests/alloc_fail
 ALLOC_WRAP := $(foreach f,malloc calloc realloc strdup strndup aligned_alloc,-Wl,--wrap=$(f))
+# tests/api/api_test.c includes only <cinder.h>: scripts/test_installed.sh builds it
+# against the installed libcinder.so; the sanitizer build links it statically too.
+API_TEST := $(BUILD)/tests/api_test
 ifeq ($(SAN),1)
-all: $(ALLOC_FAIL)
+all: $(ALLOC_FAIL) $(API_TEST)
 endif
+$(API_TEST): tests/api/api_test.c include/cinder.h $(LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	$(Q)$(CC) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(SANFLAGS) -Iinclude -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 $(ALLOC_FAIL): $(BUILD)/obj/tests/alloc/alloc_fail.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"

@@ -14,7 +14,19 @@
 extern "C" {
 #endif
 
+/* The version of these declarations; cn_version() is the library's (they differ when a
+ * program runs against another build than it was compiled with). */
+#define CN_VERSION_MAJOR 0
+#define CN_VERSION_MINOR 1
+#define CN_VERSION_PATCH 0
 #define CN_VERSION "0.1.0"
+
+/* What libcinder.so exports: the declarations of this header and nothing else. */
+#if defined(__GNUC__)
+#define CN_API __attribute__((visibility("default")))
+#else
+#define CN_API
+#endif
 
 typedef enum {
     CN_STATUS_OK = 0,
@@ -38,7 +50,14 @@ typedef struct {
 } cn_error;
 
 /* A short constant name for a status ("ok", "corrupt", ...). */
-const char *cn_status_str(cn_status s);
+CN_API const char *cn_status_str(cn_status s);
+
+/* The library's version, "MAJOR.MINOR.PATCH" (CN_VERSION of the build). */
+CN_API const char *cn_version(void);
+
+/* sizeof one of this header's structs by its name ("cn_gen_params"), 0 for a name it does
+ * not know: bindings that mirror the structs (the Python package) check their layout. */
+CN_API size_t cn_abi_size(const char *type_name);
 
 /* Tensor element formats. The numbering is GGUF's (ggml_type), so a type read from a
  * file maps to this enum directly. */
@@ -71,8 +90,130 @@ typedef enum {
 } cn_finish_reason;
 
 /* "stop", "length", "cancelled"; "none" for CN_FINISH_NONE, "unknown" out of range. */
-const char *cn_finish_reason_str(cn_finish_reason r);
+CN_API const char *cn_finish_reason_str(cn_finish_reason r);
 /* ---- end finish reasons ---- */
+
+/* ==== model ===============================================================================
+ * A GGUF file's weights and metadata (src/model). The file is always memory-mapped and
+ * its weights used in place (prefault below decides when pages are read); threads and
+ * the context size belong to what runs the model (cn_context_params, cn_engine_params).
+ * A model is read-only once loaded: any number of contexts and engines may share it from
+ * any threads. It must outlive everything made from it. */
+
+typedef struct cn_model cn_model;
+
+typedef struct {
+    bool prefault;             /* touch every weight page at load (a steady first-token
+                                  time); on Linux the weights are then copied into 2 MiB
+                                  pages, matrices in the kernels' packed layout where there
+                                  is one, which decodes faster. Default false: pages are
+                                  read from the mapping as they are first used */
+} cn_model_params;
+
+CN_API cn_model_params cn_model_default_params(void);
+
+/* Opens, maps and validates a model file. Errors: the file cannot be read (IO), it is not
+ * a well-formed GGUF or a tensor is missing or misshapen (CORRUPT, naming the key or
+ * tensor), an architecture or format cinder does not run (UNSUPPORTED). Thread-safe. */
+CN_API cn_status cn_model_load(const char *path, const cn_model_params *p, cn_model **out, cn_error *err);
+CN_API void cn_model_free(cn_model *m); /* NULL is a no-op */
+
+/* What a model is. Strings are NUL-terminated copies. */
+typedef struct {
+    char arch[32];             /* general.architecture: "llama", "qwen2", "qwen3", "gemma3" */
+    char name[128];            /* general.name, "" if absent */
+    int32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
+    int64_t n_params;          /* weight elements over all tensors */
+    uint64_t file_bytes;
+} cn_model_info;
+
+CN_API void cn_model_get_info(const cn_model *m, cn_model_info *out);
+
+/* Any metadata value by GGUF key. A string: *s points into the mapping (not
+ * NUL-terminated; valid while m lives), *len its length. A number: any integer or bool
+ * type that fits int64 / any numeric type as double. False if absent or of another kind. */
+CN_API bool cn_model_meta_str(const cn_model *m, const char *key, const char **s, size_t *len);
+CN_API bool cn_model_meta_int(const cn_model *m, const char *key, int64_t *out);
+CN_API bool cn_model_meta_float(const cn_model *m, const char *key, double *out);
+
+/* ==== end of model ======================================================================== */
+
+/* ==== tokenizer ===========================================================================
+ * SentencePiece-style and byte-level BPE vocabularies from the model's GGUF metadata
+ * (src/text). A tokenizer is immutable: every call may come from any thread at once. */
+
+typedef struct cn_tokenizer cn_tokenizer;
+
+/* The model's tokenizer; the model must outlive it. Errors: no or a malformed vocabulary
+ * (CORRUPT), a tokenizer model cinder does not know (UNSUPPORTED). */
+CN_API cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_error *err);
+CN_API void cn_tokenizer_free(cn_tokenizer *t); /* NULL is a no-op */
+
+CN_API int32_t cn_tokenizer_n_vocab(const cn_tokenizer *t);
+CN_API int32_t cn_tokenizer_bos(const cn_tokenizer *t); /* -1 if none */
+CN_API int32_t cn_tokenizer_eos(const cn_tokenizer *t); /* -1 if none */
+CN_API int32_t cn_tokenizer_eot(const cn_tokenizer *t); /* end-of-turn id, -1 if none */
+/* True for every end-of-generation token (EOS, EOT, <|im_end|>, <end_of_turn>, ...). */
+CN_API bool cn_tokenizer_is_eog(const cn_tokenizer *t, int32_t id);
+/* Whether cn_tokenize(add_special = true) prepends BOS / appends EOS. */
+CN_API bool cn_tokenizer_add_bos(const cn_tokenizer *t);
+CN_API bool cn_tokenizer_add_eos(const cn_tokenizer *t);
+/* Looks up a token by its exact text as the vocabulary stores it; -1 if absent. */
+CN_API int32_t cn_tokenizer_find(const cn_tokenizer *t, const char *text);
+
+/* Tokenizes text[0..len). add_special: add BOS/EOS as the metadata says
+ * (tokenizer.ggml.add_bos_token / add_eos_token). parse_special: match the text of
+ * control/user-defined special tokens in the input. Writes up to cap ids; *n_out is the
+ * full count (if > cap, call again with a larger buffer; ids may be NULL when cap is 0). */
+CN_API cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
+                             bool parse_special, int32_t *ids, size_t cap, size_t *n_out, cn_error *err);
+
+/* The raw bytes a token stands for (byte tokens decoded, SentencePiece ▁ as space, BPE
+ * byte-to-unicode undone). Control tokens render as their text only if render_special.
+ * Returns the byte count written (may exceed cap: then nothing useful was written). */
+CN_API size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap);
+
+/* ids[0..n) as text, valid UTF-8 (bytes that cannot become UTF-8 are U+FFFD), with
+ * SentencePiece's leading space of the first piece dropped as the tokenizer added it.
+ * *out is NUL-terminated, freed by the caller with free(); *n_out (may be NULL) its
+ * length. Errors: an id out of the vocabulary (INVALID_ARG), no memory. */
+CN_API cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,
+                               size_t *n_out, cn_error *err);
+
+/* ==== end of tokenizer ==================================================================== */
+
+/* ==== chat templates ======================================================================
+ * A list of {role, content} messages rendered into the prompt text a chat model was
+ * trained on (src/text/chat.c): cinder recognizes the family of the GGUF's
+ * tokenizer.chat_template (ChatML, Gemma, Llama-3) or takes one by name, and renders it
+ * byte for byte as the reference template does. The rendered text never contains BOS:
+ * tokenize it with add_special and parse_special. Immutable once made; thread-safe. */
+
+typedef struct {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content; /* NUL-terminated text */
+} cn_chat_msg;
+
+typedef struct cn_chat_template cn_chat_template;
+
+/* The model's template (tokenizer.chat_template). UNSUPPORTED when it has none or one
+ * of a family cinder does not render (the message suggests a name). */
+CN_API cn_status cn_chat_template_from_model(const cn_model *m, cn_chat_template **out, cn_error *err);
+/* By name: "chatml", "gemma", "llama3" (any case). INVALID_ARG lists the names. */
+CN_API cn_status cn_chat_template_from_name(const char *name, cn_chat_template **out, cn_error *err);
+CN_API void cn_chat_template_free(cn_chat_template *t); /* NULL is a no-op */
+CN_API const char *cn_chat_template_name(const cn_chat_template *t); /* "chatml", "gemma", "llama3" */
+/* The text that ends a turn ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"). */
+CN_API const char *cn_chat_template_end_of_turn(const cn_chat_template *t);
+
+/* Renders msgs[0..n_msgs) and, if add_generation_prompt, the opening of an assistant
+ * turn. *out is NUL-terminated, freed by the caller with free(); *out_len (may be NULL)
+ * its length. Errors (nothing allocated): no messages, a NULL field or an unknown role,
+ * Gemma turns that do not alternate (INVALID_ARG); too many or too long (LIMIT). */
+CN_API cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *msgs, size_t n_msgs,
+                                bool add_generation_prompt, char **out, size_t *out_len, cn_error *err);
+
+/* ==== end of chat templates =============================================================== */
 
 /* ==== sampling ============================================================================
  * The sampler chain's parameters (implementation: src/gen/sampling.c; the chain order and
@@ -131,31 +272,30 @@ typedef struct {
                                  top_k, top_p, min_p, typical (HF transformers / vLLM) */
 } cn_sampling_params;
 
-cn_sampling_params cn_sampling_default(void);
+CN_API cn_sampling_params cn_sampling_default(void);
 
 /* Checks every field against its range, and that every stage that is not off is in the
  * chain. n_vocab > 0 also checks logit_bias token ids against [0, n_vocab); 0 skips that.
  * On failure: CN_STATUS_INVALID_ARG and a message naming the field, its value and its
  * valid range ("top_p = 1.7 is out of range: must be in (0, 1], 1 = off"). */
-cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_error *err);
+CN_API cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_error *err);
 
 /* Sets p->chain from a spec: stage names separated by ';' or ',' (logit_bias, penalties,
  * temperature|temp, top_k, top_p, min_p, typical|typical_p|typ_p), or a preset: "default"
  * (= "hf" = "vllm") or "llama.cpp" (penalties;top_k;typical;top_p;min_p;temperature, i.e.
  * temperature last). logit_bias goes first unless the spec places it. p is unchanged on
  * error (an unknown or repeated name). */
-cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, cn_error *err);
+CN_API cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, cn_error *err);
 
 /* The spec name of a stage ("top_p"), or "?" for a value out of range. */
-const char *cn_sampler_stage_name(cn_sampler_stage s);
+CN_API const char *cn_sampler_stage_name(cn_sampler_stage s);
 
 /* ==== end of sampling ===================================================================== */
 
 /* ==== generation ==========================================================================
  * One request: what to generate (cn_gen_params), what each generated token was
- * (cn_gen_token) and how long it took (cn_gen_timings). The functions that run a request
- * take the engine's internal handles and live in src/gen/generate.h (the per-request step
- * machine and the single-request loop) and src/gen/beam.h (beam search). */
+ * (cn_gen_token) and how long it took (cn_gen_timings). A context runs one request at a
+ * time (cn_context_generate, below); the batched engine runs many (further below). */
 
 #define CN_GEN_MAX_STOP 16           /* stop strings per request */
 #define CN_GEN_MAX_STOP_LEN 256      /* bytes per stop string */
@@ -226,12 +366,12 @@ typedef struct {
     void *user;
 } cn_gen_params;
 
-cn_gen_params cn_gen_default(void);
+CN_API cn_gen_params cn_gen_default(void);
 
 /* Checks every field (the sampling params with n_vocab as cn_sampling_validate does; 0
  * skips the token-id checks). CN_STATUS_INVALID_ARG with a message naming the field, its
  * value and its valid range ("max_tokens = 0 is out of range: must be in [1, 16777216]"). */
-cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_error *err);
+CN_API cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_error *err);
 
 /* Timings of one request, in milliseconds unless named otherwise. Arrival is when the
  * request was created (or set by the server); prefill starts when its prompt first goes
@@ -256,6 +396,118 @@ typedef struct {
 
 /* ==== end of generation =================================================================== */
 
+/* ==== context: one request at a time ======================================================
+ * A context runs one request after another on a model (src/gen/context.c): its own KV
+ * cache for one sequence, its threads, the model's tokenizer and chat template. Each
+ * request keeps what it can of the last one's cache: a prompt that starts with the
+ * previous prompt and reply (the next turn of a conversation) prefills only what is new.
+ *
+ * Threads: a context is used by one thread at a time (calls on one context must not
+ * overlap); different contexts on one model run in parallel. Callbacks (on_text, on_token,
+ * should_cancel) run on the calling thread, inside cn_context_generate. */
+
+typedef struct cn_context cn_context;
+
+typedef struct {
+    int32_t n_threads;         /* [1, 1024] compute threads; 0 (default) = every CPU */
+    int32_t n_ctx;             /* positions (prompt and reply); 0 (default) = the model's
+                                  training context, at most 4096 */
+    int32_t n_batch;           /* prompt tokens per forward pass, [1, 8192]; default 512 */
+    cn_type kv_type;           /* CN_TYPE_F16 (default), CN_TYPE_Q8_0 or CN_TYPE_F32 */
+} cn_context_params;
+
+CN_API cn_context_params cn_context_default_params(void);
+
+/* Borrows m (it must outlive the context). Loads the tokenizer and, when the model has
+ * one cinder renders, the chat template. Errors: a parameter out of range (INVALID_ARG),
+ * the tokenizer (as cn_tokenizer_from_model), no memory. */
+CN_API cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_context **out, cn_error *err);
+CN_API void cn_context_free(cn_context *c); /* NULL is a no-op */
+
+CN_API const cn_tokenizer *cn_context_tokenizer(const cn_context *c);
+/* NULL when the model has no template cinder renders (chat prompts are then refused). */
+CN_API const cn_chat_template *cn_context_chat_template(const cn_context *c);
+CN_API int32_t cn_context_n_ctx(const cn_context *c);
+
+/* What a request starts from: exactly one of text, tokens or messages. */
+typedef struct {
+    const char *text;          /* NUL-terminated; tokenized with BOS as the model says and
+                                  special-token texts parsed */
+    const int32_t *tokens;     /* or token ids, used as they are */
+    int32_t n_tokens;
+    const cn_chat_msg *messages; /* or a conversation: rendered with the chat template and
+                                  an assistant turn opened; generation also stops at the
+                                  template's end of turn */
+    size_t n_messages;
+} cn_prompt;
+
+/* What a request produced; free with cn_result_free. */
+typedef struct {
+    char *text;                /* NUL-terminated: the reply, stop strings cut */
+    size_t n_text;
+    cn_gen_token *tokens;      /* (n_tokens) every generated token, with its log-probabilities
+                                  when gen.sampling.n_logprobs >= 0 */
+    int32_t n_tokens;
+    int32_t n_prompt_tokens;
+    cn_finish_reason finish_reason;
+    int32_t stop_index;        /* the stop string that ended it, or -1 */
+    uint64_t seed;             /* the seed the sampler used (a picked one for SEED_RANDOM) */
+    cn_gen_timings timings;
+    double beam_score;         /* beam search: the best sequence's score (see cn_beam_params) */
+} cn_result;
+
+/* Runs one request to its finish: prefill (reusing the cached prefix), then a token at a
+ * time, with gen's sampling, stops and callbacks. gen.beam.n_beams > 1 runs beam search
+ * (the best sequence is the result; on_text/on_token see it once it is chosen). out is
+ * filled on OK (and zeroed on error). Errors: a bad prompt (INVALID_ARG: none or two
+ * given, an empty one, an id out of the vocabulary, messages without a chat template),
+ * a prompt that leaves no room to generate in n_ctx (LIMIT), bad gen params
+ * (INVALID_ARG, naming the field), a failed forward pass or no memory. A request that
+ * should_cancel ended is OK with finish reason "cancelled". */
+CN_API cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_gen_params *gen,
+                                     cn_result *out, cn_error *err);
+CN_API void cn_result_free(cn_result *r); /* frees what r holds and zeroes it; NULL is a no-op */
+
+/* The next-token logits after prompt (n_vocab floats into logits): one step of the model,
+ * for explaining or scoring. Reuses and updates the cache as generate does. */
+CN_API cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float *logits, cn_error *err);
+
+/* ==== end of context ====================================================================== */
+
+/* ==== explain: the sampler chain stage by stage ===========================================
+ * One sampling step over a logits row, as the generation loop takes it, with every stage's
+ * candidates shown (src/gen/sampling.c). Pure: no model needed. */
+
+typedef struct {
+    int32_t id;
+    float logit;
+    float p;                   /* probability within the set (renormalized) */
+} cn_candidate;
+
+/* After each stage that ran (stages at their off value are skipped): the candidates it
+ * kept, most probable first (ties: lowest id), p renormalized; the view is valid during
+ * the call. */
+typedef void (*cn_explain_fn)(void *user, cn_sampler_stage stage, const cn_candidate *cand, size_t n_cand);
+
+typedef struct {
+    int32_t greedy;            /* the token temperature 0 picks under the same bias and
+                                  penalties */
+    int32_t token;             /* the token drawn */
+    float p;                   /* its probability in the final set */
+    int32_t n_kept;            /* candidates left after the chain */
+    double u;                  /* the uniform draw in [0, 1) */
+    uint64_t seed;             /* the seed used */
+} cn_explain_result;
+
+/* logits: n_vocab floats (-inf: the token cannot be drawn; for probabilities, pass their
+ * logs). history: the tokens penalties see (may be NULL when n_history is 0). Errors:
+ * INVALID_ARG (a bad parameter, a NaN logit, no finite logit, a history id out of range). */
+CN_API cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampling_params *p,
+                            const int32_t *history, size_t n_history, cn_explain_fn on_stage, void *user,
+                            cn_explain_result *out, cn_error *err);
+
+/* ==== end of explain ====================================================================== */
+
 /* ==== engine ==============================================================================
  * The batched engine (src/engine/engine.c): many requests share one forward pass per step.
  * Requests join the running batch at the next step and leave when done (continuous
@@ -276,7 +528,6 @@ typedef struct {
  * cn_engine_get_stats (a cancel from a callback takes effect when the callback returns),
  * but not cn_engine_step, cn_engine_stop or cn_engine_free. */
 
-typedef struct cn_model cn_model;   /* src/model/model.h */
 typedef struct cn_engine cn_engine;
 
 #define CN_ENGINE_MAX_N 16           /* completions per request */
@@ -308,7 +559,7 @@ typedef struct {
                               own with as many positions as the engine's */
 } cn_engine_params;
 
-cn_engine_params cn_engine_default_params(void);
+CN_API cn_engine_params cn_engine_default_params(void);
 
 /* One request. The prompt is text (prompt != NULL: tokenized with the model's BOS rule,
  * special-token texts parsed) or tokens. gen's callbacks, user and should_cancel are not
@@ -341,7 +592,7 @@ typedef struct {
                                       takes precedence over lookup_n */
 } cn_engine_request;
 
-cn_engine_request cn_engine_request_default(void); /* n = 1, gen = cn_gen_default() */
+CN_API cn_engine_request cn_engine_request_default(void); /* n = 1, gen = cn_gen_default() */
 
 /* What a request hears. id: from submit; index: the completion [0, n). Text is final
  * (stop strings cut); a token comes before its text. on_finish comes exactly once per
@@ -358,18 +609,18 @@ typedef struct {
 /* Borrows m (must outlive the engine). Sizes the KV pool from the budget once. Errors: a
  * parameter out of range (INVALID_ARG, naming it), a budget below one block per running
  * sequence (LIMIT), no memory. */
-cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engine **out,
+CN_API cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engine **out,
                            cn_error *err);
 /* Stops the run loop if started, drops every request without callbacks, frees all. NULL
  * is a no-op. */
-void cn_engine_free(cn_engine *e);
+CN_API void cn_engine_free(cn_engine *e);
 
 /* Queues a request; *id names it. The request is copied (cb too). Errors: a bad request
  * (INVALID_ARG: empty prompt, a token out of the vocabulary, generation parameters out of
  * range); a prompt the context cannot hold, or prompt + max_tokens beyond the whole KV
  * budget (LIMIT: it could never run); max_queue requests already waiting (BUSY: try
  * later). Nothing is kept on error. */
-cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb,
+CN_API cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb,
                            uint64_t *id, cn_error *err);
 
 /* Runs one step: admits, packs and runs one batch, samples, streams, finishes. *n_rows
@@ -378,20 +629,20 @@ cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_en
  * step can be retried or the requests cancelled). A completion whose logits the sampler
  * refuses (NaN) ends "cancelled" with a logged warning; the step goes on. Not while the
  * run loop is started. */
-cn_status cn_engine_step(cn_engine *e, int32_t *n_rows, cn_error *err);
+CN_API cn_status cn_engine_step(cn_engine *e, int32_t *n_rows, cn_error *err);
 
 /* Steps on a thread of its own until cn_engine_stop, sleeping while there is no request.
  * A failing step cancels every request (their on_finish says "cancelled") and logs the
  * error. */
-cn_status cn_engine_start(cn_engine *e, cn_error *err);
-void cn_engine_stop(cn_engine *e); /* no-op if not started */
+CN_API cn_status cn_engine_start(cn_engine *e, cn_error *err);
+CN_API void cn_engine_stop(cn_engine *e); /* no-op if not started */
 /* Waits (run loop started) until no request is left. */
-void cn_engine_wait_idle(cn_engine *e);
+CN_API void cn_engine_wait_idle(cn_engine *e);
 
 /* Ends request id now: its completions finish with "cancelled" (on_finish called before
  * this returns, or when the calling callback returns) and its KV blocks are released.
  * CN_STATUS_NOT_FOUND if no such request is open. */
-cn_status cn_engine_cancel(cn_engine *e, uint64_t id, cn_error *err);
+CN_API cn_status cn_engine_cancel(cn_engine *e, uint64_t id, cn_error *err);
 
 typedef struct {
     int32_t n_requests;            /* submitted and not finished */
@@ -413,7 +664,7 @@ typedef struct {
     int64_t n_draft_passes;        /* forward passes of the draft model */
 } cn_engine_stats;
 
-void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
+CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
 
 /* ==== end of engine ======================================================================= */
 

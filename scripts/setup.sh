@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PKGS=(build-essential pkg-config libpcre2-dev libjansson-dev libmicrohttpd-dev
-          libcriterion-dev python3 python3-pip)
+          libcriterion-dev python3 python3-pip python3-venv)
 # the chat page's browser tests and the replica test behind nginx (make test runs
 # setup.sh --all): only for the test setup
 if [ "${1:-}" = --all ]; then

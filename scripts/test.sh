@@ -14,7 +14,10 @@
 #      also leave those two suites out (the scalar ref alone would take minutes)
 #   5. on x86_64 hosts, the arm64 cross check: the NEON kernels built by
 #      aarch64-linux-gnu-gcc and compared with ref under qemu-aarch64 (make cross-arm64)
-#   6. the python checks against independent implementations (pytest)
+#   6. the library as users get it: make install, examples/ and tests/api built against the
+#      installed library with pkg-config, pip install ./python in a fresh virtualenv, the
+#      README's Python example and python/tests (scripts/test_installed.sh)
+#   7. the python checks against independent implementations (pytest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
@@ -23,34 +26,41 @@ make -j"$JOBS" all
 make -j"$JOBS" SAN=1 all
 NOT_BIG='!(golden_qwen|spec_models)/*'
 
-echo "== unit tests (optimized) =="
+echo "== unit tests (optimized) == (${SECONDS} s)"
 ./build/test_unit --jobs "$JOBS"
 
-echo "== unit tests (ASan + UBSan) =="
+echo "== unit tests (ASan + UBSan) == (${SECONDS} s)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=tests/lsan.supp:print_suppressions=0 \
     ./build-san/test_unit --jobs "$JOBS" --filter="$NOT_BIG"
 
-echo "== allocation-failure injection (ASan + UBSan) =="
+echo "== allocation-failure injection (ASan + UBSan) == (${SECONDS} s)"
 ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=tests/lsan.supp:print_suppressions=0 \
     ./build-san/tests/alloc_fail
+echo "== the public API (tests/api/api_test.c, ASan + UBSan) == (${SECONDS} s)"
+ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=tests/lsan.supp:print_suppressions=0 \
+    ./build-san/tests/api_test "${CINDER_TESTDATA:-../shared/testdata}/models" tests/golden/stories260k.json
 
 ISAS="avx2 ref"
 if ./build/cinder version 2>/dev/null | grep -q "kernels amx"; then ISAS="avx512 $ISAS"; fi
 for isa in $ISAS; do
-    echo "== unit tests (CINDER_ISA=$isa) =="
+    echo "== unit tests (CINDER_ISA=$isa) == (${SECONDS} s)"
     CINDER_ISA=$isa ./build/test_unit --jobs "$JOBS" --filter="$NOT_BIG"
 done
 
 case "$(uname -m)" in
 x86_64)
-    echo "== arm64 cross check (NEON kernels vs ref, under qemu-aarch64) =="
+    echo "== arm64 cross check (NEON kernels vs ref, under qemu-aarch64) == (${SECONDS} s)"
     make -j"$JOBS" cross-arm64 BUILD=build ;;
 aarch64)
-    echo "== arm64 cross check: skipped on an aarch64 host (the unit tests above ran the NEON family natively) ==" ;;
+    echo "== arm64 cross check: skipped on an aarch64 host (the unit tests above ran the NEON family natively) == (${SECONDS} s)" ;;
 *)
-    echo "== arm64 cross check: skipped, not set up for a $(uname -m) host ==" ;;
+    echo "== arm64 cross check: skipped, not set up for a $(uname -m) host == (${SECONDS} s)" ;;
 esac
 
-echo "== python checks =="
+echo "== the installed library: C examples, the API test, the Python package in a fresh virtualenv == (${SECONDS} s)"
+./scripts/test_installed.sh
+
+echo "== python checks == (${SECONDS} s)"
 CINDER_BIN=./build/cinder CINDER_SAN_BIN=./build-san/cinder python3 -m pytest -q tests/py
+echo "== done in ${SECONDS} s =="

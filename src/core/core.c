@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+const char *cn_version(void) { return CN_VERSION; }
+
 const char *cn_status_str(cn_status s) {
     switch (s) {
     case CN_STATUS_OK: return "ok";

@@ -13,12 +13,8 @@
 
 #include "cinder.h"
 
-/* One candidate token. p is only meaningful while the owning cn_cands is normalized. */
-typedef struct {
-    int32_t id;
-    float logit;
-    float p;
-} cn_candidate;
+/* cn_candidate (public, include/cinder.h): one candidate token; here its p is only
+ * meaningful while the owning cn_cands is normalized. */
 
 /* The working set a chain transforms: a view over a caller-owned buffer. The canonical
  * order of candidates is logit descending, then id ascending (a strict total order, so

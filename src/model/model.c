@@ -528,3 +528,45 @@ cn_kv_params cn_model_kv_params(const cn_model *m) {
     };
     return p;
 }
+
+/* ---- the public metadata queries ---- */
+
+void cn_model_get_info(const cn_model *m, cn_model_info *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->arch, sizeof out->arch, "%s", m->arch->name);
+    cn_gguf_str s = {0};
+    if (cn_gguf_get_str(m->g, "general.name", &s))
+        snprintf(out->name, sizeof out->name, "%.*s", (int)CN_MIN(s.len, sizeof out->name - 1), s.ptr);
+    out->n_vocab = m->hp.n_vocab;
+    out->n_ctx_train = m->hp.n_ctx_train;
+    out->n_embd = m->hp.n_embd;
+    out->n_layer = m->hp.n_layer;
+    out->n_head = m->hp.n_head;
+    out->n_head_kv = m->hp.n_head_kv;
+    out->n_ff = m->hp.n_ff;
+    for (int64_t i = 0; i < cn_gguf_n_tensors(m->g); i++) {
+        const cn_gguf_tensor_info *t = cn_gguf_tensor(m->g, i);
+        int64_t n = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) n *= t->ne[d];
+        out->n_params += n;
+    }
+    out->file_bytes = cn_gguf_file_size(m->g);
+}
+
+bool cn_model_meta_str(const cn_model *m, const char *key, const char **s, size_t *len) {
+    cn_gguf_str v = {0};
+    if (!key || !cn_gguf_get_str(m->g, key, &v)) return false;
+    *s = v.ptr;
+    *len = (size_t)v.len;
+    return true;
+}
+
+bool cn_model_meta_int(const cn_model *m, const char *key, int64_t *out) {
+    const int64_t i = key ? cn_gguf_find_key(m->g, key) : -1;
+    return i >= 0 && cn_gguf_kv_i64(m->g, i, out);
+}
+
+bool cn_model_meta_float(const cn_model *m, const char *key, double *out) {
+    const int64_t i = key ? cn_gguf_find_key(m->g, key) : -1;
+    return i >= 0 && cn_gguf_kv_f64(m->g, i, out);
+}

@@ -66,24 +66,13 @@ typedef struct {
     bool swa;                  /* sliding-window layer */
 } cn_layer;
 
-typedef struct cn_model cn_model;
+/* cn_model, cn_model_params, cn_model_load, cn_model_free and the metadata queries are
+ * public (include/cinder.h). */
 
-typedef struct {
-    bool prefault;             /* touch every weight page at load (steady first-token time);
-                                * on Linux this also copies the weights into 2 MiB pages,
-                                * matrices in the kernel family's packed layout if it has
-                                * one, which decoding streams faster (model.c) */
-} cn_model_params;
-cn_model_params cn_model_default_params(void);
-
-/* Opens and validates a model file. Errors name the key or tensor at fault. */
-cn_status cn_model_load(const char *path, const cn_model_params *p, cn_model **out,
-                        cn_error *err);
 /* Builds a model from an already-open GGUF; takes g (closed by cn_model_free, and on
  * failure). */
 cn_status cn_model_from_gguf(cn_gguf *g, const cn_model_params *p, cn_model **out,
                              cn_error *err);
-void cn_model_free(cn_model *m); /* NULL is a no-op */
 
 const cn_hparams *cn_model_hparams(const cn_model *m);
 const cn_arch_desc *cn_model_arch(const cn_model *m);

@@ -26,16 +26,9 @@ typedef enum {
     CN_CHAT_LLAMA3,     /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
 } cn_chat_family;
 
-typedef struct {
-    const char *role;    /* "system", "user" or "assistant" */
-    const char *content; /* NUL-terminated text */
-} cn_chat_msg;
-
-typedef struct cn_chat_template cn_chat_template;
-
-/* By name: "chatml", "gemma", "llama3" (any case). Plain ChatML has no default system
- * prompt. Unknown name: CN_STATUS_INVALID_ARG, the message lists the names. */
-cn_status cn_chat_template_from_name(const char *name, cn_chat_template **out, cn_error *err);
+/* cn_chat_msg, cn_chat_template, from_name / from_model, free, name, end_of_turn and
+ * cn_chat_render are public (include/cinder.h); plain ChatML by name has no default
+ * system prompt. Below, the rules of each call in full. */
 
 /* From the Jinja text of tokenizer.chat_template (jinja[0..len), borrowed; may be NULL
  * when the file has none): "<|im_start|>" means ChatML, "<start_of_turn>" Gemma,
@@ -46,21 +39,16 @@ cn_status cn_chat_template_from_name(const char *name, cn_chat_template **out, c
 cn_status cn_chat_template_detect(const char *jinja, size_t len, cn_chat_template **out,
                                   cn_error *err);
 
-void cn_chat_template_free(cn_chat_template *t); /* NULL is a no-op */
-
 cn_chat_family cn_chat_template_family(const cn_chat_template *t);
-const char *cn_chat_template_name(const cn_chat_template *t); /* "chatml", "gemma", "llama3" */
-/* The text that ends a turn ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"): an
- * end-of-generation token for the model, or a stop string when the tokenizer does not
- * mark it as one. */
-const char *cn_chat_template_end_of_turn(const cn_chat_template *t);
+/* cn_chat_template_end_of_turn: an end-of-generation token for the model, or a stop
+ * string when the tokenizer does not mark it as one. */
 /* The default system prompt taken from the template, or NULL. View valid until free. */
 const char *cn_chat_template_default_system(const cn_chat_template *t);
 /* True when the reference template starts with {{ bos_token }} (Gemma, Llama-3); the
  * rendered text leaves it out either way (see the top of this file). */
 bool cn_chat_template_bos_in_template(const cn_chat_template *t);
 
-/* Renders msgs[0..n_msgs) and, if add_generation_prompt, the opening of an assistant
+/* cn_chat_render renders msgs[0..n_msgs) and, if add_generation_prompt, the opening of an assistant
  * turn. *out is a NUL-terminated string the caller frees with free(); *out_len (may be
  * NULL) its length. Errors (nothing allocated): n_msgs 0, NULL msgs/role/content, a role
  * other than system/user/assistant → CN_STATUS_INVALID_ARG; Gemma only: turns after an
@@ -71,8 +59,5 @@ bool cn_chat_template_bos_in_template(const cn_chat_template *t);
  * trims each content (Python str.strip whitespace, Unicode included), folds a leading
  * system message (untrimmed, plus "\n\n") into the first turn, and renders "assistant" as
  * "model"; Llama-3 trims each content. */
-cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *msgs, size_t n_msgs,
-                         bool add_generation_prompt, char **out, size_t *out_len,
-                         cn_error *err);
 
 #endif

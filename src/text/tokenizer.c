@@ -880,3 +880,47 @@ cn_merge cn_merge_pop(cn_merge_heap *h) {
     if (h->n) h->v[i] = last;
     return top;
 }
+
+cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,
+                        size_t *n_out, cn_error *err) {
+    *out = NULL;
+    if (n_out) *n_out = 0;
+    if (!t || (!ids && n)) return cn_err(err, CN_STATUS_INVALID_ARG, "detokenize: no tokenizer or no ids");
+    const int32_t n_vocab = cn_tokenizer_n_vocab(t);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return cn_err(err, CN_STATUS_INVALID_ARG, "detokenize: id %zu is %d, outside the vocabulary [0, %d)", i,
+                          ids[i], n_vocab);
+    cn_detok *d = NULL;
+    if (cn_detok_new(t, render_special, &d) != CN_STATUS_OK)
+        return cn_err(err, CN_STATUS_NO_MEMORY, "detokenize: out of memory");
+    size_t cap = 64, used = 0;
+    char *buf = malloc(cap);
+    cn_status st = buf ? CN_STATUS_OK : CN_STATUS_NO_MEMORY;
+    for (size_t i = 0; i <= n && st == CN_STATUS_OK; i++) {
+        const char *p;
+        size_t k = 0;
+        st = i < n ? cn_detok_push(d, ids[i], &p, &k) : cn_detok_flush(d, &p, &k);
+        if (st != CN_STATUS_OK) break;
+        if (used + k + 1 > cap) {
+            while (used + k + 1 > cap) cap *= 2;
+            char *q = realloc(buf, cap);
+            if (!q) {
+                st = CN_STATUS_NO_MEMORY;
+                break;
+            }
+            buf = q;
+        }
+        memcpy(buf + used, p, k);
+        used += k;
+    }
+    cn_detok_free(d);
+    if (st != CN_STATUS_OK) {
+        free(buf);
+        return cn_err(err, st, "detokenize: %s", st == CN_STATUS_NO_MEMORY ? "out of memory" : "failed");
+    }
+    buf[used] = 0;
+    *out = buf;
+    if (n_out) *n_out = used;
+    return CN_STATUS_OK;
+}

@@ -9,33 +9,11 @@
 
 #include "gguf/gguf.h"
 
-typedef struct cn_tokenizer cn_tokenizer;
+/* cn_tokenizer and its queries, cn_tokenize, cn_token_to_piece and cn_detokenize are
+ * public (include/cinder.h). */
 
 /* Builds a tokenizer from g's metadata (copies what it needs: g may be closed after). */
 cn_status cn_tokenizer_load(const cn_gguf *g, cn_tokenizer **out, cn_error *err);
-void cn_tokenizer_free(cn_tokenizer *t);
-
-int32_t cn_tokenizer_n_vocab(const cn_tokenizer *t);
-int32_t cn_tokenizer_bos(const cn_tokenizer *t); /* -1 if none */
-int32_t cn_tokenizer_eos(const cn_tokenizer *t); /* -1 if none */
-/* True for every end-of-generation token (EOS, EOT, <|im_end|>, <end_of_turn>, ...). */
-bool cn_tokenizer_is_eog(const cn_tokenizer *t, int32_t id);
-/* Looks up a token by its exact text; -1 if absent. */
-int32_t cn_tokenizer_find(const cn_tokenizer *t, const char *text);
-
-/* Tokenizes text[0..len). add_special: add BOS/EOS as the metadata says
- * (tokenizer.ggml.add_bos_token / add_eos_token). parse_special: match the text of
- * control/user-defined special tokens in the input. Writes up to cap ids; *n_out is the
- * full count (if > cap, call again with a larger buffer). */
-cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                      bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
-                      cn_error *err);
-
-/* The raw bytes a token stands for (byte tokens decoded, SentencePiece ▁ as space, BPE
- * byte-to-unicode undone). Control tokens render as their text only if render_special.
- * Returns the byte count written (may exceed cap: then nothing useful was written). */
-size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_special, char *buf,
-                         size_t cap);
 
 /* Incremental detokenizer: push ids, get bytes that end on a UTF-8 boundary; holds back
  * an incomplete multi-byte sequence until its last byte arrives. Handles the
@@ -52,10 +30,6 @@ cn_status cn_detok_flush(cn_detok *d, const char **text, size_t *n_bytes);
 
 /* --- additions beyond the first contract --- */
 
-int32_t cn_tokenizer_eot(const cn_tokenizer *t); /* end-of-turn id, -1 if none */
-/* Whether cn_tokenize(add_special = true) prepends BOS / appends EOS. */
-bool cn_tokenizer_add_bos(const cn_tokenizer *t);
-bool cn_tokenizer_add_eos(const cn_tokenizer *t);
 /* "llama" (SentencePiece-style) or "gpt2" (byte-level BPE), and the pre-tokenizer name. */
 const char *cn_tokenizer_model(const cn_tokenizer *t);
 const char *cn_tokenizer_pre(const cn_tokenizer *t);

@@ -12,7 +12,8 @@
  *     same text as a run with no failure (the reference).
  * Scenarios: model load (stories260K), the tokenizer (SentencePiece and byte-level BPE
  * vocabularies from ../shared/testdata: load, encode with special tokens, decode), engine
- * create, submit and steps (n = 2, stop strings, logprobs), and HTTP requests to an
+ * create, submit and steps (n = 2, stop strings, logprobs), the public context API
+ * (create, then a greedy request with logprobs), and HTTP requests to an
  * in-process server (a completion with n = 2 and logprobs, a streamed one, /tokenize).
  * Over HTTP the rule is: a 200 is the reference reply, else a 503 that says why, or, for
  * a stream whose headers are out, an error event before [DONE].
@@ -121,7 +122,7 @@ static void sweep(const char *name, scenario_fn fn, void *ctx, long max_n) {
         check_leaks();
         if (!go_on || !reached || g_errors > errors0 + 5 || n >= max_n) break;
     }
-    printf("  %-34s %5ld allocations failed one at a time: %s\n", name, n - 1,
+    printf("  %-42s %5ld allocations failed one at a time: %s\n", name, n - 1,
            g_errors == errors0 ? "ok" : "FAILED");
     fflush(stdout);
 }
@@ -243,7 +244,7 @@ static void tokenizer_sweeps(void) {
             check_leaks();
             if (!reached) break;
         }
-        printf("  %-34s %5ld allocations failed one at a time: ok\n", name, n - 1);
+        printf("  %-42s %5ld allocations failed one at a time: ok\n", name, n - 1);
         cn_gguf_close(g);
     }
 }
@@ -410,6 +411,45 @@ static bool run_engine_create(void *ctx) {
     return true;
 }
 
+/* ---- the public one-request API ---- */
+
+typedef struct {
+    const cn_model *m;
+    char ref[1024];
+} context_case;
+
+static cn_status context_run(const cn_model *m, char *out, size_t cap, cn_error *err) {
+    cn_context_params cp = cn_context_default_params();
+    cp.n_threads = 1;
+    cp.n_ctx = 128;
+    cn_context *c = NULL;
+    cn_status st = cn_context_create(m, &cp, &c, err);
+    if (st != CN_STATUS_OK) return st;
+    cn_gen_params gp = cn_gen_default();
+    gp.max_tokens = 12;
+    gp.sampling.temperature = 0;
+    gp.sampling.n_logprobs = 2;
+    cn_prompt pr = {.text = "Once upon a time"};
+    cn_result r;
+    st = cn_context_generate(c, &pr, &gp, &r, err);
+    if (st == CN_STATUS_OK) {
+        snprintf(out, cap, "%s", r.text);
+        cn_result_free(&r);
+    }
+    cn_context_free(c);
+    return st;
+}
+
+static bool run_context(void *ctx) {
+    context_case *c = ctx;
+    char got[1024] = "";
+    cn_error err = {0};
+    const cn_status st = context_run(c->m, got, sizeof got, &err);
+    check_error(st, &err, "cn_context_create / cn_context_generate");
+    if (st == CN_STATUS_OK && strcmp(got, c->ref)) bad("OK but '%s', not '%s'", got, c->ref);
+    return true;
+}
+
 /* ---- HTTP ---- */
 
 typedef struct {
@@ -544,6 +584,13 @@ int main(int argc, char **argv) {
     run_requests(ec.e, &ec.ref, false, NULL);
     sweep("engine create", run_engine_create, &ec, 100000);
     sweep("engine submit + steps", run_engine_steps, &ec, 100000);
+    static context_case cc;
+    cc.m = m;
+    if (context_run(m, cc.ref, sizeof cc.ref, &err) != CN_STATUS_OK) {
+        fprintf(stderr, "alloc_fail: context reference: %s\n", err.msg);
+        return 1;
+    }
+    sweep("context create + generate (public API)", run_context, &cc, 100000);
     cn_engine_free(ec.e);
 
     /* HTTP: an in-process server on a free port, its engine's run loop started */

@@ -1,0 +1,578 @@
+"""cinder: a fast LLM inference engine in C, from Python.
+
+    import cinder
+    m = cinder.Model()                      # the default model (SmolLM2-135M-Instruct)
+    print(m.generate("Once upon a time", max_tokens=32, temperature=0).text)
+    for piece in m.stream("Tell me a story.", max_tokens=64):
+        print(piece, end="", flush=True)
+    print(m.chat([{"role": "user", "content": "Name three prime numbers."}]).text)
+    print(cinder.explain({"blue": 0.5, "gray": 0.25, "clear": 0.15, "dark": 0.10}, top_p=0.7))
+
+The bindings are ctypes over libcinder.so (include/cinder.h): no compiler is needed at
+install time beyond the one that builds the library. Generation runs in a worker thread
+with the GIL released (ctypes drops it for the C call), so other Python threads keep
+running; Ctrl-C (KeyboardInterrupt) cancels the request cleanly and re-raises. A Model
+runs one request at a time (a lock serializes calls from several threads). Errors raise
+CinderError with cinder's message and status.
+"""
+import ctypes
+import ctypes.util
+import math
+import os
+import queue
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+__all__ = ["Model", "Completion", "TokenLogprob", "Explanation", "CinderError", "explain", "default_model_path",
+           "version"]
+
+# ---- the library ----
+
+
+def _load_library():
+    here = Path(__file__).resolve().parent
+    for cand in (os.environ.get("CINDER_LIB"), here / "libcinder.so", ctypes.util.find_library("cinder")):
+        if cand and (not isinstance(cand, Path) or cand.exists()):
+            try:
+                return ctypes.CDLL(str(cand))
+            except OSError as e:
+                last = e
+                continue
+    raise ImportError("cinder: libcinder.so not found: install this package from a cinder checkout "
+                      "(pip install ./python), run `make install`, or set CINDER_LIB" +
+                      (f" ({last})" if "last" in locals() else ""))
+
+
+_lib = _load_library()
+
+c_int32, c_int64, c_uint64, c_float, c_double, c_bool, c_char_p, c_void_p, c_size_t = (
+    ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_float, ctypes.c_double, ctypes.c_bool,
+    ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+
+STATUS = ["ok", "invalid_arg", "io", "corrupt", "unsupported", "no_memory", "not_found", "limit", "busy", "cancelled"]
+FINISH = ["none", "stop", "length", "cancelled"]
+STAGES = ["logit_bias", "penalties", "temperature", "top_k", "top_p", "min_p", "typical"]
+STAGE_TITLES = {"logit_bias": "Logit bias", "penalties": "Penalties", "temperature": "Temperature",
+                "top_k": "Top-k", "top_p": "Top-p", "min_p": "Min-p", "typical": "Typical"}
+MAX_LOGPROBS = 20
+SEED_RANDOM = 2 ** 64 - 1
+TYPE_F32, TYPE_F16, TYPE_Q8_0 = 0, 1, 8
+
+
+class _Error(ctypes.Structure):
+    _fields_ = [("status", ctypes.c_int), ("msg", ctypes.c_char * 256)]
+
+
+class _LogitBias(ctypes.Structure):
+    _fields_ = [("token", c_int32), ("bias", c_float)]
+
+
+class _Sampling(ctypes.Structure):
+    _fields_ = [("temperature", c_float), ("top_k", c_int32), ("top_p", c_float), ("min_p", c_float),
+                ("typical_p", c_float), ("repetition_penalty", c_float), ("presence_penalty", c_float),
+                ("frequency_penalty", c_float), ("penalty_last_n", c_int32),
+                ("logit_bias", ctypes.POINTER(_LogitBias)), ("n_logit_bias", c_int32), ("seed", c_uint64),
+                ("n_logprobs", c_int32), ("ignore_eos", c_bool), ("n_chain", c_int32),
+                ("chain", ctypes.c_int * len(STAGES))]
+
+
+class _Beam(ctypes.Structure):
+    _fields_ = [("n_beams", c_int32), ("length_penalty", c_float), ("early_stopping", c_bool)]
+
+
+class _GenLogprob(ctypes.Structure):
+    _fields_ = [("id", c_int32), ("logprob", c_float)]
+
+
+class _GenToken(ctypes.Structure):
+    _fields_ = [("id", c_int32), ("index", c_int32), ("has_logprob", c_bool), ("logprob", c_float),
+                ("n_top", c_int32), ("top", _GenLogprob * MAX_LOGPROBS)]
+
+
+_TEXT_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.POINTER(ctypes.c_char), c_size_t)
+_TOKEN_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.POINTER(_GenToken))
+_CANCEL_FN = ctypes.CFUNCTYPE(c_bool, c_void_p)
+
+
+class _Gen(ctypes.Structure):
+    _fields_ = [("sampling", _Sampling), ("max_tokens", c_int32), ("stop", ctypes.POINTER(c_char_p)),
+                ("n_stop", c_int32), ("logprobs_after_chain", c_bool), ("beam", _Beam), ("on_text", _TEXT_FN),
+                ("on_token", _TOKEN_FN), ("should_cancel", _CANCEL_FN), ("user", c_void_p)]
+
+
+class _Timings(ctypes.Structure):
+    _fields_ = [("n_prompt_tokens", c_int32), ("n_cached_tokens", c_int32), ("n_generated_tokens", c_int32)] + [
+        (n, c_double) for n in ("queue_ms", "prefill_ms", "ttft_ms", "decode_ms", "total_ms", "itl_mean_ms",
+                                "itl_p50_ms", "itl_p90_ms", "itl_p99_ms", "prefill_tok_s", "decode_tok_s")]
+
+
+class _ModelParams(ctypes.Structure):
+    _fields_ = [("prefault", c_bool)]
+
+
+class _ModelInfo(ctypes.Structure):
+    _fields_ = [("arch", ctypes.c_char * 32), ("name", ctypes.c_char * 128)] + [
+        (n, c_int32) for n in ("n_vocab", "n_ctx_train", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff")] + [
+        ("n_params", c_int64), ("file_bytes", c_uint64)]
+
+
+class _ChatMsg(ctypes.Structure):
+    _fields_ = [("role", c_char_p), ("content", c_char_p)]
+
+
+class _ContextParams(ctypes.Structure):
+    _fields_ = [("n_threads", c_int32), ("n_ctx", c_int32), ("n_batch", c_int32), ("kv_type", ctypes.c_int)]
+
+
+class _Prompt(ctypes.Structure):
+    _fields_ = [("text", c_char_p), ("tokens", ctypes.POINTER(c_int32)), ("n_tokens", c_int32),
+                ("messages", ctypes.POINTER(_ChatMsg)), ("n_messages", c_size_t)]
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [("text", ctypes.POINTER(ctypes.c_char)), ("n_text", c_size_t), ("tokens", ctypes.POINTER(_GenToken)),
+                ("n_tokens", c_int32), ("n_prompt_tokens", c_int32), ("finish_reason", ctypes.c_int),
+                ("stop_index", c_int32), ("seed", c_uint64), ("timings", _Timings), ("beam_score", c_double)]
+
+
+class _Candidate(ctypes.Structure):
+    _fields_ = [("id", c_int32), ("logit", c_float), ("p", c_float)]
+
+
+class _ExplainResult(ctypes.Structure):
+    _fields_ = [("greedy", c_int32), ("token", c_int32), ("p", c_float), ("n_kept", c_int32), ("u", c_double),
+                ("seed", c_uint64)]
+
+
+_STAGE_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.c_int, ctypes.POINTER(_Candidate), c_size_t)
+
+
+def _fn(name, restype, *argtypes):
+    f = getattr(_lib, name)
+    f.restype, f.argtypes = restype, list(argtypes)
+    return f
+
+
+P = ctypes.POINTER
+_version = _fn("cn_version", c_char_p)
+_abi_size = _fn("cn_abi_size", c_size_t, c_char_p)
+_sampling_default = _fn("cn_sampling_default", _Sampling)
+_gen_default = _fn("cn_gen_default", _Gen)
+_model_default = _fn("cn_model_default_params", _ModelParams)
+_model_load = _fn("cn_model_load", ctypes.c_int, c_char_p, P(_ModelParams), P(c_void_p), P(_Error))
+_model_free = _fn("cn_model_free", None, c_void_p)
+_model_info = _fn("cn_model_get_info", None, c_void_p, P(_ModelInfo))
+_ctx_default = _fn("cn_context_default_params", _ContextParams)
+_ctx_create = _fn("cn_context_create", ctypes.c_int, c_void_p, P(_ContextParams), P(c_void_p), P(_Error))
+_ctx_free = _fn("cn_context_free", None, c_void_p)
+_ctx_tokenizer = _fn("cn_context_tokenizer", c_void_p, c_void_p)
+_ctx_chat = _fn("cn_context_chat_template", c_void_p, c_void_p)
+_ctx_n_ctx = _fn("cn_context_n_ctx", c_int32, c_void_p)
+_ctx_generate = _fn("cn_context_generate", ctypes.c_int, c_void_p, P(_Prompt), P(_Gen), P(_Result), P(_Error))
+_ctx_logits = _fn("cn_context_logits", ctypes.c_int, c_void_p, P(_Prompt), P(c_float), P(_Error))
+_result_free = _fn("cn_result_free", None, P(_Result))
+_tokenize = _fn("cn_tokenize", ctypes.c_int, c_void_p, ctypes.c_char_p, c_size_t, c_bool, c_bool, P(c_int32),
+                c_size_t, P(c_size_t), P(_Error))
+_detokenize = _fn("cn_detokenize", ctypes.c_int, c_void_p, P(c_int32), c_size_t, c_bool, P(P(ctypes.c_char)),
+                  P(c_size_t), P(_Error))
+_token_to_piece = _fn("cn_token_to_piece", c_size_t, c_void_p, c_int32, c_bool, ctypes.c_char_p, c_size_t)
+_n_vocab = _fn("cn_tokenizer_n_vocab", c_int32, c_void_p)
+_bos = _fn("cn_tokenizer_bos", c_int32, c_void_p)
+_eos = _fn("cn_tokenizer_eos", c_int32, c_void_p)
+_chat_name = _fn("cn_chat_template_name", c_char_p, c_void_p)
+_explain = _fn("cn_explain", ctypes.c_int, P(c_float), c_int32, P(_Sampling), P(c_int32), c_size_t, _STAGE_FN,
+               c_void_p, P(_ExplainResult), P(_Error))
+_libc_free = ctypes.CDLL(None).free
+_libc_free.argtypes = [c_void_p]
+
+for _name, _cls in (("cn_error", _Error), ("cn_sampling_params", _Sampling), ("cn_gen_params", _Gen),
+                    ("cn_gen_token", _GenToken), ("cn_gen_timings", _Timings), ("cn_model_params", _ModelParams),
+                    ("cn_model_info", _ModelInfo), ("cn_chat_msg", _ChatMsg), ("cn_context_params", _ContextParams),
+                    ("cn_prompt", _Prompt), ("cn_result", _Result), ("cn_candidate", _Candidate),
+                    ("cn_explain_result", _ExplainResult), ("cn_logit_bias", _LogitBias), ("cn_beam_params", _Beam)):
+    if _abi_size(_name.encode()) != ctypes.sizeof(_cls):
+        raise ImportError(f"cinder: {_name} is {_abi_size(_name.encode())} bytes in libcinder "
+                          f"{_version().decode()} but {ctypes.sizeof(_cls)} here: the bindings do not match the library")
+
+
+def version() -> str:
+    """The library's version."""
+    return _version().decode()
+
+
+class CinderError(Exception):
+    """A cinder call failed: .status names the kind ("invalid_arg", "limit", ...), the
+    message is cinder's."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _check(st, err):
+    if st != 0:
+        raise CinderError(STATUS[st] if 0 <= st < len(STATUS) else str(st), err.msg.decode("utf-8", "replace"))
+
+
+def default_model_path() -> str:
+    """$CINDER_MODELS/SmolLM2-135M-Instruct.Q4_1.gguf, else under ~/.cache/cinder/models (where
+    scripts/setup.sh puts it)."""
+    d = os.environ.get("CINDER_MODELS") or os.path.expanduser("~/.cache/cinder/models")
+    return str(Path(d) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+# ---- results ----
+
+
+@dataclass
+class TokenLogprob:
+    token: int
+    text: str
+    logprob: float
+    top: List[Tuple[int, str, float]] = field(default_factory=list)  # (id, text, logprob), most likely first
+
+
+@dataclass
+class Completion:
+    text: str
+    tokens: List[int]
+    finish_reason: str          # "stop", "length" or "cancelled"
+    timings: Dict[str, float]   # time to first token, prefill/decode tok/s, inter-token latency, ...
+    seed: int
+    n_prompt_tokens: int
+    logprobs: Optional[List[TokenLogprob]] = None
+    stop_index: int = -1        # which stop string ended it, -1 if none
+
+
+@dataclass
+class Explanation:
+    """One sampling step, stage by stage: .input and each stage's kept set are lists of
+    (name, probability), most probable first."""
+    input: List[Tuple[str, float]]
+    greedy: str
+    stages: List[Tuple[str, List[Tuple[str, float]]]]
+    drawn: str
+    drawn_p: float
+    seed: int
+    show: int = 10
+
+    def __str__(self):
+        lines = [f"Greedy: {self.greedy}"]
+        for name, kept in self.stages:
+            lines.append(f"{STAGE_TITLES.get(name, name)}: {[(t, round(p, 3)) for t, p in kept[:self.show]]}")
+        lines.append(f"Drawn: {self.drawn} ({self.drawn_p:.3f}, seed {self.seed})")
+        return "\n".join(lines)
+
+
+# ---- sampling parameters ----
+
+
+def _sampling(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, typical_p=1.0, repetition_penalty=1.0,
+              presence_penalty=0.0, frequency_penalty=0.0, seed=None, logit_bias=None, logprobs=None,
+              ignore_eos=False, keep=None):
+    s = _sampling_default()
+    s.temperature, s.top_p, s.top_k, s.min_p, s.typical_p = temperature, top_p, top_k, min_p, typical_p
+    s.repetition_penalty, s.presence_penalty, s.frequency_penalty = (repetition_penalty, presence_penalty,
+                                                                     frequency_penalty)
+    s.seed = SEED_RANDOM if seed is None else int(seed)
+    s.n_logprobs = -1 if logprobs is None else int(logprobs)
+    s.ignore_eos = bool(ignore_eos)
+    if logit_bias:
+        arr = (_LogitBias * len(logit_bias))(*[_LogitBias(int(k), float(v)) for k, v in logit_bias.items()])
+        keep.append(arr)
+        s.logit_bias, s.n_logit_bias = arr, len(logit_bias)
+    return s
+
+
+def explain(probs: Union[Dict[str, float], Sequence[Tuple[str, float]]], *, logits: bool = False, **sampling) -> \
+        Explanation:
+    """What the sampler chain does to one next-token distribution: probs maps names to
+    probabilities (or logits, with logits=True). Keyword arguments are the sampling
+    parameters (temperature, top_k, top_p, min_p, typical_p, seed, ...).
+
+    >>> print(explain({"blue": 0.5, "gray": 0.25, "clear": 0.15, "dark": 0.10}, top_p=0.7))
+    Greedy: blue
+    Top-p: [('blue', 0.667), ('gray', 0.333)]
+    ..."""
+    items = list(probs.items()) if isinstance(probs, dict) else list(probs)
+    names = [n for n, _ in items]
+    vals = [float(v) if logits else (math.log(v) if v > 0 else -math.inf) for _, v in items]
+    return _explain_logits(vals, lambda i: names[i], [], sampling)
+
+
+def _explain_logits(vals, name, history, sampling, show=10):
+    keep = []
+    s = _sampling(keep=keep, **sampling)
+    arr = (c_float * len(vals))(*vals)
+    hist = (c_int32 * max(len(history), 1))(*history)
+    stages = []
+
+    def on_stage(_user, stage, cand, n):
+        stages.append((STAGES[stage], [(name(cand[i].id), cand[i].p) for i in range(min(n, show))]))
+
+    cb = _STAGE_FN(on_stage)
+    res, err = _ExplainResult(), _Error()
+    _check(_explain(arr, len(vals), ctypes.byref(s), hist, len(history), cb, None, ctypes.byref(res),
+                    ctypes.byref(err)), err)
+    m = max(vals)
+    z = sum(math.exp(v - m) for v in vals if v != -math.inf)
+    order = sorted(range(len(vals)), key=lambda i: (-vals[i], i))[:show]
+    inp = [(name(i), math.exp(vals[i] - m) / z) for i in order if vals[i] != -math.inf]
+    return Explanation(inp, name(res.greedy), stages, name(res.token), res.p, res.seed, show)
+
+
+# ---- the model ----
+
+
+class Model:
+    """A GGUF model with a context for one request at a time.
+
+    path: the .gguf file (None: the default model). n_ctx: positions per request, prompt
+    and reply (0: the model's, at most 4096). n_threads: 0 = every CPU. prefault: read
+    every weight page at load (steadier first-token time). kv_type: "f16" or "q8_0"."""
+
+    def __init__(self, path: Optional[str] = None, *, n_ctx: int = 0, n_threads: int = 0, prefault: bool = False,
+                 kv_type: str = "f16"):
+        self.path = path or default_model_path()
+        if path is None and not Path(self.path).exists():
+            raise CinderError("io", f"the default model {self.path} is missing: run scripts/fetch_models.sh "
+                                    "(or give Model(path=...))")
+        self._m = c_void_p()
+        self._c = c_void_p()
+        self._lock = threading.Lock()
+        err = _Error()
+        mp = _model_default()
+        mp.prefault = prefault
+        _check(_model_load(self.path.encode(), ctypes.byref(mp), ctypes.byref(self._m), ctypes.byref(err)), err)
+        cp = _ctx_default()
+        cp.n_ctx, cp.n_threads = n_ctx, n_threads
+        kinds = {"f16": TYPE_F16, "q8_0": TYPE_Q8_0, "f32": TYPE_F32}
+        if kv_type not in kinds:
+            self.close()
+            raise CinderError("invalid_arg", f"kv_type {kv_type!r}: must be one of {sorted(kinds)}")
+        cp.kv_type = kinds[kv_type]
+        st = _ctx_create(self._m, ctypes.byref(cp), ctypes.byref(self._c), ctypes.byref(err))
+        if st != 0:
+            self.close()
+            _check(st, err)
+        self._tok = _ctx_tokenizer(self._c)
+        self.n_vocab = _n_vocab(self._tok)
+        self.n_ctx = _ctx_n_ctx(self._c)
+        info = _ModelInfo()
+        _model_info(self._m, ctypes.byref(info))
+        self.info = {f: (getattr(info, f).decode() if isinstance(getattr(info, f), bytes) else getattr(info, f))
+                     for f, _ in _ModelInfo._fields_}
+        chat = _ctx_chat(self._c)
+        self.chat_template = _chat_name(chat).decode() if chat else None
+
+    def close(self):
+        """Frees the model (also done when it is garbage-collected)."""
+        if getattr(self, "_c", None):
+            _ctx_free(self._c)
+            self._c = c_void_p()
+        if getattr(self, "_m", None):
+            _model_free(self._m)
+            self._m = c_void_p()
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- tokens --
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> List[int]:
+        """Token ids of text; add_special adds BOS as the model says, parse_special reads
+        special-token texts such as <|im_start|> as those tokens."""
+        b = text.encode()
+        n, err = c_size_t(), _Error()
+        _check(_tokenize(self._tok, b, len(b), add_special, parse_special, None, 0, ctypes.byref(n),
+                         ctypes.byref(err)), err)
+        ids = (c_int32 * max(n.value, 1))()
+        _check(_tokenize(self._tok, b, len(b), add_special, parse_special, ids, n.value, ctypes.byref(n),
+                         ctypes.byref(err)), err)
+        return list(ids[:n.value])
+
+    def detokenize(self, tokens: Sequence[int], render_special: bool = False) -> str:
+        """The text of token ids (valid UTF-8; the leading space SentencePiece adds is dropped)."""
+        arr = (c_int32 * max(len(tokens), 1))(*tokens)
+        out, n, err = ctypes.POINTER(ctypes.c_char)(), c_size_t(), _Error()
+        _check(_detokenize(self._tok, arr, len(tokens), render_special, ctypes.byref(out), ctypes.byref(n),
+                           ctypes.byref(err)), err)
+        try:
+            return ctypes.string_at(out, n.value).decode("utf-8")
+        finally:
+            _libc_free(ctypes.cast(out, c_void_p))
+
+    def token_to_piece(self, token: int, render_special: bool = True) -> bytes:
+        """The raw bytes of one token (may be part of a UTF-8 character)."""
+        buf = ctypes.create_string_buffer(256)
+        n = _token_to_piece(self._tok, token, render_special, buf, 256)
+        return buf.raw[:n] if n <= 256 else b""
+
+    def _piece(self, token):
+        return self.token_to_piece(token).decode("utf-8", "replace")
+
+    # -- generation --
+
+    def _prompt(self, prompt, keep):
+        pr = _Prompt()
+        if isinstance(prompt, str):
+            pr.text = prompt.encode()
+        elif prompt and isinstance(prompt, (list, tuple)) and isinstance(prompt[0], dict):
+            msgs = (_ChatMsg * len(prompt))(*[_ChatMsg(str(m["role"]).encode(), str(m["content"]).encode())
+                                               for m in prompt])
+            keep.append(msgs)
+            pr.messages, pr.n_messages = msgs, len(prompt)
+        elif isinstance(prompt, (list, tuple)):
+            arr = (c_int32 * max(len(prompt), 1))(*[int(t) for t in prompt])
+            keep.append(arr)
+            pr.tokens, pr.n_tokens = arr, len(prompt)
+        else:
+            raise TypeError("prompt: a string, a list of token ids, or a list of {'role', 'content'} messages")
+        return pr
+
+    def _run(self, prompt, on_piece, **kw) -> Completion:
+        """_run_cancellable on a worker thread; this thread waits, so a KeyboardInterrupt
+        here cancels the request, waits for it to end and re-raises."""
+        cancel = threading.Event()
+        box = {}
+
+        def work():
+            try:
+                box["result"] = self._run_cancellable(prompt, on_piece, cancel, **kw)
+            except BaseException as e:
+                box["error"] = e
+
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        try:
+            while t.is_alive():
+                t.join(0.05)
+        except BaseException:
+            cancel.set()
+            t.join()
+            raise
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+    def _completion(self, res, logprobs) -> Completion:
+        toks = [res.tokens[i] for i in range(res.n_tokens)]
+        lps = None
+        if logprobs is not None:
+            lps = [TokenLogprob(t.id, self._piece(t.id), t.logprob,
+                                [(t.top[k].id, self._piece(t.top[k].id), t.top[k].logprob) for k in range(t.n_top)])
+                   for t in toks]
+        tm = res.timings
+        return Completion(text=ctypes.string_at(res.text, res.n_text).decode("utf-8", "replace"),
+                          tokens=[t.id for t in toks], finish_reason=FINISH[res.finish_reason],
+                          timings={f: getattr(tm, f) for f, _ in _Timings._fields_}, seed=res.seed,
+                          n_prompt_tokens=res.n_prompt_tokens, logprobs=lps, stop_index=res.stop_index)
+
+    def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 256, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: Optional[int] = None,
+                 stop: Union[None, str, Sequence[str]] = None, logprobs: Optional[int] = None, **kw) -> Completion:
+        """Continues prompt (text or token ids). Sampling as the OpenAI API and vLLM do it:
+        temperature 0 is greedy; seed makes a sampled reply reproducible; stop strings are
+        matched across tokens and cut; logprobs=k reports each token's log-probability and
+        the k most likely. Also: typical_p, repetition_penalty, presence_penalty,
+        frequency_penalty, logit_bias ({token id: bias}), ignore_eos, n_beams (beam search)."""
+        return self._run(prompt, None, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                         min_p=min_p, seed=seed, stop=stop, logprobs=logprobs, **kw)
+
+    def chat(self, messages: Sequence[Dict[str, str]], **kw) -> Completion:
+        """A reply to a conversation ([{"role": "user", "content": "..."}, ...]), rendered with
+        the model's chat template; generation stops at the end of the assistant's turn.
+        Keyword arguments as generate()."""
+        if not messages:
+            raise CinderError("invalid_arg", "chat: no messages")
+        return self.generate(list(messages), **kw)
+
+    def stream(self, prompt, **kw) -> Iterator[str]:
+        """generate() as an iterator of text pieces as they are final. Leaving the loop early
+        (break, an exception, KeyboardInterrupt) cancels the request. Afterwards
+        model.last_completion is the Completion (finish_reason "cancelled" if cut short)."""
+        q: "queue.Queue" = queue.Queue()
+        done = object()
+        stop_flag = threading.Event()
+        box = {}
+
+        def on_piece(s):
+            q.put(s)
+
+        def work():
+            try:
+                box["result"] = self._run_cancellable(prompt, on_piece, stop_flag, **kw)
+            except BaseException as e:  # handed to the consumer
+                box["error"] = e
+            finally:
+                q.put(done)
+
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        try:
+            while True:
+                item = q.get()
+                if item is done:
+                    break
+                yield item
+        finally:
+            stop_flag.set()
+            t.join()
+            self.last_completion = box.get("result")  # "cancelled" when the loop left early
+        if "error" in box:
+            raise box["error"]
+
+    def _run_cancellable(self, prompt, on_piece, stop_flag, **kw):
+        """_run on this (worker) thread, cancelled when stop_flag is set."""
+        keep = []
+        kw = dict(kw)
+        max_tokens, stop, n_beams = kw.pop("max_tokens", 256), kw.pop("stop", None), kw.pop("n_beams", 1)
+        gp = _gen_default()
+        gp.sampling = _sampling(keep=keep, **kw)
+        gp.max_tokens = max_tokens
+        if stop:
+            stops = [stop] if isinstance(stop, str) else list(stop)
+            arr = (c_char_p * len(stops))(*[s.encode() for s in stops])
+            keep.append(arr)
+            gp.stop, gp.n_stop = arr, len(stops)
+        gp.beam.n_beams = n_beams
+        if on_piece:
+            gp.on_text = _TEXT_FN(lambda _u, text, n: on_piece(ctypes.string_at(text, n).decode("utf-8", "replace")))
+        gp.should_cancel = _CANCEL_FN(lambda _u: stop_flag.is_set())
+        pr = self._prompt(prompt, keep)
+        res, err = _Result(), _Error()
+        with self._lock:
+            if not self._c:
+                raise CinderError("invalid_arg", "the model is closed")
+            st = _ctx_generate(self._c, ctypes.byref(pr), ctypes.byref(gp), ctypes.byref(res), ctypes.byref(err))
+            _check(st, err)
+            try:
+                return self._completion(res, kw.get("logprobs"))
+            finally:
+                _result_free(ctypes.byref(res))
+
+    # -- explain --
+
+    def logits(self, prompt) -> List[float]:
+        """The model's next-token logits after prompt (text or token ids)."""
+        keep = []
+        pr = self._prompt(prompt, keep)
+        out, err = (c_float * self.n_vocab)(), _Error()
+        with self._lock:
+            _check(_ctx_logits(self._c, ctypes.byref(pr), out, ctypes.byref(err)), err)
+        return list(out)
+
+    def explain(self, prompt, show: int = 10, **sampling) -> Explanation:
+        """The sampler chain on the model's next-token distribution after prompt, stage by
+        stage (sampling keyword arguments as generate())."""
+        vals = self.logits(prompt)
+        history = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        return _explain_logits(vals, self._piece, history, sampling, show)

@@ -1,0 +1,386 @@
+/* context.c — the public one-request-at-a-time API (include/cinder.h, "context"): a model's
+ * tokenizer, chat template, forward context and a KV cache for one sequence, driving
+ * cn_generate / cn_beam_search (generate.c, beam.c). It adds no generation logic of its
+ * own: prompts become token ids, the cached prefix of the last request is found, the
+ * request runs, and its state is copied out into a cn_result.
+ *
+ * The cache: sequence 0 holds kv_tokens[0..n_kv) (the last prompt and the reply tokens
+ * fed back). A new prompt reuses the longest common prefix. Beam search needs one
+ * sequence per beam: the cache is rebuilt with room for them when a request asks for
+ * more than it has, and a beam search leaves the cache empty (beam.c frees its
+ * sequences). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cinder.h"
+#include "core/core.h"
+#include "gen/beam.h"
+#include "gen/generate.h"
+#include "gen/sampling.h"
+#include "kv/kv.h"
+#include "model/model.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
+
+struct cn_context {
+    const cn_model *m;
+    cn_context_params p;
+    cn_tokenizer *tok;
+    cn_chat_template *chat;    /* NULL: none cinder renders */
+    cn_ctx *ctx;
+    cn_kv *kv;
+    int32_t kv_seqs;           /* sequences kv was made for */
+    int32_t n_ctx, n_vocab;
+    int32_t *kv_tokens;        /* (n_ctx) what sequence 0 holds */
+    int64_t n_kv;
+};
+
+cn_context_params cn_context_default_params(void) {
+    return (cn_context_params){.n_threads = 0, .n_ctx = 0, .n_batch = 512, .kv_type = CN_TYPE_F16};
+}
+
+cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_error *err) {
+    *out = NULL;
+    if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "tokenizer: no model");
+    return cn_tokenizer_load(cn_model_gguf(m), out, err);
+}
+
+cn_status cn_chat_template_from_model(const cn_model *m, cn_chat_template **out, cn_error *err) {
+    *out = NULL;
+    if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "chat template: no model");
+    cn_gguf_str js = {0};
+    const bool has = cn_gguf_get_str(cn_model_gguf(m), "tokenizer.chat_template", &js);
+    return cn_chat_template_detect(has ? js.ptr : NULL, has ? js.len : 0, out, err);
+}
+
+/* A KV cache of n_seqs sequences: one full context each when n_seqs is 1; for beam
+ * search, the prompt once and each beam's reply (plus a block copied on write). */
+static cn_status make_kv(cn_context *c, int32_t n_seqs, cn_error *err) {
+    cn_kv_params kp = cn_model_kv_params(c->m);
+    kp.type = c->p.kv_type;
+    kp.max_seqs = n_seqs;
+    const int64_t bt = kp.block_tokens, per_ctx = (c->n_ctx + bt - 1) / bt;
+    kp.n_blocks = n_seqs == 1 ? per_ctx : per_ctx + (int64_t)n_seqs * (per_ctx + 2);
+    cn_kv *kv = NULL;
+    const cn_status st = cn_kv_create(&kp, &kv, err);
+    if (st != CN_STATUS_OK) return st;
+    cn_kv_free(c->kv);
+    c->kv = kv;
+    c->kv_seqs = n_seqs;
+    c->n_kv = 0;
+    return CN_STATUS_OK;
+}
+
+cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_context **out, cn_error *err) {
+    *out = NULL;
+    cn_context_params d = cn_context_default_params();
+    if (!p) p = &d;
+    if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "context: no model");
+    if (p->n_threads < 0 || p->n_threads > 1024)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "context: n_threads = %d is out of range [0, 1024] (0 = every CPU)",
+                      p->n_threads);
+    if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "context: n_ctx = %d is out of range [0, 2^24] (0 = the model's)",
+                      p->n_ctx);
+    if (p->n_batch < 1 || p->n_batch > 8192)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "context: n_batch = %d is out of range [1, 8192]", p->n_batch);
+    if (p->kv_type != CN_TYPE_F16 && p->kv_type != CN_TYPE_Q8_0 && p->kv_type != CN_TYPE_F32)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "context: kv_type %d is not F16, Q8_0 or F32", (int)p->kv_type);
+    cn_context *c = calloc(1, sizeof *c);
+    if (!c) return cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
+    c->m = m;
+    c->p = *p;
+    const cn_hparams *hp = cn_model_hparams(m);
+    c->n_vocab = hp->n_vocab;
+    c->n_ctx = p->n_ctx ? p->n_ctx : CN_MIN(hp->n_ctx_train, 4096);
+    if (c->p.n_threads == 0) {
+        const long n = sysconf(_SC_NPROCESSORS_ONLN);
+        c->p.n_threads = (int32_t)CN_MAX(1, CN_MIN(n, 1024));
+    }
+    cn_status st = cn_tokenizer_from_model(m, &c->tok, err);
+    if (st == CN_STATUS_OK) {
+        cn_error ignored = {0};
+        if (cn_chat_template_from_model(m, &c->chat, &ignored) != CN_STATUS_OK) c->chat = NULL;
+        if (ignored.status == CN_STATUS_NO_MEMORY) st = cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
+    }
+    if (st == CN_STATUS_OK) {
+        cn_ctx_params cp = cn_ctx_default_params();
+        cp.n_threads = c->p.n_threads;
+        cp.n_batch_max = CN_MAX(c->p.n_batch, CN_GEN_MAX_BEAMS);
+        cp.n_ctx = c->n_ctx;
+        st = cn_ctx_create(m, &cp, &c->ctx, err);
+    }
+    if (st == CN_STATUS_OK) st = make_kv(c, 1, err);
+    if (st == CN_STATUS_OK && !(c->kv_tokens = malloc((size_t)c->n_ctx * sizeof *c->kv_tokens)))
+        st = cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
+    if (st != CN_STATUS_OK) {
+        cn_context_free(c);
+        return st;
+    }
+    *out = c;
+    return CN_STATUS_OK;
+}
+
+void cn_context_free(cn_context *c) {
+    if (!c) return;
+    free(c->kv_tokens);
+    cn_kv_free(c->kv);
+    cn_ctx_free(c->ctx);
+    cn_chat_template_free(c->chat);
+    cn_tokenizer_free(c->tok);
+    free(c);
+}
+
+const cn_tokenizer *cn_context_tokenizer(const cn_context *c) { return c->tok; }
+const cn_chat_template *cn_context_chat_template(const cn_context *c) { return c->chat; }
+int32_t cn_context_n_ctx(const cn_context *c) { return c->n_ctx; }
+
+/* The prompt as token ids (*ids malloc'd). *eot: the chat template's end of turn when the
+ * prompt is a conversation and the tokenizer does not end generation there by itself. */
+static cn_status prompt_ids(const cn_context *c, const cn_prompt *pr, int32_t **ids, int32_t *n, const char **eot,
+                            cn_error *err) {
+    *ids = NULL;
+    *n = 0;
+    *eot = NULL;
+    if (!pr) return cn_err(err, CN_STATUS_INVALID_ARG, "prompt: none given");
+    const int given = (pr->text != NULL) + (pr->tokens != NULL) + (pr->messages != NULL);
+    if (given != 1)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "prompt: give exactly one of text, tokens or messages (%d given)",
+                      given);
+    if (pr->tokens) {
+        if (pr->n_tokens < 1) return cn_err(err, CN_STATUS_INVALID_ARG, "prompt: n_tokens = %d (empty)", pr->n_tokens);
+        for (int32_t i = 0; i < pr->n_tokens; i++)
+            if (pr->tokens[i] < 0 || pr->tokens[i] >= c->n_vocab)
+                return cn_err(err, CN_STATUS_INVALID_ARG, "prompt: token %d is %d, outside the vocabulary [0, %d)", i,
+                              pr->tokens[i], c->n_vocab);
+        if (!(*ids = malloc((size_t)pr->n_tokens * sizeof **ids)))
+            return cn_err(err, CN_STATUS_NO_MEMORY, "prompt: out of memory");
+        memcpy(*ids, pr->tokens, (size_t)pr->n_tokens * sizeof **ids);
+        *n = pr->n_tokens;
+        return CN_STATUS_OK;
+    }
+    char *rendered = NULL;
+    const char *text = pr->text;
+    size_t len = text ? strlen(text) : 0;
+    if (pr->messages) {
+        if (!c->chat)
+            return cn_err(err, CN_STATUS_INVALID_ARG,
+                          "prompt: this model has no chat template cinder renders: give text or tokens");
+        cn_status st = cn_chat_render(c->chat, pr->messages, pr->n_messages, true, &rendered, &len, err);
+        if (st != CN_STATUS_OK) return st;
+        text = rendered;
+        const char *e = cn_chat_template_end_of_turn(c->chat);
+        const int32_t id = cn_tokenizer_find(c->tok, e);
+        if (id < 0 || !cn_tokenizer_is_eog(c->tok, id)) *eot = e;
+    }
+    size_t cnt = 0, again = 0;
+    cn_status st = cn_tokenize(c->tok, text, len, true, true, NULL, 0, &cnt, err);
+    if (st == CN_STATUS_OK && cnt == 0) st = cn_err(err, CN_STATUS_INVALID_ARG, "prompt: empty (no tokens)");
+    if (st == CN_STATUS_OK && cnt >= (size_t)INT32_MAX)
+        st = cn_err(err, CN_STATUS_LIMIT, "prompt: %zu tokens is too long", cnt);
+    if (st == CN_STATUS_OK && !(*ids = malloc(cnt * sizeof **ids)))
+        st = cn_err(err, CN_STATUS_NO_MEMORY, "prompt: out of memory");
+    if (st == CN_STATUS_OK) st = cn_tokenize(c->tok, text, len, true, true, *ids, cnt, &again, err);
+    free(rendered);
+    if (st != CN_STATUS_OK) {
+        free(*ids);
+        *ids = NULL;
+        return st;
+    }
+    *n = (int32_t)cnt;
+    return CN_STATUS_OK;
+}
+
+static int32_t common_prefix(const cn_context *c, const int32_t *ids, int32_t n) {
+    int32_t k = 0;
+    while (k < c->n_kv && k < n && c->kv_tokens[k] == ids[k]) k++;
+    return k;
+}
+
+static cn_status copy_result(const cn_context *c, cn_gen *g, int32_t n_prompt, const cn_beam_result *beam,
+                             cn_result *out, cn_error *err) {
+    (void)c;
+    size_t n_text = 0;
+    const char *text = cn_gen_text(g, &n_text);
+    int32_t n_tok = 0;
+    const cn_gen_token *info = cn_gen_token_info(g, &n_tok);
+    out->text = malloc(n_text + 1);
+    out->tokens = malloc((size_t)CN_MAX(n_tok, 1) * sizeof *out->tokens);
+    if (!out->text || !out->tokens) {
+        cn_result_free(out);
+        return cn_err(err, CN_STATUS_NO_MEMORY, "generate: out of memory for the result");
+    }
+    memcpy(out->text, text, n_text);
+    out->text[n_text] = 0;
+    out->n_text = n_text;
+    if (n_tok) memcpy(out->tokens, info, (size_t)n_tok * sizeof *out->tokens);
+    out->n_tokens = n_tok;
+    out->n_prompt_tokens = n_prompt;
+    out->finish_reason = cn_gen_finish_reason(g);
+    out->stop_index = cn_gen_stop_index(g);
+    out->seed = cn_sampler_seed(cn_gen_sampler(g));
+    cn_gen_get_timings(g, &out->timings);
+    out->beam_score = beam ? beam->score : 0.0;
+    return CN_STATUS_OK;
+}
+
+/* Adds the chat end of turn as a stop string (a copy of gen with its own stop array). */
+static cn_status with_eot_stop(const cn_gen_params *gen, const char *eot, cn_gen_params *out,
+                               const char **stops, cn_error *err) {
+    *out = *gen;
+    if (!eot) return CN_STATUS_OK;
+    if (gen->n_stop < 0 || gen->n_stop >= CN_GEN_MAX_STOP)
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "generate: n_stop = %d leaves no room for the chat template's end of turn (at most %d)",
+                      gen->n_stop, CN_GEN_MAX_STOP - 1);
+    for (int32_t i = 0; i < gen->n_stop; i++) stops[i] = gen->stop[i];
+    stops[gen->n_stop] = eot;
+    out->stop = stops;
+    out->n_stop = gen->n_stop + 1;
+    return CN_STATUS_OK;
+}
+
+cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_gen_params *gen, cn_result *out,
+                              cn_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!gen) return cn_err(err, CN_STATUS_INVALID_ARG, "generate: no gen params");
+    int32_t *ids = NULL, n = 0;
+    const char *eot = NULL;
+    cn_status st = prompt_ids(c, prompt, &ids, &n, &eot, err);
+    if (st != CN_STATUS_OK) return st;
+    if (n >= c->n_ctx) {
+        free(ids);
+        return cn_err(err, CN_STATUS_LIMIT, "generate: the prompt is %d tokens and the context holds %d: no room to "
+                                            "generate", n, c->n_ctx);
+    }
+    cn_gen_params gp;
+    const char *stops[CN_GEN_MAX_STOP];
+    st = with_eot_stop(gen, eot, &gp, stops, err);
+    const int32_t k = gp.beam.n_beams;
+    if (st == CN_STATUS_OK && k > 1 && k > c->kv_seqs && k <= CN_GEN_MAX_BEAMS) st = make_kv(c, k, err);
+    cn_gen *g = NULL;
+    if (st == CN_STATUS_OK) st = cn_gen_create(c->tok, c->n_vocab, &gp, &g, err);
+    if (st != CN_STATUS_OK) {
+        free(ids);
+        return st;
+    }
+    const cn_gen_runner run = {c->m, c->ctx, c->kv, CN_MAX(c->p.n_batch, k)};
+    cn_beam_result beam;
+    if (k > 1) {
+        c->n_kv = 0;
+        st = cn_beam_search(&run, 0, ids, n, g, &beam, err);
+    } else {
+        const int32_t reuse = common_prefix(c, ids, n);
+        c->n_kv = 0; /* unknown until it succeeds */
+        st = cn_generate(&run, 0, ids, n, reuse, g, err);
+        if (st == CN_STATUS_OK) { /* what sequence 0 holds now: the prompt, then the reply fed back */
+            int32_t n_gen = 0;
+            const int32_t *gt = cn_gen_tokens(g, &n_gen);
+            const int64_t held = CN_MIN(cn_kv_seq_len(c->kv, 0), (int64_t)c->n_ctx);
+            for (int64_t i = 0; i < held; i++) c->kv_tokens[i] = i < n ? ids[i] : gt[i - n];
+            c->n_kv = held;
+        }
+    }
+    if (st == CN_STATUS_OK) st = copy_result(c, g, n, k > 1 ? &beam : NULL, out, err);
+    cn_gen_free(g);
+    free(ids);
+    return st;
+}
+
+void cn_result_free(cn_result *r) {
+    if (!r) return;
+    free(r->text);
+    free(r->tokens);
+    memset(r, 0, sizeof *r);
+}
+
+cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float *logits, cn_error *err) {
+    int32_t *ids = NULL, n = 0;
+    const char *eot = NULL;
+    cn_status st = prompt_ids(c, prompt, &ids, &n, &eot, err);
+    if (st != CN_STATUS_OK) return st;
+    if (n > c->n_ctx) {
+        free(ids);
+        return cn_err(err, CN_STATUS_LIMIT, "logits: the prompt is %d tokens and the context holds %d", n, c->n_ctx);
+    }
+    const cn_gen_runner run = {c->m, c->ctx, c->kv, c->p.n_batch};
+    int32_t reuse = common_prefix(c, ids, n);
+    if (reuse == n) reuse = n - 1; /* the last token is run again for its logits */
+    c->n_kv = 0;
+    cn_kv_seq_truncate(c->kv, 0, reuse);
+    st = cn_gen_prefill(&run, 0, ids, n, reuse, logits, err);
+    if (st == CN_STATUS_OK) {
+        memcpy(c->kv_tokens, ids, (size_t)n * sizeof *ids);
+        c->n_kv = n;
+    }
+    free(ids);
+    return st;
+}
+
+/* ---- for bindings ---- */
+
+size_t cn_abi_size(const char *type_name) {
+#define ABI(T) {#T, sizeof(T)}
+    static const struct { const char *name; size_t size; } types[] = {
+        ABI(cn_error), ABI(cn_logit_bias), ABI(cn_sampling_params), ABI(cn_beam_params), ABI(cn_gen_params),
+        ABI(cn_gen_logprob), ABI(cn_gen_token), ABI(cn_gen_timings), ABI(cn_model_params), ABI(cn_model_info),
+        ABI(cn_chat_msg), ABI(cn_context_params), ABI(cn_prompt), ABI(cn_result), ABI(cn_candidate),
+        ABI(cn_explain_result), ABI(cn_engine_params), ABI(cn_engine_request), ABI(cn_engine_callbacks),
+        ABI(cn_engine_stats),
+    };
+#undef ABI
+    for (size_t i = 0; type_name && i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(type_name, types[i].name)) return types[i].size;
+    return 0;
+}
+
+/* ---- explain ---- */
+
+typedef struct {
+    cn_explain_fn fn;
+    void *user;
+    cn_candidate *sorted;      /* (n_vocab) */
+} explain_obs;
+
+static void explain_stage(void *user, cn_sampler_stage stage, const cn_candidate *cand, size_t n) {
+    explain_obs *x = user;
+    const size_t m = cn_cands_top(cand, n, n, x->sorted);
+    x->fn(x->user, stage, x->sorted, m);
+}
+
+cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampling_params *p, const int32_t *history,
+                     size_t n_history, cn_explain_fn on_stage, void *user, cn_explain_result *out, cn_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!logits || !p || n_vocab < 1)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "explain: no logits, or n_vocab = %d < 1", n_vocab);
+    /* greedy: the same bias and penalties, every other stage off */
+    cn_sampling_params gp = *p;
+    gp.temperature = 0.0f;
+    gp.top_k = 0, gp.top_p = 1.0f, gp.min_p = 0.0f, gp.typical_p = 1.0f;
+    gp.n_logprobs = -1;
+    gp.seed = 0;
+    cn_sampler *gs = NULL, *s = NULL;
+    cn_status st = cn_sampling_set_chain(&gp, "default", err);
+    if (st == CN_STATUS_OK) st = cn_sampler_create(p, n_vocab, &s, err);
+    if (st == CN_STATUS_OK) st = cn_sampler_create(&gp, n_vocab, &gs, err);
+    if (st == CN_STATUS_OK) st = cn_sampler_sample(gs, logits, n_vocab, history, n_history, &out->greedy, NULL, err);
+    explain_obs x = {on_stage, user, NULL};
+    if (st == CN_STATUS_OK && on_stage) {
+        if (!(x.sorted = malloc((size_t)n_vocab * sizeof *x.sorted)))
+            st = cn_err(err, CN_STATUS_NO_MEMORY, "explain: out of memory");
+        else cn_sampler_set_observer(s, explain_stage, &x);
+    }
+    cn_sample_info info;
+    if (st == CN_STATUS_OK) st = cn_sampler_sample(s, logits, n_vocab, history, n_history, &out->token, &info, err);
+    if (st == CN_STATUS_OK) {
+        out->p = info.p;
+        out->n_kept = info.n_kept;
+        out->u = info.u;
+        out->seed = cn_sampler_seed(s);
+    }
+    free(x.sorted);
+    cn_sampler_free(gs);
+    cn_sampler_free(s);
+    return st;
+}

@@ -1,0 +1,328 @@
+/* api_test.c — the public API as a program outside the tree sees it: it includes only
+ * <cinder.h> and links the *installed* libcinder.so through pkg-config (scripts/test.sh
+ * builds it so). Truth: llama.cpp's tokens for stories260K (tests/golden/stories260k.json:
+ * the prompt's ids and 64 greedy tokens), the worked example of the sampler chain
+ * (blue/gray/clear/dark, top-p 0.7), ChatML's published format, and the batched engine,
+ * which must give the context's greedy text for the same prompt.
+ *
+ *   api_test MODELS_DIR GOLDEN_JSON      (MODELS_DIR holds stories260K.gguf) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cinder.h>
+
+static int g_fail;
+
+#define CHECK(cond, ...)                                   \
+    do {                                                   \
+        if (!(cond)) {                                     \
+            fprintf(stderr, "api_test:%d: ", __LINE__);    \
+            fprintf(stderr, __VA_ARGS__);                  \
+            fputc('\n', stderr);                           \
+            g_fail++;                                      \
+        }                                                  \
+    } while (0)
+
+/* The integers of the JSON array after "key": in the first case of the golden file. */
+static int read_ints(const char *json, const char *key, int32_t *out, int cap) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": [", key);
+    const char *p = strstr(json, pat);
+    if (!p) return -1;
+    p += strlen(pat);
+    int n = 0;
+    while (*p && *p != ']' && n < cap) {
+        char *end;
+        out[n++] = (int32_t)strtol(p, &end, 10);
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return n;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+typedef struct {
+    int n_stages;
+    cn_sampler_stage stage[8];
+    int32_t ids[8][4];
+    float p[8][4];
+    size_t n[8];
+} stages;
+
+static void on_stage(void *user, cn_sampler_stage st, const cn_candidate *cand, size_t n) {
+    stages *s = user;
+    if (s->n_stages >= 8) return;
+    const int k = s->n_stages++;
+    s->stage[k] = st;
+    s->n[k] = n;
+    for (size_t i = 0; i < n && i < 4; i++) s->ids[k][i] = cand[i].id, s->p[k][i] = cand[i].p;
+}
+
+static void test_explain(void) {
+    /* the worked example: P = blue 0.5, gray 0.25, clear 0.15, dark 0.10; top-p 0.7 keeps
+     * blue and gray (0.75 >= 0.7) and renormalizes them to 2/3 and 1/3 */
+    const float logits[4] = {logf(0.5f), logf(0.25f), logf(0.15f), logf(0.10f)};
+    cn_sampling_params p = cn_sampling_default();
+    p.top_p = 0.7f;
+    p.seed = 1;
+    stages s = {0};
+    cn_explain_result r;
+    cn_error err = {0};
+    CHECK(cn_explain(logits, 4, &p, NULL, 0, on_stage, &s, &r, &err) == CN_STATUS_OK, "explain: %s", err.msg);
+    CHECK(r.greedy == 0, "greedy is %d, want 0 (blue)", r.greedy);
+    CHECK(s.n_stages == 1 && s.stage[0] == CN_SAMPLER_TOP_P, "%d stages, the first %d", s.n_stages, (int)s.stage[0]);
+    CHECK(s.n[0] == 2 && s.ids[0][0] == 0 && s.ids[0][1] == 1, "top-p kept %zu", s.n[0]);
+    CHECK(fabsf(s.p[0][0] - 2.0f / 3) < 1e-4f && fabsf(s.p[0][1] - 1.0f / 3) < 1e-4f, "top-p p = %f, %f", s.p[0][0],
+          s.p[0][1]);
+    CHECK(r.token == 0 || r.token == 1, "drew %d, outside the top-p set", r.token);
+    CHECK(r.seed == 1 && r.n_kept == 2, "seed %llu, kept %d", (unsigned long long)r.seed, r.n_kept);
+    p.top_p = 7;
+    CHECK(cn_explain(logits, 4, &p, NULL, 0, NULL, NULL, &r, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "top_p"),
+          "a bad top_p: %s", err.msg);
+}
+
+static void test_chat_template(void) {
+    cn_chat_template *t = NULL;
+    cn_error err = {0};
+    CHECK(cn_chat_template_from_name("chatml", &t, &err) == CN_STATUS_OK, "%s", err.msg);
+    if (!t) return;
+    const cn_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hi!"}};
+    char *out = NULL;
+    size_t n = 0;
+    CHECK(cn_chat_render(t, msgs, 2, true, &out, &n, &err) == CN_STATUS_OK, "%s", err.msg);
+    const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n";
+    CHECK(out && !strcmp(out, want) && n == strlen(want), "rendered '%s'", out ? out : "(null)");
+    CHECK(!strcmp(cn_chat_template_name(t), "chatml") && !strcmp(cn_chat_template_end_of_turn(t), "<|im_end|>"),
+          "name %s", cn_chat_template_name(t));
+    free(out);
+    const cn_chat_msg bad[] = {{"wizard", "x"}};
+    CHECK(cn_chat_render(t, bad, 1, true, &out, &n, &err) == CN_STATUS_INVALID_ARG, "a bad role rendered");
+    cn_chat_template_free(t);
+    CHECK(cn_chat_template_from_name("nope", &t, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "chatml"),
+          "%s", err.msg);
+}
+
+typedef struct {
+    char text[2048];
+    size_t n;
+    int cancel_after, seen;
+} streamed;
+
+static void on_text(void *user, const char *text, size_t n) {
+    streamed *s = user;
+    if (s->n + n < sizeof s->text) {
+        memcpy(s->text + s->n, text, n);
+        s->n += n;
+        s->text[s->n] = 0;
+    }
+}
+
+static void on_token(void *user, const cn_gen_token *t) {
+    (void)t;
+    ((streamed *)user)->seen++;
+}
+
+static bool should_cancel(void *user) {
+    const streamed *s = user;
+    return s->cancel_after > 0 && s->seen >= s->cancel_after;
+}
+
+static void engine_text(void *user, uint64_t id, int32_t index, const char *text, size_t n) {
+    (void)id;
+    (void)index;
+    on_text(user, text, n);
+}
+
+static void test_model(const char *dir, const char *golden_path) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
+    char *golden = slurp(golden_path);
+    CHECK(golden, "cannot read %s", golden_path);
+    if (!golden) return;
+    int32_t want_prompt[16], want_greedy[64];
+    const int n_wp = read_ints(golden, "tokens", want_prompt, 16), n_wg = read_ints(golden, "greedy", want_greedy, 64);
+    free(golden);
+    CHECK(n_wp == 5 && n_wg == 64, "golden: %d prompt tokens, %d greedy", n_wp, n_wg);
+
+    cn_error err = {0};
+    cn_model *m = NULL;
+    cn_model_params mp = cn_model_default_params();
+    CHECK(cn_model_load("/nonexistent/x.gguf", &mp, &m, &err) == CN_STATUS_IO && err.msg[0] && !m, "%s", err.msg);
+    if (cn_model_load(path, &mp, &m, &err) != CN_STATUS_OK) {
+        CHECK(0, "load %s: %s", path, err.msg);
+        return;
+    }
+    cn_model_info info;
+    cn_model_get_info(m, &info);
+    CHECK(!strcmp(info.arch, "llama") && info.n_vocab == 512 && info.n_layer == 5 && info.n_params > 200000,
+          "info: %s vocab %d layers %d params %lld", info.arch, info.n_vocab, info.n_layer, (long long)info.n_params);
+    const char *s = NULL;
+    size_t sl = 0;
+    CHECK(cn_model_meta_str(m, "general.architecture", &s, &sl) && sl == 5 && !memcmp(s, "llama", 5), "meta str");
+    int64_t ctx_len = 0;
+    CHECK(cn_model_meta_int(m, "llama.context_length", &ctx_len) && ctx_len == info.n_ctx_train, "meta int");
+
+    /* the tokenizer: llama.cpp's ids, and back */
+    cn_tokenizer *tok = NULL;
+    CHECK(cn_tokenizer_from_model(m, &tok, &err) == CN_STATUS_OK, "%s", err.msg);
+    int32_t ids[16];
+    size_t n_ids = 0;
+    CHECK(cn_tokenize(tok, "Once upon a time", 16, true, true, ids, 16, &n_ids, &err) == CN_STATUS_OK, "%s", err.msg);
+    CHECK(n_ids == 5 && !memcmp(ids, want_prompt, sizeof(int32_t) * 5), "tokens differ from llama.cpp's");
+    CHECK(cn_tokenizer_bos(tok) == ids[0] && cn_tokenizer_add_bos(tok), "BOS %d", cn_tokenizer_bos(tok));
+    char *text = NULL;
+    CHECK(cn_detokenize(tok, ids + 1, n_ids - 1, false, &text, NULL, &err) == CN_STATUS_OK && text &&
+              !strcmp(text, "Once upon a time"),
+          "detokenized '%s'", text ? text : "(null)");
+    free(text);
+    const int32_t bad_id = 512;
+    CHECK(cn_detokenize(tok, &bad_id, 1, false, &text, NULL, &err) == CN_STATUS_INVALID_ARG, "id 512 detokenized");
+
+    /* greedy generation: llama.cpp's 64 tokens, streamed text = the result's text */
+    cn_context *c = NULL;
+    cn_context_params cp = cn_context_default_params();
+    cp.n_threads = 1;
+    cp.n_ctx = 256;
+    CHECK(cn_context_create(m, &cp, &c, &err) == CN_STATUS_OK, "%s", err.msg);
+    if (!c) goto out;
+    CHECK(cn_context_chat_template(c) == NULL, "stories260K has no chat template");
+    cn_gen_params gp = cn_gen_default();
+    gp.max_tokens = 64;
+    gp.sampling.temperature = 0;
+    gp.sampling.n_logprobs = 2;
+    streamed st = {0};
+    gp.on_text = on_text;
+    gp.on_token = on_token;
+    gp.user = &st;
+    cn_prompt pr = {.text = "Once upon a time"};
+    cn_result r;
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK, "%s", err.msg);
+    CHECK(r.n_tokens == 64 && r.finish_reason == CN_FINISH_LENGTH && r.n_prompt_tokens == 5, "%d tokens (%s)",
+          r.n_tokens, cn_finish_reason_str(r.finish_reason));
+    for (int i = 0; i < r.n_tokens && i < 64; i++)
+        CHECK(r.tokens[i].id == want_greedy[i], "greedy token %d is %d, llama.cpp's %d", i, r.tokens[i].id,
+              want_greedy[i]);
+    CHECK(r.tokens[0].has_logprob && r.tokens[0].n_top == 2 && r.tokens[0].top[0].id == r.tokens[0].id,
+          "logprobs of the first token");
+    CHECK(!strcmp(st.text, r.text) && st.seen == 64, "streamed '%s' vs '%s'", st.text, r.text);
+    CHECK(r.timings.n_generated_tokens == 64 && r.timings.ttft_ms > 0, "timings");
+    char greedy[2048];
+    snprintf(greedy, sizeof greedy, "%s", r.text);
+    cn_result_free(&r);
+
+    /* the same prompt as tokens, and again (the whole prompt is cached now): same text */
+    pr = (cn_prompt){.tokens = want_prompt, .n_tokens = 5};
+    memset(&st, 0, sizeof st);
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK && !strcmp(r.text, greedy), "token prompt");
+    CHECK(r.timings.n_cached_tokens == 4, "cached %d of the 5 prompt tokens, want 4", r.timings.n_cached_tokens);
+    cn_result_free(&r);
+
+    /* cancel after 3 tokens; stop strings; beam search (n_beams 2) */
+    memset(&st, 0, sizeof st);
+    st.cancel_after = 3;
+    gp.should_cancel = should_cancel;
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK && r.finish_reason == CN_FINISH_CANCELLED &&
+              r.n_tokens == 3,
+          "cancel: %s after %d", cn_finish_reason_str(r.finish_reason), r.n_tokens);
+    cn_result_free(&r);
+    gp.should_cancel = NULL;
+    const char *stop[] = {"Lily"};
+    gp.stop = stop;
+    gp.n_stop = 1;
+    memset(&st, 0, sizeof st);
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK && r.finish_reason == CN_FINISH_STOP &&
+              r.stop_index == 0 && strstr(greedy, r.text) == greedy && !strstr(r.text, "Lily"),
+          "stop: '%s'", r.text);
+    cn_result_free(&r);
+    gp.n_stop = 0;
+    gp.beam.n_beams = 2;
+    gp.max_tokens = 16;
+    memset(&st, 0, sizeof st);
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK && r.n_tokens > 0 && r.beam_score < 0,
+          "beam: %s", err.msg);
+    cn_result_free(&r);
+    gp.beam.n_beams = 1;
+
+    /* bad requests: clear errors, nothing kept */
+    cn_prompt two = {.text = "x", .tokens = want_prompt, .n_tokens = 5};
+    CHECK(cn_context_generate(c, &two, &gp, &r, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "exactly one"),
+          "%s", err.msg);
+    cn_prompt chat = {.messages = (const cn_chat_msg[]){{"user", "hi"}}, .n_messages = 1};
+    CHECK(cn_context_generate(c, &chat, &gp, &r, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "chat template"),
+          "%s", err.msg);
+    int32_t longp[300];
+    for (int i = 0; i < 300; i++) longp[i] = 1;
+    cn_prompt toolong = {.tokens = longp, .n_tokens = 300};
+    CHECK(cn_context_generate(c, &toolong, &gp, &r, &err) == CN_STATUS_LIMIT, "%s", err.msg);
+    gp.max_tokens = 0;
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "max_tokens"), "%s",
+          err.msg);
+    gp.max_tokens = 64;
+
+    /* logits after the prompt: their argmax is the first greedy token */
+    float logits[512];
+    CHECK(cn_context_logits(c, &pr, logits, &err) == CN_STATUS_OK, "%s", err.msg);
+    int best = 0;
+    for (int i = 1; i < 512; i++)
+        if (logits[i] > logits[best]) best = i;
+    CHECK(best == want_greedy[0], "logits argmax %d, want %d", best, want_greedy[0]);
+
+    /* the batched engine gives the same greedy text */
+    cn_engine *e = NULL;
+    cn_engine_params ep = cn_engine_default_params();
+    ep.n_ctx = 256;
+    CHECK(cn_engine_create(m, &ep, &e, &err) == CN_STATUS_OK, "%s", err.msg);
+    if (e) {
+        cn_engine_request q = cn_engine_request_default();
+        q.prompt = "Once upon a time";
+        q.gen.max_tokens = 64;
+        q.gen.sampling.temperature = 0;
+        streamed es = {0};
+        cn_engine_callbacks cb = {.on_text = engine_text, .user = &es};
+        uint64_t id;
+        CHECK(cn_engine_submit(e, &q, &cb, &id, &err) == CN_STATUS_OK, "%s", err.msg);
+        int32_t rows = 1;
+        while (rows > 0 && cn_engine_step(e, &rows, &err) == CN_STATUS_OK) {
+        }
+        CHECK(!strcmp(es.text, greedy), "engine '%s' vs context '%s'", es.text, greedy);
+        cn_engine_free(e);
+    }
+    cn_context_free(c);
+out:
+    cn_tokenizer_free(tok);
+    cn_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: api_test MODELS_DIR GOLDEN_JSON\n");
+        return 2;
+    }
+    CHECK(!strcmp(cn_version(), CN_VERSION), "library %s, header %s", cn_version(), CN_VERSION);
+    test_explain();
+    test_chat_template();
+    test_model(argv[1], argv[2]);
+    if (g_fail) {
+        fprintf(stderr, "api_test: %d checks failed\n", g_fail);
+        return 1;
+    }
+    printf("api_test: every check passed (cinder %s)\n", cn_version());
+    return 0;
+}
