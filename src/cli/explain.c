@@ -85,22 +85,6 @@ static void on_stage(void *user, cn_sampler_stage st, const cn_candidate *cand, 
     print_set(x, cand, n, true);
 }
 
-/* The token temperature 0 would pick under the same bias and penalties. */
-static cn_status greedy_token(const cn_sampling_params *p, const float *logits, int32_t n_vocab,
-                              const int32_t *hist, size_t n_hist, int32_t *tok, cn_error *err) {
-    cn_sampling_params g = *p;
-    g.temperature = 0.0f;
-    g.top_k = 0, g.top_p = 1.0f, g.min_p = 0.0f, g.typical_p = 1.0f;
-    g.n_logprobs = -1;
-    g.seed = 0;
-    cn_status st = cn_sampling_set_chain(&g, "default", err);
-    cn_sampler *s = NULL;
-    if (st == CN_STATUS_OK) st = cn_sampler_create(&g, n_vocab, &s, err);
-    if (st == CN_STATUS_OK) st = cn_sampler_sample(s, logits, n_vocab, hist, n_hist, tok, NULL, err);
-    cn_sampler_free(s);
-    return st;
-}
-
 /* One explained sampling step over a logits row (n_vocab, borrowed): prints the input,
  * the greedy choice, each active stage and the draw to out, and returns the drawn token.
  * s is the request's sampler (its observer is set and cleared here); hist is the token
@@ -127,7 +111,7 @@ static cn_status explain_step(FILE *out, cn_sampler *s, const float *logits, int
     free(cand);
 
     int32_t g;
-    st = greedy_token(p, logits, n_vocab, hist, n_hist, &g, err);
+    st = cn_sampler_greedy(p, logits, n_vocab, hist, n_hist, &g, err);
     if (st != CN_STATUS_OK) return st;
     char nb[64];
     print_label(out, "greedy");

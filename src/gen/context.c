@@ -198,9 +198,8 @@ static int32_t common_prefix(const cn_context *c, const int32_t *ids, int32_t n)
     return k;
 }
 
-static cn_status copy_result(const cn_context *c, cn_gen *g, int32_t n_prompt, const cn_beam_result *beam,
-                             cn_result *out, cn_error *err) {
-    (void)c;
+static cn_status copy_result(cn_gen *g, int32_t n_prompt, const cn_beam_result *beam, cn_result *out,
+                             cn_error *err) {
     size_t n_text = 0;
     const char *text = cn_gen_text(g, &n_text);
     int32_t n_tok = 0;
@@ -282,7 +281,7 @@ cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_g
             c->n_kv = held;
         }
     }
-    if (st == CN_STATUS_OK) st = copy_result(c, g, n, k > 1 ? &beam : NULL, out, err);
+    if (st == CN_STATUS_OK) st = copy_result(g, n, k > 1 ? &beam : NULL, out, err);
     cn_gen_free(g);
     free(ids);
     return st;
@@ -354,17 +353,9 @@ cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampling_par
     memset(out, 0, sizeof *out);
     if (!logits || !p || n_vocab < 1)
         return cn_err(err, CN_STATUS_INVALID_ARG, "explain: no logits, or n_vocab = %d < 1", n_vocab);
-    /* greedy: the same bias and penalties, every other stage off */
-    cn_sampling_params gp = *p;
-    gp.temperature = 0.0f;
-    gp.top_k = 0, gp.top_p = 1.0f, gp.min_p = 0.0f, gp.typical_p = 1.0f;
-    gp.n_logprobs = -1;
-    gp.seed = 0;
-    cn_sampler *gs = NULL, *s = NULL;
-    cn_status st = cn_sampling_set_chain(&gp, "default", err);
-    if (st == CN_STATUS_OK) st = cn_sampler_create(p, n_vocab, &s, err);
-    if (st == CN_STATUS_OK) st = cn_sampler_create(&gp, n_vocab, &gs, err);
-    if (st == CN_STATUS_OK) st = cn_sampler_sample(gs, logits, n_vocab, history, n_history, &out->greedy, NULL, err);
+    cn_sampler *s = NULL;
+    cn_status st = cn_sampler_create(p, n_vocab, &s, err);
+    if (st == CN_STATUS_OK) st = cn_sampler_greedy(p, logits, n_vocab, history, n_history, &out->greedy, err);
     explain_obs x = {on_stage, user, NULL};
     if (st == CN_STATUS_OK && on_stage) {
         if (!(x.sorted = malloc((size_t)n_vocab * sizeof *x.sorted)))
@@ -380,7 +371,6 @@ cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampling_par
         out->seed = cn_sampler_seed(s);
     }
     free(x.sorted);
-    cn_sampler_free(gs);
     cn_sampler_free(s);
     return st;
 }

@@ -1198,3 +1198,18 @@ cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
     }
     return CN_STATUS_OK;
 }
+
+cn_status cn_sampler_greedy(const cn_sampling_params *p, const float *logits, int32_t n_vocab,
+                            const int32_t *history, size_t n_history, int32_t *out_token, cn_error *err) {
+    cn_sampling_params g = *p;
+    g.temperature = 0.0f;
+    g.top_k = 0, g.top_p = 1.0f, g.min_p = 0.0f, g.typical_p = 1.0f;
+    g.n_logprobs = -1;
+    g.seed = 0;
+    cn_status st = cn_sampling_set_chain(&g, "default", err);
+    cn_sampler *s = NULL;
+    if (st == CN_STATUS_OK) st = cn_sampler_create(&g, n_vocab, &s, err);
+    if (st == CN_STATUS_OK) st = cn_sampler_sample(s, logits, n_vocab, history, n_history, out_token, NULL, err);
+    cn_sampler_free(s);
+    return st;
+}

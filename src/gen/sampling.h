@@ -139,6 +139,11 @@ cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
                             const int32_t *history, size_t n_history, int32_t *out_token,
                             cn_sample_info *info, cn_error *err);
 
+/* The token temperature 0 would pick under p's logit bias and penalties (every other
+ * stage off, the default chain): what explain calls "greedy". Errors as cn_sampler_sample. */
+cn_status cn_sampler_greedy(const cn_sampling_params *p, const float *logits, int32_t n_vocab,
+                            const int32_t *history, size_t n_history, int32_t *out_token, cn_error *err);
+
 /* Read-only: the min(k, n) canonically-first candidates of cand[0..n) into out, with
  * out[i].p = their softmax probability over all n candidates. Returns the count. */
 size_t cn_cands_top(const cn_candidate *cand, size_t n, size_t k, cn_candidate *out);

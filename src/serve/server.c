@@ -730,31 +730,27 @@ static enum MHD_Result handle_detokenize(cn_server *s, struct MHD_Connection *co
     json_t *toks = json_object_get(body, "tokens");
     if (!json_is_array(toks))
         return fail(s, conn, url, 400, "invalid_request_error", "tokens", NULL, "'tokens' must be an array of token ids");
-    cn_detok *d = NULL;
-    if (cn_detok_new(s->oc.tok, true, &d) != CN_STATUS_OK)
-        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
-    buf b = {0};
-    bool ok = buf_add(&b, "", 0);
+    const size_t n_ids = json_array_size(toks);
+    int32_t *ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
+    if (!ids) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
     size_t i;
     json_t *x;
     json_array_foreach(toks, i, x) {
         const json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
         if (v < 0 || v >= s->oc.n_vocab) {
-            cn_detok_free(d);
-            free(b.p);
+            free(ids);
             return fail(s, conn, url, 400, "invalid_request_error", "tokens", NULL,
                         "tokens[%zu] is not a token id in [0, %d)", i, s->oc.n_vocab);
         }
-        const char *t;
-        size_t n;
-        ok = ok && cn_detok_push(d, (int32_t)v, &t, &n) == CN_STATUS_OK && buf_add(&b, t, n);
+        ids[i] = (int32_t)v;
     }
-    const char *t;
-    size_t n;
-    ok = ok && cn_detok_flush(d, &t, &n) == CN_STATUS_OK && buf_add(&b, t, n);
-    cn_detok_free(d);
-    json_t *js = ok ? json_stringn(b.p, b.n) : NULL;
-    free(b.p);
+    char *text = NULL;
+    size_t n_text = 0;
+    cn_error err = {0};
+    const cn_status st = cn_detokenize(s->oc.tok, ids, n_ids, true, &text, &n_text, &err);
+    free(ids);
+    json_t *js = st == CN_STATUS_OK ? json_stringn(text, n_text) : NULL;
+    free(text);
     if (!js) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
     return send_json(s, conn, url, 200, json_pack("{s:o}", "content", js), NULL, NULL);
 }

@@ -168,21 +168,10 @@ static cn_status encode_decode(const tok_case *c, int32_t *ids, size_t *n, char 
     cn_status st = cn_tokenize(c->tok, c->text, strlen(c->text), true, true, ids, 512, n, err);
     if (st != CN_STATUS_OK) return st;
     if (*n > 512) return cn_err(err, CN_STATUS_LIMIT, "test: too many tokens");
-    cn_detok *d = NULL;
-    if ((st = cn_detok_new(c->tok, false, &d)) != CN_STATUS_OK) return cn_err(err, st, "detok_new failed");
-    size_t used = 0;
-    for (size_t i = 0; i <= *n && st == CN_STATUS_OK; i++) {
-        const char *t;
-        size_t k;
-        st = i < *n ? cn_detok_push(d, ids[i], &t, &k) : cn_detok_flush(d, &t, &k);
-        if (st == CN_STATUS_OK && used + k < cap) {
-            memcpy(out + used, t, k);
-            used += k;
-        }
-    }
-    out[used] = 0;
-    cn_detok_free(d);
-    if (st != CN_STATUS_OK) return cn_err(err, st, "detok_push failed");
+    char *text = NULL;
+    if ((st = cn_detokenize(c->tok, ids, *n, false, &text, NULL, err)) != CN_STATUS_OK) return st;
+    snprintf(out, cap, "%s", text);
+    free(text);
     return CN_STATUS_OK;
 }
 
