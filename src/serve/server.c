@@ -503,6 +503,13 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     job *j = cls;
     const double keepalive_s = j->s->p.idle_timeout_s / 3.0, t_called = now_s(); /* MHD just sent the last */
     for (;;) {
+        /* checked on every call: a stream that always has bytes waiting must time out too */
+        if (now_s() > j->t_deadline) {
+            pthread_mutex_lock(&j->mu);
+            const bool cancelling = j->cancelling;
+            pthread_mutex_unlock(&j->mu);
+            if (!cancelling) job_cancel(j); /* its finish chunks follow */
+        }
         pthread_mutex_lock(&j->mu);
         if (j->out_sent < j->out.n) {
             size_t k = j->out.n - j->out_sent;
@@ -535,9 +542,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             job_cancel(j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        const double t = now_s();
-        if (oom || t > j->t_deadline) job_cancel(j); /* its finish chunks follow */
-        else if (t - t_called > keepalive_s && max >= sizeof SSE_KEEPALIVE - 1) {
+        if (oom) job_cancel(j); /* its finish chunks follow */
+        else if (now_s() - t_called > keepalive_s && max >= sizeof SSE_KEEPALIVE - 1) {
             memcpy(out, SSE_KEEPALIVE, sizeof SSE_KEEPALIVE - 1);
             return (ssize_t)(sizeof SSE_KEEPALIVE - 1);
         }
