@@ -500,23 +500,38 @@ def test_connection_limit_is_a_clear_503():
 def test_stream_queued_past_idle_timeout_arrives_whole():
     """MHD closes a connection that sent nothing for --idle-timeout, even one whose stream
     is only waiting for a slot (the 10-minute soak found it): the server sends SSE
-    comments meanwhile, which the official client skips."""
-    srv = Server(binaries()[0], smol(), "--parallel", "1", "--idle-timeout", "1", "--ctx", "2048")
+    comments meanwhile, which the official client skips. The work queued ahead of the
+    stream is sized from this machine's measured decode rate, so that the stream waits
+    about four idle timeouts on a fast machine as on a slow one."""
+    srv = Server(binaries()[0], smol(), "--parallel", "1", "--idle-timeout", "1", "--ctx", "4096")
     try:
-        long = {"prompt": "Once upon a time", "max_tokens": 1200, "temperature": 0, "ignore_eos": True}
-        with cf.ThreadPoolExecutor(1) as ex:
-            first = ex.submit(srv.post, "/v1/completions", long)
+        probe = {"prompt": "Once upon a time", "max_tokens": 256, "temperature": 0, "ignore_eos": True}
+        rate = 0.0
+        for _ in range(2):  # the first request also pages the model in
+            t0 = time.time()
+            assert srv.post("/v1/completions", probe)[0] == 200
+            rate = max(rate, 256 / (time.time() - t0))
+        need = int(rate * 4) + 1  # tokens queued ahead of the stream: about 4 s here
+        per = min(need, 4000)
+        ahead = -(-need // per)
+        long = {"prompt": "Once upon a time", "max_tokens": per, "temperature": 0, "ignore_eos": True}
+        with cf.ThreadPoolExecutor(ahead) as ex:
+            firsts = [ex.submit(srv.post, "/v1/completions", long) for _ in range(ahead)]
             deadline = time.time() + 30
-            while srv.metrics()["cinder:num_requests_running"][0][1] < 1:
+            while True:
+                m = srv.metrics()
+                if m["cinder:num_requests_running"][0][1] >= 1 and m["cinder:num_requests_open"][0][1] >= ahead:
+                    break
                 assert time.time() < deadline
                 time.sleep(0.01)
             t0 = time.time()
             chunks = list(srv.client().completions.create(model="SmolLM2-135M-Instruct.Q4_1", prompt="Hello",
                                                           max_tokens=8, temperature=0, stream=True))
             waited = time.time() - t0
-            assert first.result()[0] == 200
+            assert all(f.result()[0] == 200 for f in firsts)
         assert chunks[-1].choices[0].finish_reason == "length"
-        assert waited > 1.5, f"the stream waited only {waited:.1f} s: not past the idle timeout, so this checks nothing"
+        assert waited > 1.5, f"the stream waited only {waited:.1f} s ({ahead} x {per} tokens ahead at " \
+                             f"{rate:.0f} tok/s): not past the idle timeout, so this checks nothing"
         st, raw, _ = srv.request("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 8, "temperature": 0})
         want = json.loads(raw)["choices"][0]["text"]
         assert "".join(c.choices[0].text for c in chunks) == want
