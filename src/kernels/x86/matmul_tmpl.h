@@ -43,6 +43,9 @@
  * terms (8192 elements; longer rows keep their partial sums in y between chunks, which
  * changes no bit: a float stored and reloaded is the same float). */
 #define TMAX (VL == 16 ? 16 : 4)
+/* The K-quants' widest token tile: on AVX2 8, in half sub-blocks (tile_q45k8), so that a
+ * decoded code vector serves twice the tokens of the 32-element formats' tiles. */
+#define TKMAX (VL == 16 ? 16 : 8)
 #define CN_UNROLL _Pragma("GCC unroll 16")
 #define KCH 256
 
@@ -812,9 +815,9 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
     const mm_ctx c = {.a = a, .t0 = t0};
     kq_tile K;
     kq_setup(a, tile, five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K), &K);
-    vf acc[TMAX];
+    vf acc[TKMAX];
     acc_init(&c, &K.R, T, acc, false);
-    const cn_block_q8_K *arow[TMAX];
+    const cn_block_q8_K *arow[TKMAX];
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
     const vi lo4 = vi_set1_8(0x0F), bit4 = vi_set1_8(0x10);
@@ -826,15 +829,36 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
         vi s[4], sc[2], mn[2], qh[8];
         kq_load4(&K, b, 1, s); /* scales[12] and the dword past them */
         k4_scales(s, sc, mn);
-        if (five) {
+        const bool wide = !CN_X86_AVX512 && T == 8;
+        if (five && !wide) {
             kq_load4(&K, b, 4, qh);
             kq_load4(&K, b, 8, qh + 4);
         }
-        vi sq[TMAX];
+        vi sq[TKMAX];
         CN_UNROLL
         for (int t = 0; t < T; t++) sq[t] = vi_zero();
+        /* AVX2, 8 tokens: half a sub-block at a time (4 code vectors, with their qh
+         * dwords loaded again from L1), which with 8 sums fits 16 registers */
         CN_UNROLL
-        for (int p = 0; p < 4; p++) {
+        for (int j = 0; wide && j < 8; j++) {
+            const vi scj = k4_scale(sc, j);
+            CN_UNROLL
+            for (int q = 0; q < 2; q++) {
+                vi w[4], qh4[4];
+                kq_load4(&K, b, qs + 8 * (j / 2) + 4 * q, w);
+                if (five) kq_load4(&K, b, 4 + 4 * q, qh4);
+                CN_UNROLL
+                for (int cc = 0; cc < 4; cc++) {
+                    w[cc] = j % 2 ? vi_and(vi_srli(w[cc], 4), lo4) : vi_and(w[cc], lo4);
+                    if (five)
+                        w[cc] = vi_or(w[cc], vi_and(j <= 4 ? vi_sllv(qh4[cc], vi_set1(4 - j)) : vi_srlv(qh4[cc], vi_set1(j - 4)), bit4));
+                }
+                CN_UNROLL
+                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j + 16 * q, 4, 4, scj));
+            }
+        }
+        CN_UNROLL
+        for (int p = 0; !wide && p < 4; p++) {
             vi v[8];
             kq_load4(&K, b, qs + 8 * p, v);
             kq_load4(&K, b, qs + 8 * p + 4, v + 4);
@@ -892,9 +916,9 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
     const mm_ctx c = {.a = a, .t0 = t0};
     kq_tile K;
     kq_setup(a, tile, sizeof(cn_block_q6_K), &K);
-    vf acc[TMAX];
+    vf acc[TKMAX];
     acc_init(&c, &K.R, T, acc, false);
-    const cn_block_q8_K *arow[TMAX];
+    const cn_block_q8_K *arow[TKMAX];
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
     const vi lo4 = vi_set1_8(0x0F), hi2 = vi_set1_8(0x30);
@@ -903,7 +927,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
         pf_block(&pf, b);
         vi sv[4];
         kq_load4(&K, b, 48, sv); /* scales[16], int8 */
-        vi sq[TMAX];
+        vi sq[TKMAX];
         CN_UNROLL
         for (int t = 0; t < T; t++) sq[t] = vi_zero();
         CN_UNROLL
@@ -965,8 +989,8 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
 
 #define TILEK_FN(NAME, CALL)                                                            \
     static void NAME(const cn_matmul_args *a, int64_t t0, int T, int64_t tile) {        \
-        if (T == TMAX) CALL(TMAX, a, t0, tile);                                         \
-        else if (TMAX > 8 && T == 8) CALL(8, a, t0, tile);                              \
+        if (T == TKMAX) CALL(TKMAX, a, t0, tile);                                       \
+        else if (T == 8) CALL(8, a, t0, tile);                                          \
         else if (T == 4) CALL(4, a, t0, tile);                                          \
         else CALL(1, a, t0, tile);                                                      \
     }
@@ -991,7 +1015,8 @@ static void mmk(tilek_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t til
     for (int64_t p0 = tile0; p0 < tile1; p0 += per) {
         const int64_t p1 = CN_MIN(tile1, p0 + per);
         for (int64_t t0 = 0; t0 < a->n_tok;) {
-            const int T = tok_tile(a->n_tok - t0);
+            const int64_t left = a->n_tok - t0;
+            const int T = left >= TKMAX ? TKMAX : left >= 8 ? 8 : left >= 4 ? 4 : 1;
             for (int64_t tile = p0; tile < p1; tile++) fn(a, t0, T, tile);
             t0 += T;
         }
