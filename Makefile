@@ -62,6 +62,10 @@ CLI   := $(BUILD)/cinder
 UNIT  := $(BUILD)/test_unit
 # small test helpers run by tests/py (tests/tools/x.c -> $(BUILD)/tools/x)
 TOOLS := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
+# benchmark programs in C (bench/x.c -> $(BUILD)/bench/x), built with everything else so
+# that they keep compiling
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 # Quiet by default (one line per file); V=1 shows full commands.
 ifeq ($(V),1)
@@ -76,7 +80,7 @@ endif
 # the tests, since Criterion's runner does not cope with tests that fork.
 TINY := $(patsubst %,$(BUILD)/tiny/tiny-%.gguf,qwen2 qwen3 llama)
 
-all: $(LIB) $(CLI) $(UNIT) $(TOOLS) $(TINY)
+all: $(LIB) $(CLI) $(UNIT) $(TOOLS) $(BENCHES) $(TINY)
 ifneq ($(SAN),1)
 all: $(SO)
 endif
@@ -174,6 +178,11 @@ $(ALLOC_FAIL): $(BUILD)/obj/tests/alloc/alloc_fail.o $(LIB)
 	$(Q)$(CC) $(LDFLAGS) $(ALLOC_WRAP) -o $@ $< $(LIB) $(LDLIBS)
 
 $(TOOLS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(BENCHES): $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
