@@ -43,7 +43,7 @@
  * terms (8192 elements; longer rows keep their partial sums in y between chunks, which
  * changes no bit: a float stored and reloaded is the same float). */
 #define TMAX (VL == 16 ? 16 : 4)
-/* The K-quants' widest token tile: on AVX2 8, in half sub-blocks (tile_q45k8), so that a
+/* The K-quants' widest token tile: on AVX2 8 (tile_q45k's half sub-blocks), so that a
  * decoded code vector serves twice the tokens of the 32-element formats' tiles. */
 #define TKMAX (VL == 16 ? 16 : 8)
 #define CN_UNROLL _Pragma("GCC unroll 16")
@@ -662,7 +662,10 @@ TILE32_FN(tile_q8_0, CN_TYPE_Q8_0)
 
 typedef void (*tile_fn)(const mm_ctx *c, int T, int64_t tile);
 
-static inline int tok_tile(int64_t left) { return left >= TMAX ? TMAX : left >= 8 && TMAX > 8 ? 8 : left >= 4 ? 4 : 1; }
+/* The token tile for left tokens, at most tmax (TMAX or TKMAX): tmax, 8, 4 or 1. */
+static inline int tok_tile(int64_t left, int tmax) {
+    return left >= tmax ? tmax : left >= 8 && tmax > 8 ? 8 : left >= 4 ? 4 : 1;
+}
 
 static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t tile1) {
     const int64_t nb = a->k / 32;
@@ -672,7 +675,7 @@ static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t til
     int cfg_T = 0; /* the token-tile height the AMX tiles are configured for */
 #endif
     for (int64_t t0 = 0; t0 < a->n_tok;) {
-        const int T = tok_tile(a->n_tok - t0);
+        const int T = tok_tile(a->n_tok - t0, TMAX);
 #if CN_X86_AMX
         if (T >= 8 && T != cfg_T) {
             amx_config(T);
@@ -808,6 +811,14 @@ CN_INLINE vi byte_to_high16(vi v, int i) {
 /* Sub-block j's scale (one of k4_scales' bytes) as kq_dot takes it. */
 CN_INLINE vi k4_scale(const vi *sc, int j) { return byte_to_halves(sc[j / 4], j % 4, !CN_X86_AVX512); }
 
+/* Sub-block j's codes from a qs dword vector v (low nibbles for even j, high for odd)
+ * and, for Q5_K, bit j of each byte of the matching qh dword vector as bit 4. */
+CN_INLINE vi k45_codes(vi v, vi qh, int j, bool five) {
+    const vi w = j % 2 ? vi_and(vi_srli(v, 4), vi_set1_8(0x0F)) : vi_and(v, vi_set1_8(0x0F));
+    if (!five) return w;
+    return vi_or(w, vi_and(j <= 4 ? vi_sllv(qh, vi_set1(4 - j)) : vi_srlv(qh, vi_set1(j - 4)), vi_set1_8(0x10)));
+}
+
 /* Block dwords: d | dmin << 16 (0), scales (1..3), Q5_K's qh (4..11), qs (Q4_K 4..35,
  * Q5_K 12..43). */
 CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
@@ -820,7 +831,6 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
     const cn_block_q8_K *arow[TKMAX];
     CN_UNROLL
     for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
-    const vi lo4 = vi_set1_8(0x0F), bit4 = vi_set1_8(0x10);
     const prefetcher pf = pf_setup(a, &K.R, nb);
     const int qs = five ? 12 : 4;
     for (int64_t b = 0; b < nb; b++) {
@@ -848,11 +858,7 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                 kq_load4(&K, b, qs + 8 * (j / 2) + 4 * q, w);
                 if (five) kq_load4(&K, b, 4 + 4 * q, qh4);
                 CN_UNROLL
-                for (int cc = 0; cc < 4; cc++) {
-                    w[cc] = j % 2 ? vi_and(vi_srli(w[cc], 4), lo4) : vi_and(w[cc], lo4);
-                    if (five)
-                        w[cc] = vi_or(w[cc], vi_and(j <= 4 ? vi_sllv(qh4[cc], vi_set1(4 - j)) : vi_srlv(qh4[cc], vi_set1(j - 4)), bit4));
-                }
+                for (int cc = 0; cc < 4; cc++) w[cc] = k45_codes(w[cc], five ? qh4[cc] : w[cc], j, five);
                 CN_UNROLL
                 for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j + 16 * q, 4, 4, scj));
             }
@@ -875,11 +881,7 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
 #endif
                 vi w[8];
                 CN_UNROLL
-                for (int cc = 0; cc < 8; cc++) {
-                    w[cc] = half ? vi_and(vi_srli(v[cc], 4), lo4) : vi_and(v[cc], lo4);
-                    if (five) /* bit j of qh byte -> bit 4 */
-                        w[cc] = vi_or(w[cc], vi_and(j <= 4 ? vi_sllv(qh[cc], vi_set1(4 - j)) : vi_srlv(qh[cc], vi_set1(j - 4)), bit4));
-                }
+                for (int cc = 0; cc < 8; cc++) w[cc] = k45_codes(v[cc], five ? qh[cc] : v[cc], j, five);
                 const vi scj = k4_scale(sc, j);
                 CN_UNROLL
                 for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj));
@@ -1015,8 +1017,7 @@ static void mmk(tilek_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t til
     for (int64_t p0 = tile0; p0 < tile1; p0 += per) {
         const int64_t p1 = CN_MIN(tile1, p0 + per);
         for (int64_t t0 = 0; t0 < a->n_tok;) {
-            const int64_t left = a->n_tok - t0;
-            const int T = left >= TKMAX ? TKMAX : left >= 8 ? 8 : left >= 4 ? 4 : 1;
+            const int T = tok_tile(a->n_tok - t0, TKMAX);
             for (int64_t tile = p0; tile < p1; tile++) fn(a, t0, T, tile);
             t0 += T;
         }
