@@ -42,11 +42,16 @@ typedef enum {
 } cn_status;
 
 #define CN_ERROR_MSG_LEN 256
+#define CN_ERROR_PARAM_LEN 64
 
-/* A status plus a human-readable, single-line message. */
+/* A status plus a human-readable, single-line message. param names the parameter at
+ * fault when one is ("top_p", "max_tokens", "logit_bias", "n_ctx"), as the struct field or
+ * API field spells it, and is "" otherwise: a server maps it to its error's "param"
+ * without parsing the message. */
 typedef struct {
     cn_status status;
     char msg[CN_ERROR_MSG_LEN];
+    char param[CN_ERROR_PARAM_LEN];
 } cn_error;
 
 /* A short constant name for a status ("ok", "corrupt", ...). */
@@ -54,6 +59,19 @@ CN_API const char *cn_status_str(cn_status s);
 
 /* The library's version, "MAJOR.MINOR.PATCH" (CN_VERSION of the build). */
 CN_API const char *cn_version(void);
+
+/* ---- logging ----
+ * The library's diagnostics (warnings about a model file, a failed engine step, debug
+ * traces). By default they go to stderr, one line each ("cinder warn: ..."), at the level
+ * CINDER_LOG sets (unset: none; 1: errors and warnings; 2: info; 3: debug). A program
+ * may take them instead: cn_log_set(fn, user) sends every message that passes the level
+ * to fn (NULL restores stderr). fn may be called from any of the library's threads, at
+ * once from several; msg (no trailing newline) is valid during the call. */
+typedef enum { CN_LOG_ERROR = 0, CN_LOG_WARN, CN_LOG_INFO, CN_LOG_DEBUG } cn_log_level;
+typedef void (*cn_log_fn)(void *user, cn_log_level level, const char *msg);
+CN_API void cn_log_set(cn_log_fn fn, void *user);
+/* Messages above lvl are dropped (overrides CINDER_LOG). */
+CN_API void cn_log_set_level(cn_log_level lvl);
 
 /* sizeof one of this header's structs by its name ("cn_gen_params"), 0 for a name it does
  * not know: bindings that mirror the structs (the Python package) check their layout. */
@@ -167,6 +185,11 @@ CN_API int32_t cn_tokenizer_find(const cn_tokenizer *t, const char *text);
  * full count (if > cap, call again with a larger buffer; ids may be NULL when cap is 0). */
 CN_API cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
                              bool parse_special, int32_t *ids, size_t cap, size_t *n_out, cn_error *err);
+
+/* As cn_tokenize, in one pass: *ids (malloc'd, freed by the caller with free(); NULL when
+ * the text gives no tokens) gets all *n_ids ids. */
+CN_API cn_status cn_tokenize_alloc(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
+                                   bool parse_special, int32_t **ids, size_t *n_ids, cn_error *err);
 
 /* The raw bytes a token stands for (byte tokens decoded, SentencePiece ▁ as space, BPE
  * byte-to-unicode undone). Control tokens render as their text only if render_special.
@@ -414,6 +437,8 @@ typedef struct {
                                   training context, at most 4096 */
     int32_t n_batch;           /* prompt tokens per forward pass, [1, 8192]; default 512 */
     cn_type kv_type;           /* CN_TYPE_F16 (default), CN_TYPE_Q8_0 or CN_TYPE_F32 */
+    int32_t n_seq_max;         /* sequences the low tier (cn_decode) may use, each holding
+                                  up to n_ctx positions, [1, 64]; default 1 */
 } cn_context_params;
 
 CN_API cn_context_params cn_context_default_params(void);
@@ -473,6 +498,62 @@ CN_API void cn_result_free(cn_result *r); /* frees what r holds and zeroes it; N
 CN_API cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float *logits, cn_error *err);
 
 /* ==== end of context ====================================================================== */
+
+/* ==== low tier: batches, decode, logits rows, KV sequences ================================
+ * What tools that drive the model themselves stand on (perplexity, bench; llama.cpp's
+ * llama_batch + llama_decode): a batch is a flat list of rows (token, position, sequence,
+ * whether its logits are wanted); cn_decode runs it through the model on a context's
+ * cache, appending each row's keys and values to its sequence; the logits of the rows
+ * that wanted them are read back by index. Sequences are numbered [0, n_seq_max).
+ * cn_context_generate / cn_context_logits use sequence 0 and keep its cache between
+ * requests; a cn_decode (or a sequence operation) makes them forget what sequence 0
+ * held, so the next request prefills again; a beam search empties every sequence.
+ * Threads: as the context. */
+
+typedef struct {
+    int32_t token;
+    int32_t pos;               /* position in its sequence: rows continue what the sequence
+                                  holds without gaps (they may also rewrite held positions) */
+    int32_t seq;
+    bool want_logits;
+} cn_batch_row;
+
+typedef struct {
+    cn_batch_row *rows;        /* (cap) */
+    int32_t n_rows, cap;
+} cn_batch;
+
+/* Room for cap rows. INVALID_ARG for cap < 1, NO_MEMORY. */
+CN_API cn_status cn_batch_init(cn_batch *b, int32_t cap, cn_error *err);
+CN_API void cn_batch_free(cn_batch *b); /* a zeroed struct is fine */
+CN_API void cn_batch_clear(cn_batch *b);
+/* Appends a row; false (nothing added) when the batch is full. */
+CN_API bool cn_batch_add(cn_batch *b, int32_t token, int32_t pos, int32_t seq, bool want_logits);
+CN_API int32_t cn_batch_n_logits(const cn_batch *b); /* rows that want logits */
+
+/* Runs b (1 to n_batch rows; with beams, at least CN_GEN_MAX_BEAMS). Errors, the cache
+ * unchanged: a token outside the vocabulary, a negative position, a sequence outside
+ * [0, n_seq_max), two rows for one position, a gap (INVALID_ARG); a position at or past
+ * n_ctx (LIMIT); no memory. */
+CN_API cn_status cn_decode(cn_context *c, const cn_batch *b, cn_error *err);
+/* The logits (n_vocab floats) of the i-th row of the last cn_decode that wanted them (in
+ * batch order); NULL for i out of range. View valid until the next call on c. */
+CN_API const float *cn_context_logits_row(const cn_context *c, int32_t i);
+CN_API int32_t cn_context_n_vocab(const cn_context *c);
+
+/* Positions seq holds (0 for an empty or out-of-range sequence). */
+CN_API int64_t cn_context_seq_len(const cn_context *c, int32_t seq);
+/* Keeps positions [0, p0) of seq and drops the rest (p0 = 0 empties it; p0 at or past its
+ * length changes nothing). INVALID_ARG for a bad seq or p0 < 0. */
+CN_API cn_status cn_context_seq_rm(cn_context *c, int32_t seq, int64_t p0, cn_error *err);
+/* Makes dst hold the first n positions of src (n = -1: all of them), sharing src's cache
+ * blocks (copied only when one of them writes). dst's old contents are dropped.
+ * INVALID_ARG for a bad sequence, src == dst, or n past src's length; NO_MEMORY. */
+CN_API cn_status cn_context_seq_cp(cn_context *c, int32_t src, int32_t dst, int64_t n, cn_error *err);
+/* Empties every sequence but seq. */
+CN_API void cn_context_seq_keep(cn_context *c, int32_t seq);
+
+/* ==== end of the low tier ================================================================= */
 
 /* ==== explain: the sampler chain stage by stage ===========================================
  * One sampling step over a logits row, as the generation loop takes it, with every stage's

@@ -62,7 +62,7 @@ TYPE_F32, TYPE_F16, TYPE_Q8_0 = 0, 1, 8
 
 
 class _Error(ctypes.Structure):
-    _fields_ = [("status", ctypes.c_int), ("msg", ctypes.c_char * 256)]
+    _fields_ = [("status", ctypes.c_int), ("msg", ctypes.c_char * 256), ("param", ctypes.c_char * 64)]
 
 
 class _LogitBias(ctypes.Structure):
@@ -123,7 +123,8 @@ class _ChatMsg(ctypes.Structure):
 
 
 class _ContextParams(ctypes.Structure):
-    _fields_ = [("n_threads", c_int32), ("n_ctx", c_int32), ("n_batch", c_int32), ("kv_type", ctypes.c_int)]
+    _fields_ = [("n_threads", c_int32), ("n_ctx", c_int32), ("n_batch", c_int32), ("kv_type", ctypes.c_int),
+                ("n_seq_max", c_int32)]
 
 
 class _Prompt(ctypes.Structure):
@@ -203,17 +204,19 @@ def version() -> str:
 
 
 class CinderError(Exception):
-    """A cinder call failed: .status names the kind ("invalid_arg", "limit", ...), the
-    message is cinder's."""
+    """A cinder call failed: .status names the kind ("invalid_arg", "limit", ...), .param
+    the parameter at fault ("top_p"; "" when none is), the message is cinder's."""
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: str, message: str, param: str = ""):
         super().__init__(message)
         self.status = status
+        self.param = param
 
 
 def _check(st, err):
     if st != 0:
-        raise CinderError(STATUS[st] if 0 <= st < len(STATUS) else str(st), err.msg.decode("utf-8", "replace"))
+        raise CinderError(STATUS[st] if 0 <= st < len(STATUS) else str(st), err.msg.decode("utf-8", "replace"),
+                          err.param.decode("utf-8", "replace"))
 
 
 def default_model_path() -> str:

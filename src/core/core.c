@@ -33,6 +33,19 @@ const char *cn_status_str(cn_status s) {
 cn_status cn_err(cn_error *err, cn_status s, const char *fmt, ...) {
     if (err) {
         err->status = s;
+        err->param[0] = '\0';
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+cn_status cn_err_param(cn_error *err, cn_status s, const char *param, const char *fmt, ...) {
+    if (err) {
+        err->status = s;
+        snprintf(err->param, sizeof err->param, "%s", param ? param : "");
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
@@ -45,6 +58,7 @@ void cn_err_clear(cn_error *err) {
     if (err) {
         err->status = CN_STATUS_OK;
         err->msg[0] = '\0';
+        err->param[0] = '\0';
     }
 }
 
@@ -124,21 +138,37 @@ double cn_time_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int g_log_level = -1; /* -1: not yet read from the environment */
+/* The level and the sink: set once by the program (cn_log_set*) and read by every
+ * thread that logs; atomics, so a program may change them while the library runs. */
+static _Atomic int g_log_level = -2; /* -2: not yet read from the environment */
+static _Atomic(cn_log_fn) g_log_fn = NULL;
+static void *_Atomic g_log_user = NULL;
 
 void cn_log_set_level(cn_log_level lvl) { g_log_level = (int)lvl; }
 
+void cn_log_set(cn_log_fn fn, void *user) {
+    g_log_user = user;
+    g_log_fn = fn;
+}
+
 void cn_log(cn_log_level lvl, const char *fmt, ...) {
-    if (g_log_level < 0) {
+    int level = g_log_level;
+    if (level == -2) {
         const char *e = getenv("CINDER_LOG");
-        g_log_level = e ? atoi(e) + (int)CN_LOG_WARN - 1 : (int)CN_LOG_ERROR - 1;
+        level = e ? atoi(e) + (int)CN_LOG_WARN - 1 : (int)CN_LOG_ERROR - 1;
+        g_log_level = level;
     }
-    if ((int)lvl > g_log_level) return;
-    static const char *names[] = {"error", "warn", "info", "debug"};
-    fprintf(stderr, "cinder %s: ", names[lvl]);
+    if ((int)lvl > level || (int)lvl < 0) return;
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    const cn_log_fn fn = g_log_fn;
+    if (fn) {
+        fn(g_log_user, lvl, msg);
+        return;
+    }
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    fprintf(stderr, "cinder %s: %s\n", names[lvl], msg);
 }

@@ -25,6 +25,8 @@
 /* Sets err (may be NULL) and returns s, so callers write `return cn_err(err, ...)`.
  * The message is truncated to fit; never fails. */
 cn_status cn_err(cn_error *err, cn_status s, const char *fmt, ...) CN_PRINTF(3, 4);
+/* As cn_err, and names the parameter at fault (err->param). */
+cn_status cn_err_param(cn_error *err, cn_status s, const char *param, const char *fmt, ...) CN_PRINTF(4, 5);
 void cn_err_clear(cn_error *err);
 
 /* Checked size arithmetic: return false on overflow, leaving *out untouched. */
@@ -73,9 +75,8 @@ void cn_unmap_file(cn_mapped_file *m); /* accepts a zeroed struct */
 double cn_time_ms(void);
 int64_t cn_time_us(void);
 
-/* Logging to stderr, off unless CINDER_LOG=1 or cn_log_set_level was called. */
-typedef enum { CN_LOG_ERROR = 0, CN_LOG_WARN, CN_LOG_INFO, CN_LOG_DEBUG } cn_log_level;
-void cn_log_set_level(cn_log_level lvl);
+/* A message to the log (cinder.h: cn_log_set, cn_log_set_level): to stderr, or to the
+ * program's callback, when lvl passes the level. */
 void cn_log(cn_log_level lvl, const char *fmt, ...) CN_PRINTF(2, 3);
 
 #endif

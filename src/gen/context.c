@@ -34,10 +34,12 @@ struct cn_context {
     int32_t n_ctx, n_vocab;
     int32_t *kv_tokens;        /* (n_ctx) what sequence 0 holds */
     int64_t n_kv;
+    float *logits;             /* (logits_cap, n_vocab): the low tier's last wanted rows */
+    int32_t n_logits, logits_cap;
 };
 
 cn_context_params cn_context_default_params(void) {
-    return (cn_context_params){.n_threads = 0, .n_ctx = 0, .n_batch = 512, .kv_type = CN_TYPE_F16};
+    return (cn_context_params){.n_threads = 0, .n_ctx = 0, .n_batch = 512, .kv_type = CN_TYPE_F16, .n_seq_max = 1};
 }
 
 cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_error *err) {
@@ -78,15 +80,19 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
     if (!p) p = &d;
     if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "context: no model");
     if (p->n_threads < 0 || p->n_threads > 1024)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "context: n_threads = %d is out of range [0, 1024] (0 = every CPU)",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_threads", "context: n_threads = %d is out of range [0, 1024] (0 = every CPU)",
                       p->n_threads);
     if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "context: n_ctx = %d is out of range [0, 2^24] (0 = the model's)",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_ctx", "context: n_ctx = %d is out of range [0, 2^24] (0 = the model's)",
                       p->n_ctx);
     if (p->n_batch < 1 || p->n_batch > 8192)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "context: n_batch = %d is out of range [1, 8192]", p->n_batch);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_batch", "context: n_batch = %d is out of range [1, 8192]", p->n_batch);
     if (p->kv_type != CN_TYPE_F16 && p->kv_type != CN_TYPE_Q8_0 && p->kv_type != CN_TYPE_F32)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "context: kv_type %d is not F16, Q8_0 or F32", (int)p->kv_type);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "kv_type", "context: kv_type %d is not F16, Q8_0 or F32",
+                            (int)p->kv_type);
+    if (p->n_seq_max < 1 || p->n_seq_max > 64)
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_seq_max", "context: n_seq_max = %d is out of range [1, 64]",
+                            p->n_seq_max);
     cn_context *c = calloc(1, sizeof *c);
     if (!c) return cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
     c->m = m;
@@ -111,7 +117,7 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
         cp.n_ctx = c->n_ctx;
         st = cn_ctx_create(m, &cp, &c->ctx, err);
     }
-    if (st == CN_STATUS_OK) st = make_kv(c, 1, err);
+    if (st == CN_STATUS_OK) st = make_kv(c, p->n_seq_max, err);
     if (st == CN_STATUS_OK && !(c->kv_tokens = malloc((size_t)c->n_ctx * sizeof *c->kv_tokens)))
         st = cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
     if (st != CN_STATUS_OK) {
@@ -124,6 +130,7 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
 
 void cn_context_free(cn_context *c) {
     if (!c) return;
+    free(c->logits);
     free(c->kv_tokens);
     cn_kv_free(c->kv);
     cn_ctx_free(c->ctx);
@@ -317,6 +324,70 @@ cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float *logit
     return st;
 }
 
+/* ---- the low tier ---- */
+
+cn_status cn_decode(cn_context *c, const cn_batch *b, cn_error *err) {
+    if (!c || !b) return cn_err(err, CN_STATUS_INVALID_ARG, "decode: no context or no batch");
+    c->n_kv = 0; /* sequence 0 no longer holds a request generate knows */
+    c->n_logits = 0;
+    const int32_t nl = cn_batch_n_logits(b);
+    if (nl > c->logits_cap) {
+        float *l = realloc(c->logits, (size_t)nl * (size_t)c->n_vocab * sizeof *l);
+        if (!l) return cn_err(err, CN_STATUS_NO_MEMORY, "decode: out of memory for %d logits rows", nl);
+        c->logits = l;
+        c->logits_cap = nl;
+    }
+    const cn_status st = cn_forward(c->m, c->ctx, b, c->kv, c->logits, err);
+    if (st == CN_STATUS_OK) c->n_logits = nl;
+    return st;
+}
+
+const float *cn_context_logits_row(const cn_context *c, int32_t i) {
+    if (!c || i < 0 || i >= c->n_logits) return NULL;
+    return c->logits + (size_t)i * (size_t)c->n_vocab;
+}
+
+int32_t cn_context_n_vocab(const cn_context *c) { return c->n_vocab; }
+
+static bool seq_ok(const cn_context *c, int32_t seq) { return seq >= 0 && seq < c->kv_seqs; }
+
+int64_t cn_context_seq_len(const cn_context *c, int32_t seq) {
+    return c && seq_ok(c, seq) ? cn_kv_seq_len(c->kv, seq) : 0;
+}
+
+cn_status cn_context_seq_rm(cn_context *c, int32_t seq, int64_t p0, cn_error *err) {
+    if (!seq_ok(c, seq))
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "seq", "seq_rm: sequence %d outside [0, %d)", seq, c->kv_seqs);
+    if (p0 < 0) return cn_err_param(err, CN_STATUS_INVALID_ARG, "p0", "seq_rm: p0 = %lld is negative", (long long)p0);
+    if (seq == 0 && p0 < c->n_kv) c->n_kv = p0;
+    if (p0 == 0) cn_kv_seq_free(c->kv, seq);
+    else if (p0 < cn_kv_seq_len(c->kv, seq)) cn_kv_seq_truncate(c->kv, seq, p0);
+    return CN_STATUS_OK;
+}
+
+cn_status cn_context_seq_cp(cn_context *c, int32_t src, int32_t dst, int64_t n, cn_error *err) {
+    if (!seq_ok(c, src) || !seq_ok(c, dst) || src == dst)
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "seq", "seq_cp: sequences %d -> %d (each in [0, %d), distinct)",
+                            src, dst, c->kv_seqs);
+    const int64_t len = cn_kv_seq_len(c->kv, src);
+    if (n < -1 || n > len)
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n", "seq_cp: n = %lld, and sequence %d holds %lld", (long long)n,
+                            src, (long long)len);
+    if (dst == 0) c->n_kv = 0;
+    cn_kv_seq_free(c->kv, dst);
+    const cn_status st = cn_kv_seq_fork(c->kv, src, dst, err);
+    if (st == CN_STATUS_OK && n >= 0 && n < len) cn_kv_seq_truncate(c->kv, dst, n);
+    return st;
+}
+
+void cn_context_seq_keep(cn_context *c, int32_t seq) {
+    for (int32_t s = 0; s < c->kv_seqs; s++)
+        if (s != seq) {
+            if (s == 0) c->n_kv = 0;
+            cn_kv_seq_free(c->kv, s);
+        }
+}
+
 /* ---- for bindings ---- */
 
 size_t cn_abi_size(const char *type_name) {
@@ -326,7 +397,7 @@ size_t cn_abi_size(const char *type_name) {
         ABI(cn_gen_logprob), ABI(cn_gen_token), ABI(cn_gen_timings), ABI(cn_model_params), ABI(cn_model_info),
         ABI(cn_chat_msg), ABI(cn_context_params), ABI(cn_prompt), ABI(cn_result), ABI(cn_candidate),
         ABI(cn_explain_result), ABI(cn_engine_params), ABI(cn_engine_request), ABI(cn_engine_callbacks),
-        ABI(cn_engine_stats),
+        ABI(cn_engine_stats), ABI(cn_batch_row), ABI(cn_batch),
     };
 #undef ABI
     for (size_t i = 0; type_name && i < sizeof types / sizeof types[0]; i++)

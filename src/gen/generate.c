@@ -69,25 +69,25 @@ cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_error *err
     cn_status st = cn_sampling_validate(&p->sampling, n_vocab, err);
     if (st != CN_STATUS_OK) return st;
     if (p->max_tokens < 1 || p->max_tokens > CN_GEN_MAX_TOKENS)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "max_tokens = %d is out of range: must be in [1, %d]",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "max_tokens", "max_tokens = %d is out of range: must be in [1, %d]",
                       (int)p->max_tokens, CN_GEN_MAX_TOKENS);
     if (p->n_stop < 0 || p->n_stop > CN_GEN_MAX_STOP)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_stop = %d is out of range: must be in [0, %d]",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_stop", "n_stop = %d is out of range: must be in [0, %d]",
                       (int)p->n_stop, CN_GEN_MAX_STOP);
     if (p->n_stop > 0 && !p->stop)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_stop = %d but the stop list is NULL", (int)p->n_stop);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_stop", "n_stop = %d but the stop list is NULL", (int)p->n_stop);
     for (int32_t i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !p->stop[i][0])
-            return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %d is empty", (int)i);
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "stop", "stop string %d is empty", (int)i);
         if (strlen(p->stop[i]) > CN_GEN_MAX_STOP_LEN)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %d is %zu bytes: at most %d", (int)i,
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "stop", "stop string %d is %zu bytes: at most %d", (int)i,
                           strlen(p->stop[i]), CN_GEN_MAX_STOP_LEN);
     }
     if (p->beam.n_beams < 1 || p->beam.n_beams > CN_GEN_MAX_BEAMS)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_beams = %d is out of range: must be in [1, %d], 1 = off",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_beams", "n_beams = %d is out of range: must be in [1, %d], 1 = off",
                       (int)p->beam.n_beams, CN_GEN_MAX_BEAMS);
     if (!(p->beam.length_penalty >= -10.0f && p->beam.length_penalty <= 10.0f))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "length_penalty = %g is out of range: must be in [-10, 10]",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "length_penalty", "length_penalty = %g is out of range: must be in [-10, 10]",
                       (double)p->beam.length_penalty);
     return CN_STATUS_OK;
 }

@@ -146,7 +146,7 @@ static const char *fmt_float(char *buf, size_t n, double v) {
 
 static cn_status bad_float(cn_error *err, const char *name, double v, const char *range) {
     char b[32];
-    return cn_err(err, CN_STATUS_INVALID_ARG, "%s = %s is out of range: must be %s", name,
+    return cn_err_param(err, CN_STATUS_INVALID_ARG, name, "%s = %s is out of range: must be %s", name,
                   fmt_float(b, sizeof b, v), range);
 }
 
@@ -164,13 +164,12 @@ static size_t chain_str(const cn_sampling_params *p, char *buf, size_t n) {
 cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_error *err) {
     if (!p) return cn_err(err, CN_STATUS_INVALID_ARG, "sampling params are NULL");
     if (n_vocab < 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_vocab = %d is out of range: must be >= 0",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_vocab", "n_vocab = %d is out of range: must be >= 0",
                       (int)n_vocab);
     if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
         return bad_float(err, "temperature", p->temperature, "in [0, 100] (0 = greedy, 1 = off)");
     if (p->top_k < 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "top_k = %d is out of range: must be >= 0 (0 = off)", (int)p->top_k);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "top_k", "top_k = %d is out of range: must be >= 0 (0 = off)", (int)p->top_k);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
         return bad_float(err, "top_p", p->top_p, "in (0, 1] (1 = off)");
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
@@ -184,50 +183,43 @@ cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_
     if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
         return bad_float(err, "frequency_penalty", p->frequency_penalty, "in [-2, 2] (0 = off)");
     if (p->penalty_last_n < -1)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "penalty_last_n = %d is out of range: must be >= -1 (-1 = all, 0 = off)",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "penalty_last_n", "penalty_last_n = %d is out of range: must be >= -1 (-1 = all, 0 = off)",
                       (int)p->penalty_last_n);
     if (p->n_logit_bias < 0 || p->n_logit_bias > CN_SAMPLING_MAX_LOGIT_BIAS)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "n_logit_bias = %d is out of range: must be in [0, %d]",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "n_logit_bias = %d is out of range: must be in [0, %d]",
                       (int)p->n_logit_bias, CN_SAMPLING_MAX_LOGIT_BIAS);
     if (p->n_logit_bias > 0 && !p->logit_bias)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias is NULL but n_logit_bias = %d",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "logit_bias is NULL but n_logit_bias = %d",
                       (int)p->n_logit_bias);
     for (int32_t i = 0; i < p->n_logit_bias; i++) {
         const cn_logit_bias *b = &p->logit_bias[i];
         if (b->token < 0 || (n_vocab > 0 && b->token >= n_vocab)) {
             if (n_vocab > 0)
-                return cn_err(err, CN_STATUS_INVALID_ARG,
-                              "logit_bias[%d]: token %d is out of range: must be in [0, %d)",
+                return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "logit_bias[%d]: token %d is out of range: must be in [0, %d)",
                               (int)i, (int)b->token, (int)n_vocab);
-            return cn_err(err, CN_STATUS_INVALID_ARG,
-                          "logit_bias[%d]: token %d is out of range: must be >= 0", (int)i,
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "logit_bias[%d]: token %d is out of range: must be >= 0", (int)i,
                           (int)b->token);
         }
         if (isnan(b->bias) || b->bias == INFINITY) {
             char f[32];
-            return cn_err(err, CN_STATUS_INVALID_ARG,
-                          "logit_bias[%d] (token %d) = %s is out of range: must be finite or -inf",
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "logit_bias[%d] (token %d) = %s is out of range: must be finite or -inf",
                           (int)i, (int)b->token, fmt_float(f, sizeof f, b->bias));
         }
     }
     if (p->n_logprobs < -1 || p->n_logprobs > CN_SAMPLING_MAX_LOGPROBS)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "n_logprobs = %d is out of range: must be in [-1, %d] (-1 = off)",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_logprobs", "n_logprobs = %d is out of range: must be in [-1, %d] (-1 = off)",
                       (int)p->n_logprobs, CN_SAMPLING_MAX_LOGPROBS);
     if (p->n_chain < 0 || p->n_chain > CN_SAMPLER_N_STAGES)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_chain = %d is out of range: must be in [0, %d]",
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_chain", "n_chain = %d is out of range: must be in [0, %d]",
                       (int)p->n_chain, CN_SAMPLER_N_STAGES);
     bool seen[CN_SAMPLER_N_STAGES] = {false};
     for (int32_t i = 0; i < p->n_chain; i++) {
         int s = (int)p->chain[i];
         if (s < 0 || s >= CN_SAMPLER_N_STAGES)
-            return cn_err(err, CN_STATUS_INVALID_ARG,
-                          "chain[%d] = %d is not a sampler stage: must be in [0, %d)", (int)i, s,
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "chain", "chain[%d] = %d is not a sampler stage: must be in [0, %d)", (int)i, s,
                           CN_SAMPLER_N_STAGES);
         if (seen[s])
-            return cn_err(err, CN_STATUS_INVALID_ARG, "sampler chain: '%s' appears twice",
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "chain", "sampler chain: '%s' appears twice",
                           cn_sampler_stage_name(p->chain[i]));
         seen[s] = true;
     }
@@ -235,8 +227,8 @@ cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_
         if (stage_on(p, (cn_sampler_stage)s) && !seen[s]) {
             char c[128];
             chain_str(p, c, sizeof c);
-            return cn_err(err, CN_STATUS_INVALID_ARG,
-                          "%s is set but '%s' is not in the sampler chain (%s)",
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, cn_sampler_stage_name((cn_sampler_stage)s),
+                                "%s is set but '%s' is not in the sampler chain (%s)",
                           cn_sampler_stage_name((cn_sampler_stage)s),
                           cn_sampler_stage_name((cn_sampler_stage)s), c[0] ? c : "empty");
         }

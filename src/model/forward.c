@@ -160,15 +160,18 @@ cn_status cn_batch_init(cn_batch *b, int32_t cap, cn_error *err) {
 }
 
 void cn_batch_free(cn_batch *b) {
+    if (!b) return;
     free(b->rows);
     memset(b, 0, sizeof *b);
 }
 
 bool cn_batch_add(cn_batch *b, int32_t token, int32_t pos, int32_t seq, bool want_logits) {
-    if (b->n_rows >= b->cap) return false;
+    if (!b || b->n_rows >= b->cap) return false;
     b->rows[b->n_rows++] = (cn_batch_row){token, pos, seq, want_logits};
     return true;
 }
+
+void cn_batch_clear(cn_batch *b) { b->n_rows = 0; }
 
 int32_t cn_batch_n_logits(const cn_batch *b) {
     int32_t n = 0;

@@ -86,26 +86,7 @@ const cn_weight *cn_model_rope_freqs(const cn_model *m);  /* NULL if absent */
  * blocks, 1 sequence, no blocks: set n_blocks from a budget). */
 cn_kv_params cn_model_kv_params(const cn_model *m);
 
-/* ---- batches ---- */
-
-typedef struct {
-    int32_t token;
-    int32_t pos;
-    int32_t seq;
-    bool want_logits;
-} cn_batch_row;
-
-typedef struct {
-    cn_batch_row *rows;
-    int32_t n_rows, cap;
-} cn_batch;
-
-cn_status cn_batch_init(cn_batch *b, int32_t cap, cn_error *err);
-void cn_batch_free(cn_batch *b); /* zeroed struct is fine */
-static inline void cn_batch_clear(cn_batch *b) { b->n_rows = 0; }
-/* false if full. */
-bool cn_batch_add(cn_batch *b, int32_t token, int32_t pos, int32_t seq, bool want_logits);
-int32_t cn_batch_n_logits(const cn_batch *b);
+/* ---- batches: cn_batch and its functions are public (cinder.h, the low tier) ---- */
 
 /* ---- forward ---- */
 

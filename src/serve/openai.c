@@ -592,9 +592,7 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
     r->gen.max_tokens = (int32_t)(r->max_tokens_given && max_tokens < room ? max_tokens : room);
     cn_error err = {0};
     if (cn_gen_validate(&r->gen, c->n_vocab, &err) != CN_STATUS_OK) {
-        char param[64] = "";
-        sscanf(err.msg, "%63[a-z_]", param);
-        return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", err.msg);
+        return oai_fail(e, 400, "invalid_request_error", err.param, NULL, "%s", err.msg);
     }
     return true;
 }

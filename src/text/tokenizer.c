@@ -609,11 +609,9 @@ done:
     return st;
 }
 
-cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                      bool parse_special, int32_t *ids, size_t cap, size_t *n_out, cn_error *err) {
-    if (n_out) *n_out = 0;
-    if (!t || !n_out || (!text && len) || (!ids && cap))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "cn_tokenize: missing argument");
+/* Every id of text into *out (which the caller frees, also on error). */
+static cn_status tokenize_vec(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
+                              bool parse_special, cn_tok_vec *out_vec, cn_error *err) {
     cn_tok_vec out = {0};
     frag_vec frags = {0};
     cn_status st = CN_STATUS_OK;
@@ -639,15 +637,45 @@ cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool 
     }
     if (st != CN_STATUS_OK) goto fail;
     if (add_special && t->add_eos && t->eos >= 0 && !cn_tok_vec_push(&out, t->eos)) goto oom;
-    if (out.n && cap) memcpy(ids, out.v, CN_MIN(out.n, cap) * sizeof *ids);
-    *n_out = out.n;
     goto fail;
 oom:
     st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory while tokenizing");
 fail:
-    free(out.v);
+    *out_vec = out;
     free(frags.v);
     return st;
+}
+
+cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
+                      bool parse_special, int32_t *ids, size_t cap, size_t *n_out, cn_error *err) {
+    if (n_out) *n_out = 0;
+    if (!t || !n_out || (!text && len) || (!ids && cap))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "cn_tokenize: missing argument");
+    cn_tok_vec out = {0};
+    const cn_status st = tokenize_vec(t, text, len, add_special, parse_special, &out, err);
+    if (st == CN_STATUS_OK) {
+        if (out.n && cap) memcpy(ids, out.v, CN_MIN(out.n, cap) * sizeof *ids);
+        *n_out = out.n;
+    }
+    free(out.v);
+    return st;
+}
+
+cn_status cn_tokenize_alloc(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
+                            bool parse_special, int32_t **ids, size_t *n_ids, cn_error *err) {
+    if (ids) *ids = NULL;
+    if (n_ids) *n_ids = 0;
+    if (!t || !ids || !n_ids || (!text && len))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "cn_tokenize_alloc: missing argument");
+    cn_tok_vec out = {0};
+    const cn_status st = tokenize_vec(t, text, len, add_special, parse_special, &out, err);
+    if (st != CN_STATUS_OK || out.n == 0) {
+        free(out.v);
+        return st;
+    }
+    *ids = out.v;
+    *n_ids = out.n;
+    return CN_STATUS_OK;
 }
 
 /* --- ids to bytes --- */

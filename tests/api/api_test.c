@@ -150,6 +150,74 @@ static void engine_text(void *user, uint64_t id, int32_t index, const char *text
     on_text(user, text, n);
 }
 
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* The low tier drives the model itself: the prompt in one batch on sequence 0, then
+ * greedy decoding one row at a time gives llama.cpp's tokens; a copy of the prompt on
+ * sequence 1, decoded in the same batches as sequence 0, gives them too; rm rewinds. */
+static void test_low_tier(const cn_model *m, const int32_t *prompt, const int32_t *want) {
+    cn_error err = {0};
+    cn_context *c = NULL;
+    cn_context_params cp = cn_context_default_params();
+    cp.n_threads = 2;
+    cp.n_ctx = 128;
+    cp.n_seq_max = 2;
+    CHECK(cn_context_create(m, &cp, &c, &err) == CN_STATUS_OK, "%s", err.msg);
+    if (!c) return;
+    const int nv = cn_context_n_vocab(c);
+    cn_batch b;
+    CHECK(cn_batch_init(&b, 8, &err) == CN_STATUS_OK, "%s", err.msg);
+    for (int i = 0; i < 5; i++) cn_batch_add(&b, prompt[i], i, 0, i == 4);
+    CHECK(cn_decode(c, &b, &err) == CN_STATUS_OK && cn_context_seq_len(c, 0) == 5, "%s", err.msg);
+    CHECK(cn_context_logits_row(c, 0) && !cn_context_logits_row(c, 1), "one logits row");
+    int32_t tok0 = argmax(cn_context_logits_row(c, 0), nv);
+    CHECK(tok0 == want[0], "first token %d, llama.cpp's %d", tok0, want[0]);
+    CHECK(cn_context_seq_cp(c, 0, 1, -1, &err) == CN_STATUS_OK && cn_context_seq_len(c, 1) == 5, "%s", err.msg);
+    int32_t tok1 = tok0;
+    for (int i = 1; i < 16; i++) {
+        cn_batch_clear(&b);
+        cn_batch_add(&b, tok0, 4 + i, 0, true);
+        cn_batch_add(&b, tok1, 4 + i, 1, true);
+        CHECK(cn_decode(c, &b, &err) == CN_STATUS_OK, "step %d: %s", i, err.msg);
+        tok0 = argmax(cn_context_logits_row(c, 0), nv);
+        tok1 = argmax(cn_context_logits_row(c, 1), nv);
+        CHECK(tok0 == want[i] && tok1 == want[i], "token %d: %d and %d, llama.cpp's %d", i, tok0, tok1, want[i]);
+    }
+    /* back to the prompt on sequence 1, then the first token again */
+    CHECK(cn_context_seq_rm(c, 1, 5, &err) == CN_STATUS_OK && cn_context_seq_len(c, 1) == 5, "rm");
+    cn_batch_clear(&b);
+    cn_batch_add(&b, want[0], 5, 1, true);
+    CHECK(cn_decode(c, &b, &err) == CN_STATUS_OK && argmax(cn_context_logits_row(c, 0), nv) == want[1],
+          "after rm: %s", err.msg);
+    /* bad batches: clear errors */
+    cn_batch_clear(&b);
+    cn_batch_add(&b, 1, 9, 1, true);
+    CHECK(cn_decode(c, &b, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "gap"), "gap: %s", err.msg);
+    cn_batch_clear(&b);
+    cn_batch_add(&b, nv, 0, 0, true);
+    CHECK(cn_decode(c, &b, &err) == CN_STATUS_INVALID_ARG, "token out of the vocabulary: %s", err.msg);
+    cn_batch_clear(&b);
+    cn_batch_add(&b, 1, 0, 2, true);
+    CHECK(cn_decode(c, &b, &err) == CN_STATUS_INVALID_ARG, "sequence 2 of 2: %s", err.msg);
+    cn_batch_clear(&b);
+    cn_batch_add(&b, 1, 128, 0, true);
+    CHECK(cn_decode(c, &b, &err) == CN_STATUS_LIMIT, "position 128 of 128: %s", err.msg);
+    CHECK(cn_context_seq_cp(c, 0, 0, -1, &err) == CN_STATUS_INVALID_ARG && !strcmp(err.param, "seq"), "cp to itself");
+    cn_context_seq_keep(c, 1);
+    CHECK(cn_context_seq_len(c, 0) == 0 && cn_context_seq_len(c, 1) == 6, "keep");
+    cn_batch_free(&b);
+    cn_context_free(c);
+
+    cp.n_seq_max = 65;
+    CHECK(cn_context_create(m, &cp, &c, &err) == CN_STATUS_INVALID_ARG && !strcmp(err.param, "n_seq_max"),
+          "n_seq_max 65: %s", err.msg);
+}
+
 static void test_model(const char *dir, const char *golden_path) {
     char path[4096];
     snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
@@ -283,6 +351,26 @@ static void test_model(const char *dir, const char *golden_path) {
     for (int i = 1; i < 512; i++)
         if (logits[i] > logits[best]) best = i;
     CHECK(best == want_greedy[0], "logits argmax %d, want %d", best, want_greedy[0]);
+
+    /* the error names the parameter; the log hook gets the library's messages */
+    gp.sampling.top_p = 7;
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_INVALID_ARG && !strcmp(err.param, "top_p"),
+          "param '%s' (%s)", err.param, err.msg);
+    gp.sampling.top_p = 1;
+    CHECK(cn_context_generate(c, &toolong, &gp, &r, &err) == CN_STATUS_LIMIT && err.param[0] == 0, "param '%s'",
+          err.param);
+
+    /* one pass of tokenize_alloc gives cn_tokenize's ids */
+    int32_t *aids = NULL;
+    size_t n_aids = 0;
+    CHECK(cn_tokenize_alloc(tok, "Once upon a time", 16, true, true, &aids, &n_aids, &err) == CN_STATUS_OK &&
+              n_aids == 5 && !memcmp(aids, want_prompt, 5 * sizeof *aids),
+          "tokenize_alloc: %zu ids", n_aids);
+    free(aids);
+    CHECK(cn_tokenize_alloc(tok, "", 0, false, false, &aids, &n_aids, &err) == CN_STATUS_OK && !aids && !n_aids,
+          "empty text");
+
+    test_low_tier(m, want_prompt, want_greedy);
 
     /* the batched engine gives the same greedy text */
     cn_engine *e = NULL;

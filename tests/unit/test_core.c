@@ -23,6 +23,47 @@ Test(core, err_formats_and_truncates) {
     cr_assert_eq(cn_err(NULL, CN_STATUS_IO, "ignored"), CN_STATUS_IO);
 }
 
+Test(core, err_param_names_the_field_and_plain_err_clears_it) {
+    cn_error e;
+    cn_err_param(&e, CN_STATUS_INVALID_ARG, "top_p", "top_p = %g is out of range", 7.0);
+    cr_assert_str_eq(e.param, "top_p");
+    cr_assert_str_eq(e.msg, "top_p = 7 is out of range");
+    cn_err(&e, CN_STATUS_IO, "no file");
+    cr_assert_str_eq(e.param, "");
+    cn_err_param(&e, CN_STATUS_INVALID_ARG, "x", "y");
+    cn_err_clear(&e);
+    cr_assert(e.status == CN_STATUS_OK && !e.param[0] && !e.msg[0]);
+}
+
+typedef struct {
+    int n;
+    cn_log_level last;
+    char msg[64];
+} log_seen;
+
+static void log_to(void *user, cn_log_level level, const char *msg) {
+    log_seen *s = user;
+    s->n++;
+    s->last = level;
+    snprintf(s->msg, sizeof s->msg, "%s", msg);
+}
+
+Test(core, log_hook_gets_messages_that_pass_the_level) {
+    log_seen s = {0};
+    cn_log_set(log_to, &s);
+    cn_log_set_level(CN_LOG_WARN);
+    cn_log(CN_LOG_WARN, "tokenizer: %d tokens", 3);
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.last, CN_LOG_WARN);
+    cr_assert_str_eq(s.msg, "tokenizer: 3 tokens");
+    cn_log(CN_LOG_INFO, "dropped");
+    cr_assert_eq(s.n, 1, "info is above the warn level");
+    cn_log(CN_LOG_ERROR, "kept");
+    cr_assert_eq(s.n, 2);
+    cr_assert_str_eq(s.msg, "kept");
+    cn_log_set(NULL, NULL);
+}
+
 Test(core, checked_math) {
     uint64_t r = 7;
     cr_assert(!cn_mul_ok(1ull << 40, 1ull << 30, &r));
