@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     slot slots[N_REQ];
     for (int i = 0; i < N_REQ; i++) {
         slots[i] = (slot){&r, i};
-        cn_engine_request q = cn_engine_request_default();
+        cn_engine_request q = cn_engine_request_default_params();
         q.prompt = prompts[i];
         q.gen.max_tokens = 24;
         q.gen.sampling.temperature = 0;

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
         cn_model_free(m);
         return 1;
     }
-    cn_gen_params gp = cn_gen_default();
+    cn_gen_params gp = cn_gen_default_params();
     gp.max_tokens = argc > 3 ? atoi(argv[3]) : 32;
     gp.sampling.temperature = 0; /* greedy: the same reply every run */
     gp.on_text = on_text;

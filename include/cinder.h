@@ -73,6 +73,10 @@ CN_API void cn_log_set(cn_log_fn fn, void *user);
 /* Messages above lvl are dropped (overrides CINDER_LOG). */
 CN_API void cn_log_set_level(cn_log_level lvl);
 
+/* The kernel family this CPU runs ("amx", "avx512", "avx2", "neon", "ref"): the best its
+ * features allow, capped by CINDER_ISA (CINDER_REF=1: "ref"); chosen once per process. */
+CN_API const char *cn_kernels_family(void);
+
 /* sizeof one of this header's structs by its name ("cn_gen_params"), 0 for a name it does
  * not know: bindings that mirror the structs (the Python package) check their layout. */
 CN_API size_t cn_abi_size(const char *type_name);
@@ -265,7 +269,7 @@ typedef struct {
 #define CN_SAMPLING_MAX_LOGPROBS 20        /* the most n_logprobs can ask for */
 #define CN_SAMPLING_MAX_LOGIT_BIAS 65536   /* the most logit_bias entries one request may carry */
 
-/* Sampling parameters of one request. Get defaults from cn_sampling_default() and set
+/* Sampling parameters of one request. Get defaults from cn_sampling_default_params() and set
  * fields; the defaults are neutral (sample from the model's own distribution), as in the
  * OpenAI API and vLLM. Each comment gives the valid range and the value that turns the
  * stage off. */
@@ -295,7 +299,7 @@ typedef struct {
                                  top_k, top_p, min_p, typical (HF transformers / vLLM) */
 } cn_sampling_params;
 
-CN_API cn_sampling_params cn_sampling_default(void);
+CN_API cn_sampling_params cn_sampling_default_params(void);
 
 /* Checks every field against its range, and that every stage that is not off is in the
  * chain. n_vocab > 0 also checks logit_bias token ids against [0, n_vocab); 0 skips that.
@@ -369,7 +373,7 @@ typedef struct {
     bool early_stopping;           /* default false */
 } cn_beam_params;
 
-/* What to generate. Get defaults from cn_gen_default() and set fields. */
+/* What to generate. Get defaults from cn_gen_default_params() and set fields. */
 typedef struct {
     cn_sampling_params sampling;   /* the sampler chain; sampling.ignore_eos and
                                       sampling.n_logprobs are honoured here */
@@ -389,7 +393,7 @@ typedef struct {
     void *user;
 } cn_gen_params;
 
-CN_API cn_gen_params cn_gen_default(void);
+CN_API cn_gen_params cn_gen_default_params(void);
 
 /* Checks every field (the sampling params with n_vocab as cn_sampling_validate does; 0
  * skips the token-id checks). CN_STATUS_INVALID_ARG with a message naming the field, its
@@ -437,7 +441,7 @@ typedef struct {
                                   training context, at most 4096 */
     int32_t n_batch;           /* prompt tokens per forward pass, [1, 8192]; default 512 */
     cn_type kv_type;           /* CN_TYPE_F16 (default), CN_TYPE_Q8_0 or CN_TYPE_F32 */
-    int32_t n_seq_max;         /* sequences the low tier (cn_decode) may use, each holding
+    int32_t n_seq_max;         /* sequences the low tier (cn_context_decode) may use, each holding
                                   up to n_ctx positions, [1, 64]; default 1 */
 } cn_context_params;
 
@@ -502,11 +506,11 @@ CN_API cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float
 /* ==== low tier: batches, decode, logits rows, KV sequences ================================
  * What tools that drive the model themselves stand on (perplexity, bench; llama.cpp's
  * llama_batch + llama_decode): a batch is a flat list of rows (token, position, sequence,
- * whether its logits are wanted); cn_decode runs it through the model on a context's
+ * whether its logits are wanted); cn_context_decode runs it through the model on a context's
  * cache, appending each row's keys and values to its sequence; the logits of the rows
  * that wanted them are read back by index. Sequences are numbered [0, n_seq_max).
  * cn_context_generate / cn_context_logits use sequence 0 and keep its cache between
- * requests; a cn_decode (or a sequence operation) makes them forget what sequence 0
+ * requests; a cn_context_decode (or a sequence operation) makes them forget what sequence 0
  * held, so the next request prefills again; a beam search empties every sequence.
  * Threads: as the context. */
 
@@ -535,8 +539,8 @@ CN_API int32_t cn_batch_n_logits(const cn_batch *b); /* rows that want logits */
  * unchanged: a token outside the vocabulary, a negative position, a sequence outside
  * [0, n_seq_max), two rows for one position, a gap (INVALID_ARG); a position at or past
  * n_ctx (LIMIT); no memory. */
-CN_API cn_status cn_decode(cn_context *c, const cn_batch *b, cn_error *err);
-/* The logits (n_vocab floats) of the i-th row of the last cn_decode that wanted them (in
+CN_API cn_status cn_context_decode(cn_context *c, const cn_batch *b, cn_error *err);
+/* The logits (n_vocab floats) of the i-th row of the last cn_context_decode that wanted them (in
  * batch order); NULL for i out of range. View valid until the next call on c. */
 CN_API const float *cn_context_logits_row(const cn_context *c, int32_t i);
 CN_API int32_t cn_context_n_vocab(const cn_context *c);
@@ -673,7 +677,7 @@ typedef struct {
                                       takes precedence over lookup_n */
 } cn_engine_request;
 
-CN_API cn_engine_request cn_engine_request_default(void); /* n = 1, gen = cn_gen_default() */
+CN_API cn_engine_request cn_engine_request_default_params(void); /* n = 1, gen = cn_gen_default_params() */
 
 /* What a request hears. id: from submit; index: the completion [0, n). Text is final
  * (stop strings cut); a token comes before its text. on_finish comes exactly once per

@@ -159,8 +159,8 @@ def _fn(name, restype, *argtypes):
 P = ctypes.POINTER
 _version = _fn("cn_version", c_char_p)
 _abi_size = _fn("cn_abi_size", c_size_t, c_char_p)
-_sampling_default = _fn("cn_sampling_default", _Sampling)
-_gen_default = _fn("cn_gen_default", _Gen)
+_sampling_default = _fn("cn_sampling_default_params", _Sampling)
+_gen_default = _fn("cn_gen_default_params", _Gen)
 _model_default = _fn("cn_model_default_params", _ModelParams)
 _model_load = _fn("cn_model_load", ctypes.c_int, c_char_p, P(_ModelParams), P(c_void_p), P(_Error))
 _model_free = _fn("cn_model_free", None, c_void_p)

@@ -211,7 +211,7 @@ static int run_level(const cn_model *m, const cn_model *dm, const cn_tokenizer *
         goto done;
     }
     cn_engine_callbacks cb = {NULL, on_token, on_finish, &rec};
-    cn_engine_request r = cn_engine_request_default();
+    cn_engine_request r = cn_engine_request_default_params();
     r.gen.max_tokens = o->n_gen;
     r.gen.sampling.temperature = 0.0f;
     r.gen.sampling.seed = 1;

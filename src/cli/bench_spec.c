@@ -71,7 +71,7 @@ static int one(cli_engine *e, const cli_gen_opts *o, const int32_t *ids, int32_t
 int cn_cli_bench_spec(int argc, char **argv) {
     cli_gen_opts o;
     cli_gen_opts_init(&o, "bench");
-    o.gp.sampling = cn_sampling_default();
+    o.gp.sampling = cn_sampling_default_params();
     o.gp.sampling.temperature = 0.0f;
     o.gp.sampling.ignore_eos = true;
     o.gp.max_tokens = 128;

@@ -322,7 +322,7 @@ static int explain_model(const model_args *a, const cn_sampling_params *p) {
         cn_cli_errorf("explain: %s", ids && logits ? err.msg : "out of memory");
         goto out;
     }
-    cn_gen_params gp = cn_gen_default();
+    cn_gen_params gp = cn_gen_default_params();
     gp.sampling = *p;
     gp.max_tokens = (int32_t)a->n_steps;
     cn_kv_params kp = cn_model_kv_params(m);
@@ -405,7 +405,7 @@ typedef struct {
 } flag_arg;
 
 int cn_cli_explain(int argc, char **argv) {
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     toy_vocab v = {0};
     const char *probs = NULL, *logits = NULL, *history = NULL, *bias = NULL, *samplers = NULL;
     cn_logit_bias biases[EXPLAIN_MAX_TOKENS];

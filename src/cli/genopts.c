@@ -19,7 +19,7 @@ void cli_gen_opts_init(cli_gen_opts *o, const char *cmd) {
     o->cmd = cmd;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = n < 1 ? 1 : n > 64 ? 64 : n;
-    o->gp = cn_gen_default();
+    o->gp = cn_gen_default_params();
     o->gp.sampling.temperature = 0.8f;
     o->gp.sampling.top_k = 40;
     o->gp.sampling.top_p = 0.95f;

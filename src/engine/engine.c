@@ -141,10 +141,10 @@ cn_engine_params cn_engine_default_params(void) {
     return p;
 }
 
-cn_engine_request cn_engine_request_default(void) {
+cn_engine_request cn_engine_request_default_params(void) {
     cn_engine_request r;
     memset(&r, 0, sizeof r);
-    r.gen = cn_gen_default();
+    r.gen = cn_gen_default_params();
     r.n = 1;
     return r;
 }

@@ -326,7 +326,7 @@ cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float *logit
 
 /* ---- the low tier ---- */
 
-cn_status cn_decode(cn_context *c, const cn_batch *b, cn_error *err) {
+cn_status cn_context_decode(cn_context *c, const cn_batch *b, cn_error *err) {
     if (!c || !b) return cn_err(err, CN_STATUS_INVALID_ARG, "decode: no context or no batch");
     c->n_kv = 0; /* sequence 0 no longer holds a request generate knows */
     c->n_logits = 0;

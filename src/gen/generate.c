@@ -53,10 +53,10 @@ struct cn_gen {
     cn_gen_logprob obs_top[CN_SAMPLING_MAX_LOGPROBS];
 };
 
-cn_gen_params cn_gen_default(void) {
+cn_gen_params cn_gen_default_params(void) {
     cn_gen_params p;
     memset(&p, 0, sizeof p);
-    p.sampling = cn_sampling_default();
+    p.sampling = cn_sampling_default_params();
     p.max_tokens = 256;
     p.beam.n_beams = 1;
     p.beam.length_penalty = 1.0f;

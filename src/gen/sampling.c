@@ -87,7 +87,7 @@ const char *cn_sampler_stage_name(cn_sampler_stage s) {
     return "?";
 }
 
-cn_sampling_params cn_sampling_default(void) {
+cn_sampling_params cn_sampling_default_params(void) {
     cn_sampling_params p;
     memset(&p, 0, sizeof p);
     p.temperature = 1.0f;

@@ -57,6 +57,8 @@ const cn_kernels *cn_kernels_get(void) {
     return g_chosen;
 }
 
+const char *cn_kernels_family(void) { return cn_kernels_get()->name; }
+
 uint32_t cn_matmul_act_type(uint32_t w_type) {
     switch (w_type) {
     case CN_TYPE_F32: return CN_TYPE_F32;

@@ -521,7 +521,7 @@ static bool parse_speculative(const oai_ctx *c, json_t *body, oai_request *r, oa
 bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oai_error *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
-    r->gen = cn_gen_default();
+    r->gen = cn_gen_default_params();
     r->n = 1;
     r->n_logprobs = -1;
     if (!json_is_object(body)) return bad_type(e, "body", "a JSON object");

@@ -618,7 +618,7 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
 
     cn_engine_callbacks cb = {on_text, on_token, on_finish, NULL};
     for (int p = 0; p < j->r.n_prompts; p++) {
-        cn_engine_request er = cn_engine_request_default();
+        cn_engine_request er = cn_engine_request_default_params();
         er.prompt_tokens = j->r.prompt[p];
         er.n_prompt_tokens = j->r.n_prompt[p];
         er.gen = j->r.gen;

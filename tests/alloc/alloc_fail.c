@@ -285,7 +285,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
 static const char *const STOPS[] = {"park", "\n\n"};
 
 static cn_engine_request make_request(int k) {
-    cn_engine_request r = cn_engine_request_default();
+    cn_engine_request r = cn_engine_request_default_params();
     r.prompt = k == 0 ? "Once upon a time" : "The little dog";
     r.gen.max_tokens = 24;
     r.n = k == 0 ? 1 : 2;
@@ -414,7 +414,7 @@ static cn_status context_run(const cn_model *m, char *out, size_t cap, cn_error 
     cn_context *c = NULL;
     cn_status st = cn_context_create(m, &cp, &c, err);
     if (st != CN_STATUS_OK) return st;
-    cn_gen_params gp = cn_gen_default();
+    cn_gen_params gp = cn_gen_default_params();
     gp.max_tokens = 12;
     gp.sampling.temperature = 0;
     gp.sampling.n_logprobs = 2;

@@ -79,7 +79,7 @@ static void test_explain(void) {
     /* the worked example: P = blue 0.5, gray 0.25, clear 0.15, dark 0.10; top-p 0.7 keeps
      * blue and gray (0.75 >= 0.7) and renormalizes them to 2/3 and 1/3 */
     const float logits[4] = {logf(0.5f), logf(0.25f), logf(0.15f), logf(0.10f)};
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.top_p = 0.7f;
     p.seed = 1;
     stages s = {0};
@@ -173,7 +173,7 @@ static void test_low_tier(const cn_model *m, const int32_t *prompt, const int32_
     cn_batch b;
     CHECK(cn_batch_init(&b, 8, &err) == CN_STATUS_OK, "%s", err.msg);
     for (int i = 0; i < 5; i++) cn_batch_add(&b, prompt[i], i, 0, i == 4);
-    CHECK(cn_decode(c, &b, &err) == CN_STATUS_OK && cn_context_seq_len(c, 0) == 5, "%s", err.msg);
+    CHECK(cn_context_decode(c, &b, &err) == CN_STATUS_OK && cn_context_seq_len(c, 0) == 5, "%s", err.msg);
     CHECK(cn_context_logits_row(c, 0) && !cn_context_logits_row(c, 1), "one logits row");
     int32_t tok0 = argmax(cn_context_logits_row(c, 0), nv);
     CHECK(tok0 == want[0], "first token %d, llama.cpp's %d", tok0, want[0]);
@@ -183,7 +183,7 @@ static void test_low_tier(const cn_model *m, const int32_t *prompt, const int32_
         cn_batch_clear(&b);
         cn_batch_add(&b, tok0, 4 + i, 0, true);
         cn_batch_add(&b, tok1, 4 + i, 1, true);
-        CHECK(cn_decode(c, &b, &err) == CN_STATUS_OK, "step %d: %s", i, err.msg);
+        CHECK(cn_context_decode(c, &b, &err) == CN_STATUS_OK, "step %d: %s", i, err.msg);
         tok0 = argmax(cn_context_logits_row(c, 0), nv);
         tok1 = argmax(cn_context_logits_row(c, 1), nv);
         CHECK(tok0 == want[i] && tok1 == want[i], "token %d: %d and %d, llama.cpp's %d", i, tok0, tok1, want[i]);
@@ -192,21 +192,21 @@ static void test_low_tier(const cn_model *m, const int32_t *prompt, const int32_
     CHECK(cn_context_seq_rm(c, 1, 5, &err) == CN_STATUS_OK && cn_context_seq_len(c, 1) == 5, "rm");
     cn_batch_clear(&b);
     cn_batch_add(&b, want[0], 5, 1, true);
-    CHECK(cn_decode(c, &b, &err) == CN_STATUS_OK && argmax(cn_context_logits_row(c, 0), nv) == want[1],
+    CHECK(cn_context_decode(c, &b, &err) == CN_STATUS_OK && argmax(cn_context_logits_row(c, 0), nv) == want[1],
           "after rm: %s", err.msg);
     /* bad batches: clear errors */
     cn_batch_clear(&b);
     cn_batch_add(&b, 1, 9, 1, true);
-    CHECK(cn_decode(c, &b, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "gap"), "gap: %s", err.msg);
+    CHECK(cn_context_decode(c, &b, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "gap"), "gap: %s", err.msg);
     cn_batch_clear(&b);
     cn_batch_add(&b, nv, 0, 0, true);
-    CHECK(cn_decode(c, &b, &err) == CN_STATUS_INVALID_ARG, "token out of the vocabulary: %s", err.msg);
+    CHECK(cn_context_decode(c, &b, &err) == CN_STATUS_INVALID_ARG, "token out of the vocabulary: %s", err.msg);
     cn_batch_clear(&b);
     cn_batch_add(&b, 1, 0, 2, true);
-    CHECK(cn_decode(c, &b, &err) == CN_STATUS_INVALID_ARG, "sequence 2 of 2: %s", err.msg);
+    CHECK(cn_context_decode(c, &b, &err) == CN_STATUS_INVALID_ARG, "sequence 2 of 2: %s", err.msg);
     cn_batch_clear(&b);
     cn_batch_add(&b, 1, 128, 0, true);
-    CHECK(cn_decode(c, &b, &err) == CN_STATUS_LIMIT, "position 128 of 128: %s", err.msg);
+    CHECK(cn_context_decode(c, &b, &err) == CN_STATUS_LIMIT, "position 128 of 128: %s", err.msg);
     CHECK(cn_context_seq_cp(c, 0, 0, -1, &err) == CN_STATUS_INVALID_ARG && !strcmp(err.param, "seq"), "cp to itself");
     cn_context_seq_keep(c, 1);
     CHECK(cn_context_seq_len(c, 0) == 0 && cn_context_seq_len(c, 1) == 6, "keep");
@@ -271,7 +271,7 @@ static void test_model(const char *dir, const char *golden_path) {
     CHECK(cn_context_create(m, &cp, &c, &err) == CN_STATUS_OK, "%s", err.msg);
     if (!c) goto out;
     CHECK(cn_context_chat_template(c) == NULL, "stories260K has no chat template");
-    cn_gen_params gp = cn_gen_default();
+    cn_gen_params gp = cn_gen_default_params();
     gp.max_tokens = 64;
     gp.sampling.temperature = 0;
     gp.sampling.n_logprobs = 2;
@@ -378,7 +378,7 @@ static void test_model(const char *dir, const char *golden_path) {
     ep.n_ctx = 256;
     CHECK(cn_engine_create(m, &ep, &e, &err) == CN_STATUS_OK, "%s", err.msg);
     if (e) {
-        cn_engine_request q = cn_engine_request_default();
+        cn_engine_request q = cn_engine_request_default_params();
         q.prompt = "Once upon a time";
         q.gen.max_tokens = 64;
         q.gen.sampling.temperature = 0;

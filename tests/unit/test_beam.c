@@ -195,7 +195,7 @@ Test(beam, tiny_best_beam_differs_from_greedy) {
     cr_assert_eq(want[2], D);
     cr_assert_float_eq(want_lp, log(0.4 * 0.9 * 0.9), 1e-3);
 
-    cn_gen_params p = cn_gen_default();
+    cn_gen_params p = cn_gen_default_params();
     p.max_tokens = 3;
     p.sampling.ignore_eos = true;
     p.sampling.n_logprobs = 2;
@@ -249,7 +249,7 @@ Test(beam, tiny_stop_string) {
     tiny_env t;
     tiny_open(&t, 8, WORDS, L, 32, 4);
     const int32_t prompt[] = {1};
-    cn_gen_params p = cn_gen_default();
+    cn_gen_params p = cn_gen_default_params();
     p.max_tokens = 3;
     p.sampling.ignore_eos = true;
     p.beam.n_beams = 2;
@@ -322,7 +322,7 @@ Test(beam, enough_beams_are_exhaustive_search) {
         const float lps[] = {0.0f, 1.0f, 2.0f, -1.0f};
         for (size_t li = 0; li < sizeof lps / sizeof lps[0]; li++) {
             const hyp want = exhaustive_best(&t.e, prompt, 2, lps[li]);
-            cn_gen_params p = cn_gen_default();
+            cn_gen_params p = cn_gen_default_params();
             p.max_tokens = 3;
             p.sampling.logit_bias = ban;
             p.sampling.n_logit_bias = 2;
@@ -350,7 +350,7 @@ Test(beam, bad_setup) {
     tiny_env t;
     tiny_open(&t, 8, WORDS, L, 8, 2);
     const int32_t prompt[] = {1, 3, 4, 5, 6, 7, 3, 4};
-    cn_gen_params p = cn_gen_default();
+    cn_gen_params p = cn_gen_default_params();
     p.beam.n_beams = 3;
     cn_gen *g = NULL;
     cn_error err = {0};
@@ -373,7 +373,7 @@ Test(beam, one_beam_is_greedy_on_stories260k) {
     gt_open_stories(&e, 256, 64, 4);
     int32_t np;
     int32_t *prompt = gt_tokenize(e.tok, "Once upon a time", true, &np);
-    cn_gen_params p = cn_gen_default();
+    cn_gen_params p = cn_gen_default_params();
     p.max_tokens = 40;
     p.sampling.temperature = 0.0f;
     cn_gen *gg = greedy_run(&e, &p, prompt, np);
@@ -418,7 +418,7 @@ Test(beam, four_beams_at_least_greedy_on_stories260k) {
     for (size_t pi = 0; pi < sizeof prompts / sizeof prompts[0]; pi++) {
         int32_t np;
         int32_t *prompt = gt_tokenize(e.tok, prompts[pi], true, &np);
-        cn_gen_params p = cn_gen_default();
+        cn_gen_params p = cn_gen_default_params();
         p.max_tokens = 16;
         p.sampling.temperature = 0.0f;
         p.sampling.ignore_eos = true;

@@ -28,7 +28,7 @@ static void make_requests(void) {
             n += snprintf(p + n, (size_t)(512 - n), ". Then %s and %s went to the park to play with %s",
                           names[(i + k + 1) % 8], names[(i + 3 * k + 2) % 8], things[(i + k) % 4]);
         cn_engine_request *r = &reqs[i];
-        *r = cn_engine_request_default();
+        *r = cn_engine_request_default_params();
         r->prompt = p;
         r->gen.max_tokens = 12 + (i % 5) * 4;
         cn_sampling_params *s = &r->gen.sampling;
@@ -337,7 +337,7 @@ Test(engine, draft_model_self_draft_greedy_every_guess_right) {
         static te_req out[N_REQ];
         for (int i = 0; i < N_REQ; i++) {
             rs[i] = reqs[i];
-            rs[i].gen.sampling = cn_sampling_default();
+            rs[i].gen.sampling = cn_sampling_default_params();
             rs[i].gen.sampling.temperature = 0.0f;
             rs[i].gen.sampling.seed = 1;
             rs[i].gen.max_tokens = 24 + i;

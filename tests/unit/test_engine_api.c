@@ -15,7 +15,7 @@ static void teardown(void) { cn_model_free(model); }
 TestSuite(engine_api, .init = setup, .fini = teardown, .timeout = 120);
 
 static cn_engine_request story(const char *text, uint64_t seed, int32_t max_tokens) {
-    cn_engine_request r = cn_engine_request_default();
+    cn_engine_request r = cn_engine_request_default_params();
     r.prompt = text;
     r.gen.max_tokens = max_tokens;
     r.gen.sampling.seed = seed;

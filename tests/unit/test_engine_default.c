@@ -19,7 +19,7 @@ static const char *prompts[2] = {
 };
 
 static cn_engine_request request(int i) {
-    cn_engine_request r = cn_engine_request_default();
+    cn_engine_request r = cn_engine_request_default_params();
     r.prompt = prompts[i];
     r.gen.max_tokens = 3;
     r.gen.sampling.seed = 42 + (uint64_t)i;

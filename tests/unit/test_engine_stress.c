@@ -30,7 +30,7 @@ typedef struct {
 static const char *stops[] = {"the", "."};
 
 static void random_request(stress_req *s, int32_t stem) {
-    cn_engine_request r = cn_engine_request_default();
+    cn_engine_request r = cn_engine_request_default_params();
     int32_t n = 1 + (int32_t)rnd(30);
     s->prompt[0] = 1; /* BOS */
     for (int32_t i = 1; i < n; i++) s->prompt[i] = stem >= 0 && i < 20 ? 20 + stem * 30 + i : 3 + (int32_t)rnd(509);

@@ -48,7 +48,7 @@ static cn_gen_step push_ids(cn_gen *g, int32_t n_vocab, const int32_t *ids, int 
 }
 
 static cn_gen_params greedy_params(void) {
-    cn_gen_params p = cn_gen_default();
+    cn_gen_params p = cn_gen_default_params();
     p.sampling.temperature = 0.0f;
     p.sampling.seed = 7;
     return p;
@@ -255,39 +255,39 @@ static void expect_invalid(gt_env *e, const cn_gen_params *p, const char *needle
 Test(generate, bad_params) {
     gt_env e;
     gt_open_stories(&e, 64, 16, 1);
-    cn_gen_params p = cn_gen_default();
+    cn_gen_params p = cn_gen_default_params();
     p.max_tokens = 0;
     expect_invalid(&e, &p, "max_tokens = 0 is out of range");
     p.max_tokens = CN_GEN_MAX_TOKENS + 1;
     expect_invalid(&e, &p, "max_tokens");
-    p = cn_gen_default();
+    p = cn_gen_default_params();
     p.sampling.top_p = 1.7f;
     expect_invalid(&e, &p, "top_p = 1.7");
-    p = cn_gen_default();
+    p = cn_gen_default_params();
     p.sampling.temperature = -1.0f;
     expect_invalid(&e, &p, "temperature");
-    p = cn_gen_default();
+    p = cn_gen_default_params();
     const char *empty[] = {""};
     p.stop = empty;
     p.n_stop = 1;
     expect_invalid(&e, &p, "stop string 0 is empty");
     p.n_stop = CN_GEN_MAX_STOP + 1;
     expect_invalid(&e, &p, "n_stop");
-    p = cn_gen_default();
+    p = cn_gen_default_params();
     p.beam.n_beams = 0;
     expect_invalid(&e, &p, "n_beams = 0");
-    p = cn_gen_default();
+    p = cn_gen_default_params();
     p.beam.length_penalty = NAN;
     expect_invalid(&e, &p, "length_penalty");
     cn_error err = {0};
-    p = cn_gen_default();
+    p = cn_gen_default_params();
     cn_logit_bias b = {e.n_vocab, 1.0f};
     p.sampling.logit_bias = &b;
     p.sampling.n_logit_bias = 1;
     expect_invalid(&e, &p, "logit_bias");
 
     /* pushes outside begin..finish */
-    p = cn_gen_default();
+    p = cn_gen_default_params();
     cn_gen *g = NULL;
     cr_assert_eq(cn_gen_create(e.tok, e.n_vocab, &p, &g, &err), CN_STATUS_OK);
     float *row = calloc((size_t)e.n_vocab, sizeof *row);
@@ -321,7 +321,7 @@ Test(generate, logprobs_raw_and_after_chain) {
     cn_error err = {0};
 
     for (int after = 0; after < 2; after++) {
-        cn_gen_params p = cn_gen_default();
+        cn_gen_params p = cn_gen_default_params();
         p.sampling.temperature = 0.5f;
         p.sampling.top_k = 2;
         p.sampling.n_logprobs = 3;
@@ -475,7 +475,7 @@ Test(generate, same_seed_same_tokens) {
     int counts[3];
     const uint64_t seeds[3] = {1234, 1234, 99};
     for (int k = 0; k < 3; k++) {
-        cn_gen_params p = cn_gen_default();
+        cn_gen_params p = cn_gen_default_params();
         p.sampling.temperature = 1.0f;
         p.sampling.top_p = 0.95f;
         p.sampling.seed = seeds[k];

@@ -52,7 +52,7 @@ typedef struct {
 } config;
 
 static double time_config(const config *cf, int iters, int32_t *first_token, int32_t *n_kept) {
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.temperature = cf->temperature;
     p.top_k = cf->top_k;
     p.top_p = cf->top_p;

@@ -38,7 +38,7 @@ static int32_t sample1(cn_sampler *s, const float *l, int32_t n, const int32_t *
 /* ---- parameters ---- */
 
 Test(sampling_params, defaults_are_neutral_and_valid) {
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     cr_assert_eq(p.temperature, 1.0f);
     cr_assert_eq(p.top_k, 0);
     cr_assert_eq(p.top_p, 1.0f);
@@ -138,7 +138,7 @@ Test(sampling_params, validate_names_each_bad_value_and_its_range) {
         {"top_p is set", "not in the sampler chain (logit_bias;top_k)", s_not_in_chain},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        cn_sampling_params p = cn_sampling_default();
+        cn_sampling_params p = cn_sampling_default_params();
         cases[i].set(&p);
         cn_error err = {0};
         cr_assert_eq(cn_sampling_validate(&p, 32000, &err), CN_STATUS_INVALID_ARG, "case %zu (%s) passed",
@@ -154,20 +154,20 @@ Test(sampling_params, validate_names_each_bad_value_and_its_range) {
         cr_assert_null(s);
     }
     /* the boundaries themselves are valid */
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.temperature = 0, p.top_p = 1, p.min_p = 1, p.typical_p = 1, p.repetition_penalty = 10;
     p.presence_penalty = -2, p.frequency_penalty = 2, p.penalty_last_n = -1, p.n_logprobs = 20;
     cn_logit_bias ban[1] = {{31999, -INFINITY}};
     p.logit_bias = ban, p.n_logit_bias = 1;
     cr_assert_eq(cn_sampling_validate(&p, 32000, NULL), CN_STATUS_OK);
     /* n_vocab 0 = unknown: ids are only checked to be >= 0 */
-    p = cn_sampling_default();
+    p = cn_sampling_default_params();
     s_bias_tok(&p);
     cr_assert_eq(cn_sampling_validate(&p, 0, NULL), CN_STATUS_OK);
 }
 
 Test(sampling_params, chain_specs_and_presets) {
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     cn_error err = {0};
     cr_assert_eq(cn_sampling_set_chain(&p, "llama.cpp", &err), CN_STATUS_OK, "%s", err.msg);
     const cn_sampler_stage llama[] = {CN_SAMPLER_LOGIT_BIAS, CN_SAMPLER_PENALTIES, CN_SAMPLER_TOP_K,
@@ -199,14 +199,14 @@ Test(sampling_params, chain_specs_and_presets) {
                {"top_k;;top_p", "empty stage name"},
                {"top_k;", "empty stage name"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cn_sampling_params q = cn_sampling_default();
+        cn_sampling_params q = cn_sampling_default_params();
         cr_assert_eq(cn_sampling_set_chain(&q, bad[i].spec, &err), CN_STATUS_INVALID_ARG, "%s", bad[i].spec);
         cr_assert(strstr(err.msg, bad[i].msg), "'%s': %s", bad[i].spec, err.msg);
         cr_assert_eq(q.n_chain, 7, "params unchanged on error");
         cr_assert_eq(q.chain[2], CN_SAMPLER_TEMPERATURE);
     }
     for (int s = 0; s < CN_SAMPLER_N_STAGES; s++) {
-        cn_sampling_params q = cn_sampling_default();
+        cn_sampling_params q = cn_sampling_default_params();
         cr_assert_eq(cn_sampling_set_chain(&q, cn_sampler_stage_name((cn_sampler_stage)s), NULL), CN_STATUS_OK);
     }
     cr_assert_str_eq(cn_sampler_stage_name(CN_SAMPLER_N_STAGES), "?");
@@ -220,7 +220,7 @@ Test(sampling_params, chain_specs_and_presets) {
 Test(sampling_draws, top_p_07_frequencies_pass_chi_square) {
     float l[4];
     colour_logits(l);
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.top_p = 0.7f;
     p.seed = 42;
     cn_sampler *s = make(&p, 4);
@@ -244,7 +244,7 @@ static void step_logits(cn_rng *r, float *l, int n) {
 }
 
 static void run_sequence(uint64_t seed, int32_t *out, int steps) {
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.seed = seed;
     p.temperature = 0.9f;
     p.top_k = 50;
@@ -277,7 +277,7 @@ Test(sampling_draws, same_seed_same_sequence) {
 Test(sampling_draws, random_seed_is_reported_and_reproducible) {
     float l[4];
     colour_logits(l);
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     cn_sampler *s = make(&p, 4);
     uint64_t seed = cn_sampler_seed(s);
     cr_assert_neq(seed, CN_SAMPLING_SEED_RANDOM);
@@ -298,7 +298,7 @@ Test(sampling_draws, random_seed_is_reported_and_reproducible) {
 Test(sampling_draws, greedy_ignores_the_draw) {
     float l[4];
     colour_logits(l);
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.temperature = 0;
     p.seed = 5;
     cn_sampler *s = make(&p, 4);
@@ -323,7 +323,7 @@ static void noop_observer(void *user, cn_sampler_stage stage, const cn_candidate
 
 Test(sampling_draws, greedy_shortcut_matches_the_chain) {
     enum { V = 300 };
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.temperature = 0;
     p.top_k = 40;
     p.top_p = 0.9f;
@@ -430,7 +430,7 @@ static void assert_probs(const trace *t, int k, size_t n, const int *ids, const 
 Test(sampling_chain, order_changes_the_result) {
     float l[4];
     colour_logits(l);
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.temperature = 2.0f;
     p.min_p = 0.25f;
     p.seed = 1;
@@ -460,7 +460,7 @@ Test(sampling_chain, order_changes_the_result) {
 /* Every stage on, each observed in chain order with probabilities summing to 1. */
 Test(sampling_chain, all_stages_observed_in_order) {
     float l[6] = {3.0f, 2.5f, 2.0f, 1.0f, 0.5f, -1.0f};
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     cn_logit_bias b[1] = {{5, 1.0f}};
     p.logit_bias = b, p.n_logit_bias = 1;
     p.repetition_penalty = 1.2f;
@@ -489,7 +489,7 @@ Test(sampling_chain, all_stages_observed_in_order) {
 Test(sampling_chain, penalties_use_the_last_n_window) {
     const float l[5] = {2.0f, -1.0f, 0.5f, 3.0f, 0.0f};
     const int32_t hist[4] = {3, 3, 0, 1};
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.repetition_penalty = 1.5f;
     p.penalty_last_n = 2;
     p.temperature = 0;
@@ -510,7 +510,7 @@ Test(sampling_chain, penalties_use_the_last_n_window) {
 Test(sampling_chain, bans_are_absolute) {
     float l[4];
     colour_logits(l);
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     cn_logit_bias dup[3] = {{GRAY, 2.0f}, {BLUE, -INFINITY}, {GRAY, -1.5f}}; /* gray: +0.5 */
     p.logit_bias = dup, p.n_logit_bias = 3;
     p.seed = 8;
@@ -536,7 +536,7 @@ Test(sampling_chain, bans_are_absolute) {
     cr_assert_eq(tok, 7, "no token on error");
     cn_sampler_free(s);
 
-    p = cn_sampling_default();
+    p = cn_sampling_default_params();
     cr_assert_eq(cn_sampling_set_chain(&p, "top_k;logit_bias", NULL), CN_STATUS_OK);
     p.n_chain = 1; /* top_k only */
     s = make(&p, 4);
@@ -548,7 +548,7 @@ Test(sampling_chain, bans_are_absolute) {
 Test(sampling_chain, logprobs_are_the_raw_distribution) {
     float l[4];
     colour_logits(l);
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.top_p = 0.7f;
     p.n_logprobs = 3;
     p.seed = 11;
@@ -578,7 +578,7 @@ Test(sampling_chain, logprobs_are_the_raw_distribution) {
 Test(sampling_chain, errors_consume_no_randomness) {
     float l[4];
     colour_logits(l);
-    cn_sampling_params p = cn_sampling_default();
+    cn_sampling_params p = cn_sampling_default_params();
     p.seed = 21;
     p.presence_penalty = 0.5f;
     cn_sampler *s = make(&p, 4), *ref = make(&p, 4);

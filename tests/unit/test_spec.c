@@ -87,7 +87,7 @@ static const char *const k_prompts[] = {"Once upon a time", "Lily and Tom went t
                                         "The cat sat. The cat sat. The cat", "One day, a little bird"};
 
 static cn_gen_params greedy(int32_t max_tokens) {
-    cn_gen_params p = cn_gen_default();
+    cn_gen_params p = cn_gen_default_params();
     p.sampling.temperature = 0.0f;
     p.max_tokens = max_tokens;
     return p;
@@ -166,7 +166,7 @@ Test(spec, seeded_sampling_identical_lookup, .timeout = 120) {
     p.lookup_n = 3;
     for (uint64_t seed = 1; seed <= 24; seed++) {
         p.adaptive = seed % 2; /* adaptive: lengths by the clock, the tokens all the same */
-        cn_gen_params gp = cn_gen_default();
+        cn_gen_params gp = cn_gen_default_params();
         gp.sampling.temperature = seed % 3 ? 0.7f : 1.3f;
         gp.sampling.top_k = seed % 2 ? 0 : 20;
         gp.sampling.min_p = 0.02f;
@@ -219,7 +219,7 @@ Test(spec, verified_token_follows_the_target_distribution, .timeout = 300) {
     enum { N = 4000 };
     static int32_t first[N], second[N];
     for (int i = 0; i < N; i++) {
-        cn_gen_params gp = cn_gen_default();
+        cn_gen_params gp = cn_gen_default_params();
         gp.sampling.temperature = 1.0f;
         gp.sampling.seed = 777 + (uint64_t)i;
         gp.max_tokens = 3; /* the first token from prefill, the second checked against a draft */
