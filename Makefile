@@ -6,6 +6,7 @@
 #   make BUILD=dir    build into another folder (parallel checkouts, sanitizer builds)
 #   make SAN=1        ASan + UBSan build (default folder build-san)
 #   make cross-arm64  the NEON kernels built for arm64 and checked against ref under qemu
+#   make check-layers the #include graph against DESIGN.md's layer rules (tools/layers.txt)
 
 SAN     ?= 0
 ifeq ($(SAN),1)
@@ -203,6 +204,12 @@ models:
 
 test-unit: $(UNIT)
 	$(UNIT) --jobs 2
+
+# The layer rules of DESIGN.md, kept as data in tools/layers.txt, against the real
+# #include graph of src/ and include/: fails naming each arrow the rules do not allow.
+.PHONY: check-layers
+check-layers:
+	$(Q)python3 tools/check_layers.py
 
 # libFuzzer: every harness in tests/fuzz (the GGUF reader, tokenizer encode/decode, chat
 # templates, the HTTP body -> engine request mapping, the stop-string stream filter),

@@ -6,6 +6,7 @@ cinder's message)."""
 import _thread
 import json
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -88,13 +89,25 @@ def test_stream_broken_off_half_way_cancels(smol):
     assert a.finish_reason == "length" and a.text.startswith("".join(got)[:5])
 
 
-def test_keyboard_interrupt_cancels_cleanly(smol):
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler for the test's duration. A suite started in the
+    background (`nohup make test &`, a script) inherits SIGINT ignored, and then
+    _thread.interrupt_main() does nothing: this test needs Ctrl-C to raise."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_keyboard_interrupt_cancels_cleanly(smol, sigint_raises):
     timer = threading.Timer(0.3, _thread.interrupt_main)
     timer.start()
     t0 = time.time()
-    with pytest.raises(KeyboardInterrupt):
-        smol.generate("Once upon a time", max_tokens=4000, temperature=0, ignore_eos=True)
-    timer.cancel()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            smol.generate("Once upon a time", max_tokens=4000, temperature=0, ignore_eos=True)
+    finally:
+        timer.cancel()
     assert time.time() - t0 < 30
     assert smol.generate("Hello", max_tokens=4, temperature=0).finish_reason == "length"
 

@@ -497,25 +497,72 @@ Test(tensor, q8_K_block_sums_and_q8_1_sum) {
 }
 
 /* Non-finite inputs give some block, never undefined behaviour (run under UBSan), and
- * arbitrary bytes decode without faults. */
-Test(tensor, non_finite_and_random_bytes_are_safe) {
-    float x[512];
-    uint8_t q[2048];
-    float y[512];
+ * reach no other block: a block whose inputs are all finite quantizes to the same bytes
+ * as it does with the non-finite values replaced by zeros; the formats of one element
+ * per block keep NaN and the infinities. Arbitrary bytes decode without faults, and block
+ * by block as the GGUF layout (k_types) says: output block k (block_size elements) reads
+ * bytes [k * type_size, (k + 1) * type_size) of the row and nothing past its end. */
+Test(tensor, non_finite_and_random_bytes_stay_in_their_block) {
+    enum { N = 1024, N_BYTES = 4 * N }; /* 4 super-blocks; f32 is the largest row */
+    static float x[N], x_clean[N], y[N], y2[N];
+    static uint8_t q[N_BYTES], q_clean[N_BYTES];
     uint64_t s = 3;
-    for (int j = 0; j < 512; j++)
-        x[j] = (float)rng_gauss(&s);
+    for (int j = 0; j < N; j++)
+        x[j] = x_clean[j] = (float)rng_gauss(&s);
+    /* super-blocks 0 and 1 get non-finite values, 2 and 3 stay finite */
+    const int bad[] = {3, 40, 300, 301};
     x[3] = NAN;
     x[40] = INFINITY;
     x[300] = -INFINITY;
-    x[301] = NAN;
+    x[301] = -NAN;
+    for (size_t i = 0; i < CN_ARRAY_LEN(bad); i++) x_clean[bad[i]] = 0.0f;
     for (size_t i = 0; i < CN_ARRAY_LEN(k_types); i++) {
-        const cn_type_traits *t = cn_type_traits_get(k_types[i].type);
-        t->from_float_ref(x, q, 512);
-        t->to_float(q, y, 512);
+        const type_row *r = &k_types[i];
+        const cn_type_traits *t = cn_type_traits_get(r->type);
+        const int64_t n_blocks = N / r->block_size;
+        const size_t row_bytes = (size_t)n_blocks * r->type_size;
+        cr_assert_eq(cn_type_row_bytes(r->type, N), row_bytes, "%s", r->name);
+
+        memset(q, 0, sizeof q);
+        memset(q_clean, 0, sizeof q_clean);
+        t->from_float_ref(x, q, N);
+        t->from_float_ref(x_clean, q_clean, N);
+        int n_compared = 0;
+        for (int64_t b = 0; b < n_blocks; b++) {
+            bool finite = true;
+            for (int64_t j = 0; j < r->block_size; j++)
+                finite &= isfinite(x[b * r->block_size + j]) != 0;
+            if (!finite)
+                continue;
+            cr_assert(!memcmp(q + b * r->type_size, q_clean + b * r->type_size, r->type_size),
+                      "%s block %ld: non-finite input elsewhere changed it", r->name, (long)b);
+            n_compared++;
+        }
+        cr_assert_geq(n_compared, n_blocks / 2, "%s", r->name);
+        t->to_float(q, y, N);
+        if (r->block_size == 1)
+            cr_assert(isnan(y[3]) && y[40] == INFINITY && y[300] == -INFINITY && isnan(y[301]),
+                      "%s: %a %a %a %a", r->name, y[3], y[40], y[300], y[301]);
+
         for (size_t j = 0; j < sizeof q; j++)
             q[j] = (uint8_t)rng_next(&s);
-        t->to_float(q, y, 512);
+        t->to_float(q, y, N);
+        const int64_t k = (int64_t)(rng_next(&s) % (uint64_t)n_blocks);
+        for (size_t j = 0; j < r->type_size; j++)
+            q[k * r->type_size + j] ^= 0xff;
+        for (size_t j = row_bytes; j < sizeof q; j++)
+            q[j] ^= 0xff;
+        t->to_float(q, y2, N);
+        bool block_k_changed = false;
+        for (int e = 0; e < N; e++) {
+            const bool same = !memcmp(&y[e], &y2[e], sizeof(float));
+            if (e / r->block_size == k)
+                block_k_changed |= !same;
+            else
+                cr_assert(same, "%s elem %d changed with the bytes of block %ld: %a -> %a",
+                          r->name, e, (long)k, y[e], y2[e]);
+        }
+        cr_assert(block_k_changed, "%s: block %ld ignores its own bytes", r->name, (long)k);
     }
 }
 

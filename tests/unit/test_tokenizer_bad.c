@@ -240,7 +240,6 @@ Test(tokenizer_bad, big_vocab_is_fast, .timeout = 60) {
     int32_t *ids = tt_tokenize(t, text, len, true, true, &n);
     double t_tok_ms = cn_time_ms() - t0;
     cr_assert_gt(n, len / 14);
-    fprintf(stderr, "262144-token vocab: load %.0f ms, 200 kB text %.0f ms\n", t_load_ms, t_tok_ms);
     cr_assert_lt(t_load_ms, 5000);
     cr_assert_lt(t_tok_ms, 10000);
     free(ids);
