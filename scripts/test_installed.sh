@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The library as its users get it (issue 18), run by scripts/test.sh:
 #   1. `make install` into build/prefix; libcinder.so must export only the cn_ API
-#   2. examples/*.c and tests/api/api_test.c (they include only <cinder.h>) built against
+#   2. examples/*.c (generate, engine, decode) and tests/api/api_test.c (they include only <cinder.h>) built against
 #      the *installed* library through pkg-config, and run on stories260K
 #   3. a fresh virtualenv: `pip install ./python` (which builds or finds libcinder.so),
 #      the README's Python example (it must print the worked example), then the package's
@@ -22,7 +22,7 @@ echo "libcinder.so: $(nm -D --defined-only "$P/lib/libcinder.so" | wc -l) symbol
 CFLAGS_EX="-std=c11 -Wall -Wextra -Werror $(pkg-config --cflags cinder)"
 LIBS_EX="$(pkg-config --libs cinder) -lm -Wl,-rpath,$P/lib"
 mkdir -p build/examples
-for x in generate engine; do
+for x in generate engine decode; do
     # shellcheck disable=SC2086
     cc $CFLAGS_EX "examples/$x.c" $LIBS_EX -o "build/examples/$x"
 done
@@ -32,6 +32,10 @@ cc $CFLAGS_EX tests/api/api_test.c $LIBS_EX -o build/examples/api_test
 out=$(build/examples/generate "$TD/models/stories260K.gguf" "Once upon a time" 16 2>/dev/null)
 grep -q "there was a little girl named Lily" <<< "$out" || { echo "examples/generate printed: $out"; exit 1; }
 echo "examples/generate: $out"
+# the low tier by hand (batch + decode + logits rows) must give the context's greedy text
+dec=$(build/examples/decode "$TD/models/stories260K.gguf" "Once upon a time" 16 2>/dev/null)
+[ "$(tr -d '\n' <<< "$dec")" = "$(tr -d '\n' <<< "$out")" ] || { echo "examples/decode printed: $dec (generate: $out)"; exit 1; }
+echo "examples/decode: $dec"
 out=$(build/examples/engine "$TD/models/stories260K.gguf")
 [ "$(grep -c '^\[[0-2]\] .*(length)$' <<< "$out")" = 3 ] || { echo "examples/engine printed: $out"; exit 1; }
 echo "examples/engine: $(tail -1 <<< "$out")"
