@@ -753,6 +753,34 @@ CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
 
 /* ==== end of engine ======================================================================= */
 
+/* ==== measuring: the machine, and what a decoded token costs ==============================
+ * For tools that report speed against what the hardware allows (cinder bench; a program
+ * printing its system line, as llama.cpp's llama_print_system_info). Implemented in
+ * src/core/system.c and src/model/decode_bytes.c. Thread-safe. */
+
+typedef struct {
+    int32_t n_cpus;            /* online CPUs: what n_threads = 0 ("every CPU") means */
+    bool avx2, avx512f, avx512vnni, amx_int8, neon; /* CPU features, after the CINDER_ISA
+                                  cap (cn_kernels_family() names the kernels they chose) */
+} cn_system_info;
+
+CN_API void cn_system_get_info(cn_system_info *out);
+
+/* The machine's memory bandwidth as n_threads see it, in GB/s (1e9 bytes): the best of 3
+ * passes reading n_bytes (at least 64 MiB; as many as a decoded token reads makes cache
+ * effects alike: cn_model_decode_bytes) in 2 MiB pages like prefaulted weights, and of 3
+ * copies of half as many (bytes read + written). Takes a few passes over n_bytes of
+ * memory it allocates and frees. INVALID_ARG for n_threads outside [1, 1024], NO_MEMORY. */
+CN_API cn_status cn_system_measure_bandwidth(int32_t n_threads, uint64_t n_bytes, double *read_gb_s,
+                                             double *copy_gb_s, cn_error *err);
+
+/* The weight bytes one decoded token reads: every matrix, bias and norm of every layer,
+ * the output norm and the LM head; not the embedding table (one row of it is read) unless
+ * it is the tied LM head. Decode tok/s times this is the weight traffic per second. */
+CN_API uint64_t cn_model_decode_bytes(const cn_model *m);
+
+/* ==== end of measuring ==================================================================== */
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,18 +30,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench_parallel.h"
+#include "cinder.h"
 #include "cli.h"
-#include "core/core.h"
-#include "gen/generate.h"
-#include "model/model.h"
-#include "engine/engine.h"
-#include "text/tokenizer.h"
+#include "flags.h"
 
 #define MAX_LEVELS 16
 #define MAX_PARALLEL 1024
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 typedef struct {
     const char *model;
@@ -50,10 +47,11 @@ typedef struct {
     int32_t n_gen, n_threads, system_tokens;
     int64_t kv_mem_mib;
     cn_type kv_type;
-    bool shared, prefix_cache, json;
+    bool shared, no_prefix_cache, json;
     int32_t lookup_n;
-    const char *draft;   /* --draft: a draft model for every request */
-    char *file_text;     /* --prompt-file's contents, or NULL */
+    const char *draft;       /* --draft: a draft model for every request */
+    const char *prompt_file; /* --prompt-file */
+    char *file_text;         /* its contents, or NULL */
 } popts;
 
 /* ---- prompts ---- */
@@ -72,7 +70,7 @@ static const char k_system_sentence[] =
     "sure you say so and suggest who could help. ";
 
 static char *prompt_for(const popts *o, const char *system, int i) {
-    const char *topic = k_topics[i % (int)CN_ARRAY_LEN(k_topics)];
+    const char *topic = k_topics[i % (int)(sizeof k_topics / sizeof k_topics[0])];
     const size_t n = strlen(system) + (o->file_text ? strlen(o->file_text) : 0) + 256;
     char *p = malloc(n);
     if (!p) return NULL;
@@ -106,7 +104,7 @@ static char *system_prompt(const cn_tokenizer *tok, int32_t tokens) {
 /* ---- one level ---- */
 
 typedef struct {
-    double t_last;       /* when the last token came (cn_time_ms), 0 before the first */
+    double t_last;       /* when the last token came (cli_now_ms), 0 before the first */
     double ttft_ms;
     int32_t n_tokens, n_cached;
     bool done;
@@ -123,7 +121,7 @@ static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token 
     (void)tok;
     precord *r = user;
     preq *q = &r->reqs[id];
-    const double now = cn_time_ms();
+    const double now = cli_now_ms();
     if (q->t_last > 0 && r->n_gaps < r->cap_gaps) r->gaps[r->n_gaps++] = now - q->t_last;
     q->t_last = now;
     q->n_tokens++;
@@ -148,11 +146,6 @@ typedef struct {
     double load;
 } presult;
 
-static double load1(void) {
-    double l[1];
-    return getloadavg(l, 1) == 1 ? l[0] : -1;
-}
-
 /* Steps until every request in reqs[lo..hi) has finished. */
 static cn_status drain(cn_engine *e, const preq *reqs, uint64_t lo, uint64_t hi, cn_error *err) {
     for (;;) {
@@ -164,8 +157,8 @@ static cn_status drain(cn_engine *e, const preq *reqs, uint64_t lo, uint64_t hi,
     }
 }
 
-static int run_level(const cn_model *m, const cn_model *dm, const cn_tokenizer *tok, const popts *o, int32_t N,
-                     const char *system, presult *res) {
+static int run_level(const cn_model *m, int32_t n_ctx_train, const cn_model *dm, const cn_tokenizer *tok,
+                     const popts *o, int32_t N, const char *system, presult *res) {
     int rc = 1;
     cn_error err = {0};
     char **prompts = calloc((size_t)N + 1, sizeof *prompts);
@@ -189,14 +182,14 @@ static int run_level(const cn_model *m, const cn_model *dm, const cn_tokenizer *
             goto done;
         }
         if (i < N) total_prompt += (int64_t)n;
-        max_prompt = CN_MAX(max_prompt, (int64_t)n);
+        max_prompt = MAX(max_prompt, (int64_t)n);
     }
     cn_engine_params ep = cn_engine_default_params();
     ep.n_threads = o->n_threads;
     ep.max_running = N;
-    ep.step_tokens = CN_MAX(512, N);
+    ep.step_tokens = MAX(512, N);
     ep.kv_type = o->kv_type;
-    ep.prefix_cache = o->prefix_cache;
+    ep.prefix_cache = !o->no_prefix_cache;
     ep.max_queue = N + 1;
     ep.draft = dm;
     if (o->kv_mem_mib > 0) {
@@ -205,7 +198,7 @@ static int run_level(const cn_model *m, const cn_model *dm, const cn_tokenizer *
         /* room for every request at once (and the warm-up), each rounded up to blocks */
         ep.kv_tokens = (int64_t)(N + 1) * ((max_prompt + o->n_gen + 15) / 16 * 16 + 16);
     }
-    ep.n_ctx = (int32_t)CN_MIN((int64_t)cn_model_hparams(m)->n_ctx_train, max_prompt + o->n_gen + 16);
+    ep.n_ctx = (int32_t)(n_ctx_train < max_prompt + o->n_gen + 16 ? n_ctx_train : max_prompt + o->n_gen + 16);
     if (cn_engine_create(m, &ep, &e, &err) != CN_STATUS_OK) {
         cn_cli_errorf("%s", err.msg);
         goto done;
@@ -232,7 +225,7 @@ static int run_level(const cn_model *m, const cn_model *dm, const cn_tokenizer *
     rec.n_gaps = 0;
     cn_engine_stats st0;
     cn_engine_get_stats(e, &st0);
-    const double t0 = cn_time_ms();
+    const double t0 = cli_now_ms();
     for (int32_t i = 0; i < N; i++) {
         r.prompt = prompts[i];
         if (cn_engine_submit(e, &r, &cb, &id, &err) != CN_STATUS_OK) {
@@ -244,7 +237,7 @@ static int run_level(const cn_model *m, const cn_model *dm, const cn_tokenizer *
         cn_cli_errorf("bench: step: %s", err.msg);
         goto done;
     }
-    const double wall_ms = cn_time_ms() - t0;
+    const double wall_ms = cli_now_ms() - t0;
     cn_engine_stats st;
     cn_engine_get_stats(e, &st);
     memset(res, 0, sizeof *res);
@@ -260,20 +253,20 @@ static int run_level(const cn_model *m, const cn_model *dm, const cn_tokenizer *
     /* decode alone: the tokens after each request's first, over the time after the
      * last first token (llama-batched-bench's S_TG when every prompt fits one step) */
     double ttft_max = 0;
-    for (int32_t i = 0; i < N; i++) ttft_max = CN_MAX(ttft_max, ttft[i]);
+    for (int32_t i = 0; i < N; i++) ttft_max = MAX(ttft_max, ttft[i]);
     res->decode_tok_s = wall_ms > ttft_max ? (double)(res->n_gen - N) * 1000.0 / (wall_ms - ttft_max) : 0;
     res->gen_tok_s = wall_ms > 0 ? (double)res->n_gen * 1000.0 / wall_ms : 0;
-    res->ttft_p50 = cn_gen_percentile(ttft, (size_t)N, 0.5);
-    res->ttft_p90 = cn_gen_percentile(ttft, (size_t)N, 0.9);
-    res->ttft_p99 = cn_gen_percentile(ttft, (size_t)N, 0.99);
-    res->itl_p50 = cn_gen_percentile(rec.gaps, rec.n_gaps, 0.5);
-    res->itl_p90 = cn_gen_percentile(rec.gaps, rec.n_gaps, 0.9);
-    res->itl_p99 = cn_gen_percentile(rec.gaps, rec.n_gaps, 0.99);
+    res->ttft_p50 = cli_percentile(ttft, (size_t)N, 0.5);
+    res->ttft_p90 = cli_percentile(ttft, (size_t)N, 0.9);
+    res->ttft_p99 = cli_percentile(ttft, (size_t)N, 0.99);
+    res->itl_p50 = cli_percentile(rec.gaps, rec.n_gaps, 0.5);
+    res->itl_p90 = cli_percentile(rec.gaps, rec.n_gaps, 0.9);
+    res->itl_p99 = cli_percentile(rec.gaps, rec.n_gaps, 0.99);
     res->kv_mib = (double)st.kv_blocks_peak * (double)st.kv_block_bytes / (1024.0 * 1024.0);
     res->preemptions = st.n_preemptions - st0.n_preemptions;
     res->drafted = st.n_drafted - st0.n_drafted;
     res->accepted = st.n_accepted - st0.n_accepted;
-    res->load = load1();
+    res->load = cli_load1();
     rc = 0;
 done:
     cn_engine_free(e);
@@ -291,7 +284,7 @@ done:
 static void print_json(const popts *o, const presult *r) {
     json_t *j = json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:i, s:I, s:I}",
                           "model", o->model, "variant", o->shared ? "shared" : "distinct", "prefix_cache",
-                          o->prefix_cache, "parallel", r->parallel, "threads", o->n_threads, "prompt_tokens",
+                          !o->no_prefix_cache, "parallel", r->parallel, "threads", o->n_threads, "prompt_tokens",
                           r->n_prompt_mean, "gen_tokens", (json_int_t)r->n_gen, "gen_tok_s", r->gen_tok_s, "decode_tok_s", r->decode_tok_s,
                           "ttft_p50_ms", r->ttft_p50, "ttft_p90_ms", r->ttft_p90, "ttft_p99_ms", r->ttft_p99,
                           "itl_p50_ms", r->itl_p50, "itl_p90_ms", r->itl_p90, "itl_p99_ms", r->itl_p99, "kv_mib",
@@ -305,100 +298,75 @@ static void print_json(const popts *o, const presult *r) {
     json_decref(j);
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: cinder bench --parallel 1,4,8,16 -m MODEL [-n 64] [-t THREADS] [--variant distinct|shared]\n"
-            "       [--system-tokens 500] [--no-prefix-cache] [--kv-mem MiB] [--kv-type f16|q8_0] [--json]\n"
-            "       [--prompt-file F] [--lookup N] [--draft MODEL]\n"
-            "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
-            "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB. 'shared' gives every\n"
-            "  request one common system prompt (after a warm-up request) to measure the prefix cache.\n"
-            "  --prompt-file F: every prompt is 'Request i.' and F's text. --lookup N: speculation by\n"
-            "  n-gram lookup (up to N-grams) in every request; --draft: speculation with a draft model;\n"
-            "  guesses checked and confirmed are shown.\n");
+static int parse_levels(void *dst, const char *v, const char *cmd, const char *name) {
+    popts *o = dst;
+    if (cn_cli_parse_int_list(v, 1, MAX_PARALLEL, o->levels, MAX_LEVELS, &o->n_levels)) return 0;
+    cn_cli_errorf("%s: %s wants up to %d counts 1..%d separated by commas, got '%s'", cmd, name, MAX_LEVELS,
+                  MAX_PARALLEL, v);
+    return -1;
+}
+
+static int parse_variant(void *dst, const char *v, const char *cmd, const char *name) {
+    if (strcmp(v, "distinct") && strcmp(v, "shared")) {
+        cn_cli_errorf("%s: %s is 'distinct' or 'shared', got '%s'", cmd, name, v);
+        return -1;
+    }
+    *(bool *)dst = !strcmp(v, "shared");
+    return 0;
+}
+
+static int parse_kv_type(void *dst, const char *v, const char *cmd, const char *name) {
+    if (!strcmp(v, "f16")) *(cn_type *)dst = CN_TYPE_F16;
+    else if (!strcmp(v, "q8_0")) *(cn_type *)dst = CN_TYPE_Q8_0;
+    else {
+        cn_cli_errorf("%s: %s is f16 or q8_0, got '%s'", cmd, name, v);
+        return -1;
+    }
+    return 0;
 }
 
 int cn_cli_bench_parallel(int argc, char **argv) {
-    popts o = {.n_gen = 64, .system_tokens = 500, .kv_type = CN_TYPE_F16, .prefix_cache = true};
-    o.n_threads = (int32_t)CN_MAX(1L, CN_MIN(64L, sysconf(_SC_NPROCESSORS_ONLN)));
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            o.json = true;
-            continue;
-        }
-        if (!strcmp(a, "--no-prefix-cache")) {
-            o.prefix_cache = false;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--parallel")) {
-            if (!cn_cli_parse_int_list(v, 1, MAX_PARALLEL, o.levels, MAX_LEVELS, &o.n_levels)) {
-                cn_cli_errorf("bench: --parallel wants counts 1..%d separated by commas, got '%s'", MAX_PARALLEL, v);
-                return 2;
-            }
-            continue;
-        }
-        if (!strcmp(a, "-m")) {
-            o.model = v;
-            continue;
-        }
-        if (!strcmp(a, "--draft")) {
-            o.draft = v;
-            continue;
-        }
-        if (!strcmp(a, "--prompt-file")) {
-            size_t len = 0;
-            free(o.file_text);
-            if (!(o.file_text = cn_cli_read_file(v, &len))) return 2;
-            continue;
-        }
-        if (!strcmp(a, "--variant")) {
-            if (strcmp(v, "distinct") && strcmp(v, "shared")) {
-                cn_cli_errorf("bench: --variant is 'distinct' or 'shared', got '%s'", v);
-                return 2;
-            }
-            o.shared = !strcmp(v, "shared");
-            continue;
-        }
-        if (!strcmp(a, "--kv-type")) {
-            if (!strcmp(v, "f16")) o.kv_type = CN_TYPE_F16;
-            else if (!strcmp(v, "q8_0")) o.kv_type = CN_TYPE_Q8_0;
-            else {
-                cn_cli_errorf("bench: --kv-type is f16 or q8_0, got '%s'", v);
-                return 2;
-            }
-            continue;
-        }
-        char *end = NULL;
-        const long n = strtol(v, &end, 10);
-        if (end == v || *end) {
-            cn_cli_errorf("bench: option %s wants a number, got '%s'", a, v);
-            return 2;
-        }
-        if (!strcmp(a, "-n") && n >= 1 && n <= (1 << 16)) o.n_gen = (int32_t)n;
-        else if (!strcmp(a, "-t") && n >= 1 && n <= 1024) o.n_threads = (int32_t)n;
-        else if (!strcmp(a, "--system-tokens") && n >= 1 && n <= (1 << 16)) o.system_tokens = (int32_t)n;
-        else if (!strcmp(a, "--kv-mem") && n >= 1 && n <= (1 << 20)) o.kv_mem_mib = n;
-        else if (!strcmp(a, "--lookup") && n >= 0 && n <= 8) o.lookup_n = (int32_t)n;
-        else {
-            cn_cli_errorf("bench: unknown option '%s' or value %ld out of range", a, n);
-            usage(stderr);
-            return 2;
-        }
+    cn_system_info si;
+    cn_system_get_info(&si);
+    popts o = {.n_gen = 64, .n_threads = si.n_cpus, .system_tokens = 500, .kv_type = CN_TYPE_F16};
+    const cli_flag flags[] = {
+        {"--parallel", NULL, CLI_CUSTOM, &o, CLI_ANY, "N,N,...", "concurrent requests per level", 0, NULL, parse_levels},
+        {"--model", "-m", CLI_STR, &o.model, CLI_ANY, "PATH", "the GGUF model", 0, NULL, NULL},
+        {"--n-gen", "-n", CLI_INT, &o.n_gen, 1, 1 << 16, "N", "tokens per request (default 64)", 0, NULL, NULL},
+        {"--threads", "-t", CLI_INT, &o.n_threads, 1, 1024, "N", "threads (default: every CPU)", 0, NULL, NULL},
+        {"--variant", NULL, CLI_CUSTOM, &o.shared, CLI_ANY, "distinct|shared",
+         "'shared': one common system prompt (after a warm-up\nrequest), to measure the prefix cache", 0, NULL,
+         parse_variant},
+        {"--system-tokens", NULL, CLI_INT, &o.system_tokens, 1, 1 << 16, "N", "the shared system prompt (default 500)",
+         0, NULL, NULL},
+        {"--no-prefix-cache", NULL, CLI_BOOL, &o.no_prefix_cache, CLI_ANY, NULL, "turn the prefix cache off", 0, NULL,
+         NULL},
+        {"--kv-mem", NULL, CLI_I64, &o.kv_mem_mib, 1, 1 << 20, "MiB", "KV budget (default: every request at once)", 0,
+         NULL, NULL},
+        {"--kv-type", NULL, CLI_CUSTOM, &o.kv_type, CLI_ANY, "f16|q8_0", "KV cache type (default f16)", 0, NULL,
+         parse_kv_type},
+        {"--prompt-file", NULL, CLI_STR, &o.prompt_file, CLI_ANY, "F", "every prompt is 'Request i.' and F's text", 0,
+         NULL, NULL},
+        {"--lookup", NULL, CLI_INT, &o.lookup_n, 0, 8, "N", "speculation by n-gram lookup (up to N-grams)", 0, NULL,
+         NULL},
+        {"--draft", NULL, CLI_STR, &o.draft, CLI_ANY, "MODEL", "speculation with a draft model", 0, NULL, NULL},
+        {"--json", NULL, CLI_BOOL, &o.json, CLI_ANY, NULL, "one JSON object per level", 0, NULL, NULL},
+    };
+    const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
+    int n_pos = 0;
+    const int st = cli_flags_parse("bench", groups, 1, argc, argv, NULL, 0, &n_pos);
+    if (st == CLI_FLAGS_HELP || (st == 0 && (!o.model || o.n_levels == 0))) {
+        FILE *f = st == CLI_FLAGS_HELP ? stdout : stderr;
+        fprintf(f, "usage: cinder bench --parallel 1,4,8,16 -m MODEL [options]\n"
+                   "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
+                   "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB; with --lookup or\n"
+                   "  --draft, the guesses checked and confirmed.\n");
+        cli_flags_help(f, groups, 1);
+        return st == CLI_FLAGS_HELP ? 0 : 2;
     }
-    if (!o.model || o.n_levels == 0) {
-        usage(stderr);
-        return 2;
-    }
+    if (st) return st;
+    size_t len = 0;
+    if (o.prompt_file && !(o.file_text = cn_cli_read_file(o.prompt_file, &len))) return 2;
     cn_error err = {0};
     cn_model *m = NULL, *dm = NULL;
     cn_tokenizer *tok = NULL;
@@ -406,35 +374,37 @@ int cn_cli_bench_parallel(int argc, char **argv) {
     int rc = 1;
     cn_model_params mp = cn_model_default_params();
     mp.prefault = true;
-    if (cn_model_load(o.model, &mp, &m, &err) != CN_STATUS_OK ||
-        cn_tokenizer_load(cn_model_gguf(m), &tok, &err) != CN_STATUS_OK ||
+    if (cn_model_load(o.model, &mp, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
         (o.draft && cn_model_load(o.draft, &mp, &dm, &err) != CN_STATUS_OK)) {
         cn_cli_errorf("%s", err.msg);
         goto done;
     }
+    cn_model_info mi;
+    cn_model_get_info(m, &mi);
     system = o.shared ? system_prompt(tok, o.system_tokens) : calloc(1, 1);
     if (!system) {
         cn_cli_errorf("bench: out of memory");
         goto done;
     }
+    const char *cache = o.no_prefix_cache ? "off" : "on";
     if (!o.json)
         printf("%-8s %-6s %4s %6s %9s %9s %10s %10s %10s %9s %9s %9s %8s %7s %5s %8s %8s\n", "variant", "prefix", "N",
                "prompt", "gen tok/s", "dec tok/s", "ttft p50", "ttft p90", "ttft p99", "itl p50", "itl p90", "itl p99",
                "kv MiB", "preempt", "load", "drafted", "accepted");
     for (int32_t l = 0; l < o.n_levels; l++) {
         fprintf(stderr, "cinder bench: parallel %d (%s prompts, prefix cache %s, %d threads)...\n", o.levels[l],
-                o.shared ? "shared" : "distinct", o.prefix_cache ? "on" : "off", o.n_threads);
+                o.shared ? "shared" : "distinct", cache, o.n_threads);
         presult res;
-        if (run_level(m, dm, tok, &o, o.levels[l], system, &res) != 0) goto done;
+        if (run_level(m, mi.n_ctx_train, dm, tok, &o, o.levels[l], system, &res) != 0) goto done;
         if (o.json) {
             print_json(&o, &res);
         } else {
             printf("%-8s %-6s %4d %6d %9.1f %9.1f %8.1fms %8.1fms %8.1fms %7.2fms %7.2fms %7.2fms %8.2f %7lld %5.2f "
                    "%8lld %8lld\n",
-                   o.file_text ? "file" : o.shared ? "shared" : "distinct", o.prefix_cache ? "on" : "off", res.parallel,
-                   res.n_prompt_mean, res.gen_tok_s, res.decode_tok_s, res.ttft_p50, res.ttft_p90, res.ttft_p99,
-                   res.itl_p50, res.itl_p90, res.itl_p99, res.kv_mib, (long long)res.preemptions, res.load,
-                   (long long)res.drafted, (long long)res.accepted);
+                   o.file_text ? "file" : o.shared ? "shared" : "distinct", cache, res.parallel, res.n_prompt_mean,
+                   res.gen_tok_s, res.decode_tok_s, res.ttft_p50, res.ttft_p90, res.ttft_p99, res.itl_p50, res.itl_p90,
+                   res.itl_p99, res.kv_mib, (long long)res.preemptions, res.load, (long long)res.drafted,
+                   (long long)res.accepted);
         }
         fflush(stdout);
     }

@@ -1,10 +1,21 @@
-/* bench_parallel.h — `cinder bench --parallel`: the batched engine under N concurrent
- * requests (bench_parallel.c). bench.c hands over its whole argument list when
- * --parallel is among its options. */
+/* bench_parallel.h — what bench.c and bench_parallel.c share: `cinder bench --parallel`
+ * (the batched engine under N concurrent requests, bench_parallel.c; bench.c hands over
+ * its whole argument list when --parallel is among its options) and the few measuring
+ * helpers both report with (bench.c). */
 #ifndef CN_CLI_BENCH_PARALLEL_H
 #define CN_CLI_BENCH_PARALLEL_H
 
+#include <stddef.h>
+
 /* argv[0] is "bench"; returns the exit code (0, 1 runtime failure, 2 usage). */
 int cn_cli_bench_parallel(int argc, char **argv);
+
+/* A monotonic clock in milliseconds. */
+double cli_now_ms(void);
+/* The 1-minute load average, -1 where unknown: every figure is printed with it. */
+double cli_load1(void);
+/* The q-quantile of v[0..n) (sorted in place) by linear interpolation between order
+ * statistics, numpy's default and what cn_gen_timings' percentiles use; 0 for n = 0. */
+double cli_percentile(double *v, size_t n, double q);
 
 #endif
