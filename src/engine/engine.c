@@ -453,7 +453,8 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
         gp.should_cancel = NULL;
         gp.user = c;
         if (i > 0) gp.sampling.seed = seed + (uint64_t)i;
-        if ((st = cn_gen_create(e->tok, e->n_vocab, &gp, &c->gen, err)) != CN_STATUS_OK) return st;
+        /* validated above, once for every completion: only the seed and callbacks differ */
+        if ((st = cn_gen_create_valid(e->tok, e->n_vocab, &gp, &c->gen, err)) != CN_STATUS_OK) return st;
         if (i == 0) seed = cn_sampler_seed(cn_gen_sampler(c->gen));
     }
     st = cn_sched_seq_append(&q->choices[0].seq, q->prompt, q->n_prompt, err);
