@@ -33,13 +33,24 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/core.h"
-#include "engine/engine.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/page.h"
 
 #define WAKE_MS 50
+
+/* Fills err (as the library's calls do) and returns s. */
+static cn_status server_err(cn_error *err, cn_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static cn_status server_err(cn_error *err, cn_status s, const char *fmt, ...) {
+    if (!err) return s;
+    memset(err, 0, sizeof *err);
+    err->status = s;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return s;
+}
 
 cn_server_params cn_server_default_params(void) {
     return (cn_server_params){.host = "127.0.0.1", .port = 8080, .request_timeout_s = 600, .idle_timeout_s = 30,
@@ -712,16 +723,12 @@ static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn
     if ((x = json_object_get(body, "with_pieces"))) with_pieces = json_is_true(x);
     const char *text = json_string_value(content);
     const size_t len = json_string_length(content);
-    size_t cnt = 0, again = 0;
+    size_t cnt = 0;
+    int32_t *ids = NULL;
     cn_error err = {0};
-    const cn_status st = cn_tokenize(s->oc.tok, text, len, add_special, parse_special, NULL, 0, &cnt, &err);
+    const cn_status st = cn_tokenize_alloc(s->oc.tok, text, len, add_special, parse_special, &ids, &cnt, &err);
     if (st == CN_STATUS_NO_MEMORY) return fail(s, conn, url, 503, "server_error", NULL, NULL, "%s", err.msg);
     if (st != CN_STATUS_OK) return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "%s", err.msg);
-    int32_t *ids = malloc((cnt + 1) * sizeof *ids);
-    if (!ids || cn_tokenize(s->oc.tok, text, len, add_special, parse_special, ids, cnt, &again, &err) != CN_STATUS_OK) {
-        free(ids);
-        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
-    }
     json_t *arr = json_array();
     for (size_t i = 0; i < cnt; i++)
         json_array_append_new(arr, with_pieces ? json_pack("{s:i,s:o}", "id", ids[i], "piece", oai_piece(s->oc.tok, ids[i]))
@@ -920,15 +927,15 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     *out = NULL;
     if (!p->model_id || p->port < 0 || p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 ||
         p->idle_timeout_s < 1 || p->max_body_bytes < 1)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
+        return server_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)p->port);
     if (inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
+        return server_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
     pthread_once(&json_once, json_init);
     cn_server *s = calloc(1, sizeof *s);
-    if (!s) return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+    if (!s) return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     s->p = *p;
     s->metrics = cn_metrics_new();
     pthread_mutex_init(&s->mu, NULL);
@@ -936,10 +943,9 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     s->oc.model_id = p->model_id;
     s->oc.lookup_n = p->lookup_n;
     s->oc.max_draft = p->max_draft;
-    s->oc.has_draft = p->draft;
     if (!s->metrics) {
         cn_server_free(s);
-        return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+        return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)p->port, NULL,
                             NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
@@ -950,7 +956,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     if (!s->d) {
         const int port = p->port;
         cn_server_free(s);
-        return cn_err(err, CN_STATUS_IO, "server: cannot listen on %s:%d (in use, or not an address here)",
+        return server_err(err, CN_STATUS_IO, "server: cannot listen on %s:%d (in use, or not an address here)",
                       p->host ? p->host : "127.0.0.1", port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -961,14 +967,15 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
 
 int cn_server_port(const cn_server *s) { return s->port; }
 
-void cn_server_set_engine(cn_server *s, cn_engine *e, const cn_tokenizer *tok, const cn_chat_template *chat,
-                          int32_t n_ctx, int32_t n_vocab) {
+void cn_server_set_engine(cn_server *s, cn_engine *e) {
     pthread_mutex_lock(&s->mu);
     s->e = e;
-    s->oc.tok = tok;
-    s->oc.chat = chat;
-    s->oc.n_ctx = n_ctx;
-    s->oc.n_vocab = n_vocab;
+    s->oc.tok = cn_engine_tokenizer(e);
+    s->oc.chat = cn_engine_chat_template(e);
+    s->oc.eot_stop = cn_engine_end_of_turn_stop(e);
+    s->oc.n_ctx = cn_engine_n_ctx(e);
+    s->oc.n_vocab = cn_engine_n_vocab(e);
+    s->oc.has_draft = cn_engine_has_draft(e);
     const int32_t mr = cn_engine_max_running(e);
     s->oc.max_n = mr < CN_ENGINE_MAX_N ? mr : CN_ENGINE_MAX_N;
     s->ready = true;
