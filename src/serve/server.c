@@ -583,31 +583,30 @@ static bool authorized(cn_server *s, struct MHD_Connection *conn) {
     return diff == 0;
 }
 
-static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body,
-                                         oai_kind kind) {
-    pthread_mutex_lock(&s->mu);
-    const bool ready = s->ready, draining = s->draining;
-    const uint64_t seq = ++s->next_id;
-    pthread_mutex_unlock(&s->mu);
-    if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
-    if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+/* A completion request runs in four steps: parse (the body becomes a job of validated
+ * engine requests), submit (every prompt to the engine), then stream (the response is the
+ * job's SSE bytes, read by stream_reader) or collect (wait here for every choice) and
+ * respond. Each step that fails answers with the error and frees what it made. */
 
+/* Parse: a job for body, registered, its stream opened (role or echo chunks); NULL with
+ * *oe filled. */
+static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, oai_kind kind, uint64_t seq,
+                      oai_error *oe) {
     job *j = calloc(1, sizeof *j);
-    if (!j) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    if (!j) return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->s = s;
-    oai_error oe = {0};
-    if (!oai_parse(&s->oc, kind, body, &j->r, &oe)) {
+    if (!oai_parse(&s->oc, kind, body, &j->r, oe)) {
         job_free(j);
-        return send_error(s, conn, url, &oe);
+        return NULL;
     }
     j->n_choices = j->r.n_prompts * j->r.n;
     j->n_open = j->n_choices;
     j->ch = calloc((size_t)j->n_choices, sizeof *j->ch);
     if (!j->ch) {
         job_free(j);
-        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+        return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     }
     snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
@@ -615,18 +614,32 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
     j->t_deadline = now_s() + s->p.request_timeout_s;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
-    if (j->r.stream) {
-        for (int32_t i = 0; i < j->n_choices; i++) {
-            if (kind == OAI_CHAT) {
-                stream_delta(j, i, NULL, 0, true, NULL);
-            } else if (j->r.echo && j->r.echo_text[i / j->r.n]) {
-                const char *et = j->r.echo_text[i / j->r.n];
-                stream_delta(j, i, et, strlen(et), false, NULL);
-            }
-        }
+    for (int32_t i = 0; j->r.stream && i < j->n_choices; i++) {
+        const char *et = j->r.echo ? j->r.echo_text[i / j->r.n] : NULL;
+        if (kind == OAI_CHAT) stream_delta(j, i, NULL, 0, true, NULL);
+        else if (et) stream_delta(j, i, et, strlen(et), false, NULL);
     }
     job_register(s, j);
+    return j;
+}
 
+/* The answer to a submit that failed with st. */
+static void submit_error(const job *j, cn_status st, const cn_error *err, oai_error *oe) {
+    if (st == CN_STATUS_BUSY)
+        oai_fail(oe, 429, "rate_limit_error", NULL, "queue_full", "the request queue is full: retry later (%s)",
+                 err->msg);
+    else if (st == CN_STATUS_LIMIT)
+        oai_fail(oe, 400, "invalid_request_error", j->r.kind == OAI_CHAT ? "messages" : "prompt",
+                 "context_length_exceeded", "%s", err->msg);
+    else if (st == CN_STATUS_NO_MEMORY)
+        oai_fail(oe, 503, "server_error", NULL, NULL, "%s", err->msg);
+    else
+        oai_fail(oe, 400, "invalid_request_error", NULL, NULL, "%s", err->msg);
+}
+
+/* Submit: one engine request per prompt. False with *oe filled after cancelling what was
+ * submitted (the job stays registered: the caller frees it). */
+static bool job_submit(job *j, oai_error *oe) {
     cn_engine_callbacks cb = {on_text, on_token, on_finish, NULL};
     for (int p = 0; p < j->r.n_prompts; p++) {
         cn_engine_request er = cn_engine_request_default_params();
@@ -641,42 +654,39 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
         j->subs[p].prompt = p;
         cb.user = &j->subs[p];
         cn_error err = {0};
-        const cn_status st = cn_engine_submit(s->e, &er, &cb, &j->subs[p].id, &err);
+        const cn_status st = cn_engine_submit(j->s->e, &er, &cb, &j->subs[p].id, &err);
         if (st != CN_STATUS_OK) {
             job_cancel(j);
-            job_unregister(s, j);
-            job_free(j);
-            if (st == CN_STATUS_BUSY)
-                return fail(s, conn, url, 429, "rate_limit_error", NULL, "queue_full",
-                            "the request queue is full: retry later (%s)", err.msg);
-            if (st == CN_STATUS_LIMIT)
-                return fail(s, conn, url, 400, "invalid_request_error", kind == OAI_CHAT ? "messages" : "prompt",
-                            "context_length_exceeded", "%s", err.msg);
-            return fail(s, conn, url, st == CN_STATUS_NO_MEMORY ? 503 : 400,
-                        st == CN_STATUS_NO_MEMORY ? "server_error" : "invalid_request_error", NULL, NULL, "%s",
-                        err.msg);
+            submit_error(j, st, &err, oe);
+            return false;
         }
         pthread_mutex_lock(&j->mu);
         j->subs[p].submitted = true;
         pthread_mutex_unlock(&j->mu);
     }
+    return true;
+}
 
-    if (j->r.stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j,
-                                                                      stream_free);
-        if (!resp) {
-            stream_free(j);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        const enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        cn_metrics_request(s->metrics, endpoint_of(url), 200);
-        return r;
+/* Stream: the response reads the job as it fills; it owns the job from here. */
+static enum MHD_Result respond_stream(cn_server *s, struct MHD_Connection *conn, const char *url, job *j) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j,
+                                                                  stream_free);
+    if (!resp) {
+        stream_free(j);
+        return MHD_NO;
     }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    const enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    cn_metrics_request(s->metrics, endpoint_of(url), 200);
+    return r;
+}
 
+/* Collect: waits until every choice has finished, cancelling the job when the client
+ * goes, memory runs out or the deadline passes; then answers and frees the job. */
+static enum MHD_Result respond_whole(cn_server *s, struct MHD_Connection *conn, const char *url, job *j) {
     bool gone = false, timed_out = false;
     pthread_mutex_lock(&j->mu);
     while (j->n_open > 0) {
@@ -709,6 +719,25 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
     job_unregister(s, j);
     job_free(j);
     return r;
+}
+
+static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body,
+                                         oai_kind kind) {
+    pthread_mutex_lock(&s->mu);
+    const bool ready = s->ready, draining = s->draining;
+    const uint64_t seq = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
+    if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    oai_error oe = {0};
+    job *j = job_parse(s, conn, body, kind, seq, &oe);
+    if (!j) return send_error(s, conn, url, &oe);
+    if (!job_submit(j, &oe)) {
+        job_unregister(s, j);
+        job_free(j);
+        return send_error(s, conn, url, &oe);
+    }
+    return j->r.stream ? respond_stream(s, conn, url, j) : respond_whole(s, conn, url, j);
 }
 
 static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
