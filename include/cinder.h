@@ -642,6 +642,10 @@ typedef struct {
                               token), for requests that set draft; borrowed, must outlive
                               the engine; NULL (default) = none. It gets a KV cache of its
                               own with as many positions as the engine's */
+    const char *chat_template; /* a chat template by name ("chatml", "gemma", "llama3")
+                              instead of the model's; NULL (default) = the model's (none
+                              is no error: see cn_engine_chat_template); borrowed during
+                              create; an unknown name is INVALID_ARG, param "chat_template" */
 } cn_engine_params;
 
 CN_API cn_engine_params cn_engine_default_params(void);
@@ -780,6 +784,30 @@ CN_API cn_status cn_system_measure_bandwidth(int32_t n_threads, uint64_t n_bytes
 CN_API uint64_t cn_model_decode_bytes(const cn_model *m);
 
 /* ==== end of measuring ==================================================================== */
+
+/* ==== engine: what it owns ===============================================================
+ * An engine owns its model's tokenizer, its chat template and the end-of-turn stop that
+ * template needs, and one thread pool of n_threads that the draft model's passes share:
+ * a server or a program built on an engine asks it for them rather than loading its own
+ * (src/engine/engine.c). Every call may come from any thread at any time. */
+
+/* The model's tokenizer. View valid until cn_engine_free. */
+CN_API const cn_tokenizer *cn_engine_tokenizer(const cn_engine *e);
+/* cn_engine_params.chat_template's, else the model's; NULL when the model has none that
+ * cinder renders. View valid until cn_engine_free. */
+CN_API const cn_chat_template *cn_engine_chat_template(const cn_engine *e);
+/* The chat template's end-of-turn text when a chat reply must stop on it as a stop string
+ * (the tokenizer does not end generation on it by itself); NULL when it need not, or
+ * without a template. View valid until cn_engine_free. */
+CN_API const char *cn_engine_end_of_turn_stop(const cn_engine *e);
+/* The most positions one sequence may reach (cn_engine_params.n_ctx within the KV budget):
+ * a prompt must be shorter. */
+CN_API int32_t cn_engine_n_ctx(const cn_engine *e);
+CN_API int32_t cn_engine_n_vocab(const cn_engine *e); /* logits per row; token ids are below it */
+CN_API int32_t cn_engine_max_running(const cn_engine *e); /* cn_engine_params.max_running */
+CN_API bool cn_engine_has_draft(const cn_engine *e);      /* made with cn_engine_params.draft */
+
+/* ==== end of engine: what it owns ========================================================= */
 
 #ifdef __cplusplus
 }

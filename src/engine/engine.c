@@ -34,14 +34,17 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
+#include "core/pool.h"
 #include "gen/generate.h"
 #include "gen/spec.h"
 #include "model/model.h"
 #include "engine/sched.h"
+#include "text/chat.h"
 
 typedef struct engine_req engine_req;
 
@@ -91,6 +94,9 @@ struct cn_engine {
     const cn_model *m;
     cn_engine_params p;
     cn_tokenizer *tok;
+    cn_chat_template *chat;    /* NULL: none cinder renders */
+    const char *eot_stop;      /* chat's end of turn when it must be a stop string, or NULL */
+    cn_pool *pool;             /* the threads of every forward pass, target and draft */
     cn_ctx *ctx;
     cn_kv *kv;
     cn_sched *sched;
@@ -150,11 +156,14 @@ cn_engine_request cn_engine_request_default_params(void) {
 }
 
 const cn_tokenizer *cn_engine_tokenizer(const cn_engine *e) { return e->tok; }
+const cn_chat_template *cn_engine_chat_template(const cn_engine *e) { return e->chat; }
+const char *cn_engine_end_of_turn_stop(const cn_engine *e) { return e->eot_stop; }
 const cn_kv *cn_engine_kv(const cn_engine *e) { return e->kv; }
 const cn_kv *cn_engine_draft_kv(const cn_engine *e) { return e->dkv; }
 int32_t cn_engine_n_ctx(const cn_engine *e) { return e->n_ctx; }
-
+int32_t cn_engine_n_vocab(const cn_engine *e) { return e->n_vocab; }
 int32_t cn_engine_max_running(const cn_engine *e) { return e->p.max_running; }
+bool cn_engine_has_draft(const cn_engine *e) { return e->dctx != NULL; }
 
 /* ---- create / free ---- */
 
@@ -216,7 +225,9 @@ void cn_engine_free(cn_engine *e) {
     free(e->dlogits);
     free(e->downer);
     cn_ctx_free(e->ctx);
+    cn_pool_free(e->pool); /* after both contexts that borrow it */
     cn_kv_free(e->kv);
+    cn_chat_template_free(e->chat);
     cn_tokenizer_free(e->tok);
     cn_batch_free(&e->batch);
     free(e->logits);
@@ -246,7 +257,7 @@ static cn_status draft_create(cn_engine *e, const cn_model *dm, cn_error *err) {
     kp.n_blocks = CN_MIN((positions + p->block_tokens - 1) / p->block_tokens, (int64_t)INT32_MAX);
     if ((st = cn_kv_create(&kp, &e->dkv, err)) != CN_STATUS_OK) return st;
     cn_ctx_params cp = cn_ctx_default_params();
-    cp.n_threads = p->n_threads;
+    cp.pool = e->pool;
     cp.n_batch_max = p->step_tokens;
     cp.n_ctx = e->n_ctx;
     if ((st = cn_ctx_create(dm, &cp, &e->dctx, err)) != CN_STATUS_OK) return st;
@@ -254,6 +265,26 @@ static cn_status draft_create(cn_engine *e, const cn_model *dm, cn_error *err) {
     e->dlogits = malloc((size_t)p->max_running * (size_t)e->n_vocab * sizeof *e->dlogits);
     e->downer = calloc((size_t)p->max_running, sizeof *e->downer);
     if (!e->dlogits || !e->downer) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for the draft model");
+    return CN_STATUS_OK;
+}
+
+/* The chat template (by name, else the model's: none is no error, chat prompts are then
+ * refused by whoever renders them) and the end-of-turn stop string it needs. */
+static cn_status load_chat_template(cn_engine *e, const char *name, cn_error *err) {
+    if (name) {
+        const cn_status st = cn_chat_template_from_name(name, &e->chat, err);
+        if (st != CN_STATUS_OK && err) snprintf(err->param, sizeof err->param, "chat_template"); /* keeps its message */
+        if (st != CN_STATUS_OK) return st;
+    } else {
+        cn_error ignored = {0};
+        if (cn_chat_template_from_model(e->m, &e->chat, &ignored) != CN_STATUS_OK) e->chat = NULL;
+        if (ignored.status == CN_STATUS_NO_MEMORY) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory");
+    }
+    if (e->chat) {
+        const char *eot = cn_chat_template_end_of_turn(e->chat);
+        const int32_t id = cn_tokenizer_find(e->tok, eot);
+        if (id < 0 || !cn_tokenizer_is_eog(e->tok, id)) e->eot_stop = eot;
+    }
     return CN_STATUS_OK;
 }
 
@@ -302,8 +333,10 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
         goto fail;
     }
 
+    /* one pool for the target and the draft model: their passes never run at once */
+    if ((st = cn_pool_create(p->n_threads, &e->pool, err)) != CN_STATUS_OK) goto fail;
     cn_ctx_params cp = cn_ctx_default_params();
-    cp.n_threads = p->n_threads;
+    cp.pool = e->pool;
     cp.n_batch_max = p->step_tokens;
     cp.n_ctx = e->n_ctx;
     if ((st = cn_ctx_create(m, &cp, &e->ctx, err)) != CN_STATUS_OK) goto fail;
@@ -318,6 +351,8 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
         goto fail;
     }
     if ((st = cn_tokenizer_load(cn_model_gguf(m), &e->tok, err)) != CN_STATUS_OK) goto fail;
+    if ((st = load_chat_template(e, p->chat_template, err)) != CN_STATUS_OK) goto fail;
+    e->p.chat_template = NULL; /* borrowed during create only */
     if (p->draft && (st = draft_create(e, p->draft, err)) != CN_STATUS_OK) goto fail;
     *out = e;
     return CN_STATUS_OK;
@@ -418,7 +453,8 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
         gp.should_cancel = NULL;
         gp.user = c;
         if (i > 0) gp.sampling.seed = seed + (uint64_t)i;
-        if ((st = cn_gen_create(e->tok, e->n_vocab, &gp, &c->gen, err)) != CN_STATUS_OK) return st;
+        /* validated above, once for every completion: only the seed and callbacks differ */
+        if ((st = cn_gen_create_valid(e->tok, e->n_vocab, &gp, &c->gen, err)) != CN_STATUS_OK) return st;
         if (i == 0) seed = cn_sampler_seed(cn_gen_sampler(c->gen));
     }
     st = cn_sched_seq_append(&q->choices[0].seq, q->prompt, q->n_prompt, err);

@@ -143,9 +143,15 @@ cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_p
     *out = NULL;
     if (!tok) return cn_err(err, CN_STATUS_INVALID_ARG, "cn_gen_create: no tokenizer");
     if (n_vocab <= 0) return cn_err(err, CN_STATUS_INVALID_ARG, "n_vocab = %d: must be > 0", (int)n_vocab);
-    cn_status st = cn_gen_validate(p, n_vocab, err);
+    const cn_status st = cn_gen_validate(p, n_vocab, err);
     if (st != CN_STATUS_OK) return st;
+    return cn_gen_create_valid(tok, n_vocab, p, out, err);
+}
 
+cn_status cn_gen_create_valid(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p, cn_gen **out,
+                              cn_error *err) {
+    *out = NULL;
+    cn_status st;
     cn_gen *g = calloc(1, sizeof *g);
     if (!g) return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory");
     g->tok = tok;
@@ -159,7 +165,7 @@ cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_p
     g->reason = CN_FINISH_NONE;
     g->t_arrival = cn_time_ms();
 
-    if ((st = cn_sampler_create(&p->sampling, n_vocab, &g->sampler, err)) != CN_STATUS_OK) goto fail;
+    if ((st = cn_sampler_create_valid(&p->sampling, n_vocab, &g->sampler, err)) != CN_STATUS_OK) goto fail;
     const int32_t n_tok_vocab = cn_tokenizer_n_vocab(tok);
     for (int32_t id = 0; id < n_vocab; id++) {
         const bool beyond = id >= n_tok_vocab;

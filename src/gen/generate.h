@@ -38,6 +38,11 @@ typedef struct cn_gen cn_gen;
  * must contain logit_bias). The arrival time is now (see cn_gen_set_arrival). */
 cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p,
                         cn_gen **out, cn_error *err);
+/* As cn_gen_create for a p that already passed cn_gen_validate(p, n_vocab) (tok non-NULL,
+ * n_vocab > 0), which it trusts: a caller that validated a request once at its boundary
+ * (the engine's submit, for every completion of it) does not check it again. */
+cn_status cn_gen_create_valid(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p,
+                              cn_gen **out, cn_error *err);
 void cn_gen_free(cn_gen *g); /* NULL is a no-op */
 
 /* Overrides the arrival time (cn_time_ms clock), e.g. when the request was queued before

@@ -824,9 +824,14 @@ cn_status cn_sampler_create(const cn_sampling_params *p, int32_t n_vocab, cn_sam
     if (n_vocab <= 0)
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_vocab = %d is out of range: must be > 0",
                       (int)n_vocab);
-    cn_status st = cn_sampling_validate(p, n_vocab, err);
+    const cn_status st = cn_sampling_validate(p, n_vocab, err);
     if (st != CN_STATUS_OK) return st;
+    return cn_sampler_create_valid(p, n_vocab, out, err);
+}
 
+cn_status cn_sampler_create_valid(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out, cn_error *err) {
+    *out = NULL;
+    cn_status st;
     cn_sampler *s = calloc(1, sizeof *s);
     if (!s) return cn_err(err, CN_STATUS_NO_MEMORY, "sampler: out of memory");
     s->params = *p;

@@ -110,6 +110,10 @@ typedef struct {
  * buffers for n_vocab once. */
 cn_status cn_sampler_create(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out,
                             cn_error *err);
+/* As cn_sampler_create for a p that already passed cn_sampling_validate(p, n_vocab) with
+ * n_vocab > 0 (cn_gen_create validated it with the rest of the request). */
+cn_status cn_sampler_create_valid(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out,
+                                  cn_error *err);
 void cn_sampler_free(cn_sampler *s); /* NULL: no-op */
 
 /* The parameters in use (logit_bias points at the sampler's merged copy, sorted by token);

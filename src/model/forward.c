@@ -20,6 +20,7 @@ struct cn_ctx {
     const cn_model *m;
     const cn_kernels *kern;
     cn_pool *pool;
+    bool own_pool;                /* made here (cn_ctx_params.pool was NULL) */
     int32_t n_batch_max, n_ctx;
     float *x, *xb, *tmp;          /* (B, n_embd) */
     float *q, *att;               /* (B, n_head * head_dim) */
@@ -44,13 +45,13 @@ struct cn_ctx {
 };
 
 cn_ctx_params cn_ctx_default_params(void) {
-    cn_ctx_params p = {.n_threads = 1, .n_batch_max = 512, .n_ctx = 0};
+    cn_ctx_params p = {.n_threads = 1, .n_batch_max = 512, .n_ctx = 0, .pool = NULL};
     return p;
 }
 
 void cn_ctx_free(cn_ctx *c) {
     if (!c) return;
-    cn_pool_free(c->pool);
+    if (c->own_pool) cn_pool_free(c->pool);
     float *fl[] = {c->x, c->xb, c->tmp, c->q, c->att, c->k, c->v, c->hg, c->hu,
                    c->cs_global, c->cs_swa, c->attn_scratch};
     for (size_t i = 0; i < CN_ARRAY_LEN(fl); i++) cn_free_aligned(fl[i]);
@@ -87,8 +88,9 @@ static float *falloc(int64_t n_rows, int64_t n_cols, bool *ok) {
 cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out, cn_error *err) {
     *out = NULL;
     const cn_hparams *hp = cn_model_hparams(m);
-    if (p->n_threads < 1 || p->n_threads > 1024)
+    if (!p->pool && (p->n_threads < 1 || p->n_threads > 1024))
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_threads = %d out of range [1, 1024]", p->n_threads);
+    const int32_t n_threads = p->pool ? cn_pool_size(p->pool) : p->n_threads; /* per-thread scratch */
     if (p->n_batch_max < 1 || p->n_batch_max > (1 << 20))
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_batch_max = %d out of range [1, 2^20]", p->n_batch_max);
     if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
@@ -99,10 +101,14 @@ cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out,
     c->kern = cn_kernels_get();
     c->n_batch_max = p->n_batch_max;
     c->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
-    cn_status s = cn_pool_create(p->n_threads, &c->pool, err);
-    if (s != CN_STATUS_OK) {
-        cn_ctx_free(c);
-        return s;
+    c->pool = p->pool;
+    if (!c->pool) {
+        c->own_pool = true;
+        const cn_status s = cn_pool_create(n_threads, &c->pool, err);
+        if (s != CN_STATUS_OK) {
+            cn_ctx_free(c);
+            return s;
+        }
     }
     const int64_t B = p->n_batch_max, E = hp->n_embd, F = hp->n_ff;
     const int64_t QD = (int64_t)hp->n_head * hp->head_dim;
@@ -123,10 +129,10 @@ cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out,
     c->xq = falloc(B, W, &ok); /* 4 bytes per element bounds every activation format */
     c->xq_alt[0] = falloc(B, W, &ok);
     c->xq_alt[1] = falloc(B, W, &ok);
-    c->attn_scratch = falloc(p->n_threads, CN_ATTN_SCRATCH(c->n_ctx), &ok);
+    c->attn_scratch = falloc(n_threads, CN_ATTN_SCRATCH(c->n_ctx), &ok);
     c->thr_w = W;
-    c->thr_f = falloc(p->n_threads, 3 * W, &ok);
-    c->thr_q = (uint8_t *)falloc(p->n_threads, 3 * W, &ok); /* 4 bytes per element per format */
+    c->thr_f = falloc(n_threads, 3 * W, &ok);
+    c->thr_q = (uint8_t *)falloc(n_threads, 3 * W, &ok); /* 4 bytes per element per format */
     c->pos_lo = calloc((size_t)B, sizeof *c->pos_lo);
     c->pos_hi = calloc((size_t)B, sizeof *c->pos_hi);
     c->row_useq = calloc((size_t)B, sizeof *c->row_useq);

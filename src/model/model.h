@@ -3,14 +3,15 @@
  * A model is hyperparameters from `<arch>.*` metadata, weights used in place in the
  * memory-mapped file (never copied to float), and an architecture description as DATA
  * (cn_arch_desc): one forward function reads the description, there is no per-family
- * code path. A context (cn_ctx) owns the thread pool and scratch sized once for the
- * largest batch. cn_forward runs a batch of (token, pos, seq, want_logits) rows —
+ * code path. A context (cn_ctx) owns the scratch sized once for the largest batch, and
+ * a thread pool (or borrows one). cn_forward runs a batch of (token, pos, seq, want_logits) rows —
  * a whole prompt, one decode token per sequence, or a mix — reading and appending
  * K/V through the paged cache. Every output element is reduced in a fixed order, so
  * logits do not depend on the thread count or on what else is in the batch. */
 #ifndef CN_MODEL_H
 #define CN_MODEL_H
 
+#include "core/pool.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "kv/kv.h"
@@ -93,9 +94,13 @@ cn_kv_params cn_model_kv_params(const cn_model *m);
 typedef struct cn_ctx cn_ctx;
 
 typedef struct {
-    int32_t n_threads;         /* >= 1 */
+    int32_t n_threads;         /* >= 1; with pool: ignored, the pool's size is used */
     int32_t n_batch_max;       /* most rows one cn_forward takes */
     int32_t n_ctx;             /* most positions per sequence; 0: the model's context */
+    cn_pool *pool;             /* borrowed (must outlive the context), so that contexts
+                                  that never run at once share one set of threads (the
+                                  engine's target and draft models); NULL (default): the
+                                  context makes its own of n_threads */
 } cn_ctx_params;
 cn_ctx_params cn_ctx_default_params(void);
 

@@ -8,8 +8,6 @@
  * additions, far below a decode step. */
 #include "serve/metrics.h"
 
-#include "core/core.h"
-
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,7 +59,7 @@ cn_metrics *cn_metrics_new(void) {
     cn_metrics *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     pthread_mutex_init(&m->mu, NULL);
-    const int nl = (int)CN_ARRAY_LEN(LAT_BUCKETS), ni = (int)CN_ARRAY_LEN(ITL_BUCKETS);
+    const int nl = (int)(sizeof LAT_BUCKETS / sizeof *LAT_BUCKETS), ni = (int)(sizeof ITL_BUCKETS / sizeof *ITL_BUCKETS);
     hist_init(&m->h[H_TTFT], "cinder:time_to_first_token_seconds", "Time from arrival to the first token.",
               LAT_BUCKETS, nl);
     hist_init(&m->h[H_ITL], "cinder:inter_token_latency_seconds", "Time between consecutive tokens.",

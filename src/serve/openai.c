@@ -7,13 +7,13 @@
  * the same message `cinder run` prints. Pure translation: no sockets, no threads. */
 #include "serve/openai.h"
 
-#include "core/core.h"
-
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 bool oai_fail(oai_error *e, int http_status, const char *type, const char *param, const char *code,
               const char *fmt, ...) {
@@ -28,7 +28,6 @@ bool oai_fail(oai_error *e, int http_status, const char *type, const char *param
     return false;
 }
 
-/* Bytes valid as UTF-8 are kept; every other byte becomes U+FFFD. Caller frees. */
 /* s[0..n) with every invalid UTF-8 sequence replaced by U+FFFD, into o (room for 3n + 1
  * bytes), NUL-terminated; returns the length. */
 static size_t utf8_clean_into(const char *s, size_t n, char *o) {
@@ -136,9 +135,9 @@ static bool check_fields(oai_kind kind, json_t *body, oai_error *e) {
     const char *k;
     json_t *v;
     json_object_foreach(body, k, v) {
-        const bool known = in_list(k, COMMON_FIELDS, CN_ARRAY_LEN(COMMON_FIELDS)) ||
-                           (kind == OAI_CHAT ? in_list(k, CHAT_FIELDS, CN_ARRAY_LEN(CHAT_FIELDS))
-                                             : in_list(k, COMPLETION_FIELDS, CN_ARRAY_LEN(COMPLETION_FIELDS)));
+        const bool known = in_list(k, COMMON_FIELDS, ARRAY_LEN(COMMON_FIELDS)) ||
+                           (kind == OAI_CHAT ? in_list(k, CHAT_FIELDS, ARRAY_LEN(CHAT_FIELDS))
+                                             : in_list(k, COMPLETION_FIELDS, ARRAY_LEN(COMPLETION_FIELDS)));
         if (!known)
             return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
                             "unsupported field '%s' for %s", k,
@@ -171,22 +170,16 @@ static bool status_fail(oai_error *e, cn_status st, const char *param, const cn_
 
 static bool tokenize_text(const oai_ctx *c, const char *text, size_t len, int32_t **ids, int32_t *n, const char *param,
                           oai_error *e) {
-    size_t cnt = 0, again = 0;
+    size_t cnt = 0;
     cn_error err = {0};
-    cn_status st = cn_tokenize(c->tok, text, len, true, true, NULL, 0, &cnt, &err);
+    const cn_status st = cn_tokenize_alloc(c->tok, text, len, true, true, ids, &cnt, &err);
     if (st != CN_STATUS_OK) return status_fail(e, st, param, &err);
-    if (cnt == 0)
-        return oai_fail(e, 400, "invalid_request_error", param, NULL, "the prompt is empty");
-    if (cnt > INT32_MAX / 2)
-        return oai_fail(e, 400, "invalid_request_error", param, "context_length_exceeded", "the prompt is too long");
-    *ids = malloc(cnt * sizeof **ids);
-    if (!*ids) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
-    st = cn_tokenize(c->tok, text, len, true, true, *ids, cnt, &again, &err);
-    if (st != CN_STATUS_OK || again != cnt) {
+    if (cnt == 0 || cnt > INT32_MAX / 2) {
         free(*ids);
         *ids = NULL;
-        return st != CN_STATUS_OK ? status_fail(e, st, param, &err)
-                                  : oai_fail(e, 500, "server_error", param, NULL, "the tokenizer counted twice differently");
+        return cnt == 0 ? oai_fail(e, 400, "invalid_request_error", param, NULL, "the prompt is empty")
+                        : oai_fail(e, 400, "invalid_request_error", param, "context_length_exceeded",
+                                   "the prompt is too long");
     }
     *n = (int32_t)cnt;
     return true;
@@ -381,11 +374,10 @@ static bool parse_stop(json_t *body, oai_request *r, oai_error *e) {
 }
 
 /* The template's end-of-turn text as a stop string where the tokenizer does not already
- * end generation on it. */
+ * end generation on it (the engine says which: c->eot_stop). */
 static bool add_end_of_turn(const oai_ctx *c, oai_request *r, oai_error *e) {
-    const char *eot = cn_chat_template_end_of_turn(c->chat);
-    const int32_t id = cn_tokenizer_find(c->tok, eot);
-    if (id >= 0 && cn_tokenizer_is_eog(c->tok, id)) return true;
+    const char *eot = c->eot_stop;
+    if (!eot) return true;
     if (r->gen.n_stop == CN_GEN_MAX_STOP)
         return oai_fail(e, 400, "invalid_request_error", "stop", NULL,
                         "no room for the end-of-turn stop string (at most %d stop strings, one taken by the template)",
@@ -438,7 +430,7 @@ static bool parse_sampling(const oai_ctx *c, oai_kind kind, json_t *body, oai_re
         {"temperature", &sp->temperature}, {"top_p", &sp->top_p}, {"min_p", &sp->min_p},
         {"typical_p", &sp->typical_p}, {"repetition_penalty", &sp->repetition_penalty},
         {"presence_penalty", &sp->presence_penalty}, {"frequency_penalty", &sp->frequency_penalty}};
-    for (size_t i = 0; i < CN_ARRAY_LEN(floats); i++) {
+    for (size_t i = 0; i < ARRAY_LEN(floats); i++) {
         if ((k = get_num(body, floats[i].name, &d, e)) < 0) return false;
         if (k) *floats[i].dst = (float)d;
     }

@@ -1,14 +1,14 @@
 /* openai.h — the OpenAI API mapping: a JSON request body to engine requests, and the
  * response shapes (errors, completions, chunks, usage). Pure translation: no sockets,
- * no threads, no engine calls; the server (server.c) owns those. */
+ * no threads, no engine calls; the server (server.c) owns those. A request that
+ * oai_parse accepts is valid for the engine as it is: the boundary where a served
+ * request is checked, field by field, against the model it will run on. */
 #ifndef CN_SERVE_OPENAI_H
 #define CN_SERVE_OPENAI_H
 
 #include <jansson.h>
 
 #include "cinder.h"
-#include "text/chat.h"
-#include "text/tokenizer.h"
 
 #define OAI_MAX_PROMPTS 16     /* prompts in one completions request (array form) */
 #define OAI_MAX_MESSAGES 1024  /* messages in one chat request */
@@ -30,10 +30,12 @@ json_t *oai_error_json(const oai_error *e);
 
 typedef enum { OAI_CHAT, OAI_COMPLETION } oai_kind;
 
-/* What the server needs to map a request. */
+/* What the server needs to map a request: the engine's parts (cn_engine_tokenizer, ...). */
 typedef struct {
     const cn_tokenizer *tok;       /* borrowed */
     const cn_chat_template *chat;  /* borrowed; NULL: chat requests get 400 */
+    const char *eot_stop;          /* a chat reply's end-of-turn stop string, or NULL
+                                      (cn_engine_end_of_turn_stop) */
     const char *model_id;          /* the served name */
     int32_t n_ctx;                 /* positions per sequence */
     int32_t n_vocab;
@@ -61,7 +63,9 @@ typedef struct {
     bool draft;
 } oai_request;
 
-/* Parses and validates body for kind. On failure: false and e filled (status 400/404). */
+/* Parses and validates body for kind, cn_gen_validate included (against c->n_vocab): the
+ * result is what cn_engine_submit accepts. On failure: false and e filled (status 400 or
+ * 404; 503 when memory ran out), e->param naming the field at fault. */
 bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *out, oai_error *e);
 void oai_request_free(oai_request *r);
 

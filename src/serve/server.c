@@ -33,13 +33,24 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/core.h"
-#include "engine/engine.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/page.h"
 
 #define WAKE_MS 50
+
+/* Fills err (as the library's calls do) and returns s. */
+static cn_status server_err(cn_error *err, cn_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static cn_status server_err(cn_error *err, cn_status s, const char *fmt, ...) {
+    if (!err) return s;
+    memset(err, 0, sizeof *err);
+    err->status = s;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+    return s;
+}
 
 cn_server_params cn_server_default_params(void) {
     return (cn_server_params){.host = "127.0.0.1", .port = 8080, .request_timeout_s = 600, .idle_timeout_s = 30,
@@ -572,31 +583,30 @@ static bool authorized(cn_server *s, struct MHD_Connection *conn) {
     return diff == 0;
 }
 
-static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body,
-                                         oai_kind kind) {
-    pthread_mutex_lock(&s->mu);
-    const bool ready = s->ready, draining = s->draining;
-    const uint64_t seq = ++s->next_id;
-    pthread_mutex_unlock(&s->mu);
-    if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
-    if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+/* A completion request runs in four steps: parse (the body becomes a job of validated
+ * engine requests), submit (every prompt to the engine), then stream (the response is the
+ * job's SSE bytes, read by stream_reader) or collect (wait here for every choice) and
+ * respond. Each step that fails answers with the error and frees what it made. */
 
+/* Parse: a job for body, registered, its stream opened (role or echo chunks); NULL with
+ * *oe filled. */
+static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, oai_kind kind, uint64_t seq,
+                      oai_error *oe) {
     job *j = calloc(1, sizeof *j);
-    if (!j) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+    if (!j) return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->s = s;
-    oai_error oe = {0};
-    if (!oai_parse(&s->oc, kind, body, &j->r, &oe)) {
+    if (!oai_parse(&s->oc, kind, body, &j->r, oe)) {
         job_free(j);
-        return send_error(s, conn, url, &oe);
+        return NULL;
     }
     j->n_choices = j->r.n_prompts * j->r.n;
     j->n_open = j->n_choices;
     j->ch = calloc((size_t)j->n_choices, sizeof *j->ch);
     if (!j->ch) {
         job_free(j);
-        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
+        return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     }
     snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
@@ -604,18 +614,32 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
     j->t_deadline = now_s() + s->p.request_timeout_s;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
-    if (j->r.stream) {
-        for (int32_t i = 0; i < j->n_choices; i++) {
-            if (kind == OAI_CHAT) {
-                stream_delta(j, i, NULL, 0, true, NULL);
-            } else if (j->r.echo && j->r.echo_text[i / j->r.n]) {
-                const char *et = j->r.echo_text[i / j->r.n];
-                stream_delta(j, i, et, strlen(et), false, NULL);
-            }
-        }
+    for (int32_t i = 0; j->r.stream && i < j->n_choices; i++) {
+        const char *et = j->r.echo ? j->r.echo_text[i / j->r.n] : NULL;
+        if (kind == OAI_CHAT) stream_delta(j, i, NULL, 0, true, NULL);
+        else if (et) stream_delta(j, i, et, strlen(et), false, NULL);
     }
     job_register(s, j);
+    return j;
+}
 
+/* The answer to a submit that failed with st. */
+static void submit_error(const job *j, cn_status st, const cn_error *err, oai_error *oe) {
+    if (st == CN_STATUS_BUSY)
+        oai_fail(oe, 429, "rate_limit_error", NULL, "queue_full", "the request queue is full: retry later (%s)",
+                 err->msg);
+    else if (st == CN_STATUS_LIMIT)
+        oai_fail(oe, 400, "invalid_request_error", j->r.kind == OAI_CHAT ? "messages" : "prompt",
+                 "context_length_exceeded", "%s", err->msg);
+    else if (st == CN_STATUS_NO_MEMORY)
+        oai_fail(oe, 503, "server_error", NULL, NULL, "%s", err->msg);
+    else
+        oai_fail(oe, 400, "invalid_request_error", NULL, NULL, "%s", err->msg);
+}
+
+/* Submit: one engine request per prompt. False with *oe filled after cancelling what was
+ * submitted (the job stays registered: the caller frees it). */
+static bool job_submit(job *j, oai_error *oe) {
     cn_engine_callbacks cb = {on_text, on_token, on_finish, NULL};
     for (int p = 0; p < j->r.n_prompts; p++) {
         cn_engine_request er = cn_engine_request_default_params();
@@ -630,42 +654,39 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
         j->subs[p].prompt = p;
         cb.user = &j->subs[p];
         cn_error err = {0};
-        const cn_status st = cn_engine_submit(s->e, &er, &cb, &j->subs[p].id, &err);
+        const cn_status st = cn_engine_submit(j->s->e, &er, &cb, &j->subs[p].id, &err);
         if (st != CN_STATUS_OK) {
             job_cancel(j);
-            job_unregister(s, j);
-            job_free(j);
-            if (st == CN_STATUS_BUSY)
-                return fail(s, conn, url, 429, "rate_limit_error", NULL, "queue_full",
-                            "the request queue is full: retry later (%s)", err.msg);
-            if (st == CN_STATUS_LIMIT)
-                return fail(s, conn, url, 400, "invalid_request_error", kind == OAI_CHAT ? "messages" : "prompt",
-                            "context_length_exceeded", "%s", err.msg);
-            return fail(s, conn, url, st == CN_STATUS_NO_MEMORY ? 503 : 400,
-                        st == CN_STATUS_NO_MEMORY ? "server_error" : "invalid_request_error", NULL, NULL, "%s",
-                        err.msg);
+            submit_error(j, st, &err, oe);
+            return false;
         }
         pthread_mutex_lock(&j->mu);
         j->subs[p].submitted = true;
         pthread_mutex_unlock(&j->mu);
     }
+    return true;
+}
 
-    if (j->r.stream) {
-        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j,
-                                                                      stream_free);
-        if (!resp) {
-            stream_free(j);
-            return MHD_NO;
-        }
-        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-        const enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        cn_metrics_request(s->metrics, endpoint_of(url), 200);
-        return r;
+/* Stream: the response reads the job as it fills; it owns the job from here. */
+static enum MHD_Result respond_stream(cn_server *s, struct MHD_Connection *conn, const char *url, job *j) {
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_reader, j,
+                                                                  stream_free);
+    if (!resp) {
+        stream_free(j);
+        return MHD_NO;
     }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    const enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    cn_metrics_request(s->metrics, endpoint_of(url), 200);
+    return r;
+}
 
+/* Collect: waits until every choice has finished, cancelling the job when the client
+ * goes, memory runs out or the deadline passes; then answers and frees the job. */
+static enum MHD_Result respond_whole(cn_server *s, struct MHD_Connection *conn, const char *url, job *j) {
     bool gone = false, timed_out = false;
     pthread_mutex_lock(&j->mu);
     while (j->n_open > 0) {
@@ -700,6 +721,25 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
     return r;
 }
 
+static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body,
+                                         oai_kind kind) {
+    pthread_mutex_lock(&s->mu);
+    const bool ready = s->ready, draining = s->draining;
+    const uint64_t seq = ++s->next_id;
+    pthread_mutex_unlock(&s->mu);
+    if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
+    if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    oai_error oe = {0};
+    job *j = job_parse(s, conn, body, kind, seq, &oe);
+    if (!j) return send_error(s, conn, url, &oe);
+    if (!job_submit(j, &oe)) {
+        job_unregister(s, j);
+        job_free(j);
+        return send_error(s, conn, url, &oe);
+    }
+    return j->r.stream ? respond_stream(s, conn, url, j) : respond_whole(s, conn, url, j);
+}
+
 static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
     json_t *content = json_object_get(body, "content");
     if (!content) content = json_object_get(body, "prompt");
@@ -712,16 +752,12 @@ static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn
     if ((x = json_object_get(body, "with_pieces"))) with_pieces = json_is_true(x);
     const char *text = json_string_value(content);
     const size_t len = json_string_length(content);
-    size_t cnt = 0, again = 0;
+    size_t cnt = 0;
+    int32_t *ids = NULL;
     cn_error err = {0};
-    const cn_status st = cn_tokenize(s->oc.tok, text, len, add_special, parse_special, NULL, 0, &cnt, &err);
+    const cn_status st = cn_tokenize_alloc(s->oc.tok, text, len, add_special, parse_special, &ids, &cnt, &err);
     if (st == CN_STATUS_NO_MEMORY) return fail(s, conn, url, 503, "server_error", NULL, NULL, "%s", err.msg);
     if (st != CN_STATUS_OK) return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "%s", err.msg);
-    int32_t *ids = malloc((cnt + 1) * sizeof *ids);
-    if (!ids || cn_tokenize(s->oc.tok, text, len, add_special, parse_special, ids, cnt, &again, &err) != CN_STATUS_OK) {
-        free(ids);
-        return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
-    }
     json_t *arr = json_array();
     for (size_t i = 0; i < cnt; i++)
         json_array_append_new(arr, with_pieces ? json_pack("{s:i,s:o}", "id", ids[i], "piece", oai_piece(s->oc.tok, ids[i]))
@@ -920,15 +956,15 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     *out = NULL;
     if (!p->model_id || p->port < 0 || p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 ||
         p->idle_timeout_s < 1 || p->max_body_bytes < 1)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
+        return server_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)p->port);
     if (inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
+        return server_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
     pthread_once(&json_once, json_init);
     cn_server *s = calloc(1, sizeof *s);
-    if (!s) return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+    if (!s) return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     s->p = *p;
     s->metrics = cn_metrics_new();
     pthread_mutex_init(&s->mu, NULL);
@@ -936,10 +972,9 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     s->oc.model_id = p->model_id;
     s->oc.lookup_n = p->lookup_n;
     s->oc.max_draft = p->max_draft;
-    s->oc.has_draft = p->draft;
     if (!s->metrics) {
         cn_server_free(s);
-        return cn_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+        return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)p->port, NULL,
                             NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
@@ -950,7 +985,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     if (!s->d) {
         const int port = p->port;
         cn_server_free(s);
-        return cn_err(err, CN_STATUS_IO, "server: cannot listen on %s:%d (in use, or not an address here)",
+        return server_err(err, CN_STATUS_IO, "server: cannot listen on %s:%d (in use, or not an address here)",
                       p->host ? p->host : "127.0.0.1", port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -961,14 +996,15 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
 
 int cn_server_port(const cn_server *s) { return s->port; }
 
-void cn_server_set_engine(cn_server *s, cn_engine *e, const cn_tokenizer *tok, const cn_chat_template *chat,
-                          int32_t n_ctx, int32_t n_vocab) {
+void cn_server_set_engine(cn_server *s, cn_engine *e) {
     pthread_mutex_lock(&s->mu);
     s->e = e;
-    s->oc.tok = tok;
-    s->oc.chat = chat;
-    s->oc.n_ctx = n_ctx;
-    s->oc.n_vocab = n_vocab;
+    s->oc.tok = cn_engine_tokenizer(e);
+    s->oc.chat = cn_engine_chat_template(e);
+    s->oc.eot_stop = cn_engine_end_of_turn_stop(e);
+    s->oc.n_ctx = cn_engine_n_ctx(e);
+    s->oc.n_vocab = cn_engine_n_vocab(e);
+    s->oc.has_draft = cn_engine_has_draft(e);
     const int32_t mr = cn_engine_max_running(e);
     s->oc.max_n = mr < CN_ENGINE_MAX_N ? mr : CN_ENGINE_MAX_N;
     s->ready = true;

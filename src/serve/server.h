@@ -1,16 +1,15 @@
 /* server.h — `cinder serve`'s HTTP server: the OpenAI API over the batched engine.
  *
  * It owns the HTTP side only (libmicrohttpd, one thread per connection), and talks to the
- * engine through the public engine API: submit, cancel, stats. The model is loaded by the
- * caller while the server already answers (/health says 503 until cn_server_set_engine). */
+ * engine through the public engine API: submit, cancel, stats, and the engine's own
+ * tokenizer, chat template and limits. The model is loaded by the caller while the server
+ * already answers (/health says 503 until cn_server_set_engine). */
 #ifndef CN_SERVE_SERVER_H
 #define CN_SERVE_SERVER_H
 
 #include <stddef.h>
 
 #include "cinder.h"
-#include "text/chat.h"
-#include "text/tokenizer.h"
 
 typedef struct {
     const char *host;          /* address to bind; default "127.0.0.1" (loopback only) */
@@ -24,9 +23,9 @@ typedef struct {
     int32_t lookup_n;          /* speculation by n-gram lookup for requests that do not say
                                   ("speculative"): n-grams of up to this many tokens; 0
                                   (default) = off */
-    int32_t max_draft;         /* guesses per step (1..16); default 8 */
-    bool draft;                /* the engine has a draft model: requests that do not say get
-                                  speculation with it; "speculative": {"draft": ...} chooses */
+    int32_t max_draft;         /* guesses per step (1..16); default 8. When the engine has a
+                                  draft model, requests that do not say get speculation with
+                                  it; "speculative": {"draft": ...} chooses */
 } cn_server_params;
 
 cn_server_params cn_server_default_params(void);
@@ -38,10 +37,10 @@ typedef struct cn_server cn_server;
 cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *err);
 /* The bound port (useful with port 0). */
 int cn_server_port(const cn_server *s);
-/* Makes the server ready. Borrows e, tok and chat (chat may be NULL: chat requests get
- * 400) until cn_server_free; e's run loop must be started. n_ctx: positions per sequence. */
-void cn_server_set_engine(cn_server *s, cn_engine *e, const cn_tokenizer *tok, const cn_chat_template *chat,
-                          int32_t n_ctx, int32_t n_vocab);
+/* Makes the server ready: it serves e, with e's tokenizer, chat template (none: chat
+ * requests get 400), end-of-turn stop and context size. Borrows e until cn_server_free;
+ * e's run loop must be started. */
+void cn_server_set_engine(cn_server *s, cn_engine *e);
 /* Graceful stop: new completion requests get 503, running ones may finish until
  * deadline_s from now, then the rest are cancelled; returns when none is left. */
 void cn_server_drain(cn_server *s, double deadline_s);

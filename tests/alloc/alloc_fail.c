@@ -593,7 +593,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "alloc_fail: server: %s\n", err.msg);
         return 1;
     }
-    cn_server_set_engine(srv, e, tok, NULL, cn_engine_n_ctx(e), cn_tokenizer_n_vocab(tok));
+    cn_server_set_engine(srv, e);
     static http_case hc;
     hc.port = cn_server_port(srv);
     static char resp[65536];

@@ -17,6 +17,8 @@
 #include "fuzz_util.h"
 #include "gguf/gguf.h"
 #include "serve/openai.h"
+#include "text/chat.h"
+#include "text/tokenizer.h"
 
 int fuzz_openai_one(const uint8_t *data, size_t size);
 
@@ -37,7 +39,11 @@ static const oai_ctx *fuzz_oai_ctx(void) {
         fprintf(stderr, "fuzz_openai: %s: %s\n", path, err.msg);
         abort();
     }
+    /* the end-of-turn stop as an engine decides it (cn_engine_end_of_turn_stop) */
+    const char *eot = cn_chat_template_end_of_turn(fuzz_oai_chat);
+    const int32_t eot_id = cn_tokenizer_find(fuzz_oai_tok, eot);
     fuzz_oai = (oai_ctx){.tok = fuzz_oai_tok, .chat = fuzz_oai_chat, .model_id = "stories260K", .n_ctx = 256,
+                         .eot_stop = eot_id >= 0 && cn_tokenizer_is_eog(fuzz_oai_tok, eot_id) ? NULL : eot,
                          .n_vocab = cn_tokenizer_n_vocab(fuzz_oai_tok), .max_draft = 8};
     return &fuzz_oai;
 }

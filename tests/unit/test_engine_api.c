@@ -269,3 +269,32 @@ Test(engine_api, cancel_from_another_thread_while_running) {
     cr_assert_eq(cn_kv_check(cn_engine_kv(e), &err), CN_STATUS_OK, "%s", err.msg);
     cn_engine_free(e);
 }
+
+/* What an engine owns and hands out: its tokenizer, its chat template (the model's, or
+ * one by name) with the end-of-turn stop it needs, its sizes; a bad template name fails
+ * create naming chat_template. */
+Test(engine_api, parts) {
+    cn_engine *e = NULL;
+    cn_error err = {0};
+    cn_engine_params p = cn_engine_default_params();
+    p.n_ctx = 128;
+    e = te_engine(model, p);
+    cr_assert(cn_engine_tokenizer(e));
+    cr_assert_eq(cn_engine_n_vocab(e), cn_tokenizer_n_vocab(cn_engine_tokenizer(e)));
+    cr_assert_eq(cn_engine_n_ctx(e), 128);
+    cr_assert_eq(cn_engine_max_running(e), p.max_running);
+    cr_assert_not(cn_engine_has_draft(e));
+    cr_assert_null(cn_engine_chat_template(e)); /* stories260K has no template */
+    cr_assert_null(cn_engine_end_of_turn_stop(e));
+    cn_engine_free(e);
+    p.chat_template = "chatml";
+    e = te_engine(model, p);
+    cr_assert_str_eq(cn_chat_template_name(cn_engine_chat_template(e)), "chatml");
+    /* no <|im_end|> token in this vocabulary: the reply must stop on the text */
+    cr_assert_str_eq(cn_engine_end_of_turn_stop(e), "<|im_end|>");
+    cn_engine_free(e);
+    p.chat_template = "nonesuch";
+    cr_assert_eq(cn_engine_create(model, &p, &e, &err), CN_STATUS_INVALID_ARG);
+    cr_assert_str_eq(err.param, "chat_template");
+    cr_assert_null(e);
+}
