@@ -843,6 +843,11 @@ CN_API bool cn_gguf_type_size(uint32_t type, uint32_t *block_size, uint32_t *typ
  * value (a ggml type it cannot run, a number no ggml knows). */
 CN_API const char *cn_type_name(cn_type t);
 
+/* The tokenizer of a GGUF file, loadable model or not (a vocabulary-only file will do);
+ * the file is closed before it returns. Errors: those of cn_gguf_open, then those of
+ * cn_tokenizer_from_model (the message names the file). */
+CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn_error *err);
+
 /* ==== end of gguf files =================================================================== */
 
 #ifdef __cplusplus
