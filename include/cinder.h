@@ -848,6 +848,16 @@ CN_API const char *cn_type_name(cn_type t);
  * cn_tokenizer_from_model (the message names the file). */
 CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn_error *err);
 
+/* Writes out_path: a draft model for speculative decoding cut from the model at path,
+ * for models with no smaller partner: its first n_layers layers, the final norm and the
+ * head, every other tensor and all metadata as they are (block_count = n_layers,
+ * general.name marked), so its vocabulary is the model's. No model is run. *n_layer_model
+ * (may be NULL) gets the model's layer count. INVALID_ARG (param "n_layers") when
+ * n_layers < 1 or it keeps every layer; CORRUPT when the file is not a model's (no
+ * general.architecture or block_count); IO when out_path cannot be written. */
+CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, int32_t n_layers,
+                                      int32_t *n_layer_model, cn_error *err);
+
 /* ==== end of gguf files =================================================================== */
 
 #ifdef __cplusplus
