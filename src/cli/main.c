@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cinder.h"
-#include "kernels/kernels.h"
+#include "flags.h"
 
 bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int max, int *n) {
     *n = 0;
@@ -26,11 +26,17 @@ bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int ma
 }
 
 static int cmd_version(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    const char *pos[1];
+    int n_pos;
+    const int rc = cli_flags_parse("version", NULL, 0, argc, argv, pos, 0, &n_pos);
+    if (rc == CLI_FLAGS_HELP) {
+        printf("usage: cinder version\n\nPrints the version and the kernel family this CPU runs.\n");
+        return 0;
+    }
+    if (rc) return rc;
     printf("cinder %s\n", CN_VERSION);
     /* the kernel family this CPU gets (CINDER_ISA caps it) */
-    printf("kernels %s\n", cn_kernels_get()->name);
+    printf("kernels %s\n", cn_kernels_family());
     return 0;
 }
 
