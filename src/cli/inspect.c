@@ -41,36 +41,25 @@ static void lprintf(line *l, const char *fmt, ...) {
     if (k > 0) lput(l, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
 }
 
-/* Length of a valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (k == 0 || k > n) return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((p[i] & 0xc0) != 0x80) return 0;
-    if (k == 2 && c < 0xc2) return 0; /* overlong */
-    return k;
-}
-
 /* "escaped text", cut after max characters with "..." and the full length in bytes. */
 static void put_str(line *l, cn_gguf_str s, size_t max) {
-    const unsigned char *p = (const unsigned char *)s.ptr;
-    size_t i = 0, shown = 0;
+    size_t i = 0;
     lput(l, "\"", 1);
-    while (i < s.len && shown < max) {
-        unsigned c = p[i];
-        size_t k = utf8_len(p + i, s.len - i);
-        if (c == '"' || c == '\\') lprintf(l, "\\%c", c);
-        else if (c == '\n') lput(l, "\\n", 2);
-        else if (c == '\t') lput(l, "\\t", 2);
-        else if (c == '\r') lput(l, "\\r", 2);
-        else if (c < 0x20 || c == 0x7f || k == 0) lprintf(l, "\\x%02x", c);
-        else lput(l, (const char *)p + i, k);
-        i += k ? k : 1;
-        shown++;
+    for (size_t shown = 0; i < s.len && shown < max; shown++) {
+        char esc[8];
+        i += cn_cli_escape_char(s.ptr + i, s.len - i, '"', esc);
+        lput(l, esc, strlen(esc));
     }
     lput(l, "\"", 1);
     if (i < s.len) lprintf(l, "... (%llu bytes)", (unsigned long long)s.len);
+}
+
+/* A key or tensor name: bare, unless escaping or cutting changed it. */
+static const char *put_name(line *l, cn_gguf_str s) {
+    put_str(l, s, 60);
+    if (l->n != s.len + 2 || memcmp(l->p + 1, s.ptr, s.len) != 0) return l->p;
+    l->p[l->n - 1] = '\0';
+    return l->p + 1;
 }
 
 static void put_f64(line *l, double d, bool f32) { lprintf(l, f32 ? "%.7g" : "%.15g", d); }
@@ -159,14 +148,7 @@ static void print_tensors(const cn_gguf *g) {
     for (int64_t i = 0; i < n; i++) {
         const cn_gguf_tensor_info *t = cn_gguf_tensor(g, i);
         line nm = {0}, shape = {0};
-        cn_gguf_str name = t->name;
-        /* names are shown bare (no quotes) unless they need escaping */
-        put_str(&nm, name, 60);
-        const char *shown = nm.p;
-        if (nm.n >= 2 && nm.n == name.len + 2 && memcmp(nm.p + 1, name.ptr, name.len) == 0) {
-            nm.p[nm.n - 1] = '\0';
-            shown = nm.p + 1;
-        }
+        const char *shown = put_name(&nm, t->name);
         lput(&shape, "[", 1);
         uint64_t n_elem = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) {
@@ -252,14 +234,7 @@ int cn_cli_inspect(int argc, char **argv) {
     }
     for (int64_t i = 0; i < cn_gguf_n_kv(g); i++) {
         line key = {0}, val = {0};
-        cn_gguf_str k = cn_gguf_kv_key(g, i);
-        put_str(&key, k, 60);
-        /* bare keys unless escaping changed them */
-        const char *shown = key.p;
-        if (key.n == k.len + 2 && memcmp(key.p + 1, k.ptr, k.len) == 0) {
-            key.p[key.n - 1] = '\0';
-            shown = key.p + 1;
-        }
+        const char *shown = put_name(&key, cn_gguf_kv_key(g, i));
         put_value(&val, g, i);
         printf("  %-*s  %-6s  %s\n", (int)w_key, shown, cn_gguf_vtype_name(cn_gguf_kv_type(g, i)), val.p);
     }

@@ -9,43 +9,13 @@
 #include "cli.h"
 #include "flags.h"
 
-/* Prints piece[0..n) between quotes: C-style escapes for quotes, backslashes and control
- * bytes, \xNN for bytes that are not part of valid UTF-8. */
+/* piece[0..n) between single quotes, escaped (cn_cli_escape_char). */
 static void print_escaped(const char *piece, size_t n) {
-    const unsigned char *p = (const unsigned char *)piece;
     putchar('\'');
     for (size_t i = 0; i < n;) {
-        unsigned char c = p[i];
-        if (c == '\\' || c == '\'') {
-            printf("\\%c", c);
-        } else if (c == '\n') {
-            fputs("\\n", stdout);
-        } else if (c == '\t') {
-            fputs("\\t", stdout);
-        } else if (c == '\r') {
-            fputs("\\r", stdout);
-        } else if (c < 0x20 || c == 0x7F) {
-            printf("\\x%02x", c);
-        } else if (c < 0x80) {
-            putchar(c);
-        } else {
-            /* a complete, well-formed multi-byte sequence goes out as is */
-            size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
-            bool ok = need && c <= 0xF4 && i + need <= n;
-            for (size_t j = 1; ok && j < need; j++) ok = (p[i + j] & 0xC0) == 0x80;
-            if (ok && need == 3) {
-                ok = !(c == 0xE0 && p[i + 1] < 0xA0) && !(c == 0xED && p[i + 1] > 0x9F);
-            } else if (ok && need == 4) {
-                ok = !(c == 0xF0 && p[i + 1] < 0x90) && !(c == 0xF4 && p[i + 1] > 0x8F);
-            }
-            if (ok) {
-                fwrite(p + i, 1, need, stdout);
-                i += need;
-                continue;
-            }
-            printf("\\x%02x", c);
-        }
-        i++;
+        char esc[8];
+        i += cn_cli_escape_char(piece + i, n - i, '\'', esc);
+        fputs(esc, stdout);
     }
     putchar('\'');
 }
