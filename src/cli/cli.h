@@ -23,6 +23,12 @@ int cn_cli_bench_spec(int argc, char **argv); /* bench_spec.c: cinder bench --sp
  * false on an empty list, a bad or out-of-range item, or more than max items. */
 bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int max, int *n);
 
+/* One character of s[0..n) (n > 0) made safe to print between quote characters: quote and
+ * backslash get a backslash, \n \t \r stay escapes, other control bytes and bytes that
+ * are not part of valid UTF-8 become \xNN, a valid UTF-8 sequence stays as it is. out
+ * gets it NUL-terminated; returns the bytes of s it stands for. */
+size_t cn_cli_escape_char(const char *s, size_t n, char quote, char out[8]);
+
 /* Prints "cinder: <msg>" to stderr as one line. */
 void cn_cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A whole file (at most 1 GiB), NUL-terminated, *n its length; NULL after an error message. */

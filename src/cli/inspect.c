@@ -3,15 +3,16 @@
  * Prints the header (version, alignment, counts, data offset, file size), every metadata
  * key with its type and value (strings escaped and shortened, long arrays abbreviated to
  * their first elements, nested arrays in parentheses), the tensor table (name, type,
- * shape, bytes, offset) and totals (parameters, bytes by type). Reads only through the
- * gguf reader; type names come from src/tensor, and a type cinder cannot compute with is
- * flagged, not hidden. Output is for people: tests match on lines, not on exact layout. */
+ * shape, bytes, offset) and totals (parameters, bytes by type). Reads only through
+ * cinder.h's gguf files tier, and a type cinder cannot compute with is flagged, not
+ * hidden. Output is for people: tests match on lines, not on exact layout. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cinder.h"
 #include "cli.h"
-#include "gguf/gguf.h"
-#include "tensor/tensor.h"
+#include "flags.h"
 
 #define STR_SHOW 60   /* characters of a string value shown */
 #define ARR_SHOW 8    /* elements of an array shown */
@@ -30,46 +31,35 @@ static void lput(line *l, const char *s, size_t n) {
     l->p[l->n] = '\0';
 }
 
-static void lprintf(line *l, const char *fmt, ...) CN_PRINTF(2, 3);
+static void lprintf(line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void lprintf(line *l, const char *fmt, ...) {
     char tmp[256];
     va_list ap;
     va_start(ap, fmt);
     int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (k > 0) lput(l, tmp, CN_MIN((size_t)k, sizeof tmp - 1));
-}
-
-/* Length of a valid UTF-8 sequence at p (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n) {
-    unsigned c = p[0];
-    size_t k = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (k == 0 || k > n) return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((p[i] & 0xc0) != 0x80) return 0;
-    if (k == 2 && c < 0xc2) return 0; /* overlong */
-    return k;
+    if (k > 0) lput(l, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
 }
 
 /* "escaped text", cut after max characters with "..." and the full length in bytes. */
 static void put_str(line *l, cn_gguf_str s, size_t max) {
-    const unsigned char *p = (const unsigned char *)s.ptr;
-    size_t i = 0, shown = 0;
+    size_t i = 0;
     lput(l, "\"", 1);
-    while (i < s.len && shown < max) {
-        unsigned c = p[i];
-        size_t k = utf8_len(p + i, s.len - i);
-        if (c == '"' || c == '\\') lprintf(l, "\\%c", c);
-        else if (c == '\n') lput(l, "\\n", 2);
-        else if (c == '\t') lput(l, "\\t", 2);
-        else if (c == '\r') lput(l, "\\r", 2);
-        else if (c < 0x20 || c == 0x7f || k == 0) lprintf(l, "\\x%02x", c);
-        else lput(l, (const char *)p + i, k);
-        i += k ? k : 1;
-        shown++;
+    for (size_t shown = 0; i < s.len && shown < max; shown++) {
+        char esc[8];
+        i += cn_cli_escape_char(s.ptr + i, s.len - i, '"', esc);
+        lput(l, esc, strlen(esc));
     }
     lput(l, "\"", 1);
     if (i < s.len) lprintf(l, "... (%llu bytes)", (unsigned long long)s.len);
+}
+
+/* A key or tensor name: bare, unless escaping or cutting changed it. */
+static const char *put_name(line *l, cn_gguf_str s) {
+    put_str(l, s, 60);
+    if (l->n != s.len + 2 || memcmp(l->p + 1, s.ptr, s.len) != 0) return l->p;
+    l->p[l->n - 1] = '\0';
+    return l->p + 1;
 }
 
 static void put_f64(line *l, double d, bool f32) { lprintf(l, f32 ? "%.7g" : "%.15g", d); }
@@ -138,8 +128,8 @@ static void human_bytes(char *buf, size_t cap, uint64_t n) {
 }
 
 static const char *type_name(uint32_t type, char *buf, size_t cap) {
-    const cn_type_traits *tr = cn_type_traits_get(type);
-    if (tr) return tr->name;
+    const char *name = cn_type_name((cn_type)type);
+    if (name) return name;
     snprintf(buf, cap, "type%u?", type);
     return buf;
 }
@@ -147,7 +137,10 @@ static const char *type_name(uint32_t type, char *buf, size_t cap) {
 static void print_tensors(const cn_gguf *g) {
     int64_t n = cn_gguf_n_tensors(g);
     size_t w_name = 4;
-    for (int64_t i = 0; i < n; i++) w_name = CN_MAX(w_name, (size_t)CN_MIN(cn_gguf_tensor(g, i)->name.len, 60));
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t len = cn_gguf_tensor(g, i)->name.len;
+        if (len > w_name) w_name = len < 60 ? len : 60;
+    }
     printf("\ntensors:\n  %5s  %-*s  %-8s  %-18s  %12s  %12s\n", "#", (int)w_name, "name", "type", "shape",
            "bytes", "offset");
     uint64_t n_params = 0, by_type_bytes[CN_TYPE_COUNT] = {0}, other_bytes = 0;
@@ -155,14 +148,7 @@ static void print_tensors(const cn_gguf *g) {
     for (int64_t i = 0; i < n; i++) {
         const cn_gguf_tensor_info *t = cn_gguf_tensor(g, i);
         line nm = {0}, shape = {0};
-        cn_gguf_str name = t->name;
-        /* names are shown bare (no quotes) unless they need escaping */
-        put_str(&nm, name, 60);
-        const char *shown = nm.p;
-        if (nm.n >= 2 && nm.n == name.len + 2 && memcmp(nm.p + 1, name.ptr, name.len) == 0) {
-            nm.p[nm.n - 1] = '\0';
-            shown = nm.p + 1;
-        }
+        const char *shown = put_name(&nm, t->name);
         lput(&shape, "[", 1);
         uint64_t n_elem = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) {
@@ -177,7 +163,7 @@ static void print_tensors(const cn_gguf *g) {
         else snprintf(bytes, sizeof bytes, "?");
         printf("  %5lld  %-*s  %-8s  %-18s  %12s  %12llu\n", (long long)i, (int)w_name, shown,
                type_name(t->type, tb, sizeof tb), shape.p, bytes, (unsigned long long)t->offset);
-        if (!cn_type_traits_get(t->type)) n_unknown++;
+        if (!cn_type_name((cn_type)t->type)) n_unknown++;
         if (t->type < CN_TYPE_COUNT) {
             by_type_bytes[t->type] += t->n_bytes;
             by_type_n[t->type]++;
@@ -206,32 +192,25 @@ static void print_tensors(const cn_gguf *g) {
                (long long)n_unknown);
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: cinder inspect MODEL.gguf\n\n"
-               "Prints the header, metadata and tensor table of a GGUF file.\n");
-}
-
 int cn_cli_inspect(int argc, char **argv) {
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            cn_cli_errorf("inspect: unknown option '%s' (try 'cinder inspect --help')", argv[i]);
-            return 2;
-        }
-        if (path) {
-            cn_cli_errorf("inspect: one file at a time ('%s' and '%s')", path, argv[i]);
-            return 2;
-        }
-        path = argv[i];
+    const char *pos[2];
+    int n_pos;
+    const int rc = cli_flags_parse("inspect", NULL, 0, argc, argv, pos, 2, &n_pos);
+    if (rc == CLI_FLAGS_HELP) {
+        printf("usage: cinder inspect MODEL.gguf\n\n"
+               "Prints the header, metadata and tensor table of a GGUF file.\n");
+        return 0;
     }
-    if (!path) {
+    if (rc) return rc;
+    if (n_pos == 0) {
         cn_cli_errorf("inspect: no file given (usage: cinder inspect MODEL.gguf)");
         return 2;
     }
+    if (n_pos > 1) {
+        cn_cli_errorf("inspect: one file at a time ('%s' and '%s')", pos[0], pos[1]);
+        return 2;
+    }
+    const char *path = pos[0];
     cn_gguf *g;
     cn_error err;
     if (cn_gguf_open(path, &g, &err)) {
@@ -249,18 +228,13 @@ int cn_cli_inspect(int argc, char **argv) {
 
     printf("\nmetadata:\n");
     size_t w_key = 8;
-    for (int64_t i = 0; i < cn_gguf_n_kv(g); i++)
-        w_key = CN_MAX(w_key, (size_t)CN_MIN(cn_gguf_kv_key(g, i).len, 48));
+    for (int64_t i = 0; i < cn_gguf_n_kv(g); i++) {
+        const uint64_t len = cn_gguf_kv_key(g, i).len;
+        if (len > w_key) w_key = len < 48 ? len : 48;
+    }
     for (int64_t i = 0; i < cn_gguf_n_kv(g); i++) {
         line key = {0}, val = {0};
-        cn_gguf_str k = cn_gguf_kv_key(g, i);
-        put_str(&key, k, 60);
-        /* bare keys unless escaping changed them */
-        const char *shown = key.p;
-        if (key.n == k.len + 2 && memcmp(key.p + 1, k.ptr, k.len) == 0) {
-            key.p[key.n - 1] = '\0';
-            shown = key.p + 1;
-        }
+        const char *shown = put_name(&key, cn_gguf_kv_key(g, i));
         put_value(&val, g, i);
         printf("  %-*s  %-6s  %s\n", (int)w_key, shown, cn_gguf_vtype_name(cn_gguf_kv_type(g, i)), val.p);
     }

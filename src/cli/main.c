@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cinder.h"
-#include "kernels/kernels.h"
+#include "flags.h"
 
 bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int max, int *n) {
     *n = 0;
@@ -25,12 +25,41 @@ bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int ma
     return *n > 0;
 }
 
+size_t cn_cli_escape_char(const char *s, size_t n, char quote, char out[8]) {
+    const unsigned char *p = (const unsigned char *)s, c = p[0];
+    const size_t k = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    bool ok = k && c <= 0xF4 && k <= n;
+    for (size_t j = 1; ok && j < k; j++) ok = (p[j] & 0xC0) == 0x80;
+    /* no overlong forms, no surrogates, nothing above U+10FFFF */
+    if (ok && k == 3) ok = !(c == 0xE0 && p[1] < 0xA0) && !(c == 0xED && p[1] > 0x9F);
+    if (ok && k == 4) ok = !(c == 0xF0 && p[1] < 0x90) && !(c == 0xF4 && p[1] > 0x8F);
+    const char *esc = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : NULL;
+    if (c == (unsigned char)quote || c == '\\') {
+        snprintf(out, 8, "\\%c", c);
+    } else if (esc) {
+        strcpy(out, esc);
+    } else if (c < 0x20 || c == 0x7F || !ok) {
+        snprintf(out, 8, "\\x%02x", c);
+    } else {
+        memcpy(out, s, k);
+        out[k] = '\0';
+        return k;
+    }
+    return 1;
+}
+
 static int cmd_version(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    const char *pos[1];
+    int n_pos;
+    const int rc = cli_flags_parse("version", NULL, 0, argc, argv, pos, 0, &n_pos);
+    if (rc == CLI_FLAGS_HELP) {
+        printf("usage: cinder version\n\nPrints the version and the kernel family this CPU runs.\n");
+        return 0;
+    }
+    if (rc) return rc;
     printf("cinder %s\n", CN_VERSION);
     /* the kernel family this CPU gets (CINDER_ISA caps it) */
-    printf("kernels %s\n", cn_kernels_get()->name);
+    printf("kernels %s\n", cn_kernels_family());
     return 0;
 }
 

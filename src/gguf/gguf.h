@@ -3,7 +3,10 @@
  * The reader validates every count, length, offset and size against the bytes of the
  * file before using it; a malformed file yields CN_STATUS_CORRUPT (or UNSUPPORTED) with a
  * message naming what is wrong, never an out-of-bounds read. Strings are views into the
- * mapped file (not NUL-terminated). Nothing here knows about models or tokenizers. */
+ * mapped file (not NUL-terminated). Nothing here knows about models or tokenizers.
+ * The read-only part a program needs (open, header, metadata by index, arrays, the tensor
+ * table, the types) is public, in cinder.h's "gguf files"; this adds lookups by key,
+ * parsing from memory and the writer. */
 #ifndef CN_GGUF_H
 #define CN_GGUF_H
 
@@ -12,61 +15,17 @@
 /* Hard limits on what a file may claim; beyond them it is rejected before allocating. */
 #define CN_GGUF_MAX_KV        (1u << 20)
 #define CN_GGUF_MAX_TENSORS   (1u << 20)
-#define CN_GGUF_MAX_DIMS      4
 #define CN_GGUF_MAX_NEST      8          /* array-of-array depth */
 #define CN_GGUF_DEFAULT_ALIGN 32
 
-typedef enum {
-    CN_GGUF_UINT8 = 0, CN_GGUF_INT8 = 1, CN_GGUF_UINT16 = 2, CN_GGUF_INT16 = 3,
-    CN_GGUF_UINT32 = 4, CN_GGUF_INT32 = 5, CN_GGUF_FLOAT32 = 6, CN_GGUF_BOOL = 7,
-    CN_GGUF_STRING = 8, CN_GGUF_ARRAY = 9, CN_GGUF_UINT64 = 10, CN_GGUF_INT64 = 11,
-    CN_GGUF_FLOAT64 = 12,
-} cn_gguf_vtype;
-
-/* A view of a string in the file: ptr[0..len), not NUL-terminated. */
-typedef struct {
-    const char *ptr;
-    uint64_t len;
-} cn_gguf_str;
-
-typedef struct {
-    cn_gguf_str name;
-    uint32_t n_dims;
-    int64_t ne[CN_GGUF_MAX_DIMS]; /* ne[0] is the innermost (row) length; unused dims are 1 */
-    uint32_t type;                /* cn_type value as stored; may be unknown to cinder */
-    uint64_t offset;              /* relative to the start of the data section */
-    const void *data;             /* view into the mapping; NULL if the type's block size is
-                                   * unknown (cn_gguf_type_size: all ggml types through MXFP4 are
-                                   * known, so check cn_type_traits_get before computing) */
-    uint64_t n_bytes;             /* 0 if the type is unknown */
-} cn_gguf_tensor_info;
-
-typedef struct cn_gguf cn_gguf;
-
-/* Maps and parses a file. *out is owned by the caller (cn_gguf_close). */
-cn_status cn_gguf_open(const char *path, cn_gguf **out, cn_error *err);
 /* Parses a buffer; borrows data, which must outlive *out (fuzzing, in-memory tests). */
 cn_status cn_gguf_parse(const void *data, size_t n_bytes, cn_gguf **out, cn_error *err);
-void cn_gguf_close(cn_gguf *g); /* NULL is a no-op */
 
-uint32_t cn_gguf_version(const cn_gguf *g);
-uint32_t cn_gguf_alignment(const cn_gguf *g);
-uint64_t cn_gguf_data_offset(const cn_gguf *g); /* start of the tensor data section */
-size_t cn_gguf_file_size(const cn_gguf *g);     /* bytes of the parsed file or buffer */
-
-/* ggml block geometry of a tensor type as GGUF stores it (all ggml types, not only the
- * ones cinder computes with): false for a type this reader does not know. */
-bool cn_gguf_type_size(uint32_t type, uint32_t *block_size, uint32_t *type_bytes);
 /* Bytes of a tensor of this type and shape; false if the type is unknown, ne[0] is not a
  * multiple of the block size, a dimension is negative or the size overflows. */
 bool cn_gguf_tensor_bytes(uint32_t type, uint32_t n_dims, const int64_t *ne, uint64_t *out);
 
 /* --- metadata --- */
-int64_t cn_gguf_n_kv(const cn_gguf *g);
-int64_t cn_gguf_find_key(const cn_gguf *g, const char *key); /* -1 if absent */
-cn_gguf_str cn_gguf_kv_key(const cn_gguf *g, int64_t i);
-cn_gguf_vtype cn_gguf_kv_type(const cn_gguf *g, int64_t i);
-
 /* Scalar getters by key. They return false if the key is absent or its value cannot be
  * represented in the requested type (a negative int for u32, a string for f32, ...);
  * integer getters accept any integer type whose value fits. */
@@ -76,44 +35,15 @@ bool cn_gguf_get_u64(const cn_gguf *g, const char *key, uint64_t *out);
 bool cn_gguf_get_f32(const cn_gguf *g, const char *key, float *out); /* f32 or f64 */
 bool cn_gguf_get_bool(const cn_gguf *g, const char *key, bool *out);
 bool cn_gguf_get_str(const cn_gguf *g, const char *key, cn_gguf_str *out);
-
-/* Scalar getters by index (value of kv i; false if of another kind). */
-bool cn_gguf_kv_i64(const cn_gguf *g, int64_t i, int64_t *out);  /* any integer or bool */
-bool cn_gguf_kv_u64(const cn_gguf *g, int64_t i, uint64_t *out); /* a non-negative integer */
-bool cn_gguf_kv_f64(const cn_gguf *g, int64_t i, double *out);   /* any number */
-bool cn_gguf_kv_str(const cn_gguf *g, int64_t i, cn_gguf_str *out);
-
-/* Arrays (kv i must be of type ARRAY). Element type and count; for numeric element
- * types arr_data points at the packed little-endian elements in the file (possibly
- * unaligned: read with memcpy or the helpers below). String elements are reached by
- * index in O(1) (the reader builds an offset table at parse time). Nested arrays: an
- * element of type ARRAY is reached with cn_gguf_arr_sub, which returns a view with the
- * same accessors. */
-typedef struct {
-    cn_gguf_vtype type;      /* element type */
-    uint64_t n;              /* element count */
-    const uint8_t *data;     /* first element in the file */
-    const uint64_t *str_off; /* for STRING/ARRAY elements: offset of element j from data */
-    const void *internal;    /* reader-private (sub-array table) */
-} cn_gguf_arr;
-
 bool cn_gguf_get_arr(const cn_gguf *g, const char *key, cn_gguf_arr *out);
-bool cn_gguf_kv_arr(const cn_gguf *g, int64_t i, cn_gguf_arr *out);
-cn_gguf_str cn_gguf_arr_str(const cn_gguf_arr *a, uint64_t j); /* j < n, type STRING */
-int64_t cn_gguf_arr_i64(const cn_gguf_arr *a, uint64_t j);     /* integer/bool elements */
-double cn_gguf_arr_f64(const cn_gguf_arr *a, uint64_t j);      /* numeric elements */
-bool cn_gguf_arr_sub(const cn_gguf_arr *a, uint64_t j, cn_gguf_arr *out); /* ARRAY elements */
 
 /* Size in bytes of one element of a fixed-size value type; 0 for STRING/ARRAY/unknown. */
 size_t cn_gguf_vtype_size(cn_gguf_vtype t);
-const char *cn_gguf_vtype_name(cn_gguf_vtype t);
 
 /* Compares a view with a C string. */
 bool cn_gguf_str_eq(cn_gguf_str s, const char *c);
 
 /* --- tensors --- */
-int64_t cn_gguf_n_tensors(const cn_gguf *g);
-const cn_gguf_tensor_info *cn_gguf_tensor(const cn_gguf *g, int64_t i);
 int64_t cn_gguf_find_tensor(const cn_gguf *g, const char *name); /* -1 if absent */
 
 /* --- writer --- */

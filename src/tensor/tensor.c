@@ -31,6 +31,11 @@ const cn_type_traits *cn_type_traits_get(uint32_t type) {
     return &k_traits[type];
 }
 
+const char *cn_type_name(cn_type t) {
+    const cn_type_traits *tr = cn_type_traits_get((uint32_t)t);
+    return tr ? tr->name : NULL;
+}
+
 uint64_t cn_type_row_bytes(uint32_t type, int64_t n_elem) {
     const cn_type_traits *t = cn_type_traits_get(type);
     if (t == NULL || n_elem < 0 || n_elem % t->block_size != 0)

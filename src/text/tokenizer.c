@@ -457,6 +457,21 @@ fail:
     return st;
 }
 
+cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn_error *err) {
+    *out = NULL;
+    cn_gguf *g;
+    cn_status st = cn_gguf_open(path, &g, err);
+    if (st != CN_STATUS_OK) return st;
+    st = cn_tokenizer_load(g, out, err);
+    cn_gguf_close(g); /* the tokenizer copied what it needs */
+    if (st != CN_STATUS_OK && err) {
+        char msg[CN_ERROR_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        cn_err(err, st, "%s: %s", path, msg);
+    }
+    return st;
+}
+
 /* --- accessors --- */
 
 int32_t cn_tokenizer_n_vocab(const cn_tokenizer *t) { return t->n_vocab; }

@@ -3,13 +3,18 @@
  * builds it so). Truth: llama.cpp's tokens for stories260K (tests/golden/stories260k.json:
  * the prompt's ids and 64 greedy tokens), the worked example of the sampler chain
  * (blue/gray/clear/dark, top-p 0.7), ChatML's published format, and the batched engine,
- * which must give the context's greedy text for the same prompt.
+ * which must give the context's greedy text for the same prompt. The gguf files tier is
+ * checked against what the gguf PyPI package (gguf-py's GGUFReader) reads from
+ * stories260K.gguf.
  *
  *   api_test MODELS_DIR GOLDEN_JSON      (MODELS_DIR holds stories260K.gguf) */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, for the draft file */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <unistd.h>
 
 #include <cinder.h>
 
@@ -398,6 +403,134 @@ out:
     cn_model_free(m);
 }
 
+/* The gguf files tier. Expected values are gguf-py's, not cinder's:
+ *   r = gguf.GGUFReader("stories260K.gguf"); non-"GGUF." fields: 19, version 3,
+ *   alignment 32, data_offset 14176; tokenizer.ggml.tokens [512 × string], contents(0)
+ *   "<unk>", contents(300) "▁ha"; llama.block_count u32 5; 48 tensors, the first
+ *   token_embd.weight F32 shape [64, 512], 131072 bytes at 0; the last
+ *   blk.4.ffn_norm.weight F32 [64], 256 bytes at 1170944. */
+static void test_gguf_files(const char *path) {
+    cn_gguf *g = NULL;
+    cn_error err = {0};
+    if (cn_gguf_open(path, &g, &err) != CN_STATUS_OK) {
+        CHECK(0, "open %s: %s", path, err.msg);
+        return;
+    }
+    CHECK(cn_gguf_version(g) == 3 && cn_gguf_alignment(g) == 32 && cn_gguf_data_offset(g) == 14176,
+          "header: v%u, align %u, data at %llu", cn_gguf_version(g), cn_gguf_alignment(g),
+          (unsigned long long)cn_gguf_data_offset(g));
+    CHECK(cn_gguf_n_kv(g) == 19 && cn_gguf_n_tensors(g) == 48, "%lld kvs, %lld tensors", (long long)cn_gguf_n_kv(g),
+          (long long)cn_gguf_n_tensors(g));
+    int64_t i = cn_gguf_find_key(g, "llama.block_count");
+    int64_t v = 0;
+    CHECK(i >= 0 && cn_gguf_kv_type(g, i) == CN_GGUF_UINT32 && cn_gguf_kv_i64(g, i, &v) && v == 5 &&
+              !strcmp(cn_gguf_vtype_name(CN_GGUF_UINT32), "u32"),
+          "block_count %lld", (long long)v);
+    cn_gguf_str k = cn_gguf_kv_key(g, i);
+    CHECK(k.len == 17 && !memcmp(k.ptr, "llama.block_count", 17), "key %lld", (long long)i);
+    cn_gguf_arr a;
+    i = cn_gguf_find_key(g, "tokenizer.ggml.tokens");
+    CHECK(i >= 0 && cn_gguf_kv_arr(g, i, &a) && a.type == CN_GGUF_STRING && a.n == 512, "tokens");
+    if (i >= 0 && a.n == 512) {
+        cn_gguf_str t0 = cn_gguf_arr_str(&a, 0), t300 = cn_gguf_arr_str(&a, 300);
+        CHECK(t0.len == 5 && !memcmp(t0.ptr, "<unk>", 5) && t300.len == 5 && !memcmp(t300.ptr, "\xe2\x96\x81ha", 5),
+              "tokens 0 and 300");
+    }
+    CHECK(cn_gguf_find_key(g, "no.such.key") == -1 && !cn_gguf_kv_str(g, i, &k), "absent key; an array as string");
+    const cn_gguf_tensor_info *t = cn_gguf_tensor(g, 0), *last = cn_gguf_tensor(g, 47);
+    CHECK(t->name.len == 17 && !memcmp(t->name.ptr, "token_embd.weight", 17) && t->type == CN_TYPE_F32 &&
+              t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 512 && t->n_bytes == 131072 && t->offset == 0 && t->data,
+          "tensor 0");
+    CHECK(last->name.len == 21 && !memcmp(last->name.ptr, "blk.4.ffn_norm.weight", 21) && last->n_dims == 1 &&
+              last->ne[0] == 64 && last->n_bytes == 256 && last->offset == 1170944,
+          "tensor 47");
+    uint32_t bs = 0, bb = 0;
+    CHECK(cn_gguf_type_size(CN_TYPE_Q4_K, &bs, &bb) && bs == 256 && bb == 144 && !cn_gguf_type_size(1000, NULL, NULL),
+          "q4_K geometry %u/%u", bs, bb);
+    CHECK(!strcmp(cn_type_name(CN_TYPE_Q4_K), "q4_K") && !strcmp(cn_type_name(CN_TYPE_F32), "f32") &&
+              cn_type_name((cn_type)16) == NULL,
+          "type names (16, iq2_xxs, is one cinder cannot compute with)");
+    cn_gguf_close(g);
+    cn_gguf_close(NULL);
+    CHECK(cn_gguf_open("/nonexistent/x.gguf", &g, &err) == CN_STATUS_IO && !g && strstr(err.msg, "x.gguf"), "%s",
+          err.msg);
+}
+
+/* A file from the library user's side: a temporary path, written with the given bytes. */
+static bool temp_file(char *path, const void *bytes, size_t n) {
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, 256, "%s/cinder_api_XXXXXX", dir && *dir ? dir : "/tmp");
+    const int fd = mkstemp(path);
+    if (fd < 0) return false;
+    const bool ok = write(fd, bytes, n) == (ssize_t)n;
+    close(fd);
+    return ok;
+}
+
+/* cn_tokenizer_load_file gives the model's tokenizer; a bad path or file, a clean error. */
+static void test_tokenizer_file(const char *path) {
+    cn_model_params mp = cn_model_default_params();
+    cn_model *m = NULL;
+    cn_tokenizer *t = NULL, *from_model = NULL;
+    cn_error err = {0};
+    if (cn_model_load(path, &mp, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &from_model, &err) ||
+        cn_tokenizer_load_file(path, &t, &err) != CN_STATUS_OK) {
+        CHECK(0, "tokenizer of %s: %s", path, err.msg);
+        cn_tokenizer_free(from_model);
+        cn_model_free(m);
+        return;
+    }
+    const char *text = "Once upon a time, a girl named Lily found a <s> box.";
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    CHECK(cn_tokenize_alloc(t, text, strlen(text), true, true, &a, &na, &err) == CN_STATUS_OK &&
+              cn_tokenize_alloc(from_model, text, strlen(text), true, true, &b, &nb, &err) == CN_STATUS_OK,
+          "%s", err.msg);
+    CHECK(na == nb && na > 10 && !memcmp(a, b, na * sizeof *a), "%zu ids from the file, %zu from the model", na, nb);
+    CHECK(cn_tokenizer_n_vocab(t) == 512, "n_vocab %d", cn_tokenizer_n_vocab(t));
+    free(a);
+    free(b);
+    cn_tokenizer_free(t);
+    cn_tokenizer_free(from_model);
+    cn_model_free(m);
+    CHECK(cn_tokenizer_load_file("/nonexistent/v.gguf", &t, &err) == CN_STATUS_IO && !t, "%s", err.msg);
+    char junk[256];
+    const char garbage[] = "GGUF\x03\x00\x00\x00garbage";
+    if (temp_file(junk, garbage, sizeof garbage - 1)) {
+        CHECK(cn_tokenizer_load_file(junk, &t, &err) == CN_STATUS_CORRUPT && !t && strstr(err.msg, junk), "%s",
+              err.msg);
+        cn_gguf *g = NULL;
+        CHECK(cn_gguf_open(junk, &g, &err) == CN_STATUS_CORRUPT && !g, "%s", err.msg);
+        remove(junk);
+    }
+}
+
+/* A 2-layer draft of stories260K (5 layers) loads as a 2-layer model with its vocabulary. */
+static void test_draft(const char *path) {
+    char out[256];
+    cn_error err = {0};
+    if (!temp_file(out, "", 0)) {
+        CHECK(0, "no temporary file");
+        return;
+    }
+    int32_t n_layer = 0;
+    CHECK(cn_model_write_draft(path, out, 2, &n_layer, &err) == CN_STATUS_OK && n_layer == 5, "%s", err.msg);
+    cn_model_params mp = cn_model_default_params();
+    cn_model *d = NULL;
+    CHECK(cn_model_load(out, &mp, &d, &err) == CN_STATUS_OK, "draft: %s", err.msg);
+    if (d) {
+        cn_model_info info;
+        cn_model_get_info(d, &info);
+        CHECK(info.n_layer == 2 && info.n_vocab == 512, "draft: %d layers, %d tokens", info.n_layer, info.n_vocab);
+        cn_model_free(d);
+    }
+    CHECK(cn_model_write_draft(path, out, 5, NULL, &err) == CN_STATUS_INVALID_ARG && !strcmp(err.param, "n_layers"),
+          "5 of 5 layers: %s", err.msg);
+    CHECK(cn_model_write_draft(path, out, 0, NULL, &err) == CN_STATUS_INVALID_ARG, "0 layers");
+    CHECK(cn_model_write_draft("/nonexistent/m.gguf", out, 2, NULL, &err) == CN_STATUS_IO, "%s", err.msg);
+    remove(out);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: api_test MODELS_DIR GOLDEN_JSON\n");
@@ -407,6 +540,11 @@ int main(int argc, char **argv) {
     test_explain();
     test_chat_template();
     test_model(argv[1], argv[2]);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", argv[1]);
+    test_gguf_files(path);
+    test_tokenizer_file(path);
+    test_draft(path);
     if (g_fail) {
         fprintf(stderr, "api_test: %d checks failed\n", g_fail);
         return 1;
