@@ -387,6 +387,16 @@ typedef struct {
     int32_t n_stop;                /* [0, CN_GEN_MAX_STOP] */
     bool logprobs_after_chain;     /* see cn_gen_token; default false (raw) */
     cn_beam_params beam;
+    /* Speculative decoding (cn_context_generate; the same tokens as without it, fewer target
+       passes; not with beam search). The names are cn_engine_request's. */
+    int32_t lookup_n;              /* n-gram lookup: guess the continuation of the longest
+                                      earlier repeat of the last 1..lookup_n tokens of the
+                                      prompt and output; [0, 8], 0 (default) = off */
+    int32_t max_draft;             /* the longest guess per step, [1, 16] when speculating;
+                                      default 8 (the length adapts below it) */
+    bool draft;                    /* guesses from the context's draft model
+                                      (cn_context_params.draft); takes precedence over
+                                      lookup_n; default false */
     cn_gen_text_fn on_text;        /* may be NULL */
     cn_gen_token_fn on_token;      /* may be NULL */
     cn_gen_cancel_fn should_cancel;/* may be NULL */
@@ -443,20 +453,30 @@ typedef struct {
     cn_type kv_type;           /* CN_TYPE_F16 (default), CN_TYPE_Q8_0 or CN_TYPE_F32 */
     int32_t n_seq_max;         /* sequences the low tier (cn_context_decode) may use, each holding
                                   up to n_ctx positions, [1, 64]; default 1 */
+    const char *chat_template; /* a template by name ("chatml", "gemma", "llama3"; borrowed
+                                  during create), or NULL (default): the model's own */
+    const cn_model *draft;     /* a smaller model with the same vocabulary (checked token by
+                                  token at create) that drafts for gen.draft; borrowed, must
+                                  outlive the context; NULL (default) = none. It gets a KV
+                                  cache of n_ctx positions of its own */
 } cn_context_params;
 
 CN_API cn_context_params cn_context_default_params(void);
 
-/* Borrows m (it must outlive the context). Loads the tokenizer and, when the model has
- * one cinder renders, the chat template. Errors: a parameter out of range (INVALID_ARG),
- * the tokenizer (as cn_tokenizer_from_model), no memory. */
+/* Borrows m (it must outlive the context). Loads the tokenizer and the chat template
+ * (p->chat_template, else the model's when it has one cinder renders). Errors: a
+ * parameter out of range, an unknown chat_template name (INVALID_ARG, the message lists
+ * the names), a draft model whose vocabulary is not m's (INVALID_ARG, param "draft"), the
+ * tokenizer (as cn_tokenizer_from_model), no memory. */
 CN_API cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_context **out, cn_error *err);
 CN_API void cn_context_free(cn_context *c); /* NULL is a no-op */
 
 CN_API const cn_tokenizer *cn_context_tokenizer(const cn_context *c);
-/* NULL when the model has no template cinder renders (chat prompts are then refused). */
+/* NULL when the model has no template cinder renders (chat prompts are then refused,
+ * with the reason). Views valid until cn_context_free. */
 CN_API const cn_chat_template *cn_context_chat_template(const cn_context *c);
 CN_API int32_t cn_context_n_ctx(const cn_context *c);
+CN_API int32_t cn_context_n_threads(const cn_context *c); /* what n_threads = 0 became */
 
 /* What a request starts from: exactly one of text, tokens or messages. */
 typedef struct {
@@ -483,13 +503,24 @@ typedef struct {
     uint64_t seed;             /* the seed the sampler used (a picked one for SEED_RANDOM) */
     cn_gen_timings timings;
     double beam_score;         /* beam search: the best sequence's score (see cn_beam_params) */
+    double beam_sum_logprob;   /* ... its summed raw log-probability */
+    int32_t beam_n_finished;   /* ... finished hypotheses kept (<= n_beams) */
+    /* Speculative decoding (gen.lookup_n or gen.draft; all 0 otherwise): */
+    int64_t spec_target_passes;/* verify passes of the target (each makes at least one token) */
+    int64_t spec_drafted;      /* tokens guessed */
+    int64_t spec_accepted;     /* of them, kept (tokens made without a pass of their own) */
+    int64_t spec_plain_passes; /* passes that carried no guess */
+    int64_t spec_draft_passes; /* forward passes of the draft model */
 } cn_result;
 
 /* Runs one request to its finish: prefill (reusing the cached prefix), then a token at a
  * time, with gen's sampling, stops and callbacks. gen.beam.n_beams > 1 runs beam search
- * (the best sequence is the result; on_text/on_token see it once it is chosen). out is
+ * (the best sequence is the result; on_text/on_token see it once it is chosen);
+ * gen.lookup_n or gen.draft speculate (the same tokens, fewer target passes; the spec_
+ * fields of the result say how it went). out is
  * filled on OK (and zeroed on error). Errors: a bad prompt (INVALID_ARG: none or two
- * given, an empty one, an id out of the vocabulary, messages without a chat template),
+ * given, an empty one, an id out of the vocabulary, messages without a chat template:
+ * the message says why the model has none), gen.draft without a draft model (INVALID_ARG),
  * a prompt that leaves no room to generate in n_ctx (LIMIT), bad gen params
  * (INVALID_ARG, naming the field), a failed forward pass or no memory. A request that
  * should_cancel ended is OK with finish reason "cancelled". */
@@ -915,6 +946,16 @@ CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, in
                                       int32_t *n_layer_model, cn_error *err);
 
 /* ==== end of gguf files =================================================================== */
+
+/* ==== text helpers ========================================================================
+ * Bytes made safe to show or to put in JSON (src/text/tokenizer_utf8.c). */
+
+/* s[0..n) as valid UTF-8: each maximal ill-formed subsequence becomes one U+FFFD (as
+ * Python's decode(errors="replace") does). *out is NUL-terminated, freed by the caller
+ * with free(); *n_out (may be NULL) its length. Errors: NO_MEMORY. */
+CN_API cn_status cn_text_utf8_clean(const char *s, size_t n, char **out, size_t *n_out, cn_error *err);
+
+/* ==== end of text helpers ================================================================= */
 
 #ifdef __cplusplus
 }

@@ -98,7 +98,8 @@ _CANCEL_FN = ctypes.CFUNCTYPE(c_bool, c_void_p)
 
 class _Gen(ctypes.Structure):
     _fields_ = [("sampling", _Sampling), ("max_tokens", c_int32), ("stop", ctypes.POINTER(c_char_p)),
-                ("n_stop", c_int32), ("logprobs_after_chain", c_bool), ("beam", _Beam), ("on_text", _TEXT_FN),
+                ("n_stop", c_int32), ("logprobs_after_chain", c_bool), ("beam", _Beam), ("lookup_n", c_int32),
+                ("max_draft", c_int32), ("draft", c_bool), ("on_text", _TEXT_FN),
                 ("on_token", _TOKEN_FN), ("should_cancel", _CANCEL_FN), ("user", c_void_p)]
 
 
@@ -124,7 +125,7 @@ class _ChatMsg(ctypes.Structure):
 
 class _ContextParams(ctypes.Structure):
     _fields_ = [("n_threads", c_int32), ("n_ctx", c_int32), ("n_batch", c_int32), ("kv_type", ctypes.c_int),
-                ("n_seq_max", c_int32)]
+                ("n_seq_max", c_int32), ("chat_template", c_char_p), ("draft", c_void_p)]
 
 
 class _Prompt(ctypes.Structure):
@@ -135,7 +136,10 @@ class _Prompt(ctypes.Structure):
 class _Result(ctypes.Structure):
     _fields_ = [("text", ctypes.POINTER(ctypes.c_char)), ("n_text", c_size_t), ("tokens", ctypes.POINTER(_GenToken)),
                 ("n_tokens", c_int32), ("n_prompt_tokens", c_int32), ("finish_reason", ctypes.c_int),
-                ("stop_index", c_int32), ("seed", c_uint64), ("timings", _Timings), ("beam_score", c_double)]
+                ("stop_index", c_int32), ("seed", c_uint64), ("timings", _Timings), ("beam_score", c_double),
+                ("beam_sum_logprob", c_double), ("beam_n_finished", c_int32)] + [
+        (n, c_int64) for n in ("spec_target_passes", "spec_drafted", "spec_accepted", "spec_plain_passes",
+                               "spec_draft_passes")]
 
 
 class _Candidate(ctypes.Structure):

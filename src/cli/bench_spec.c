@@ -6,13 +6,16 @@
  * identical: checked here, a mismatch is an error). Reports decode tok/s of both (tokens
  * after the first over the time after the first), the speedup, the share of drafted
  * tokens accepted and the tokens made per target pass. Argument handling and output
- * only: the loops are the library's (cn_generate, cn_generate_spec). */
+ * only: the loops are the library's (cn_context_generate, with and without gen.lookup_n /
+ * gen.draft). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "cli/genopts.h"
+#include "cli.h"
+#include "genopts.h"
+
+#define SPEC_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLING | CLI_G_SPEC)
 
 static const char k_edit[] =
     "Here is a C function:\n\n"
@@ -43,29 +46,26 @@ static const char k_code[] =
     "    sensor: str\n    time: float\n    value: float\n\n\ndef parse_reading(row):\n"
     "    \"\"\"Turn one CSV row (sensor, time, value) into a Reading, raising ValueError on bad input.\"\"\"\n";
 
-static int one(cli_engine *e, const cli_gen_opts *o, const int32_t *ids, int32_t n, bool spec, double *tok_s,
-               cn_spec_stats *ss, int32_t *toks) {
+/* One greedy run of the task prompt, speculative or not: its decode tok/s and tokens. */
+static int one(cn_context *c, const cli_gen_opts *o, const char *text, bool spec, double *tok_s, cn_result *r) {
     cn_gen_params gp = o->gp;
-    gp.on_text = NULL;
-    cn_gen *g = NULL;
+    if (!spec) gp.draft = false, gp.lookup_n = 0;
     cn_error err = {0};
-    cn_status st = cn_gen_create(e->tok, e->n_vocab, &gp, &g, &err);
-    if (st == CN_STATUS_OK)
-        st = spec ? cn_generate_spec(&e->run, &o->spec, 0, ids, n, 0, g, ss, &err)
-                  : cn_generate(&e->run, 0, ids, n, 0, g, &err);
-    if (st != CN_STATUS_OK) {
+    cn_result_free(r);
+    const cn_prompt prompt = {.text = text};
+    if (cn_context_generate(c, &prompt, &gp, r, &err) != CN_STATUS_OK) {
         cn_cli_errorf("bench: %s", err.msg);
-        cn_gen_free(g);
         return 1;
     }
-    cn_gen_timings t;
-    cn_gen_get_timings(g, &t);
-    *tok_s = t.decode_tok_s;
-    int32_t nt = 0;
-    const int32_t *gt = cn_gen_tokens(g, &nt);
-    memcpy(toks, gt, (size_t)CN_MIN(nt, o->gp.max_tokens) * sizeof *toks);
-    cn_gen_free(g);
+    *tok_s = r->timings.decode_tok_s;
     return 0;
+}
+
+static bool same_tokens(const cn_result *a, const cn_result *b) {
+    if (a->n_tokens != b->n_tokens) return false;
+    for (int32_t i = 0; i < a->n_tokens; i++)
+        if (a->tokens[i].id != b->tokens[i].id) return false;
+    return true;
 }
 
 int cn_cli_bench_spec(int argc, char **argv) {
@@ -75,80 +75,61 @@ int cn_cli_bench_spec(int argc, char **argv) {
     o.gp.sampling.temperature = 0.0f;
     o.gp.sampling.ignore_eos = true;
     o.gp.max_tokens = 128;
-    long reps = 3;
+    int32_t reps = 3;
+    bool spec_flag = false;
     const char *task = "edit";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--spec")) continue;
-        if (!strcmp(argv[i], "-r") || !strcmp(argv[i], "--task")) {
-            if (i + 1 >= argc) {
-                cn_cli_errorf("bench: %s needs a value", argv[i]);
-                return 2;
-            }
-            if (argv[i][1] == 'r') {
-                char *end;
-                reps = strtol(argv[++i], &end, 10);
-                if (*end || reps < 1 || reps > 100) {
-                    cn_cli_errorf("bench: -r wants 1..100");
-                    return 2;
-                }
-            } else if (strcmp(task = argv[++i], "edit") && strcmp(task, "code")) {
-                cn_cli_errorf("bench: --task is edit or code, not '%s'", task);
-                return 2;
-            }
-            continue;
-        }
-        const int r = cli_gen_opts_parse(&o, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r == 0) {
-            cn_cli_errorf("bench --spec: unknown option '%s'", argv[i]);
-            return 2;
-        }
+    const cli_flag own[] = {
+        {.name = "--spec", .kind = CLI_BOOL, .dst = &spec_flag, .help = "speculative against plain decoding"},
+        {.name = "-r", .kind = CLI_INT, .dst = &reps, .lo = 1, .hi = 100, .metavar = "N", .help = "rounds (default 3)"},
+        {.name = "--task", .kind = CLI_STR, .dst = &task, .metavar = "edit|code", .help = "the built-in prompt"},
+    };
+    const cli_flag_group extra = CLI_GROUP("bench --spec", own);
+    size_t n_groups;
+    const cli_flag_group *groups = cli_gen_groups(&o, SPEC_GROUPS, &extra, &n_groups);
+    const int pr = cli_flags_parse("bench", groups, n_groups, argc, argv, NULL, 0, &(int){0});
+    if (pr == CLI_FLAGS_HELP) {
+        cli_flags_help(stdout, groups, n_groups);
+        return 0;
     }
-    if (!o.draft && o.spec.lookup_n == 0) {
+    if (pr) return pr;
+    if (strcmp(task, "edit") && strcmp(task, "code")) {
+        cn_cli_errorf("bench: --task is edit or code, not '%s'", task);
+        return 2;
+    }
+    if (o.prompt) {
+        cn_cli_errorf("bench --spec: the prompt is the task's (--task edit|code), not -p");
+        return 2;
+    }
+    if (!o.draft && o.gp.lookup_n == 0) {
         cn_cli_errorf("bench --spec: give a drafter: --draft MODEL or --lookup N");
         return 2;
     }
-    if (cli_gen_opts_check(&o)) return 2;
-    int rc = 1;
-    cli_engine e, de = {0};
-    int32_t *ids = NULL, *plain_toks = NULL, *spec_toks = NULL;
-    if (cli_engine_load(&e, &o)) goto done;
-    const char *text = strcmp(task, "code") ? k_edit : k_code;
-    int32_t n = 0;
-    if (!(ids = cli_tokenize(&e, text, &n))) goto done;
-    if (n + o.gp.max_tokens + 1 > e.n_ctx) {
-        cn_cli_errorf("bench: the prompt (%d tokens) and -n %d do not fit the context (%d)", (int)n, (int)o.gp.max_tokens,
-                      (int)e.n_ctx);
-        goto done;
-    }
-    if (cli_engine_start(&e, &o, CN_MAX(n, CN_SPEC_MAX_DRAFT + 1), 1, 0)) goto done;
-    if ((rc = cli_spec_start(&e, &de, &o)) != 0) goto done;
+    if (cli_gen_opts_check(&o, NULL, NULL)) return 2;
+    cli_session s;
+    cn_result plain = {0}, spec = {0};
+    int rc = cli_session_open(&s, &o);
+    if (rc) goto done;
     rc = 1;
-    plain_toks = malloc((size_t)o.gp.max_tokens * sizeof *plain_toks);
-    spec_toks = malloc((size_t)o.gp.max_tokens * sizeof *spec_toks);
-    if (!plain_toks || !spec_toks) {
-        cn_cli_errorf("bench: out of memory");
-        goto done;
-    }
-    double sum_p = 0, sum_s = 0;
-    cn_spec_stats tot = {0};
-    double warm;
-    cn_spec_stats ss;
-    fprintf(stderr, "cinder bench --spec: %s, task %s, %d prompt tokens, -n %d, %ld threads: warm-up", cli_model_path(&o, (char[4096]){0}, 4096), task,
-            (int)n, (int)o.gp.max_tokens, o.n_threads);
-    if (one(&e, &o, ids, n, false, &warm, &ss, plain_toks) || one(&e, &o, ids, n, true, &warm, &ss, spec_toks)) goto done;
-    for (long r = 0; r < reps; r++) {
-        fprintf(stderr, ", %ld", r + 1);
-        double tp, ts;
+    const char *text = strcmp(task, "code") ? k_edit : k_code;
+    const int32_t n_threads = cn_context_n_threads(s.ctx);
+    double sum_p = 0, sum_s = 0, warm;
+    cn_result tot = {0};
+    char path[4096];
+    fprintf(stderr, "cinder bench --spec: %s, task %s, -n %d, %d threads: warm-up", cli_model_path(&o, path, sizeof path),
+            task, (int)o.gp.max_tokens, (int)n_threads);
+    if (one(s.ctx, &o, text, false, &warm, &plain) || one(s.ctx, &o, text, true, &warm, &spec)) goto done;
+    for (int32_t r = 0; r < reps; r++) {
+        fprintf(stderr, ", %d", (int)r + 1);
+        double tp = 0, ts = 0;
         for (int k = 0; k < 2; k++) { /* alternate which goes first */
-            const bool spec = (k == 0) == (r % 2 == 1);
-            if (one(&e, &o, ids, n, spec, spec ? &ts : &tp, &ss, spec ? spec_toks : plain_toks)) goto done;
-            if (spec) {
-                tot.steps += ss.steps, tot.drafted += ss.drafted, tot.accepted += ss.accepted;
-                tot.plain_steps += ss.plain_steps, tot.draft_evals += ss.draft_evals;
+            const bool sp = (k == 0) == (r % 2 == 1);
+            if (one(s.ctx, &o, text, sp, sp ? &ts : &tp, sp ? &spec : &plain)) goto done;
+            if (sp) {
+                tot.spec_target_passes += spec.spec_target_passes, tot.spec_drafted += spec.spec_drafted;
+                tot.spec_accepted += spec.spec_accepted, tot.spec_plain_passes += spec.spec_plain_passes;
             }
         }
-        if (memcmp(plain_toks, spec_toks, (size_t)o.gp.max_tokens * sizeof *spec_toks)) {
+        if (!same_tokens(&plain, &spec)) {
             fprintf(stderr, "\n");
             cn_cli_errorf("bench: speculative decoding made other tokens than plain decoding");
             goto done;
@@ -156,17 +137,19 @@ int cn_cli_bench_spec(int argc, char **argv) {
         sum_p += tp, sum_s += ts;
     }
     fprintf(stderr, "\n");
-    const double mp = sum_p / (double)reps, ms = sum_s / (double)reps;
+    const double mp = sum_p / reps, ms = sum_s / reps;
+    const double passes = (double)tot.spec_target_passes;
     printf("| drafter | t | plain tok/s | speculative tok/s | speedup | accepted | tokens per pass | passes without a draft |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    printf("| %s | %ld | %.1f | %.1f | %.2fx | %.1f%% | %.2f | %.0f%% |\n", o.draft ? "draft model" : "lookup", o.n_threads,
-           mp, ms, ms / mp, tot.drafted ? 100.0 * (double)tot.accepted / (double)tot.drafted : 0.0,
-           tot.steps ? (double)(tot.steps + tot.accepted) / (double)tot.steps : 0.0,
-           tot.steps ? 100.0 * (double)tot.plain_steps / (double)tot.steps : 0.0);
+    printf("| %s | %d | %.1f | %.1f | %.2fx | %.1f%% | %.2f | %.0f%% |\n", o.draft ? "draft model" : "lookup",
+           (int)n_threads, mp, ms, ms / mp,
+           tot.spec_drafted ? 100.0 * (double)tot.spec_accepted / (double)tot.spec_drafted : 0.0,
+           passes ? (passes + (double)tot.spec_accepted) / passes : 0.0,
+           passes ? 100.0 * (double)tot.spec_plain_passes / passes : 0.0);
     rc = 0;
 done:
-    free(ids), free(plain_toks), free(spec_toks);
-    cli_engine_close(&de);
-    cli_engine_close(&e);
+    cn_result_free(&plain);
+    cn_result_free(&spec);
+    cli_session_close(&s);
     return rc;
 }

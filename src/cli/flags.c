@@ -61,7 +61,7 @@ static int store(const char *cmd, const cli_flag *f, const char *name, const cha
     case CLI_I64: {
         int64_t v;
         if (!cli_parse_i64(val, &v) || (f->kind == CLI_INT && (v < INT32_MIN || v > INT32_MAX))) {
-            cn_cli_errorf("%s: %s wants an integer, got '%s'", cmd, name, val);
+            cn_cli_errorf("%s: %s: '%s' is not an integer", cmd, name, val);
             return CLI_FLAGS_USAGE;
         }
         if (has_range(f) && (v < f->lo || v > f->hi)) {
@@ -115,7 +115,7 @@ int cli_flags_parse(const char *cmd, const cli_flag_group *groups, size_t n_grou
         const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
         const size_t len = eq ? (size_t)(eq - a) : strlen(a);
         if (len >= sizeof name) {
-            cn_cli_errorf("%s: unknown flag '%.40s...' (try 'cinder %s --help')", cmd, a, cmd);
+            cn_cli_errorf("%s: unknown option '%.40s...' (see 'cinder %s --help')", cmd, a, cmd);
             return CLI_FLAGS_USAGE;
         }
         memcpy(name, a, len);
@@ -123,7 +123,7 @@ int cli_flags_parse(const char *cmd, const cli_flag_group *groups, size_t n_grou
         if (eq) val = eq + 1;
         const cli_flag *f = find(groups, n_groups, name);
         if (!f) {
-            cn_cli_errorf("%s: unknown flag '%s' (try 'cinder %s --help')", cmd, name, cmd);
+            cn_cli_errorf("%s: unknown option '%s' (see 'cinder %s --help')", cmd, name, cmd);
             return CLI_FLAGS_USAGE;
         }
         if (f->kind == CLI_BOOL) {

@@ -1,227 +1,198 @@
-/* genopts.c — the generation flags and model setup shared by `cinder run` and
- * `cinder chat` (see genopts.h). Values are parsed strictly (the whole argument must be a
- * number); their ranges are checked by the library (cn_gen_validate), so the CLI and the
- * API give the same message for the same mistake. */
+/* genopts.c — the generation and sampling flags, defined once for every command that
+ * generates (see genopts.h), and opening a model's context. Values are parsed strictly
+ * by the flag parser; the ranges of generation and sampling parameters are checked by the
+ * library (cn_gen_validate), so the CLI and the API give the same message, naming the
+ * field, for the same mistake. */
 #include "genopts.h"
 
-#include <errno.h>
-#include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
-#include "core/core.h"
-#include "gen/rng.h"
+
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 void cli_gen_opts_init(cli_gen_opts *o, const char *cmd) {
     memset(o, 0, sizeof *o);
     o->cmd = cmd;
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    o->n_threads = n < 1 ? 1 : n > 64 ? 64 : n;
     o->gp = cn_gen_default_params();
     o->gp.sampling.temperature = 0.8f;
     o->gp.sampling.top_k = 40;
     o->gp.sampling.top_p = 0.95f;
     o->gp.sampling.min_p = 0.05f;
     o->gp.stop = o->stops;
-    o->gp.sampling.logit_bias = o->bias;
-    o->spec = cn_spec_default_params();
+    o->sampling_title = "sampling (defaults as llama.cpp: temp 0.8, top-k 40, top-p 0.95, min-p 0.05)";
 }
 
-void cli_gen_opts_help(FILE *f) {
-    fprintf(f,
-            "model and context:\n"
-            "  -m, --model PATH          GGUF model (default $CINDER_MODELS or ~/.cache/cinder/models/\n"
-            "                            " CLI_DEFAULT_MODEL ")\n"
-            "  -t, --threads N           threads (default: all CPUs)\n"
-            "  -c, --ctx N               context length (default: the model's, at most 4096)\n"
-            "  --system TEXT             system message (chat template)\n"
-            "  --chat-template NAME      chatml, gemma or llama3 (default: from the model)\n"
-            "generation:\n"
-            "  -n, --max-tokens N        most tokens to generate (default 256)\n"
-            "  --stop STR                stop string, cut from the output (repeatable)\n"
-            "  --ignore-eos              keep going past end-of-generation tokens\n"
-            "  --logprobs N              report each token's log-probability and N alternatives\n"
-            "  --logprobs-after-chain    ... under the sampled distribution (default: raw model)\n"
-            "  --beams N                 beam search with N beams (1 = sampling)\n"
-            "  --length-penalty X        beam score = logprob / length^X (default 1)\n"
-            "  --early-stopping          beam search stops once N sequences have finished\n"
-            "sampling (defaults as llama.cpp: temp 0.8, top-k 40, top-p 0.95, min-p 0.05):\n"
-            "  --temp T                  temperature; 0 = greedy\n"
-            "  --top-k K  --top-p P  --min-p P  --typical P\n"
-            "  --repeat-penalty R  --repeat-last-n N  --presence-penalty X  --frequency-penalty X\n"
-            "  --logit-bias ID=BIAS      add BIAS to token ID's logit; -inf bans it (repeatable)\n"
-            "  --seed N                  random seed in [0, 2^63) (default: random, reported by --json)\n"
-            "  --samplers ORDER          stage order: 'default' (HF/vLLM), 'llama.cpp', or names\n"
-            "                            joined by ';' (logit_bias;penalties;temperature;top_k;...)\n"
-            "speculative decoding (the same tokens as without it, fewer target passes):\n"
-            "  --draft MODEL             a smaller model with the same vocabulary drafts tokens\n"
-            "  --lookup N                draft from the longest earlier match of the last 1..N tokens\n"
-            "                            in the prompt and output (n-gram lookup; no draft model)\n"
-            "  --draft-max K             the longest draft per step, 1..16 (default 8; adapts)\n");
-}
-
-static bool parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno == ERANGE || v < lo || v > hi) return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_float(const char *s, float *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || (errno == ERANGE && isfinite(v))) return false;
-    *out = (float)v;
-    return true;
-}
-
-static const char *const FLAGS_NOVAL[] = {"--ignore-eos", "--logprobs-after-chain", "--early-stopping", "--json",
-                                          "--chat"};
-
-int cli_gen_opts_parse(cli_gen_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    char name[48];
-    const char *val = NULL;
-    const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
-    if (eq) {
-        snprintf(name, sizeof name, "%.*s", (int)CN_MIN((size_t)(eq - a), sizeof name - 1), a);
-        val = eq + 1;
-    } else {
-        snprintf(name, sizeof name, "%s", a);
+static int parse_seed(void *dst, const char *val, const char *cmd, const char *name) {
+    int64_t v;
+    if (!cli_parse_i64(val, &v) || v < 0) {
+        cn_cli_errorf("%s: %s wants an integer in [0, 2^63), got '%s'", cmd, name, val);
+        return -1;
     }
-    for (size_t k = 0; k < CN_ARRAY_LEN(FLAGS_NOVAL); k++) {
-        if (strcmp(name, FLAGS_NOVAL[k])) continue;
-        if (val) {
-            cn_cli_errorf("%s: %s takes no value", o->cmd, name);
-            return -1;
-        }
-        cn_gen_params *g = &o->gp;
-        if (k == 0) g->sampling.ignore_eos = true;
-        else if (k == 1) g->logprobs_after_chain = true;
-        else if (k == 2) g->beam.early_stopping = true;
-        else if (k == 3) o->json = true;
-        else o->chat = true;
-        return 1;
-    }
+    *(uint64_t *)dst = (uint64_t)v;
+    return 0;
+}
 
-    static const char *const WITH_VALUE[] = {
-        "-m", "--model", "-p", "--prompt", "-n", "--max-tokens", "-t", "--threads", "-c", "--ctx",
-        "--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--typical", "--repeat-penalty",
-        "--repeat-last-n", "--presence-penalty", "--frequency-penalty", "--logit-bias", "--seed", "--stop",
-        "--logprobs", "--beams", "--length-penalty", "--samplers", "--system", "--chat-template", "--draft",
-        "--draft-max", "--lookup"};
-    bool known = false;
-    for (size_t k = 0; k < CN_ARRAY_LEN(WITH_VALUE) && !known; k++) known = !strcmp(name, WITH_VALUE[k]);
-    if (!known) return 0;
-    if (!val) {
-        if (*i + 1 >= argc) {
-            cn_cli_errorf("%s: %s needs a value", o->cmd, name);
-            return -1;
-        }
-        val = argv[++*i];
-    }
+#define F_BOOL(n, a, d, h) {.name = n, .alias = a, .kind = CLI_BOOL, .dst = d, .help = h}
+#define F_STR(n, a, d, m, h) {.name = n, .alias = a, .kind = CLI_STR, .dst = d, .metavar = m, .help = h}
+#define F_NUM(n, a, k, d, m, h) {.name = n, .alias = a, .kind = k, .dst = d, .lo = 1, .hi = 0, .metavar = m, .help = h}
 
+const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_flag_group *extra, size_t *n) {
+    cn_gen_params *g = &o->gp;
+    cn_sampling_params *s = &g->sampling;
+    const cli_flag model[] = {
+        F_STR("--model", "-m", &o->model, "PATH",
+              "GGUF model (default $CINDER_MODELS or ~/.cache/cinder/models/\n" CLI_DEFAULT_MODEL ")"),
+        {.name = "--threads", .alias = "-t", .kind = CLI_INT, .dst = &o->n_threads, .lo = 1, .hi = 1024,
+         .metavar = "N", .help = "threads (default: all CPUs)"},
+        {.name = "--ctx", .alias = "-c", .kind = CLI_INT, .dst = &o->n_ctx, .lo = 0, .hi = 1 << 24, .metavar = "N",
+         .help = "context length (default: the model's, at most 4096)"},
+    };
+    const cli_flag prompt[] = {
+        F_STR("--prompt", "-p", &o->prompt, "TEXT", "the prompt"),
+        F_NUM("--max-tokens", "-n", CLI_INT, &g->max_tokens, "N", "most tokens to generate (default 256; chat 1024; explain: steps, 8)"),
+    };
+    const cli_flag run[] = {
+        F_BOOL("--json", NULL, &o->json, "print one JSON object (text, finish_reason, timings)"),
+        F_BOOL("--chat", NULL, &o->chat, "apply the model's chat template to PROMPT as a user message"),
+    };
+    const cli_flag chat[] = {
+        F_STR("--system", NULL, &o->system, "TEXT", "system message (chat template)"),
+        F_STR("--chat-template", NULL, &o->chat_template, "NAME", "chatml, gemma or llama3 (default: from the model)"),
+    };
+    const cli_flag gen[] = {
+        {.name = "--stop", .kind = CLI_STRS, .dst = o->stops, .max = CN_GEN_MAX_STOP, .count = &g->n_stop,
+         .metavar = "STR", .help = "stop string, cut from the output (repeatable)"},
+        F_BOOL("--ignore-eos", NULL, &s->ignore_eos, "keep going past end-of-generation tokens"),
+        F_NUM("--logprobs", NULL, CLI_INT, &s->n_logprobs, "N", "report each token's log-probability and N alternatives"),
+        F_BOOL("--logprobs-after-chain", NULL, &g->logprobs_after_chain,
+               "... under the sampled distribution (default: raw model)"),
+        F_NUM("--beams", NULL, CLI_INT, &g->beam.n_beams, "N", "beam search with N beams (1 = sampling)"),
+        F_NUM("--length-penalty", NULL, CLI_FLOAT, &g->beam.length_penalty, "X",
+              "beam score = logprob / length^X (default 1)"),
+        F_BOOL("--early-stopping", NULL, &g->beam.early_stopping, "beam search stops once N sequences have finished"),
+    };
+    const cli_flag sampling[] = {
+        F_NUM("--temp", NULL, CLI_FLOAT, &s->temperature, "T", "temperature; 0 = greedy"),
+        F_NUM("--top-k", NULL, CLI_INT, &s->top_k, "K", "keep the K most probable (0 = off)"),
+        F_NUM("--top-p", NULL, CLI_FLOAT, &s->top_p, "P", "keep the smallest set with mass >= P (1 = off)"),
+        F_NUM("--min-p", NULL, CLI_FLOAT, &s->min_p, "P", "keep p >= P * p_max (0 = off)"),
+        F_NUM("--typical", NULL, CLI_FLOAT, &s->typical_p, "P", "locally typical sampling (1 = off)"),
+        F_NUM("--repeat-penalty", NULL, CLI_FLOAT, &s->repetition_penalty, "R", "repetition penalty (1 = off)"),
+        F_NUM("--repeat-last-n", NULL, CLI_INT, &s->penalty_last_n, "N",
+              "penalize the last N tokens of the history (-1 = all)"),
+        F_NUM("--presence-penalty", NULL, CLI_FLOAT, &s->presence_penalty, "X", "OpenAI presence penalty (0 = off)"),
+        F_NUM("--frequency-penalty", NULL, CLI_FLOAT, &s->frequency_penalty, "X", "OpenAI frequency penalty (0 = off)"),
+        {.name = "--logit-bias", .kind = CLI_STRS, .dst = o->bias_args, .max = CLI_MAX_LOGIT_BIAS,
+         .count = &o->n_bias_args, .metavar = "ID=BIAS",
+         .help = "add BIAS to a token's logit; -inf bans it (repeatable, or joined by ',')"},
+        {.name = "--seed", .kind = CLI_CUSTOM, .dst = &s->seed, .parse = parse_seed, .metavar = "N",
+         .help = "random seed in [0, 2^63) (default: random, reported)"},
+        F_STR("--samplers", NULL, &o->samplers, "ORDER",
+              "stage order: 'default' (HF/vLLM), 'llama.cpp', or names\n"
+              "joined by ';' (logit_bias;penalties;temperature;top_k;...)"),
+    };
+    const cli_flag spec[] = {
+        F_STR("--draft", NULL, &o->draft, "MODEL", "a smaller model with the same vocabulary drafts tokens"),
+        F_NUM("--lookup", NULL, CLI_INT, &g->lookup_n, "N",
+              "draft from the longest earlier match of the last 1..N tokens\n"
+              "in the prompt and output (n-gram lookup; no draft model)"),
+        F_NUM("--draft-max", NULL, CLI_INT, &g->max_draft, "K", "the longest draft per step, 1..16 (default 8; adapts)"),
+    };
+    const struct {
+        unsigned bit;
+        const char *title;
+        const cli_flag *f;
+        size_t n;
+    } all[] = {
+        {CLI_G_MODEL, "model and context", model, LEN(model)},
+        {CLI_G_PROMPT, "prompt", prompt, LEN(prompt)},
+        {CLI_G_RUN, "output", run, LEN(run)},
+        {CLI_G_CHAT, "chat", chat, LEN(chat)},
+        {CLI_G_GEN, "generation", gen, LEN(gen)},
+        {CLI_G_SAMPLING, o->sampling_title, sampling, LEN(sampling)},
+        {CLI_G_SPEC, "speculative decoding (the same tokens as without it, fewer target passes)", spec,
+         LEN(spec)},
+    };
+    size_t k = 0;
+    for (size_t i = 0; i < LEN(all); i++) {
+        if (!(which & all[i].bit)) continue;
+        memcpy(o->tables[i], all[i].f, all[i].n * sizeof *all[i].f);
+        o->groups[k++] = (cli_flag_group){all[i].title, o->tables[i], all[i].n};
+    }
+    if (extra) o->groups[k++] = *extra;
+    *n = k;
+    return o->groups;
+}
+
+static uint64_t random_seed(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) x = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15u ^ (uint64_t)getpid();
+    return x >> 1;
+}
+
+/* One --logit-bias argument: NAME=BIAS items joined by ','. */
+static int add_bias(cli_gen_opts *o, const char *arg, cli_token_find_fn find, void *user) {
     cn_sampling_params *s = &o->gp.sampling;
-    long l;
-    float *fp = NULL;
-    if (!strcmp(name, "-m") || !strcmp(name, "--model")) o->model = val;
-    else if (!strcmp(name, "-p") || !strcmp(name, "--prompt")) o->prompt = val;
-    else if (!strcmp(name, "--system")) o->system = val;
-    else if (!strcmp(name, "--chat-template")) o->chat_template = val;
-    else if (!strcmp(name, "--samplers")) o->samplers = val;
-    else if (!strcmp(name, "--draft")) o->draft = val;
-    else if (!strcmp(name, "--temp") || !strcmp(name, "--temperature")) fp = &s->temperature;
-    else if (!strcmp(name, "--top-p")) fp = &s->top_p;
-    else if (!strcmp(name, "--min-p")) fp = &s->min_p;
-    else if (!strcmp(name, "--typical")) fp = &s->typical_p;
-    else if (!strcmp(name, "--repeat-penalty")) fp = &s->repetition_penalty;
-    else if (!strcmp(name, "--presence-penalty")) fp = &s->presence_penalty;
-    else if (!strcmp(name, "--frequency-penalty")) fp = &s->frequency_penalty;
-    else if (!strcmp(name, "--length-penalty")) fp = &o->gp.beam.length_penalty;
-    else if (!strcmp(name, "--stop")) {
-        if (o->gp.n_stop == CN_GEN_MAX_STOP) {
-            cn_cli_errorf("%s: more than %d --stop strings", o->cmd, CN_GEN_MAX_STOP);
-            return -1;
-        }
-        o->stops[o->gp.n_stop++] = val;
-    } else if (!strcmp(name, "--logit-bias")) {
-        const char *e2 = strchr(val, '=');
-        char idbuf[32];
+    for (const char *item = arg; *item;) {
+        const size_t len = strcspn(item, ",");
+        const char *eq = memchr(item, '=', len);
+        char num[64];
+        const size_t nlen = eq ? len - (size_t)(eq - item) - 1 : 0;
+        int64_t id = -1;
         float b;
-        if (!e2 || (size_t)(e2 - val) >= sizeof idbuf) {
-            cn_cli_errorf("%s: --logit-bias wants ID=BIAS, got '%s'", o->cmd, val);
-            return -1;
+        if (eq && nlen < sizeof num) {
+            memcpy(num, eq + 1, nlen);
+            num[nlen] = 0;
+            if (find) {
+                id = find(user, item, (size_t)(eq - item));
+            } else {
+                char ids[32];
+                snprintf(ids, sizeof ids, "%.*s", (int)((size_t)(eq - item) < sizeof ids ? (size_t)(eq - item) : sizeof ids - 1), item);
+                if (!cli_parse_i64(ids, &id) || id > INT32_MAX) id = -1;
+            }
         }
-        snprintf(idbuf, sizeof idbuf, "%.*s", (int)(e2 - val), val);
-        if (!parse_long(idbuf, 0, INT32_MAX, &l) || !parse_float(e2 + 1, &b)) {
-            cn_cli_errorf("%s: --logit-bias wants ID=BIAS (a token id and a number or -inf), got '%s'", o->cmd, val);
-            return -1;
+        if (id < 0 || !cli_parse_float(num, &b)) {
+            cn_cli_errorf("%s: --logit-bias wants ID=BIAS (a token %s and a number or -inf), got '%.*s'", o->cmd,
+                          find ? "name" : "id", (int)len, item);
+            return 2;
         }
         if (s->n_logit_bias == CLI_MAX_LOGIT_BIAS) {
             cn_cli_errorf("%s: more than %d --logit-bias entries", o->cmd, CLI_MAX_LOGIT_BIAS);
-            return -1;
+            return 2;
         }
-        o->bias[s->n_logit_bias++] = (cn_logit_bias){(int32_t)l, b};
-    } else if (!strcmp(name, "--seed")) {
-        char *end;
-        errno = 0;
-        unsigned long long sd = strtoull(val, &end, 10);
-        if (end == val || *end || errno == ERANGE || val[0] == '-' || sd > INT64_MAX) {
-            cn_cli_errorf("%s: --seed wants an integer in [0, 2^63), got '%s'", o->cmd, val);
-            return -1;
-        }
-        s->seed = (uint64_t)sd;
-    } else {
-        /* integers; ranges beyond int32 are refused here, the rest by the library */
-        if (!parse_long(val, INT32_MIN, INT32_MAX, &l)) {
-            cn_cli_errorf("%s: %s wants an integer, got '%s'", o->cmd, name, val);
-            return -1;
-        }
-        if (!strcmp(name, "-n") || !strcmp(name, "--max-tokens")) o->gp.max_tokens = (int32_t)l;
-        else if (!strcmp(name, "--top-k")) s->top_k = (int32_t)l;
-        else if (!strcmp(name, "--repeat-last-n")) s->penalty_last_n = (int32_t)l;
-        else if (!strcmp(name, "--logprobs")) s->n_logprobs = (int32_t)l;
-        else if (!strcmp(name, "--beams")) o->gp.beam.n_beams = (int32_t)l;
-        else if (!strcmp(name, "--draft-max")) o->spec.n_draft_max = (int32_t)l;
-        else if (!strcmp(name, "--lookup")) o->spec.lookup_n = (int32_t)l;
-        else if (!strcmp(name, "-t") || !strcmp(name, "--threads")) {
-            if (l < 1 || l > 1024) {
-                cn_cli_errorf("%s: %s = %ld is out of range: must be in [1, 1024]", o->cmd, name, l);
-                return -1;
-            }
-            o->n_threads = l > 64 ? 64 : l;
-        } else { /* -c / --ctx */
-            if (l < 0 || l > (1 << 24)) {
-                cn_cli_errorf("%s: %s = %ld is out of range: must be in [0, 16777216] (0 = the model's)", o->cmd,
-                              name, l);
-                return -1;
-            }
-            o->n_ctx = l;
-        }
+        o->bias[s->n_logit_bias++] = (cn_logit_bias){(int32_t)id, b};
+        item += len + (item[len] == ',');
     }
-    if (fp && !parse_float(val, fp)) {
-        cn_cli_errorf("%s: %s wants a number, got '%s'", o->cmd, name, val);
-        return -1;
-    }
-    return 1;
+    return 0;
 }
 
-int cli_gen_opts_check(cli_gen_opts *o) {
+int cli_gen_opts_check(cli_gen_opts *o, cli_token_find_fn find, void *user) {
     cn_error err = {0};
-    if (o->gp.sampling.seed == CN_SAMPLING_SEED_RANDOM) { /* pick it here: JSON integers are int64 */
-        uint64_t x = (uint64_t)cn_time_us() ^ ((uint64_t)getpid() << 32);
-        o->gp.sampling.seed = cn_splitmix64(&x) >> 1;
-    }
-    if (o->samplers && cn_sampling_set_chain(&o->gp.sampling, o->samplers, &err) != CN_STATUS_OK) {
+    cn_gen_params *g = &o->gp;
+    if (g->sampling.seed == CN_SAMPLING_SEED_RANDOM) g->sampling.seed = random_seed();
+    if (o->samplers && cn_sampling_set_chain(&g->sampling, o->samplers, &err) != CN_STATUS_OK) {
         cn_cli_errorf("%s: --samplers: %s", o->cmd, err.msg);
         return 2;
     }
-    if (cn_gen_validate(&o->gp, 0, &err) != CN_STATUS_OK) {
+    g->sampling.logit_bias = o->bias;
+    for (int32_t i = 0; i < o->n_bias_args; i++)
+        if (add_bias(o, o->bias_args[i], find, user)) return 2;
+    g->draft = o->draft != NULL;
+    if (g->draft && g->lookup_n > 0) {
+        cn_cli_errorf("%s: --draft and --lookup are two drafters: give one", o->cmd);
+        return 2;
+    }
+    if ((g->draft || g->lookup_n > 0) && g->beam.n_beams > 1) {
+        cn_cli_errorf("%s: speculative decoding (--draft, --lookup) does not combine with --beams", o->cmd);
+        return 2;
+    }
+    if (cn_gen_validate(g, 0, &err) != CN_STATUS_OK) {
         cn_cli_errorf("%s: %s", o->cmd, err.msg);
         return 2;
     }
@@ -238,8 +209,8 @@ const char *cli_model_path(const cli_gen_opts *o, char *buf, size_t n) {
     return buf;
 }
 
-int cli_engine_load(cli_engine *e, const cli_gen_opts *o) {
-    memset(e, 0, sizeof *e);
+int cli_session_open(cli_session *s, const cli_gen_opts *o) {
+    memset(s, 0, sizeof *s);
     char buf[4096];
     const char *path = cli_model_path(o, buf, sizeof buf);
     if (!o->model && access(path, R_OK) != 0) {
@@ -250,123 +221,35 @@ int cli_engine_load(cli_engine *e, const cli_gen_opts *o) {
     cn_error err = {0};
     cn_model_params mp = cn_model_default_params();
     mp.prefault = true;
-    if (cn_model_load(path, &mp, &e->model, &err) != CN_STATUS_OK ||
-        cn_tokenizer_load(cn_model_gguf(e->model), &e->tok, &err) != CN_STATUS_OK) {
+    if (cn_model_load(path, &mp, &s->model, &err) != CN_STATUS_OK ||
+        (o->draft && cn_model_load(o->draft, &mp, &s->draft, &err) != CN_STATUS_OK)) {
         cn_cli_errorf("%s: %s", o->cmd, err.msg);
         return 1;
     }
-    const cn_hparams *hp = cn_model_hparams(e->model);
-    e->n_vocab = hp->n_vocab;
-    e->n_ctx = o->n_ctx ? (int32_t)o->n_ctx : CN_MIN(hp->n_ctx_train, 4096);
-    return 0;
-}
-
-int cli_engine_start(cli_engine *e, const cli_gen_opts *o, int32_t n_batch, int32_t n_seqs, int64_t n_blocks) {
-    cn_error err = {0};
-    cn_kv_params kp = cn_model_kv_params(e->model);
-    kp.max_seqs = n_seqs;
-    kp.n_blocks = n_blocks > 0 ? n_blocks : (int64_t)n_seqs * ((e->n_ctx + kp.block_tokens - 1) / kp.block_tokens);
-    cn_ctx_params cp = cn_ctx_default_params();
-    cp.n_threads = (int32_t)o->n_threads;
-    cp.n_batch_max = n_batch;
-    cp.n_ctx = e->n_ctx;
-    if (cn_kv_create(&kp, &e->kv, &err) != CN_STATUS_OK || cn_ctx_create(e->model, &cp, &e->ctx, &err) != CN_STATUS_OK) {
+    cn_context_params cp = cn_context_default_params();
+    cp.n_threads = o->n_threads;
+    cp.n_ctx = o->n_ctx;
+    cp.chat_template = o->chat_template;
+    cp.draft = s->draft;
+    if (cn_context_create(s->model, &cp, &s->ctx, &err) != CN_STATUS_OK ||
+        cn_gen_validate(&o->gp, cn_context_n_vocab(s->ctx), &err) != CN_STATUS_OK) { /* ids against the vocabulary */
         cn_cli_errorf("%s: %s", o->cmd, err.msg);
-        return 1;
+        return err.status == CN_STATUS_INVALID_ARG ? 2 : 1;
     }
-    e->run = (cn_gen_runner){e->model, e->ctx, e->kv, n_batch};
     return 0;
 }
 
-int cli_spec_start(cli_engine *e, cli_engine *d, cli_gen_opts *o) {
-    memset(d, 0, sizeof *d);
-    cn_error err = {0};
-    if (o->draft && o->spec.lookup_n > 0) {
-        cn_cli_errorf("%s: --draft and --lookup are two drafters: give one", o->cmd);
-        return 2;
-    }
-    if ((o->draft || o->spec.lookup_n > 0) && o->gp.beam.n_beams > 1) {
-        cn_cli_errorf("%s: speculative decoding (--draft, --lookup) does not combine with --beams", o->cmd);
-        return 2;
-    }
-    if (cn_spec_validate(&o->spec, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("%s: %s", o->cmd, err.msg);
-        return 2;
-    }
-    if (!o->draft) return 0;
-    cli_gen_opts od = *o;
-    od.model = o->draft;
-    od.n_ctx = e->n_ctx;
-    if (cli_engine_load(d, &od)) return 1;
-    if (cn_spec_check_vocab(e->tok, d->tok, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("%s: --draft %s: %s", o->cmd, o->draft, err.msg);
-        return 2;
-    }
-    d->n_ctx = e->n_ctx;
-    if (cli_engine_start(d, &od, e->run.n_batch, 1, 0)) return 1;
-    o->spec.draft = &d->run;
-    o->spec.draft_seq = 0;
-    return 0;
+void cli_session_close(cli_session *s) {
+    cn_context_free(s->ctx);
+    cn_model_free(s->draft);
+    cn_model_free(s->model);
+    memset(s, 0, sizeof *s);
 }
 
-void cli_engine_close(cli_engine *e) {
-    cn_ctx_free(e->ctx);
-    cn_kv_free(e->kv);
-    cn_tokenizer_free(e->tok);
-    cn_model_free(e->model);
-    memset(e, 0, sizeof *e);
-}
-
-cn_chat_template *cli_chat_template(const cli_engine *e, const cli_gen_opts *o) {
-    cn_chat_template *t = NULL;
-    cn_error err = {0};
-    cn_status st;
-    if (o->chat_template) {
-        st = cn_chat_template_from_name(o->chat_template, &t, &err);
-    } else {
-        cn_gguf_str js = {0};
-        const bool has = cn_gguf_get_str(cn_model_gguf(e->model), "tokenizer.chat_template", &js);
-        st = cn_chat_template_detect(has ? js.ptr : NULL, has ? js.len : 0, &t, &err);
-    }
-    if (st != CN_STATUS_OK) {
-        cn_cli_errorf("%s: %s", o->cmd, err.msg);
-        return NULL;
-    }
-    return t;
-}
-
-int cli_add_end_of_turn_stop(cli_gen_opts *o, const cli_engine *e, const cn_chat_template *t) {
-    const char *eot = cn_chat_template_end_of_turn(t);
-    const int32_t id = cn_tokenizer_find(e->tok, eot);
-    if (id >= 0 && cn_tokenizer_is_eog(e->tok, id)) return 0;
-    if (o->gp.n_stop == CN_GEN_MAX_STOP) {
-        cn_cli_errorf("%s: no room for the end-of-turn stop string '%s' (at most %d --stop)", o->cmd, eot,
-                      CN_GEN_MAX_STOP);
-        return 2;
-    }
-    o->stops[o->gp.n_stop++] = eot;
-    return 0;
-}
-
-int32_t *cli_tokenize(const cli_engine *e, const char *text, int32_t *n) {
-    size_t cnt = 0, again = 0, len = strlen(text);
-    cn_error err = {0};
-    if (cn_tokenize(e->tok, text, len, true, true, NULL, 0, &cnt, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("%s", err.msg);
-        return NULL;
-    }
-    if (cnt > INT32_MAX - 1) {
-        cn_cli_errorf("the text is %zu tokens: too long", cnt);
-        return NULL;
-    }
-    int32_t *ids = malloc((cnt + 1) * sizeof *ids);
-    if (!ids || cn_tokenize(e->tok, text, len, true, true, ids, cnt, &again, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("%s", ids ? err.msg : "out of memory");
-        free(ids);
-        return NULL;
-    }
-    *n = (int32_t)cnt;
-    return ids;
+void cli_stream_text(void *user, const char *text, size_t n) {
+    if (user) *(bool *)user = true;
+    fwrite(text, 1, n, stdout);
+    fflush(stdout);
 }
 
 static volatile sig_atomic_t sigint_count;
@@ -394,22 +277,24 @@ bool cli_sigint_cancel(void *user) {
     return sigint_count > 0;
 }
 
-void cli_print_timings(const cn_gen_timings *t, cn_finish_reason r) {
+void cli_print_timings(const cn_result *r) {
+    const cn_gen_timings *t = &r->timings;
     fprintf(stderr,
             "cinder: prompt %d tokens (%d reused), prefill %.1f tok/s (%.1f ms), time to first token %.1f ms\n"
             "cinder: generated %d tokens, decode %.1f tok/s, inter-token latency mean %.2f ms, p90 %.2f ms; "
             "finish %s\n",
             t->n_prompt_tokens, t->n_cached_tokens, t->prefill_tok_s, t->prefill_ms, t->ttft_ms,
-            t->n_generated_tokens, t->decode_tok_s, t->itl_mean_ms, t->itl_p90_ms, cn_finish_reason_str(r));
+            t->n_generated_tokens, t->decode_tok_s, t->itl_mean_ms, t->itl_p90_ms,
+            cn_finish_reason_str(r->finish_reason));
 }
 
-void cli_print_spec(const cn_spec_stats *s) {
-    const int64_t made = s->steps + s->accepted;
+void cli_print_spec(const cn_result *r) {
+    const int64_t passes = r->spec_target_passes, made = passes + r->spec_accepted;
     fprintf(stderr,
             "cinder: speculation: %lld target passes for %lld tokens (%.2f per pass); drafted %lld, accepted %lld "
             "(%.1f%%); %lld passes with no draft, %lld draft-model passes\n",
-            (long long)s->steps, (long long)made, s->steps ? (double)made / (double)s->steps : 0.0,
-            (long long)s->drafted, (long long)s->accepted,
-            s->drafted ? 100.0 * (double)s->accepted / (double)s->drafted : 0.0, (long long)s->plain_steps,
-            (long long)s->draft_evals);
+            (long long)passes, (long long)made, passes ? (double)made / (double)passes : 0.0,
+            (long long)r->spec_drafted, (long long)r->spec_accepted,
+            r->spec_drafted ? 100.0 * (double)r->spec_accepted / (double)r->spec_drafted : 0.0,
+            (long long)r->spec_plain_passes, (long long)r->spec_draft_passes);
 }

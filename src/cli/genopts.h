@@ -1,93 +1,79 @@
-/* genopts.h — what `cinder run` and `cinder chat` share: the generation flags (sampling,
- * stopping, logprobs, beams) parsed into a cn_gen_params, the default model path, loading
- * a model with its tokenizer, context and KV cache, chat-template choice, and the timing
- * summary. Parsing only: every decision about tokens is the library's. */
+/* genopts.h — what the generating subcommands (run, chat, explain, bench --spec) share:
+ * the one table of generation and sampling flags (each command picks its groups), the
+ * default model path, opening a model and its cn_context, Ctrl-C, and the timing and
+ * speculation summaries. Parsing and printing only: tokenizing, templates, stops and
+ * every decision about tokens are the library's (cn_context). */
 #ifndef CN_CLI_GENOPTS_H
 #define CN_CLI_GENOPTS_H
 
-#include <signal.h>
 #include <stdio.h>
 
-#include "gen/generate.h"
-#include "gen/spec.h"
-#include "text/chat.h"
+#include "cinder.h"
+#include "flags.h"
 
 #define CLI_MAX_LOGIT_BIAS 1024
 #define CLI_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+/* Flag groups a command takes (or'ed). */
+enum {
+    CLI_G_MODEL = 1,     /* -m -t -c */
+    CLI_G_PROMPT = 2,    /* -p -n */
+    CLI_G_RUN = 4,       /* --json --chat */
+    CLI_G_CHAT = 8,      /* --system --chat-template */
+    CLI_G_GEN = 16,      /* --stop --ignore-eos --logprobs ... --beams ... */
+    CLI_G_SAMPLING = 32, /* --temp --top-k ... --logit-bias --seed --samplers */
+    CLI_G_SPEC = 64,     /* --draft --lookup --draft-max */
+};
+
 typedef struct {
-    const char *cmd;           /* "run" or "chat", for messages */
-    const char *model;         /* -m; NULL: the default model */
-    const char *prompt;        /* -p */
-    const char *system;        /* --system */
-    const char *chat_template; /* --chat-template */
-    const char *samplers;      /* --samplers */
-    const char *draft;         /* --draft MODEL */
-    cn_spec_params spec;       /* --lookup N, --draft-max K; .draft set by cli_spec_start */
-    long n_threads, n_ctx;     /* -t, -c/--ctx (0: the model's, at most 4096) */
-    bool json, chat;           /* --json, --chat */
+    const char *cmd;           /* for messages */
+    const char *model, *prompt, *system, *chat_template, *samplers, *draft;
+    int32_t n_threads, n_ctx;  /* 0: every CPU / the model's */
+    bool json, chat;
     cn_gen_params gp;          /* stop and logit_bias point into the arrays below */
-    cn_logit_bias bias[CLI_MAX_LOGIT_BIAS];
     const char *stops[CN_GEN_MAX_STOP];
+    const char *bias_args[CLI_MAX_LOGIT_BIAS]; /* --logit-bias as given */
+    int32_t n_bias_args;
+    cn_logit_bias bias[CLI_MAX_LOGIT_BIAS];
+    const char *sampling_title; /* the help heading, which states the defaults */
+    cli_flag tables[7][12];    /* the flag groups, pointing into this struct */
+    cli_flag_group groups[8];
 } cli_gen_opts;
 
-/* Defaults: the library's neutral sampling except the CLI's (llama.cpp's) temperature 0.8,
- * top_k 40, top_p 0.95, min_p 0.05; max_tokens 256; threads = online CPUs (at most 64). */
+/* Defaults: the library's, with the CLI's (llama.cpp's) sampling: temperature 0.8,
+ * top_k 40, top_p 0.95, min_p 0.05; threads 0 (every CPU). */
 void cli_gen_opts_init(cli_gen_opts *o, const char *cmd);
 
-/* Tries argv[*i] (with its value in the next argument or after '='): returns 1 and
- * advances *i past the value when it is a generation flag, 0 when it is not one, -1 after
- * printing a one-line error for a bad value. Flags: -m -p -n/--max-tokens -t -c/--ctx
- * --temp --top-k --top-p --min-p --typical --repeat-penalty --repeat-last-n
- * --presence-penalty --frequency-penalty --logit-bias ID=BIAS --seed --stop STR
- * --ignore-eos --logprobs N --logprobs-after-chain --beams N --length-penalty X
- * --early-stopping --samplers ORDER --json --chat --system S --chat-template NAME
- * --draft MODEL --draft-max K --lookup N. */
-int cli_gen_opts_parse(cli_gen_opts *o, int argc, char **argv, int *i);
+/* The groups named by which, then extra (a command's own flags, may be NULL); *n gets
+ * their count. The view lives in o. */
+const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_flag_group *extra, size_t *n);
 
-/* Help text for the flags above. */
-void cli_gen_opts_help(FILE *f);
+/* Looks a token up by name for --logit-bias NAME=BIAS: its id, or -1. */
+typedef int32_t (*cli_token_find_fn)(void *user, const char *name, size_t len);
 
-/* Picks a random seed (in [0, 2^63)) unless --seed gave one, applies --samplers and
- * validates everything that needs no model (n_vocab 0). 0 or 2 (message printed). */
-int cli_gen_opts_check(cli_gen_opts *o);
+/* After parsing: picks a random seed in [0, 2^63) unless --seed gave one (JSON integers
+ * are int64), applies --samplers, resolves --logit-bias (ID=BIAS, or NAME=BIAS with find;
+ * comma lists too), checks the flag combinations and validates everything that needs no
+ * model. 0 or 2 (message printed). */
+int cli_gen_opts_check(cli_gen_opts *o, cli_token_find_fn find, void *user);
 
 /* The model path: -m, else $CINDER_MODELS/<default>, else ~/.cache/cinder/models/<default>. */
 const char *cli_model_path(const cli_gen_opts *o, char *buf, size_t n);
 
-/* A loaded model, its tokenizer, and (after cli_engine_start) a context and KV cache. */
+/* A model (and --draft's) with a context on it. */
 typedef struct {
-    cn_model *model;
-    cn_tokenizer *tok;
-    cn_ctx *ctx;
-    cn_kv *kv;
-    cn_gen_runner run;
-    int32_t n_vocab, n_ctx;
-} cli_engine;
+    cn_model *model, *draft;
+    cn_context *ctx;
+} cli_session;
 
-/* Loads the model and tokenizer and fixes n_ctx. 0 or 1 (message printed). */
-int cli_engine_load(cli_engine *e, const cli_gen_opts *o);
-/* Context with n_batch rows and a KV cache of n_seqs sequences and n_blocks blocks
- * (0: n_seqs full contexts). 0 or 1 (message printed). */
-int cli_engine_start(cli_engine *e, const cli_gen_opts *o, int32_t n_batch, int32_t n_seqs, int64_t n_blocks);
-void cli_engine_close(cli_engine *e);
+/* Loads -m (and --draft), makes the context (-t, -c, --chat-template, the draft) and
+ * validates the generation flags against its vocabulary. 0, 1 or 2 (message printed);
+ * close s either way. */
+int cli_session_open(cli_session *s, const cli_gen_opts *o);
+void cli_session_close(cli_session *s);
 
-/* Speculative decoding from --draft / --lookup: checks the flags, loads the draft model
- * into d (same context size, one sequence; its vocabulary must be e's) and points
- * o->spec.draft at it. After cli_engine_start(e). 0, 1 or 2 (message printed); close d
- * with cli_engine_close either way. */
-int cli_spec_start(cli_engine *e, cli_engine *d, cli_gen_opts *o);
-
-/* The chat template: --chat-template NAME, else detected from tokenizer.chat_template.
- * NULL after printing the error. */
-cn_chat_template *cli_chat_template(const cli_engine *e, const cli_gen_opts *o);
-/* Adds the template's end-of-turn text as a stop string unless the tokenizer already
- * ends generation on it. 0 or 2 (message printed). */
-int cli_add_end_of_turn_stop(cli_gen_opts *o, const cli_engine *e, const cn_chat_template *t);
-
-/* Tokenizes text with the model's BOS rule, parsing special tokens. NULL after printing
- * an error; *n gets the count. Caller frees. */
-int32_t *cli_tokenize(const cli_engine *e, const char *text, int32_t *n);
+/* on_text for streaming to stdout; user (may be NULL) is a bool set once text came. */
+void cli_stream_text(void *user, const char *text, size_t n);
 
 /* Ctrl-C during generation: the first press cancels the request (should_cancel sees it),
  * a second one ends the process. */
@@ -97,9 +83,9 @@ bool cli_sigint_cancel(void *user); /* a cn_gen_cancel_fn */
 
 /* Two lines on stderr: prompt tokens, prefill tok/s, time to first token; generated
  * tokens, decode tok/s, inter-token latency mean and p90, finish reason. */
-void cli_print_timings(const cn_gen_timings *t, cn_finish_reason r);
+void cli_print_timings(const cn_result *r);
 /* One line on stderr: verify passes, drafted and accepted tokens, acceptance rate and
  * tokens per target pass. */
-void cli_print_spec(const cn_spec_stats *s);
+void cli_print_spec(const cn_result *r);
 
 #endif

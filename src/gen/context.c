@@ -1,14 +1,16 @@
 /* context.c — the public one-request-at-a-time API (include/cinder.h, "context"): a model's
- * tokenizer, chat template, forward context and a KV cache for one sequence, driving
- * cn_generate / cn_beam_search (generate.c, beam.c). It adds no generation logic of its
- * own: prompts become token ids, the cached prefix of the last request is found, the
- * request runs, and its state is copied out into a cn_result.
+ * tokenizer, chat template, forward context and a KV cache for one sequence (and, with a
+ * draft model, the draft's context and cache), driving cn_generate / cn_generate_spec /
+ * cn_beam_search (generate.c, spec.c, beam.c). It adds no generation logic of its own:
+ * prompts become token ids, the cached prefix of the last request is found, the request
+ * runs, and its state is copied out into a cn_result.
  *
  * The cache: sequence 0 holds kv_tokens[0..n_kv) (the last prompt and the reply tokens
  * fed back). A new prompt reuses the longest common prefix. Beam search needs one
  * sequence per beam: the cache is rebuilt with room for them when a request asks for
  * more than it has, and a beam search leaves the cache empty (beam.c frees its
  * sequences). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "gen/beam.h"
 #include "gen/generate.h"
 #include "gen/sampling.h"
+#include "gen/spec.h"
 #include "kv/kv.h"
 #include "model/model.h"
 #include "text/chat.h"
@@ -28,7 +31,10 @@ struct cn_context {
     cn_context_params p;
     cn_tokenizer *tok;
     cn_chat_template *chat;    /* NULL: none cinder renders */
+    char no_chat[CN_ERROR_MSG_LEN]; /* why chat is NULL */
     cn_ctx *ctx;
+    cn_ctx *draft_ctx;         /* the draft model's (NULL: none) */
+    cn_kv *draft_kv;           /* one sequence of n_ctx positions */
     cn_kv *kv;
     int32_t kv_seqs;           /* sequences kv was made for */
     int32_t n_ctx, n_vocab;
@@ -39,7 +45,8 @@ struct cn_context {
 };
 
 cn_context_params cn_context_default_params(void) {
-    return (cn_context_params){.n_threads = 0, .n_ctx = 0, .n_batch = 512, .kv_type = CN_TYPE_F16, .n_seq_max = 1};
+    return (cn_context_params){.n_threads = 0, .n_ctx = 0, .n_batch = 512, .kv_type = CN_TYPE_F16, .n_seq_max = 1,
+                               .chat_template = NULL, .draft = NULL};
 }
 
 cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_error *err) {
@@ -74,6 +81,27 @@ static cn_status make_kv(cn_context *c, int32_t n_seqs, cn_error *err) {
     return CN_STATUS_OK;
 }
 
+/* The draft model's context and a cache of one full sequence, after checking that its
+ * vocabulary is the target's token for token. */
+static cn_status make_draft(cn_context *c, const cn_model *d, const cn_ctx_params *cp, cn_error *err) {
+    cn_tokenizer *dtok = NULL;
+    cn_status st = cn_tokenizer_from_model(d, &dtok, err);
+    if (st == CN_STATUS_OK) st = cn_spec_check_vocab(c->tok, dtok, err);
+    cn_tokenizer_free(dtok);
+    if (st == CN_STATUS_INVALID_ARG && err) {
+        char msg[CN_ERROR_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return cn_err_param(err, st, "draft", "draft: %.*s", CN_ERROR_MSG_LEN - 8, msg);
+    }
+    if (st == CN_STATUS_OK) st = cn_ctx_create(d, cp, &c->draft_ctx, err);
+    if (st != CN_STATUS_OK) return st;
+    cn_kv_params kp = cn_model_kv_params(d);
+    kp.type = c->p.kv_type;
+    kp.max_seqs = 1;
+    kp.n_blocks = (c->n_ctx + kp.block_tokens - 1) / kp.block_tokens;
+    return cn_kv_create(&kp, &c->draft_kv, err);
+}
+
 cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_context **out, cn_error *err) {
     *out = NULL;
     cn_context_params d = cn_context_default_params();
@@ -105,19 +133,26 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
         c->p.n_threads = (int32_t)CN_MAX(1, CN_MIN(n, 1024));
     }
     cn_status st = cn_tokenizer_from_model(m, &c->tok, err);
-    if (st == CN_STATUS_OK) {
-        cn_error ignored = {0};
-        if (cn_chat_template_from_model(m, &c->chat, &ignored) != CN_STATUS_OK) c->chat = NULL;
-        if (ignored.status == CN_STATUS_NO_MEMORY) st = cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
+    if (st == CN_STATUS_OK && p->chat_template) {
+        st = cn_chat_template_from_name(p->chat_template, &c->chat, err);
+        if (st != CN_STATUS_OK && err) {
+            char msg[CN_ERROR_MSG_LEN];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            cn_err_param(err, st, "chat_template", "%s", msg);
+        }
+    } else if (st == CN_STATUS_OK) {
+        cn_error why = {0};
+        if (cn_chat_template_from_model(m, &c->chat, &why) != CN_STATUS_OK) c->chat = NULL;
+        if (why.status == CN_STATUS_NO_MEMORY) st = cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
+        snprintf(c->no_chat, sizeof c->no_chat, "%s", why.msg);
     }
-    if (st == CN_STATUS_OK) {
-        cn_ctx_params cp = cn_ctx_default_params();
-        cp.n_threads = c->p.n_threads;
-        cp.n_batch_max = CN_MAX(c->p.n_batch, CN_GEN_MAX_BEAMS);
-        cp.n_ctx = c->n_ctx;
-        st = cn_ctx_create(m, &cp, &c->ctx, err);
-    }
+    cn_ctx_params cp = cn_ctx_default_params();
+    cp.n_threads = c->p.n_threads;
+    cp.n_batch_max = CN_MAX(c->p.n_batch, CN_GEN_MAX_BEAMS);
+    cp.n_ctx = c->n_ctx;
+    if (st == CN_STATUS_OK) st = cn_ctx_create(m, &cp, &c->ctx, err);
     if (st == CN_STATUS_OK) st = make_kv(c, p->n_seq_max, err);
+    if (st == CN_STATUS_OK && p->draft) st = make_draft(c, p->draft, &cp, err);
     if (st == CN_STATUS_OK && !(c->kv_tokens = malloc((size_t)c->n_ctx * sizeof *c->kv_tokens)))
         st = cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
     if (st != CN_STATUS_OK) {
@@ -134,6 +169,8 @@ void cn_context_free(cn_context *c) {
     free(c->kv_tokens);
     cn_kv_free(c->kv);
     cn_ctx_free(c->ctx);
+    cn_kv_free(c->draft_kv);
+    cn_ctx_free(c->draft_ctx);
     cn_chat_template_free(c->chat);
     cn_tokenizer_free(c->tok);
     free(c);
@@ -142,6 +179,7 @@ void cn_context_free(cn_context *c) {
 const cn_tokenizer *cn_context_tokenizer(const cn_context *c) { return c->tok; }
 const cn_chat_template *cn_context_chat_template(const cn_context *c) { return c->chat; }
 int32_t cn_context_n_ctx(const cn_context *c) { return c->n_ctx; }
+int32_t cn_context_n_threads(const cn_context *c) { return c->p.n_threads; }
 
 /* The prompt as token ids (*ids malloc'd). *eot: the chat template's end of turn when the
  * prompt is a conversation and the tokenizer does not end generation there by itself. */
@@ -171,9 +209,7 @@ static cn_status prompt_ids(const cn_context *c, const cn_prompt *pr, int32_t **
     const char *text = pr->text;
     size_t len = text ? strlen(text) : 0;
     if (pr->messages) {
-        if (!c->chat)
-            return cn_err(err, CN_STATUS_INVALID_ARG,
-                          "prompt: this model has no chat template cinder renders: give text or tokens");
+        if (!c->chat) return cn_err(err, CN_STATUS_INVALID_ARG, "prompt: messages need a chat template: %s", c->no_chat);
         cn_status st = cn_chat_render(c->chat, pr->messages, pr->n_messages, true, &rendered, &len, err);
         if (st != CN_STATUS_OK) return st;
         text = rendered;
@@ -181,14 +217,11 @@ static cn_status prompt_ids(const cn_context *c, const cn_prompt *pr, int32_t **
         const int32_t id = cn_tokenizer_find(c->tok, e);
         if (id < 0 || !cn_tokenizer_is_eog(c->tok, id)) *eot = e;
     }
-    size_t cnt = 0, again = 0;
-    cn_status st = cn_tokenize(c->tok, text, len, true, true, NULL, 0, &cnt, err);
+    size_t cnt = 0;
+    cn_status st = cn_tokenize_alloc(c->tok, text, len, true, true, ids, &cnt, err);
     if (st == CN_STATUS_OK && cnt == 0) st = cn_err(err, CN_STATUS_INVALID_ARG, "prompt: empty (no tokens)");
     if (st == CN_STATUS_OK && cnt >= (size_t)INT32_MAX)
         st = cn_err(err, CN_STATUS_LIMIT, "prompt: %zu tokens is too long", cnt);
-    if (st == CN_STATUS_OK && !(*ids = malloc(cnt * sizeof **ids)))
-        st = cn_err(err, CN_STATUS_NO_MEMORY, "prompt: out of memory");
-    if (st == CN_STATUS_OK) st = cn_tokenize(c->tok, text, len, true, true, *ids, cnt, &again, err);
     free(rendered);
     if (st != CN_STATUS_OK) {
         free(*ids);
@@ -205,8 +238,8 @@ static int32_t common_prefix(const cn_context *c, const int32_t *ids, int32_t n)
     return k;
 }
 
-static cn_status copy_result(cn_gen *g, int32_t n_prompt, const cn_beam_result *beam, cn_result *out,
-                             cn_error *err) {
+static cn_status copy_result(cn_gen *g, int32_t n_prompt, const cn_beam_result *beam, const cn_spec_stats *spec,
+                             cn_result *out, cn_error *err) {
     size_t n_text = 0;
     const char *text = cn_gen_text(g, &n_text);
     int32_t n_tok = 0;
@@ -227,7 +260,18 @@ static cn_status copy_result(cn_gen *g, int32_t n_prompt, const cn_beam_result *
     out->stop_index = cn_gen_stop_index(g);
     out->seed = cn_sampler_seed(cn_gen_sampler(g));
     cn_gen_get_timings(g, &out->timings);
-    out->beam_score = beam ? beam->score : 0.0;
+    if (beam) {
+        out->beam_score = beam->score;
+        out->beam_sum_logprob = beam->sum_logprob;
+        out->beam_n_finished = beam->n_finished;
+    }
+    if (spec) {
+        out->spec_target_passes = spec->steps;
+        out->spec_drafted = spec->drafted;
+        out->spec_accepted = spec->accepted;
+        out->spec_plain_passes = spec->plain_steps;
+        out->spec_draft_passes = spec->draft_evals;
+    }
     return CN_STATUS_OK;
 }
 
@@ -264,6 +308,9 @@ cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_g
     const char *stops[CN_GEN_MAX_STOP];
     st = with_eot_stop(gen, eot, &gp, stops, err);
     const int32_t k = gp.beam.n_beams;
+    if (st == CN_STATUS_OK && gp.draft && !c->draft_ctx)
+        st = cn_err_param(err, CN_STATUS_INVALID_ARG, "draft", "generate: draft is set but the context has no draft "
+                                                               "model (cn_context_params.draft)");
     if (st == CN_STATUS_OK && k > 1 && k > c->kv_seqs && k <= CN_GEN_MAX_BEAMS) st = make_kv(c, k, err);
     cn_gen *g = NULL;
     if (st == CN_STATUS_OK) st = cn_gen_create(c->tok, c->n_vocab, &gp, &g, err);
@@ -273,13 +320,21 @@ cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_g
     }
     const cn_gen_runner run = {c->m, c->ctx, c->kv, CN_MAX(c->p.n_batch, k)};
     cn_beam_result beam;
+    cn_spec_stats spec = {0};
+    const bool speculate = gp.draft || gp.lookup_n > 0;
     if (k > 1) {
         c->n_kv = 0;
         st = cn_beam_search(&run, 0, ids, n, g, &beam, err);
     } else {
         const int32_t reuse = common_prefix(c, ids, n);
         c->n_kv = 0; /* unknown until it succeeds */
-        st = cn_generate(&run, 0, ids, n, reuse, g, err);
+        const cn_gen_runner draft = {c->p.draft, c->draft_ctx, c->draft_kv, run.n_batch};
+        cn_spec_params sp = cn_spec_default_params();
+        sp.draft = gp.draft ? &draft : NULL;
+        sp.lookup_n = gp.draft ? 0 : gp.lookup_n;
+        sp.n_draft_max = gp.max_draft;
+        st = speculate ? cn_generate_spec(&run, &sp, 0, ids, n, reuse, g, &spec, err)
+                       : cn_generate(&run, 0, ids, n, reuse, g, err);
         if (st == CN_STATUS_OK) { /* what sequence 0 holds now: the prompt, then the reply fed back */
             int32_t n_gen = 0;
             const int32_t *gt = cn_gen_tokens(g, &n_gen);
@@ -288,7 +343,7 @@ cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_g
             c->n_kv = held;
         }
     }
-    if (st == CN_STATUS_OK) st = copy_result(g, n, k > 1 ? &beam : NULL, out, err);
+    if (st == CN_STATUS_OK) st = copy_result(g, n, k > 1 ? &beam : NULL, speculate ? &spec : NULL, out, err);
     cn_gen_free(g);
     free(ids);
     return st;

@@ -61,6 +61,7 @@ cn_gen_params cn_gen_default_params(void) {
     p.beam.n_beams = 1;
     p.beam.length_penalty = 1.0f;
     p.beam.early_stopping = false;
+    p.max_draft = 8;
     return p;
 }
 
@@ -89,6 +90,17 @@ cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_error *err
     if (!(p->beam.length_penalty >= -10.0f && p->beam.length_penalty <= 10.0f))
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "length_penalty", "length_penalty = %g is out of range: must be in [-10, 10]",
                       (double)p->beam.length_penalty);
+    if (p->lookup_n < 0 || p->lookup_n > 8)
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "lookup_n",
+                            "lookup n-gram length %d is out of range: must be in [0, 8]", (int)p->lookup_n);
+    const bool spec = p->lookup_n > 0 || p->draft;
+    if (spec && (p->max_draft < 1 || p->max_draft > 16))
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "max_draft", "draft length %d is out of range: must be in [1, 16]",
+                            (int)p->max_draft);
+    if (spec && p->beam.n_beams > 1)
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_beams",
+                            "speculative decoding (lookup_n, draft) does not combine with beam search (n_beams = %d)",
+                            (int)p->beam.n_beams);
     return CN_STATUS_OK;
 }
 

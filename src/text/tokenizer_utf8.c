@@ -1,7 +1,9 @@
 /* tokenizer_utf8.c — the UTF-8 rules the tokenizers need: strict validation (what is a
  * complete, well-formed sequence; what is a valid prefix still waiting for bytes),
  * replacement of invalid input by U+FFFD, encode/decode of one code point. Strict means
- * no overlong forms, no surrogates, nothing above U+10FFFF (the rules PCRE2 enforces). */
+ * no overlong forms, no surrogates, nothing above U+10FFFF (the rules PCRE2 enforces).
+ * cn_text_utf8_clean is the public door to the replacement, so every caller (the CLI's
+ * JSON, the server) cleans text the one same way. */
 #include "text/tokenizer_impl.h"
 
 #include <stdlib.h>
@@ -113,4 +115,12 @@ size_t cn_utf8_decode(const char *s, size_t n, uint32_t *cp) {
               ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
     }
     return (size_t)r;
+}
+
+cn_status cn_text_utf8_clean(const char *s, size_t n, char **out, size_t *n_out, cn_error *err) {
+    size_t k = 0;
+    *out = NULL;
+    if (!cn_utf8_sanitize(s ? s : "", s ? n : 0, out, &k)) return cn_err(err, CN_STATUS_NO_MEMORY, "utf8: out of memory");
+    if (n_out) *n_out = k;
+    return CN_STATUS_OK;
 }

@@ -330,8 +330,40 @@ static void test_model(const char *dir, const char *golden_path) {
     memset(&st, 0, sizeof st);
     CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK && r.n_tokens > 0 && r.beam_score < 0,
           "beam: %s", err.msg);
+    CHECK(r.beam_sum_logprob < 0 && r.beam_n_finished >= 0 && r.beam_n_finished <= 2, "beam figures");
     cn_result_free(&r);
     gp.beam.n_beams = 1;
+
+    /* speculation (n-gram lookup; the model drafting for itself) gives plain decoding's text;
+       a template by name; a draft flag without a draft model, a bad name: errors naming them */
+    gp.max_tokens = 64;
+    gp.lookup_n = 3;
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK && !strcmp(r.text, greedy) &&
+              r.spec_target_passes > 0 && r.spec_accepted <= r.spec_drafted && r.spec_draft_passes == 0,
+          "lookup: %s", err.msg);
+    cn_result_free(&r);
+    gp.lookup_n = 0;
+    gp.draft = true;
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_INVALID_ARG && !strcmp(err.param, "draft"),
+          "draft without a draft model: %s", err.msg);
+    cn_context_params dp = cp;
+    dp.draft = m;
+    dp.chat_template = "chatml";
+    cn_context *dc = NULL;
+    CHECK(cn_context_create(m, &dp, &dc, &err) == CN_STATUS_OK && cn_context_chat_template(dc) &&
+              !strcmp(cn_chat_template_name(cn_context_chat_template(dc)), "chatml"),
+          "%s", err.msg);
+    CHECK(dc && cn_context_generate(dc, &pr, &gp, &r, &err) == CN_STATUS_OK && !strcmp(r.text, greedy) &&
+              r.spec_draft_passes > 0 && r.spec_accepted > 0,
+          "self-draft: %s", err.msg);
+    cn_result_free(&r);
+    cn_context_free(dc);
+    gp.draft = false;
+    dp.draft = NULL;
+    dp.chat_template = "bogus";
+    CHECK(cn_context_create(m, &dp, &dc, &err) == CN_STATUS_INVALID_ARG && !strcmp(err.param, "chat_template") &&
+              strstr(err.msg, "chatml") && !dc,
+          "bad template name: %s", err.msg);
 
     /* bad requests: clear errors, nothing kept */
     cn_prompt two = {.text = "x", .tokens = want_prompt, .n_tokens = 5};

@@ -135,7 +135,7 @@ def test_min_p_and_typical(cinder):
 
 def test_penalties_and_bias(cinder):
     args = ["--probs", COLOURS, "--history", "gray,gray,blue", "--repeat-penalty", "2",
-            "--presence-penalty", "0.5", "--frequency-penalty", "0.25", "--bias", "dark=-inf",
+            "--presence-penalty", "0.5", "--frequency-penalty", "0.25", "--logit-bias", "dark=-inf",
             "--seed", "1"]
     lines, sets = explain(cinder, *args)
     logits = np.log(P)
@@ -192,9 +192,9 @@ def test_seeded_draws_are_reproducible_and_follow_the_kept_set(cinder):
     (["--samplers", "top_k;bogus"], "unknown stage 'bogus'"),
     (["--samplers", "top_k", "--top-p", "0.5"], "'top_p' is not in the sampler chain"),
     (["--top-k", "two"], "'two' is not an integer"),
-    (["--bias", "nosuch=1"], "--bias"),
+    (["--logit-bias", "nosuch=1"], "--logit-bias"),
     (["--history", "blue,nosuch"], "unknown token 'nosuch'"),
-    (["--bias", "blue=-inf,gray=-inf,clear=-inf,dark=-inf", "--seed", "1"], "bans every token"),
+    (["--logit-bias", "blue=-inf,gray=-inf,clear=-inf,dark=-inf", "--seed", "1"], "bans every token"),
     (["--frobnicate", "1"], "unknown option '--frobnicate'"),
     (["--top-p"], "--top-p needs a value"),
 ])
