@@ -112,7 +112,7 @@ def test_q8_kv_refused_when_heads_do_not_fit_its_blocks(text_file):
     (["-f", "/nonexistent/text.txt", "-m", STORIES], "cannot open"),
     (["-f", "x", "--kv-type", "q4"], "--kv-type must be"),
     (["-f", "x", "-c", "3"], "-c = 3 is out of range: must be in [8, 65536]"),
-    (["--bogus"], "unknown flag '--bogus'"),
+    (["--bogus"], "unknown option '--bogus'"),
 ])
 def test_bad_arguments(args, msg):
     p = run("perplexity", *args, check=False)
