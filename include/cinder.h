@@ -54,10 +54,10 @@ typedef struct {
     char param[CN_ERROR_PARAM_LEN];
 } cn_error;
 
-/* A short constant name for a status ("ok", "corrupt", ...). */
+/* A short constant name for a status ("ok", "corrupt", ...): static, valid for ever. */
 CN_API const char *cn_status_str(cn_status s);
 
-/* The library's version, "MAJOR.MINOR.PATCH" (CN_VERSION of the build). */
+/* The library's version, "MAJOR.MINOR.PATCH" (CN_VERSION of the build); static. */
 CN_API const char *cn_version(void);
 
 /* ---- logging ----
@@ -74,7 +74,8 @@ CN_API void cn_log_set(cn_log_fn fn, void *user);
 CN_API void cn_log_set_level(cn_log_level lvl);
 
 /* The kernel family this CPU runs ("amx", "avx512", "avx2", "neon", "ref"): the best its
- * features allow, capped by CINDER_ISA (CINDER_REF=1: "ref"); chosen once per process. */
+ * features allow, capped by CINDER_ISA (CINDER_REF=1: "ref"); chosen once per process;
+ * static. */
 CN_API const char *cn_kernels_family(void);
 
 /* sizeof one of this header's structs by its name ("cn_gen_params"), 0 for a name it does
@@ -111,7 +112,8 @@ typedef enum {
     CN_FINISH_CANCELLED,     /* the caller or the client gave up */
 } cn_finish_reason;
 
-/* "stop", "length", "cancelled"; "none" for CN_FINISH_NONE, "unknown" out of range. */
+/* "stop", "length", "cancelled"; "none" for CN_FINISH_NONE, "unknown" out of range;
+ * static. */
 CN_API const char *cn_finish_reason_str(cn_finish_reason r);
 /* ---- end finish reasons ---- */
 
@@ -229,8 +231,10 @@ CN_API cn_status cn_chat_template_from_model(const cn_model *m, cn_chat_template
 /* By name: "chatml", "gemma", "llama3" (any case). INVALID_ARG lists the names. */
 CN_API cn_status cn_chat_template_from_name(const char *name, cn_chat_template **out, cn_error *err);
 CN_API void cn_chat_template_free(cn_chat_template *t); /* NULL is a no-op */
-CN_API const char *cn_chat_template_name(const cn_chat_template *t); /* "chatml", "gemma", "llama3" */
-/* The text that ends a turn ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"). */
+/* "chatml", "gemma", "llama3". View valid until cn_chat_template_free. */
+CN_API const char *cn_chat_template_name(const cn_chat_template *t);
+/* The text that ends a turn ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"). View valid
+ * until cn_chat_template_free. */
 CN_API const char *cn_chat_template_end_of_turn(const cn_chat_template *t);
 
 /* Renders msgs[0..n_msgs) and, if add_generation_prompt, the opening of an assistant
@@ -314,7 +318,7 @@ CN_API cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_voc
  * error (an unknown or repeated name). */
 CN_API cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, cn_error *err);
 
-/* The spec name of a stage ("top_p"), or "?" for a value out of range. */
+/* The spec name of a stage ("top_p"), or "?" for a value out of range; static. */
 CN_API const char *cn_sampler_stage_name(cn_sampler_stage s);
 
 /* ==== end of sampling ===================================================================== */
@@ -471,8 +475,9 @@ CN_API cn_context_params cn_context_default_params(void);
 CN_API cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_context **out, cn_error *err);
 CN_API void cn_context_free(cn_context *c); /* NULL is a no-op */
 
+/* The context's tokenizer. View valid until cn_context_free. */
 CN_API const cn_tokenizer *cn_context_tokenizer(const cn_context *c);
-/* NULL when the model has no template cinder renders (chat prompts are then refused,
+/* The context's chat template; NULL when the model has no template cinder renders (chat prompts are then refused,
  * with the reason). Views valid until cn_context_free. */
 CN_API const cn_chat_template *cn_context_chat_template(const cn_context *c);
 CN_API int32_t cn_context_n_ctx(const cn_context *c);
@@ -904,7 +909,8 @@ CN_API int64_t cn_gguf_n_kv(const cn_gguf *g);
 CN_API int64_t cn_gguf_find_key(const cn_gguf *g, const char *key); /* -1 if absent */
 CN_API cn_gguf_str cn_gguf_kv_key(const cn_gguf *g, int64_t i);
 CN_API cn_gguf_vtype cn_gguf_kv_type(const cn_gguf *g, int64_t i);
-/* "u8", "i32", "f32", "bool", "string", "array", ... ("unknown" for a value out of the enum). */
+/* "u8", "i32", "f32", "bool", "string", "array", ... ("unknown" for a value out of the
+ * enum); static. */
 CN_API const char *cn_gguf_vtype_name(cn_gguf_vtype t);
 /* The value of kv i; false when it is of another kind or does not fit. */
 CN_API bool cn_gguf_kv_i64(const cn_gguf *g, int64_t i, int64_t *out);  /* any integer or bool */
@@ -927,7 +933,7 @@ CN_API const cn_gguf_tensor_info *cn_gguf_tensor(const cn_gguf *g, int64_t i);
  * reader does not know. Either pointer may be NULL. */
 CN_API bool cn_gguf_type_size(uint32_t type, uint32_t *block_size, uint32_t *type_bytes);
 /* "q4_K", as GGUF tools spell it, for a type cinder computes with; NULL for any other
- * value (a ggml type it cannot run, a number no ggml knows). */
+ * value (a ggml type it cannot run, a number no ggml knows); static. */
 CN_API const char *cn_type_name(cn_type t);
 
 /* The tokenizer of a GGUF file, loadable model or not (a vocabulary-only file will do);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: what `make test` runs, and so what CI runs.
+#   0. the layer rules of DESIGN.md (tools/layers.txt) against the real #include graph
 #   1. the optimized build's unit tests (Criterion), the Qwen2.5-Coder goldens included
 #   2. the same tests built with ASan + UBSan (leaks fail the run), all but the real-model
 #      suites (golden_qwen: the 0.5B and 1.5B goldens; spec_models: speculative decoding
@@ -21,6 +22,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-2}
+
+echo "== layer rules (make check-layers: tools/layers.txt against the #include graph) =="
+make -s check-layers
 
 make -j"$JOBS" all
 make -j"$JOBS" SAN=1 all
