@@ -247,7 +247,7 @@ CN_API cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *ms
 /* ==== end of chat templates =============================================================== */
 
 /* ==== sampling ============================================================================
- * The sampler chain's parameters (implementation: src/gen/sampling.c; the chain order and
+ * The sampler chain's parameters (implementation: src/gen/sampling*.c; the chain order and
  * the top-p rule are documented there and in docs/sampling.md). */
 
 /* One stage of the sampler chain. A chain is an ordered list of distinct stages; after its

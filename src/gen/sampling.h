@@ -3,7 +3,8 @@
  * turns a logits row into a token. The parameter struct and the stage enum are public
  * (include/cinder.h); this header is the engine-internal API used by the generation loop,
  * explain and the tests. Nothing here knows a model or a tokenizer: tokens are ids in
- * [0, n_vocab). The chain order and the top-p rule are described atop sampling.c. */
+ * [0, n_vocab). The chain order is described atop sampling_params.c, the canonical order
+ * and the top-p rule atop sampling_stages.c; sampling.c is the sampler. */
 #ifndef CN_GEN_SAMPLING_H
 #define CN_GEN_SAMPLING_H
 
@@ -75,7 +76,7 @@ size_t cn_stage_draw(cn_cands *c, double u);
 void cn_cands_sort_prefix(cn_cands *c, size_t m);
 
 /* The relative slack of the top-p and typical cumulative-mass comparison (see
- * sampling.c): a prefix whose mass is >= p * (1 - CN_TOP_P_REL_EPS) reaches p. */
+ * sampling_stages.c): a prefix whose mass is >= p * (1 - CN_TOP_P_REL_EPS) reaches p. */
 #define CN_TOP_P_REL_EPS 1e-6
 
 /* ---- the sampler: one per request ---- */

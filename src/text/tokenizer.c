@@ -14,42 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool cn_tok_vec_push(cn_tok_vec *a, int32_t id) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        int32_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n++] = id;
-    return true;
-}
-
-/* --- token text hash --- */
-
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h ^ (h >> 29);
-}
-
-int32_t cn_tok_lookup(const cn_tokenizer *t, const char *s, size_t n) {
-    for (uint32_t i = (uint32_t)hash_bytes(s, n) & t->hash_mask;; i = (i + 1) & t->hash_mask) {
-        int32_t id = t->hash[i];
-        if (id < 0) return -1;
-        if (t->text_len[id] == n && !memcmp(cn_tok_text(t, id), s, n)) return id;
-    }
-}
+/* --- token text hash (the probe is cn_tok_lookup, tokenizer_impl.h) --- */
 
 /* Later tokens with the same text replace earlier ones (llama.cpp's map does the same). */
 static void hash_insert(cn_tokenizer *t, int32_t id) {
     const char *s = cn_tok_text(t, id);
     size_t n = t->text_len[id];
-    uint32_t i = (uint32_t)hash_bytes(s, n) & t->hash_mask;
+    uint32_t i = (uint32_t)cn_tok_hash(s, n) & t->hash_mask;
     for (;; i = (i + 1) & t->hash_mask) {
         int32_t o = t->hash[i];
         if (o < 0) break;
@@ -880,48 +851,6 @@ cn_status cn_detok_flush(cn_detok *d, const char **text, size_t *n_bytes) {
     *text = d->out ? d->out : "";
     *n_bytes = d->n_out;
     return CN_STATUS_OK;
-}
-
-/* ---- the merge queue (a binary min-heap on (key, left)) ---- */
-
-static bool merge_before(const cn_merge *a, const cn_merge *b) {
-    if (a->key != b->key) return a->key < b->key;
-    return a->left < b->left;
-}
-
-bool cn_merge_push(cn_merge_heap *h, cn_merge x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        cn_merge *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!merge_before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return true;
-}
-
-cn_merge cn_merge_pop(cn_merge_heap *h) {
-    cn_merge top = h->v[0];
-    cn_merge last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && merge_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!merge_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
 }
 
 cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,

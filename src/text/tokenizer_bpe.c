@@ -7,6 +7,7 @@
  * patterns are the ones the models' tokenizer.json files carry (PCRE2 takes them as
  * they are; non-ASCII characters are written \x{...} so no editor normalizes them).
  * No special tokens here: tokenizer.c has already cut them out. */
+#include "text/merge_heap.h"
 #include "text/tokenizer_impl.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8

@@ -1,12 +1,18 @@
 /* tokenizer_impl.h — internals shared by the tokenizer files (tokenizer.c: loading,
  * special tokens, the tokenize driver and the detokenizer; tokenizer_spm.c: the
  * SentencePiece-style bigram merge; tokenizer_bpe.c: byte-level BPE and its
- * pre-tokenizer regexes; tokenizer_utf8.c: UTF-8 helpers). Not a public header: only
- * src/text/tokenizer*.c include it. */
+ * pre-tokenizer regexes; tokenizer_utf8.c: UTF-8 helpers; merge_heap.c: the merge queue
+ * both merges run). Calls go one way: tokenizer.c calls the SPM and BPE files, they
+ * call merge_heap.c and tokenizer_utf8.c, and nothing calls back up into tokenizer.c —
+ * which is why the small helpers over the struct below are inline here. Not a public
+ * header: only src/text/tokenizer*.c (and the tokenizer tests) include it. */
 #ifndef CN_TOKENIZER_IMPL_H
 #define CN_TOKENIZER_IMPL_H
 
 #include "text/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 /* What a vocabulary may claim before it is rejected. */
 #define CN_TOK_MAX_VOCAB (1 << 24)
@@ -35,7 +41,18 @@ typedef struct {
     size_t n, cap;
 } cn_tok_vec;
 
-bool cn_tok_vec_push(cn_tok_vec *a, int32_t id);
+/* Appends id; false on out of memory. */
+static inline bool cn_tok_vec_push(cn_tok_vec *a, int32_t id) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        int32_t *v = realloc(a->v, cap * sizeof *v);
+        if (!v) return false;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = id;
+    return true;
+}
 
 /* One node of the byte trie over special-token texts. */
 typedef struct {
@@ -84,10 +101,27 @@ struct cn_tokenizer {
     char pre_name[64];
 };
 
-/* Token text lookup; -1 if absent. */
-int32_t cn_tok_lookup(const cn_tokenizer *t, const char *s, size_t n);
 static inline const char *cn_tok_text(const cn_tokenizer *t, int32_t id) {
     return t->pool + t->text_off[id];
+}
+
+/* The hash of a token text in t->hash (tokenizer.c fills the table with it). */
+static inline uint64_t cn_tok_hash(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+/* Token text lookup; -1 if absent. */
+static inline int32_t cn_tok_lookup(const cn_tokenizer *t, const char *s, size_t n) {
+    for (uint32_t i = (uint32_t)cn_tok_hash(s, n) & t->hash_mask;; i = (i + 1) & t->hash_mask) {
+        int32_t id = t->hash[i];
+        if (id < 0) return -1;
+        if (t->text_len[id] == n && !memcmp(cn_tok_text(t, id), s, n)) return id;
+    }
 }
 
 /* --- UTF-8 (tokenizer_utf8.c) --- */
@@ -103,24 +137,6 @@ size_t cn_utf8_encode(uint32_t cp, char *buf);
 /* Decodes one code point of valid UTF-8 at s (n bytes available); returns its length
  * (1 and U+FFFD for an invalid byte). */
 size_t cn_utf8_decode(const char *s, size_t n, uint32_t *cp);
-
-/* --- the merge queue shared by SentencePiece and BPE --- */
-/* A candidate merge of the adjacent symbols (left, right). Lower key comes out first,
- * ties by smaller left: SPM keys by -score, BPE by merge rank. tag0/tag1 let the caller
- * recognise a stale entry (SPM: merged byte size; BPE: the two symbols' ids). */
-typedef struct {
-    int32_t left, right;
-    double key;
-    int32_t tag0, tag1;
-} cn_merge;
-
-typedef struct {
-    cn_merge *v;
-    size_t n, cap;
-} cn_merge_heap;
-
-bool cn_merge_push(cn_merge_heap *h, cn_merge x); /* false on out of memory */
-cn_merge cn_merge_pop(cn_merge_heap *h);          /* h->n > 0 */
 
 /* --- SentencePiece merge (tokenizer_spm.c) --- */
 /* Tokenizes one raw fragment (no special tokens in it). prefix_space: add the leading

@@ -6,6 +6,7 @@
  * tokens <0xXX> (or the unknown token). This is the algorithm of llama.cpp's
  * llm_tokenizer_spm, reimplemented so ids match it exactly. No special tokens here: the
  * driver in tokenizer.c has already cut them out. */
+#include "text/merge_heap.h"
 #include "text/tokenizer_impl.h"
 
 #include <stdlib.h>
