@@ -336,15 +336,13 @@ int cn_cli_bench(int argc, char **argv) {
     cn_system_get_info(&si);
     opts o = {.n_p = 512, .n_g = 128, .reps = 5, .threads = {.v = {si.n_cpus}, .n = 1}};
     const cli_flag flags[] = {
-        {"--model", "-m", CLI_STRS, o.models, CLI_ANY, "PATH", "a GGUF model (repeat for several)", MAX_MODELS,
-         &o.n_models, NULL},
-        {"--n-prompt", "-p", CLI_INT, &o.n_p, 0, 1 << 16, "N", "pp: random tokens in one batch (default 512)", 0, NULL,
-         NULL},
-        {"--n-gen", "-n", CLI_INT, &o.n_g, 0, 1 << 16, "N", "tg: tokens decoded one by one (default 128)", 0, NULL, NULL},
-        {"--threads", "-t", CLI_CUSTOM, &o.threads, CLI_ANY, "T,T,...", "thread counts (default: every CPU)", 0, NULL,
-         parse_threads},
-        {"--repetitions", "-r", CLI_INT, &o.reps, 1, 1000, "N", "runs after one warm-up (default 5)", 0, NULL, NULL},
-        {"--json", NULL, CLI_BOOL, &o.json, CLI_ANY, NULL, "one JSON object per (model, threads) line", 0, NULL, NULL},
+        {.name = "--model", .alias = "-m", .kind = CLI_STRS, .dst = o.models, .metavar = "PATH",
+         .help = "a GGUF model (repeat for several)", .max = MAX_MODELS, .count = &o.n_models},
+        CLI_F_NUM("--n-prompt", "-p", CLI_INT, &o.n_p, 0, 1 << 16, "N", "pp: random tokens in one batch (default 512)"),
+        CLI_F_NUM("--n-gen", "-n", CLI_INT, &o.n_g, 0, 1 << 16, "N", "tg: tokens decoded one by one (default 128)"),
+        CLI_F_CUSTOM("--threads", "-t", &o.threads, parse_threads, "T,T,...", "thread counts (default: every CPU)"),
+        CLI_F_NUM("--repetitions", "-r", CLI_INT, &o.reps, 1, 1000, "N", "runs after one warm-up (default 5)"),
+        CLI_F_BOOL("--json", NULL, &o.json, "one JSON object per (model, threads) line"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;

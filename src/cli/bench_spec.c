@@ -79,9 +79,9 @@ int cn_cli_bench_spec(int argc, char **argv) {
     bool spec_flag = false;
     const char *task = "edit";
     const cli_flag own[] = {
-        {.name = "--spec", .kind = CLI_BOOL, .dst = &spec_flag, .help = "speculative against plain decoding"},
-        {.name = "-r", .kind = CLI_INT, .dst = &reps, .lo = 1, .hi = 100, .metavar = "N", .help = "rounds (default 3)"},
-        {.name = "--task", .kind = CLI_STR, .dst = &task, .metavar = "edit|code", .help = "the built-in prompt"},
+        CLI_F_BOOL("--spec", NULL, &spec_flag, "speculative against plain decoding"),
+        CLI_F_NUM("-r", NULL, CLI_INT, &reps, 1, 100, "N", "rounds (default 3)"),
+        CLI_F_STR("--task", NULL, &task, "edit|code", "the built-in prompt"),
     };
     const cli_flag_group extra = CLI_GROUP("bench --spec", own);
     size_t n_groups;
@@ -115,7 +115,7 @@ int cn_cli_bench_spec(int argc, char **argv) {
     double sum_p = 0, sum_s = 0, warm;
     cn_result tot = {0};
     char path[4096];
-    fprintf(stderr, "cinder bench --spec: %s, task %s, -n %d, %d threads: warm-up", cli_model_path(&o, path, sizeof path),
+    fprintf(stderr, "cinder bench --spec: %s, task %s, -n %d, %d threads: warm-up", cli_model_path(o.cmd, o.model, path, sizeof path),
             task, (int)o.gp.max_tokens, (int)n_threads);
     if (one(s.ctx, &o, text, false, &warm, &plain) || one(s.ctx, &o, text, true, &warm, &spec)) goto done;
     for (int32_t r = 0; r < reps; r++) {

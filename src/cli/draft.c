@@ -21,8 +21,7 @@ static int parse_layers(void *dst, const char *val, const char *cmd, const char 
 int cn_cli_draft_from(int argc, char **argv) {
     int32_t k = -1;
     const cli_flag flags[] = {
-        {"--layers", NULL, CLI_CUSTOM, &k, CLI_ANY, "K", "layers the draft keeps (fewer than the model's)",
-         .parse = parse_layers},
+        CLI_F_CUSTOM("--layers", NULL, &k, parse_layers, "K", "layers the draft keeps (fewer than the model's)"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[2];

@@ -343,10 +343,9 @@ int cn_cli_explain(int argc, char **argv) {
     o.sampling_title = "sampling (default: every stage off, temperature 1)";
     const char *probs = NULL, *logits = NULL, *history = NULL;
     const cli_flag own[] = {
-        {.name = "--probs", .kind = CLI_STR, .dst = &probs, .metavar = "NAME=P,...", .help = "the distribution"},
-        {.name = "--logits", .kind = CLI_STR, .dst = &logits, .metavar = "NAME=L,...", .help = "... as logits"},
-        {.name = "--history", .kind = CLI_STR, .dst = &history, .metavar = "NAME,...",
-         .help = "tokens generated so far, oldest first (for the penalties)"},
+        CLI_F_STR("--probs", NULL, &probs, "NAME=P,...", "the distribution"),
+        CLI_F_STR("--logits", NULL, &logits, "NAME=L,...", "... as logits"),
+        CLI_F_STR("--history", NULL, &history, "NAME,...", "tokens generated so far, oldest first (for the penalties)"),
     };
     const cli_flag_group extra = CLI_GROUP("explain", own);
     size_t n_groups;

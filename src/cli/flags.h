@@ -51,6 +51,22 @@ typedef struct {
 /* No range check: lo > hi. */
 #define CLI_ANY 1, 0
 
+/* Table rows by kind, so a row names only what it uses. CLI_F_NUM's lo > hi (CLI_ANY)
+ * leaves the range to the library. */
+#define CLI_F_BOOL(n, a, d, h) {.name = n, .alias = a, .kind = CLI_BOOL, .dst = d, .help = h}
+#define CLI_F_STR(n, a, d, m, h) {.name = n, .alias = a, .kind = CLI_STR, .dst = d, .metavar = m, .help = h}
+#define CLI_F_NUM(n, a, k, d, l, u, m, h) \
+    {.name = n, .alias = a, .kind = k, .dst = d, .lo = l, .hi = u, .metavar = m, .help = h}
+#define CLI_F_CUSTOM(n, a, d, fn, m, h) \
+    {.name = n, .alias = a, .kind = CLI_CUSTOM, .dst = d, .parse = fn, .metavar = m, .help = h}
+/* The rows several commands share: -t, and -m for commands that fall back to the
+ * default model (CLI_DEFAULT_MODEL). */
+#define CLI_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
+#define CLI_F_THREADS(d) CLI_F_NUM("--threads", "-t", CLI_INT, d, 1, 1024, "N", "threads (default: every CPU)")
+#define CLI_F_MODEL(d) \
+    CLI_F_STR("--model", "-m", d, "PATH", "GGUF model (default $CINDER_MODELS or ~/.cache/cinder/models/\n" \
+              CLI_DEFAULT_MODEL ")")
+
 /* What parse returns besides 0. */
 #define CLI_FLAGS_USAGE 2 /* a usage error, already printed: exit with it */
 #define CLI_FLAGS_HELP (-1) /* -h / --help was given: print the help, exit 0 */

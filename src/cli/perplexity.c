@@ -76,14 +76,13 @@ int cn_cli_perplexity(int argc, char **argv) {
     int32_t max_chunks = -1;
     kv_choice kvc = {CN_TYPE_F16, "f16"};
     const cli_flag flags[] = {
-        {"--model", "-m", CLI_STR, &model, CLI_ANY, "PATH", "GGUF model (default: the default model)", 0, NULL, NULL},
-        {"--file", "-f", CLI_STR, &file, CLI_ANY, "PATH", "the text (UTF-8)", 0, NULL, NULL},
-        {"--ctx", "-c", CLI_INT, &n_ctx, 8, 65536, "N", "tokens per chunk (default 256)", 0, NULL, NULL},
-        {"--chunks", NULL, CLI_INT, &max_chunks, 1, INT32_MAX, "N", "most chunks to score (default: all)", 0, NULL, NULL},
-        {"--threads", "-t", CLI_INT, &n_threads, 1, 1024, "N", "threads (default: every CPU)", 0, NULL, NULL},
-        {"--kv-type", NULL, CLI_CUSTOM, &kvc, CLI_ANY, "T",
-         "f16 (default), f32 or q8_0; other than f16 also reports\nthe KL divergence from the f16 cache at each position",
-         0, NULL, parse_kv_type},
+        CLI_F_MODEL(&model),
+        CLI_F_STR("--file", "-f", &file, "PATH", "the text (UTF-8)"),
+        CLI_F_NUM("--ctx", "-c", CLI_INT, &n_ctx, 8, 65536, "N", "tokens per chunk (default 256)"),
+        CLI_F_NUM("--chunks", NULL, CLI_INT, &max_chunks, 1, INT32_MAX, "N", "most chunks to score (default: all)"),
+        CLI_F_THREADS(&n_threads),
+        CLI_F_CUSTOM("--kv-type", NULL, &kvc, parse_kv_type, "T",
+                     "f16 (default), f32 or q8_0; other than f16 also reports\nthe KL divergence from the f16 cache at each position"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
@@ -115,16 +114,7 @@ int cn_cli_perplexity(int argc, char **argv) {
     float *lg_ref = NULL, *lg = NULL;
     double *lp_ref = NULL, *lp = NULL;
     char path[4096];
-    if (!model) {
-        const cli_gen_opts go = {.model = NULL};
-        cli_model_path(&go, path, sizeof path);
-        if (access(path, R_OK) != 0) {
-            cn_cli_errorf("perplexity: the default model %s is missing: run scripts/fetch_models.sh, or give -m MODEL",
-                          path);
-            goto done;
-        }
-        model = path;
-    }
+    if (!(model = cli_model_path("perplexity", model, path, sizeof path))) goto done;
     cn_model_params mp = cn_model_default_params();
     mp.prefault = true;
     cn_context_params cp = cn_context_default_params();

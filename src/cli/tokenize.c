@@ -24,12 +24,10 @@ int cn_cli_tokenize(int argc, char **argv) {
     const char *model = NULL;
     bool ids_only = false, no_bos = false, no_special = false;
     const cli_flag flags[] = {
-        {"--model", "-m", CLI_STR, &model, CLI_ANY, "PATH",
-         .help = "GGUF file with tokenizer metadata (a vocab-only file will do)"},
-        {"--ids", NULL, CLI_BOOL, &ids_only, CLI_ANY, NULL, .help = "print only the ids, space-separated, on one line"},
-        {"--no-bos", NULL, CLI_BOOL, &no_bos, CLI_ANY, NULL, .help = "add no BOS/EOS tokens (default: as the model says)"},
-        {"--no-special", NULL, CLI_BOOL, &no_special, CLI_ANY, NULL, .help =
-         "treat special-token text as plain text (default: parse it)"},
+        CLI_F_STR("--model", "-m", &model, "PATH", "GGUF file with tokenizer metadata (a vocab-only file will do)"),
+        CLI_F_BOOL("--ids", NULL, &ids_only, "print only the ids, space-separated, on one line"),
+        CLI_F_BOOL("--no-bos", NULL, &no_bos, "add no BOS/EOS tokens (default: as the model says)"),
+        CLI_F_BOOL("--no-special", NULL, &no_special, "treat special-token text as plain text (default: parse it)"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[2];
