@@ -346,7 +346,7 @@ int cn_cli_bench(int argc, char **argv) {
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
-    const int st = cli_flags_parse("bench", groups, 1, argc, argv, NULL, 0, &n_pos);
+    const int st = cli_flags_parse("bench", NULL, groups, 1, argc, argv, NULL, 0, &n_pos);
     if (st == CLI_FLAGS_HELP || (st == 0 && o.n_models == 0)) {
         FILE *f = st == CLI_FLAGS_HELP ? stdout : stderr;
         fprintf(f, "usage: cinder bench -m MODEL [-m MODEL ...] [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"

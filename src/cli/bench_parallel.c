@@ -348,14 +348,14 @@ int cn_cli_bench_parallel(int argc, char **argv) {
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
-    const int st = cli_flags_parse("bench", groups, 1, argc, argv, NULL, 0, &n_pos);
+    const int st = cli_flags_parse("bench", NULL, groups, 1, argc, argv, NULL, 0, &n_pos);
     if (st == CLI_FLAGS_HELP || (st == 0 && (!o.model || o.n_levels == 0))) {
-        FILE *f = st == CLI_FLAGS_HELP ? stdout : stderr;
-        fprintf(f, "usage: cinder bench --parallel 1,4,8,16 -m MODEL [options]\n"
-                   "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
-                   "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB; with --lookup or\n"
-                   "  --draft, the guesses checked and confirmed.\n");
-        cli_flags_help(f, groups, 1);
+        cli_flags_usage(st == CLI_FLAGS_HELP ? stdout : stderr,
+                        "usage: cinder bench --parallel 1,4,8,16 -m MODEL [options]\n"
+                        "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
+                        "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB; with --lookup or\n"
+                        "  --draft, the guesses checked and confirmed.\n",
+                        groups, 1);
         return st == CLI_FLAGS_HELP ? 0 : 2;
     }
     if (st) return st;

@@ -86,12 +86,8 @@ int cn_cli_bench_spec(int argc, char **argv) {
     const cli_flag_group extra = CLI_GROUP("bench --spec", own);
     size_t n_groups;
     const cli_flag_group *groups = cli_gen_groups(&o, SPEC_GROUPS, &extra, &n_groups);
-    const int pr = cli_flags_parse("bench", groups, n_groups, argc, argv, NULL, 0, &(int){0});
-    if (pr == CLI_FLAGS_HELP) {
-        cli_flags_help(stdout, groups, n_groups);
-        return 0;
-    }
-    if (pr) return pr;
+    const int pr = cli_flags_parse("bench", "", groups, n_groups, argc, argv, NULL, 0, &(int){0});
+    if (pr) return CLI_FLAGS_EXIT(pr);
     if (strcmp(task, "edit") && strcmp(task, "code")) {
         cn_cli_errorf("bench: --task is edit or code, not '%s'", task);
         return 2;

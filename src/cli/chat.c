@@ -19,14 +19,10 @@
 /* -p, --json, --chat and --beams are parsed (so their message says why) and refused. */
 #define CHAT_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_RUN | CLI_G_CHAT | CLI_G_GEN | CLI_G_SAMPLING | CLI_G_SPEC)
 
-static void usage(cli_gen_opts *o) {
-    printf("usage: cinder chat [-m MODEL] [--system TEXT] [--chat-template NAME] [options]\n"
-           "  reads one user message per line from stdin and streams each reply to stdout;\n"
-           "  EOF (Ctrl-D) ends the chat, Ctrl-C stops a reply (-p, --json, --chat, --beams: run only)\n\n");
-    size_t n;
-    const cli_flag_group *g = cli_gen_groups(o, CHAT_GROUPS, NULL, &n);
-    cli_flags_help(stdout, g, n);
-}
+static const char k_usage[] =
+    "usage: cinder chat [-m MODEL] [--system TEXT] [--chat-template NAME] [options]\n"
+    "  reads one user message per line from stdin and streams each reply to stdout;\n"
+    "  EOF (Ctrl-D) ends the chat, Ctrl-C stops a reply (-p, --json, --chat, --beams: run only)\n\n";
 
 typedef struct {
     cn_chat_msg *msgs;
@@ -74,12 +70,8 @@ int cn_cli_chat(int argc, char **argv) {
     o.gp.max_tokens = 1024;
     size_t n_groups;
     const cli_flag_group *groups = cli_gen_groups(&o, CHAT_GROUPS, NULL, &n_groups);
-    const int pr = cli_flags_parse("chat", groups, n_groups, argc, argv, NULL, 0, &(int){0});
-    if (pr == CLI_FLAGS_HELP) {
-        usage(&o);
-        return 0;
-    }
-    if (pr) return pr;
+    const int pr = cli_flags_parse("chat", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
+    if (pr) return CLI_FLAGS_EXIT(pr);
     const char *bad = o.prompt ? "-p" : o.json ? "--json" : o.chat ? "--chat" : o.gp.beam.n_beams != 1 ? "--beams" : NULL;
     if (bad) {
         cn_cli_errorf("chat: %s is unsupported in chat (see 'cinder chat --help')", bad);

@@ -334,6 +334,15 @@ out:
 
 /* ---- the command line ---- */
 
+static const char k_usage[] =
+    "usage: cinder explain --probs NAME=P,... [options]\n"
+    "       cinder explain --logits NAME=L,... [options]\n"
+    "       cinder explain -m MODEL -p PROMPT [options]\n\n"
+    "Shows the sampler chain stage by stage on one distribution: the input, the\n"
+    "greedy choice, what each active stage keeps (renormalized; '-' = dropped), and a\n"
+    "seeded draw. With a model, once per generated token (default 8 steps; tokens are\n"
+    "shown as their text, a space as '\xE2\x90\xA3'); --logit-bias then takes token ids.\n\n";
+
 int cn_cli_explain(int argc, char **argv) {
     cli_gen_opts o;
     cli_gen_opts_init(&o, "explain");
@@ -351,19 +360,8 @@ int cn_cli_explain(int argc, char **argv) {
     size_t n_groups;
     const cli_flag_group *groups =
         cli_gen_groups(&o, CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLING, &extra, &n_groups);
-    const int pr = cli_flags_parse("explain", groups, n_groups, argc, argv, NULL, 0, &(int){0});
-    if (pr == CLI_FLAGS_HELP) {
-        printf("usage: cinder explain --probs NAME=P,... [options]\n"
-               "       cinder explain --logits NAME=L,... [options]\n"
-               "       cinder explain -m MODEL -p PROMPT [-n STEPS] [-t THREADS] [--ctx N] [options]\n\n"
-               "Shows the sampler chain stage by stage on one distribution: the input, the\n"
-               "greedy choice, what each active stage keeps (renormalized; '-' = dropped), and a\n"
-               "seeded draw. With a model, once per generated token (default 8 steps; tokens are\n"
-               "shown as their text, a space as '\xE2\x90\xA3'); --logit-bias then takes token ids.\n\n");
-        cli_flags_help(stdout, groups, n_groups);
-        return 0;
-    }
-    if (pr) return pr;
+    const int pr = cli_flags_parse("explain", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
+    if (pr) return CLI_FLAGS_EXIT(pr);
 
     if (o.model || o.prompt) {
         if (!o.model || !o.prompt || probs || logits || history) {

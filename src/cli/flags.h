@@ -73,11 +73,17 @@ typedef struct {
 
 /* Parses argv[1..argc) (argv[0] is the subcommand, named cmd in messages). Arguments
  * that are not flags go to pos[0..max_pos) in order (*n_pos of them). Returns 0,
- * CLI_FLAGS_HELP, or CLI_FLAGS_USAGE after printing "cinder: CMD: ..." for an unknown
- * flag, a missing or malformed value, a value out of its range, a value given to a flag
- * that takes none, too many repeats, or too many positionals. */
-int cli_flags_parse(const char *cmd, const cli_flag_group *groups, size_t n_groups, int argc, char **argv,
-                    const char **pos, int max_pos, int *n_pos);
+ * CLI_FLAGS_HELP (after printing usage and the groups' help to stdout, unless usage is
+ * NULL), or CLI_FLAGS_USAGE after printing "cinder: CMD: ..." for an unknown flag, a
+ * missing or malformed value, a value out of its range, a value given to a flag that
+ * takes none, too many repeats, or too many positionals. */
+int cli_flags_parse(const char *cmd, const char *usage, const cli_flag_group *groups, size_t n_groups, int argc,
+                    char **argv, const char **pos, int max_pos, int *n_pos);
+/* What a command returns for a parse result that is not 0: 0 after the help, else it. */
+#define CLI_FLAGS_EXIT(rc) ((rc) == CLI_FLAGS_HELP ? 0 : (rc))
+
+/* usage (as given), then the help of the groups. */
+void cli_flags_usage(FILE *f, const char *usage, const cli_flag_group *groups, size_t n_groups);
 
 /* The help of every group: "  -n, --max-tokens N   text", aligned; a range that is
  * checked here and is not in the text is added ("[1, 1024]"). */

@@ -195,13 +195,11 @@ static void print_tensors(const cn_gguf *g) {
 int cn_cli_inspect(int argc, char **argv) {
     const char *pos[2];
     int n_pos;
-    const int rc = cli_flags_parse("inspect", NULL, 0, argc, argv, pos, 2, &n_pos);
-    if (rc == CLI_FLAGS_HELP) {
-        printf("usage: cinder inspect MODEL.gguf\n\n"
-               "Prints the header, metadata and tensor table of a GGUF file.\n");
-        return 0;
-    }
-    if (rc) return rc;
+    const int rc = cli_flags_parse("inspect",
+                                   "usage: cinder inspect MODEL.gguf\n\n"
+                                   "Prints the header, metadata and tensor table of a GGUF file.\n",
+                                   NULL, 0, argc, argv, pos, 2, &n_pos);
+    if (rc) return CLI_FLAGS_EXIT(rc);
     if (n_pos == 0) {
         cn_cli_errorf("inspect: no file given (usage: cinder inspect MODEL.gguf)");
         return 2;

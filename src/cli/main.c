@@ -51,12 +51,9 @@ size_t cn_cli_escape_char(const char *s, size_t n, char quote, char out[8]) {
 static int cmd_version(int argc, char **argv) {
     const char *pos[1];
     int n_pos;
-    const int rc = cli_flags_parse("version", NULL, 0, argc, argv, pos, 0, &n_pos);
-    if (rc == CLI_FLAGS_HELP) {
-        printf("usage: cinder version\n\nPrints the version and the kernel family this CPU runs.\n");
-        return 0;
-    }
-    if (rc) return rc;
+    const int rc = cli_flags_parse("version", "usage: cinder version\n\nPrints the version and the kernel family this CPU runs.\n",
+                                   NULL, 0, argc, argv, pos, 0, &n_pos);
+    if (rc) return CLI_FLAGS_EXIT(rc);
     printf("cinder %s\n", CN_VERSION);
     /* the kernel family this CPU gets (CINDER_ISA caps it) */
     printf("kernels %s\n", cn_kernels_family());

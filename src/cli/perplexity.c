@@ -86,14 +86,11 @@ int cn_cli_perplexity(int argc, char **argv) {
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
-    const int fst = cli_flags_parse("perplexity", groups, 1, argc, argv, NULL, 0, &n_pos);
-    if (fst == CLI_FLAGS_HELP) {
-        printf("usage: cinder perplexity [-m MODEL] -f TEXT_FILE [options]\n"
-               "  perplexity of the model over the text, in chunks of --ctx tokens\n");
-        cli_flags_help(stdout, groups, 1);
-        return 0;
-    }
-    if (fst) return fst;
+    const int fst = cli_flags_parse("perplexity",
+                                    "usage: cinder perplexity [-m MODEL] -f TEXT_FILE [options]\n"
+                                    "  perplexity of the model over the text, in chunks of --ctx tokens\n",
+                                    groups, 1, argc, argv, NULL, 0, &n_pos);
+    if (fst) return CLI_FLAGS_EXIT(fst);
     if (!file) {
         cn_cli_errorf("perplexity: -f TEXT_FILE is required (see --help)");
         return 2;

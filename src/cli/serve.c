@@ -78,15 +78,12 @@ int cn_cli_serve(int argc, char **argv) {
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
-    const int pr = cli_flags_parse("serve", groups, 1, argc, argv, NULL, 0, &n_pos);
-    if (pr == CLI_FLAGS_HELP) {
-        printf("usage: cinder serve [-m MODEL] [options]\n"
-               "  an OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions,\n"
-               "  /tokenize, /detokenize; GET /v1/models, /health, /metrics) on the batched engine\n");
-        cli_flags_help(stdout, groups, 1);
-        return 0;
-    }
-    if (pr) return pr;
+    const int pr = cli_flags_parse("serve",
+                                   "usage: cinder serve [-m MODEL] [options]\n"
+                                   "  an OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions,\n"
+                                   "  /tokenize, /detokenize; GET /v1/models, /health, /metrics) on the batched engine\n",
+                                   groups, 1, argc, argv, NULL, 0, &n_pos);
+    if (pr) return CLI_FLAGS_EXIT(pr);
     sp.max_body_bytes = (size_t)max_body;
     sp.api_key = api_key && *api_key ? api_key : NULL;
     ep.prefix_cache = !no_prefix_cache;

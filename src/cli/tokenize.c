@@ -32,7 +32,7 @@ int cn_cli_tokenize(int argc, char **argv) {
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[2];
     int n_pos;
-    int rc = cli_flags_parse("tokenize", groups, 1, argc, argv, pos, 2, &n_pos);
+    int rc = cli_flags_parse("tokenize", NULL, groups, 1, argc, argv, pos, 2, &n_pos);
     if (rc == CLI_FLAGS_HELP) {
         printf("usage: cinder tokenize -m MODEL.gguf [--ids] [--no-bos] [--no-special] TEXT\n\n");
         cli_flags_help(stdout, groups, 1);
