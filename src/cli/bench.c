@@ -44,6 +44,14 @@ static const char k_prompt[] =
     "Explain, step by step, what he should check first, what tools he would need, and how "
     "he could keep the light burning until morning without putting himself in danger.";
 
+void cli_print_json(json_t *j, size_t flags) {
+    char *s = j ? json_dumps(j, flags) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+    fflush(stdout);
+}
+
 double cli_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -101,13 +109,6 @@ static int32_t rand_token(runner *r) {
     return (int32_t)((r->rng >> 33) % (uint64_t)r->n_vocab);
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* tok[0..n) at positions pos0.. in batches of the batch's capacity, the last row's
  * logits wanted. */
 static cn_status feed(runner *r, const int32_t *tok, int32_t n, int32_t pos0, cn_error *err) {
@@ -149,12 +150,12 @@ static cn_status run_chat(runner *r, const int32_t *prompt, int32_t n_prompt, in
     cn_status s = cn_context_seq_rm(r->c, 0, 0, err);
     const double t0 = cli_now_ms();
     if (s != CN_STATUS_OK || (s = feed(r, prompt, n_prompt, 0, err)) != CN_STATUS_OK) return s;
-    int32_t id = argmax(cn_context_logits_row(r->c, 0), r->n_vocab);
+    int32_t id = cn_cli_argmax(cn_context_logits_row(r->c, 0), r->n_vocab);
     double prev = cli_now_ms();
     *ttft_ms = prev - t0;
     for (int32_t i = 1; i < n_g; i++) {
         if ((s = feed(r, &id, 1, n_prompt + i - 1, err)) != CN_STATUS_OK) return s;
-        id = argmax(cn_context_logits_row(r->c, 0), r->n_vocab);
+        id = cn_cli_argmax(cn_context_logits_row(r->c, 0), r->n_vocab);
         const double now = cli_now_ms();
         itl_ms[i - 1] = now - prev;
         prev = now;
@@ -203,11 +204,7 @@ static void print_json(const char *path, const cn_model_info *mi, const opts *o,
                           "ttft_p90_ms", res->ttft_p90, "itl_p50_ms", res->itl_p50, "itl_p90_ms", res->itl_p90,
                           "decode_gb_s", gb, "mem_read_gb_s", res->read_gb_s, "mem_copy_gb_s", res->copy_gb_s,
                           "decode_bw_frac", res->read_gb_s > 0 ? gb / res->read_gb_s : 0.0, "load1", res->load);
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
-    if (s) printf("%s\n", s);
-    free(s);
-    json_decref(j);
-    fflush(stdout);
+    cli_print_json(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
 }
 
 static void print_row(const char *path, const result *r, uint64_t wb, bool header) {

@@ -291,11 +291,7 @@ static void print_json(const popts *o, const presult *r) {
                           r->kv_mib, "cached_prompt_tokens", (json_int_t)r->n_cached, "preemptions",
                           (json_int_t)r->preemptions, "wall_s", r->wall_s, "load1", r->load, "lookup", o->lookup_n,
                           "drafted", (json_int_t)r->drafted, "accepted", (json_int_t)r->accepted);
-    if (!j) return;
-    char *s = json_dumps(j, JSON_COMPACT);
-    if (s) printf("%s\n", s);
-    free(s);
-    json_decref(j);
+    cli_print_json(j, JSON_COMPACT);
 }
 
 static int parse_levels(void *dst, const char *v, const char *cmd, const char *name) {
@@ -315,16 +311,6 @@ static int parse_variant(void *dst, const char *v, const char *cmd, const char *
     return 0;
 }
 
-static int parse_kv_type(void *dst, const char *v, const char *cmd, const char *name) {
-    if (!strcmp(v, "f16")) *(cn_type *)dst = CN_TYPE_F16;
-    else if (!strcmp(v, "q8_0")) *(cn_type *)dst = CN_TYPE_Q8_0;
-    else {
-        cn_cli_errorf("%s: %s is f16 or q8_0, got '%s'", cmd, name, v);
-        return -1;
-    }
-    return 0;
-}
-
 int cn_cli_bench_parallel(int argc, char **argv) {
     cn_system_info si;
     cn_system_get_info(&si);
@@ -340,7 +326,7 @@ int cn_cli_bench_parallel(int argc, char **argv) {
                   "the shared system prompt (default 500)"),
         CLI_F_BOOL("--no-prefix-cache", NULL, &o.no_prefix_cache, "turn the prefix cache off"),
         CLI_F_NUM("--kv-mem", NULL, CLI_I64, &o.kv_mem_mib, 1, 1 << 20, "MiB", "KV budget (default: every request at once)"),
-        CLI_F_CUSTOM("--kv-type", NULL, &o.kv_type, parse_kv_type, "f16|q8_0", "KV cache type (default f16)"),
+        CLI_F_CUSTOM("--kv-type", NULL, &o.kv_type, cli_parse_kv_type, "f16|q8_0", "KV cache type (default f16)"),
         CLI_F_STR("--prompt-file", NULL, &o.prompt_file, "F", "every prompt is 'Request i.' and F's text"),
         CLI_F_NUM("--lookup", NULL, CLI_INT, &o.lookup_n, 0, 8, "N", "speculation by n-gram lookup (up to N-grams)"),
         CLI_F_STR("--draft", NULL, &o.draft, "MODEL", "speculation with a draft model"),

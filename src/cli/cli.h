@@ -29,6 +29,12 @@ bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int ma
  * gets it NUL-terminated; returns the bytes of s it stands for. */
 size_t cn_cli_escape_char(const char *s, size_t n, char quote, char out[8]);
 
+/* --kv-type for the batched engine (serve, bench --parallel): f16 or q8_0 into a cn_type
+ * (a cli_flag parse function). */
+int cli_parse_kv_type(void *dst, const char *v, const char *cmd, const char *name);
+/* The index of the largest of x[0..n) (n > 0), the first on ties. */
+int32_t cn_cli_argmax(const float *x, int32_t n);
+
 /* Prints "cinder: <msg>" to stderr as one line. */
 void cn_cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* A whole file (at most 1 GiB), NUL-terminated, *n its length; NULL after an error message. */

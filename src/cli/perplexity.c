@@ -63,13 +63,6 @@ static int chunk_logits(cn_context *c, cn_batch *b, const int32_t *tok, int32_t 
     return st != CN_STATUS_OK;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 int cn_cli_perplexity(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
     int32_t n_ctx = 256, n_threads = 0;
@@ -176,7 +169,7 @@ int cn_cli_perplexity(int argc, char **argv) {
                 for (size_t v = 0; v < V; v++) kl += exp(lp_ref[v]) * (lp_ref[v] - lp[v]);
                 kl_sum += kl;
                 kl_max = kl > kl_max ? kl : kl_max;
-                n_agree += argmax(r, n_vocab) == argmax(q, n_vocab);
+                n_agree += cn_cli_argmax(r, n_vocab) == cn_cli_argmax(q, n_vocab);
             }
             n_scored++;
         }

@@ -18,13 +18,6 @@
 #include "genopts.h"
 #include "serve/server.h"
 
-static int parse_kv_type(void *dst, const char *v, const char *cmd, const char *name) {
-    if (!strcmp(v, "f16")) *(cn_type *)dst = CN_TYPE_F16;
-    else if (!strcmp(v, "q8_0")) *(cn_type *)dst = CN_TYPE_Q8_0;
-    else return cn_cli_errorf("%s: %s '%s': must be f16 or q8_0", cmd, name, v), -1;
-    return 0;
-}
-
 /* The served name: --alias, else the file name without .gguf. */
 static void served_name(const char *path, const char *alias, char *out, size_t n) {
     const char *base = strrchr(path, '/');
@@ -49,7 +42,7 @@ int cn_cli_serve(int argc, char **argv) {
                   "sequences decoding at once (default 16)"),
         CLI_F_NUM("--kv-mem", NULL, CLI_I64, &kv_mem, 1, 1 << 20, "MiB",
                   "KV cache budget in MiB (default: --parallel full contexts)"),
-        CLI_F_CUSTOM("--kv-type", NULL, &ep.kv_type, parse_kv_type, "T", "f16 (default) or q8_0"),
+        CLI_F_CUSTOM("--kv-type", NULL, &ep.kv_type, cli_parse_kv_type, "T", "f16 (default) or q8_0"),
         CLI_F_NUM("--ctx", "-c", CLI_INT, &n_ctx, 8, 1 << 20, "N", "positions per sequence (default: the model's, at most 4096)"),
         CLI_F_NUM("--max-queue", NULL, CLI_INT, &ep.max_queue, 1, 1 << 20, "N",
                   "requests waiting for a slot before 429 (default 256)"),
