@@ -25,8 +25,7 @@ static const char k_usage[] =
     "  EOF (Ctrl-D) ends the chat, Ctrl-C stops a reply (-p, --json, --chat, --beams: run only)\n\n";
 
 typedef struct {
-    cn_chat_msg *msgs;
-    char **owned;      /* (n) the contents, owned */
+    cn_chat_msg *msgs; /* (n) each content an owned copy */
     size_t n, cap;
 } conversation;
 
@@ -34,28 +33,19 @@ static bool conv_add(conversation *c, const char *role, const char *content, siz
     if (c->n == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 16;
         cn_chat_msg *m = realloc(c->msgs, cap * sizeof *m);
-        if (m) c->msgs = m;
-        char **o = realloc(c->owned, cap * sizeof *o);
-        if (o) c->owned = o;
-        if (!m || !o) return false;
+        if (!m) return false;
+        c->msgs = m;
         c->cap = cap;
     }
     char *copy = strndup(content, len);
     if (!copy) return false;
-    c->owned[c->n] = copy;
-    c->msgs[c->n] = (cn_chat_msg){role, copy};
-    c->n++;
+    c->msgs[c->n++] = (cn_chat_msg){role, copy};
     return true;
 }
 
-static void conv_pop(conversation *c) {
-    if (c->n) free(c->owned[--c->n]);
-}
-
 static void conv_free(conversation *c) {
-    while (c->n) conv_pop(c);
+    while (c->n) free((char *)c->msgs[--c->n].content);
     free(c->msgs);
-    free(c->owned);
 }
 
 static bool blank(const char *s) {
