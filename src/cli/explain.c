@@ -223,8 +223,8 @@ static int parse_vocab(toy_vocab *v, const char *flag, const char *arg, bool pro
 
 /* ---- the model mode ---- */
 
-/* A token as text on one line without spaces: its piece (special tokens as their text),
- * with ' ' shown as U+2423, \n and \t escaped, other control or stray bytes as \xNN. */
+/* A token as text on one line without spaces: its piece (special tokens as their text)
+ * escaped as `cinder tokenize` shows it (cn_cli_escape_char), with ' ' shown as U+2423. */
 static const char *model_token_name(void *user, int32_t id, char *buf, size_t n) {
     const cn_tokenizer *tok = user;
     char piece[64];
@@ -232,27 +232,11 @@ static const char *model_token_name(void *user, int32_t id, char *buf, size_t n)
     if (len > sizeof piece) len = 0;
     size_t k = 0;
     for (size_t i = 0; i < len && k + 8 < n;) {
-        const unsigned char c = (unsigned char)piece[i];
-        size_t cl = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        bool whole = cl > 0 && i + cl <= len && k + cl + 1 < n;
-        for (size_t j = 1; whole && j < cl; j++) whole = ((unsigned char)piece[i + j] & 0xC0) == 0x80;
-        if (c == ' ')
-            k += (size_t)snprintf(buf + k, n - k, "\xE2\x90\xA3");
-        else if (c == '\n')
-            k += (size_t)snprintf(buf + k, n - k, "\\n");
-        else if (c == '\t')
-            k += (size_t)snprintf(buf + k, n - k, "\\t");
-        else if (c < 0x20 || c == 0x7F || !whole) { /* a control byte, or part of a character */
-            k += (size_t)snprintf(buf + k, n - k, "\\x%02X", c);
-            cl = 1;
-        } else {
-            memcpy(buf + k, piece + i, cl);
-            k += cl;
-        }
-        i += cl ? cl : 1;
+        char esc[8] = "\xE2\x90\xA3";
+        i += piece[i] == ' ' ? 1 : cn_cli_escape_char(piece + i, len - i, '\\', esc);
+        k += (size_t)snprintf(buf + k, n - k, "%s", esc);
     }
-    if (k == 0) k = (size_t)snprintf(buf, n, "#%d", (int)id);
-    buf[k < n ? k : n - 1] = '\0';
+    if (k == 0) snprintf(buf, n, "#%d", (int)id);
     return buf;
 }
 
