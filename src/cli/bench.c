@@ -282,9 +282,7 @@ static int bench_model(const char *path, const opts *o, bool first) {
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
     double *buf = NULL;
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(path, &mp, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
+    if (cn_cli_model_load(path, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
         cn_tokenize_alloc(tok, k_prompt, strlen(k_prompt), true, false, &prompt, &n_prompt, &err) != CN_STATUS_OK) {
         cn_cli_errorf("%s", err.msg);
         goto done;

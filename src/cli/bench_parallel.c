@@ -352,10 +352,8 @@ int cn_cli_bench_parallel(int argc, char **argv) {
     cn_tokenizer *tok = NULL;
     char *system = NULL;
     int rc = 1;
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(o.model, &mp, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
-        (o.draft && cn_model_load(o.draft, &mp, &dm, &err) != CN_STATUS_OK)) {
+    if (cn_cli_model_load(o.model, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
+        (o.draft && cn_cli_model_load(o.draft, &dm, &err) != CN_STATUS_OK)) {
         cn_cli_errorf("%s", err.msg);
         goto done;
     }

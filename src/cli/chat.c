@@ -78,7 +78,6 @@ int cn_cli_chat(int argc, char **argv) {
     rc = 1;
     if (o.system && !conv_add(&conv, "system", o.system, strlen(o.system))) goto oom;
     o.gp.on_text = cli_stream_text;
-    o.gp.should_cancel = cli_sigint_cancel;
     const bool tty = isatty(STDIN_FILENO);
 
     for (int turn = 1;; turn++) {
@@ -97,9 +96,7 @@ int cn_cli_chat(int argc, char **argv) {
         const cn_prompt prompt = {.messages = conv.msgs, .n_messages = conv.n};
         cn_result r;
         cn_error err = {0};
-        cli_sigint_arm();
-        const cn_status st = cn_context_generate(s.ctx, &prompt, &o.gp, &r, &err);
-        cli_sigint_disarm();
+        const cn_status st = cli_generate(s.ctx, &prompt, &o.gp, &r, &err);
         if (st != CN_STATUS_OK) {
             cn_cli_errorf("chat: %s", err.msg);
             goto done;

@@ -213,10 +213,8 @@ int cli_session_open(cli_session *s, const cli_gen_opts *o) {
     const char *path = cli_model_path(o->cmd, o->model, buf, sizeof buf);
     if (!path) return 1;
     cn_error err = {0};
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(path, &mp, &s->model, &err) != CN_STATUS_OK ||
-        (o->draft && cn_model_load(o->draft, &mp, &s->draft, &err) != CN_STATUS_OK)) {
+    if (cn_cli_model_load(path, &s->model, &err) != CN_STATUS_OK ||
+        (o->draft && cn_cli_model_load(o->draft, &s->draft, &err) != CN_STATUS_OK)) {
         cn_cli_errorf("%s: %s", o->cmd, err.msg);
         return 1;
     }
@@ -253,7 +251,7 @@ static void on_sigint(int sig) {
     if (++sigint_count > 1) _exit(130);
 }
 
-void cli_sigint_arm(void) {
+static void sigint_arm(void) {
     sigint_count = 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -262,13 +260,21 @@ void cli_sigint_arm(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-void cli_sigint_disarm(void) {
+static void sigint_disarm(void) {
     signal(SIGINT, SIG_DFL);
 }
 
-bool cli_sigint_cancel(void *user) {
+static bool sigint_cancel(void *user) {
     (void)user;
     return sigint_count > 0;
+}
+
+cn_status cli_generate(cn_context *c, const cn_prompt *p, cn_gen_params *gp, cn_result *r, cn_error *err) {
+    gp->should_cancel = sigint_cancel;
+    sigint_arm();
+    const cn_status st = cn_context_generate(c, p, gp, r, err);
+    sigint_disarm();
+    return st;
 }
 
 void cli_print_timings(const cn_result *r) {

@@ -76,11 +76,9 @@ void cli_session_close(cli_session *s);
 /* on_text for streaming to stdout; user (may be NULL) is a bool set once text came. */
 void cli_stream_text(void *user, const char *text, size_t n);
 
-/* Ctrl-C during generation: the first press cancels the request (should_cancel sees it),
- * a second one ends the process. */
-void cli_sigint_arm(void);
-void cli_sigint_disarm(void);
-bool cli_sigint_cancel(void *user); /* a cn_gen_cancel_fn */
+/* cn_context_generate with gp->should_cancel set to Ctrl-C: the first press cancels the
+ * request, a second one ends the process. */
+cn_status cli_generate(cn_context *c, const cn_prompt *p, cn_gen_params *gp, cn_result *r, cn_error *err);
 
 /* Two lines on stderr: prompt tokens, prefill tok/s, time to first token; generated
  * tokens, decode tok/s, inter-token latency mean and p90, finish reason. */

@@ -48,6 +48,12 @@ size_t cn_cli_escape_char(const char *s, size_t n, char quote, char out[8]) {
     return 1;
 }
 
+cn_status cn_cli_model_load(const char *path, cn_model **out, cn_error *err) {
+    cn_model_params mp = cn_model_default_params();
+    mp.prefault = true;
+    return cn_model_load(path, &mp, out, err);
+}
+
 int32_t cn_cli_argmax(const float *x, int32_t n) {
     int32_t best = 0;
     for (int32_t i = 1; i < n; i++)

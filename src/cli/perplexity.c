@@ -105,13 +105,11 @@ int cn_cli_perplexity(int argc, char **argv) {
     double *lp_ref = NULL, *lp = NULL;
     char path[4096];
     if (!(model = cli_model_path("perplexity", model, path, sizeof path))) goto done;
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
     cn_context_params cp = cn_context_default_params();
     cp.n_threads = n_threads;
     cp.n_ctx = n_ctx;
     cp.n_batch = n_ctx < 128 ? n_ctx : 128;
-    cn_status st = cn_model_load(model, &mp, &m, &err);
+    cn_status st = cn_cli_model_load(model, &m, &err);
     if (st == CN_STATUS_OK) st = cn_context_create(m, &cp, &c_ref, &err);
     cp.kv_type = kvc.type;
     if (st == CN_STATUS_OK && compare) st = cn_context_create(m, &cp, &c_kv, &err);

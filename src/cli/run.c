@@ -126,11 +126,8 @@ int cn_cli_run(int argc, char **argv) {
     }
     bool streamed = false;
     if (!o.json) o.gp.on_text = cli_stream_text, o.gp.user = &streamed;
-    o.gp.should_cancel = cli_sigint_cancel;
     cn_error err = {0};
-    cli_sigint_arm();
-    const cn_status st = cn_context_generate(s.ctx, &prompt, &o.gp, &r, &err);
-    cli_sigint_disarm();
+    const cn_status st = cli_generate(s.ctx, &prompt, &o.gp, &r, &err);
     rc = 1;
     if (st != CN_STATUS_OK) {
         if (streamed) fputc('\n', stdout);

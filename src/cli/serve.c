@@ -105,13 +105,11 @@ int cn_cli_serve(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "cinder: listening on http://%s:%d (loading %s)\n", sp.host, cn_server_port(srv), path);
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(path, &mp, &m, &err) != CN_STATUS_OK) {
+    if (cn_cli_model_load(path, &m, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: %s", err.msg);
         goto done;
     }
-    if (draft_path && cn_model_load(draft_path, &mp, &dm, &err) != CN_STATUS_OK) {
+    if (draft_path && cn_cli_model_load(draft_path, &dm, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: the draft model: %s", err.msg);
         goto done;
     }
