@@ -139,7 +139,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
 typedef struct {
     int32_t parallel, n_prompt_mean;
     double gen_tok_s, decode_tok_s, wall_s;
-    double ttft_p50, ttft_p90, ttft_p99, itl_p50, itl_p90, itl_p99;
+    double ttft[3], itl[3]; /* ms: p50, p90, p99 */
     double kv_mib;
     int64_t n_gen, n_cached, preemptions;
     int64_t drafted, accepted;
@@ -256,12 +256,11 @@ static int run_level(const cn_model *m, int32_t n_ctx_train, const cn_model *dm,
     for (int32_t i = 0; i < N; i++) ttft_max = MAX(ttft_max, ttft[i]);
     res->decode_tok_s = wall_ms > ttft_max ? (double)(res->n_gen - N) * 1000.0 / (wall_ms - ttft_max) : 0;
     res->gen_tok_s = wall_ms > 0 ? (double)res->n_gen * 1000.0 / wall_ms : 0;
-    res->ttft_p50 = cli_percentile(ttft, (size_t)N, 0.5);
-    res->ttft_p90 = cli_percentile(ttft, (size_t)N, 0.9);
-    res->ttft_p99 = cli_percentile(ttft, (size_t)N, 0.99);
-    res->itl_p50 = cli_percentile(rec.gaps, rec.n_gaps, 0.5);
-    res->itl_p90 = cli_percentile(rec.gaps, rec.n_gaps, 0.9);
-    res->itl_p99 = cli_percentile(rec.gaps, rec.n_gaps, 0.99);
+    static const double q[3] = {0.5, 0.9, 0.99};
+    for (int k = 0; k < 3; k++) {
+        res->ttft[k] = cli_percentile(ttft, (size_t)N, q[k]);
+        res->itl[k] = cli_percentile(rec.gaps, rec.n_gaps, q[k]);
+    }
     res->kv_mib = (double)st.kv_blocks_peak * (double)st.kv_block_bytes / (1024.0 * 1024.0);
     res->preemptions = st.n_preemptions - st0.n_preemptions;
     res->drafted = st.n_drafted - st0.n_drafted;
@@ -286,8 +285,8 @@ static void print_json(const popts *o, const presult *r) {
                           "model", o->model, "variant", o->shared ? "shared" : "distinct", "prefix_cache",
                           !o->no_prefix_cache, "parallel", r->parallel, "threads", o->n_threads, "prompt_tokens",
                           r->n_prompt_mean, "gen_tokens", (json_int_t)r->n_gen, "gen_tok_s", r->gen_tok_s, "decode_tok_s", r->decode_tok_s,
-                          "ttft_p50_ms", r->ttft_p50, "ttft_p90_ms", r->ttft_p90, "ttft_p99_ms", r->ttft_p99,
-                          "itl_p50_ms", r->itl_p50, "itl_p90_ms", r->itl_p90, "itl_p99_ms", r->itl_p99, "kv_mib",
+                          "ttft_p50_ms", r->ttft[0], "ttft_p90_ms", r->ttft[1], "ttft_p99_ms", r->ttft[2],
+                          "itl_p50_ms", r->itl[0], "itl_p90_ms", r->itl[1], "itl_p99_ms", r->itl[2], "kv_mib",
                           r->kv_mib, "cached_prompt_tokens", (json_int_t)r->n_cached, "preemptions",
                           (json_int_t)r->preemptions, "wall_s", r->wall_s, "load1", r->load, "lookup", o->lookup_n,
                           "drafted", (json_int_t)r->drafted, "accepted", (json_int_t)r->accepted);
@@ -380,8 +379,8 @@ int cn_cli_bench_parallel(int argc, char **argv) {
             printf("%-8s %-6s %4d %6d %9.1f %9.1f %8.1fms %8.1fms %8.1fms %7.2fms %7.2fms %7.2fms %8.2f %7lld %5.2f "
                    "%8lld %8lld\n",
                    o.file_text ? "file" : o.shared ? "shared" : "distinct", cache, res.parallel, res.n_prompt_mean,
-                   res.gen_tok_s, res.decode_tok_s, res.ttft_p50, res.ttft_p90, res.ttft_p99, res.itl_p50, res.itl_p90,
-                   res.itl_p99, res.kv_mib, (long long)res.preemptions, res.load, (long long)res.drafted,
+                   res.gen_tok_s, res.decode_tok_s, res.ttft[0], res.ttft[1], res.ttft[2], res.itl[0], res.itl[1],
+                   res.itl[2], res.kv_mib, (long long)res.preemptions, res.load, (long long)res.drafted,
                    (long long)res.accepted);
         }
         fflush(stdout);

@@ -138,20 +138,14 @@ static int add_bias(cli_gen_opts *o, const char *arg, cli_token_find_fn find, vo
     for (const char *item = arg; *item;) {
         const size_t len = strcspn(item, ",");
         const char *eq = memchr(item, '=', len);
-        char num[64];
-        const size_t nlen = eq ? len - (size_t)(eq - item) - 1 : 0;
+        char name[32], num[64];
         int64_t id = -1;
         float b;
-        if (eq && nlen < sizeof num) {
-            memcpy(num, eq + 1, nlen);
-            num[nlen] = 0;
-            if (find) {
-                id = find(user, item, (size_t)(eq - item));
-            } else {
-                char ids[32];
-                snprintf(ids, sizeof ids, "%.*s", (int)((size_t)(eq - item) < sizeof ids ? (size_t)(eq - item) : sizeof ids - 1), item);
-                if (!cli_parse_i64(ids, &id) || id > INT32_MAX) id = -1;
-            }
+        if (eq && snprintf(num, sizeof num, "%.*s", (int)(len - (size_t)(eq - item) - 1), eq + 1) < (int)sizeof num) {
+            if (find) id = find(user, item, (size_t)(eq - item));
+            else if (snprintf(name, sizeof name, "%.*s", (int)(eq - item), item) >= (int)sizeof name ||
+                     !cli_parse_i64(name, &id) || id > INT32_MAX)
+                id = -1;
         }
         if (id < 0 || !cli_parse_float(num, &b)) {
             cn_cli_errorf("%s: --logit-bias wants ID=BIAS (a token %s and a number or -inf), got '%.*s'", o->cmd,
