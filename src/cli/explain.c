@@ -253,10 +253,8 @@ static int explain_model(const cli_gen_opts *o) {
     const cn_tokenizer *tok = cn_context_tokenizer(s.ctx);
     const int32_t V = cn_context_n_vocab(s.ctx), n_ctx = cn_context_n_ctx(s.ctx), n_tok_vocab = cn_tokenizer_n_vocab(tok);
     size_t n_prompt = 0;
-    if (cn_tokenize_alloc(tok, o->prompt, strlen(o->prompt), true, true, &hist, &n_prompt, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("explain: %s", err.msg);
-        goto out;
-    }
+    if (cn_tokenize_alloc(tok, o->prompt, strlen(o->prompt), true, true, &hist, &n_prompt, &err) != CN_STATUS_OK)
+        goto fail;
     if (n_prompt == 0 || n_prompt >= (size_t)n_ctx) {
         cn_cli_errorf("explain: the prompt is %zu tokens; it must be at least 1 and less than the context (%d)",
                       n_prompt, (int)n_ctx);
@@ -277,18 +275,13 @@ static int explain_model(const cli_gen_opts *o) {
         const int32_t pos = (int32_t)n_hist;
         printf("\nstep %d (position %d)\n", (int)step, (int)pos);
         const cn_prompt pr = {.tokens = hist, .n_tokens = (int32_t)n_hist};
-        if (cn_context_logits(s.ctx, &pr, logits, &err) != CN_STATUS_OK) {
-            cn_cli_errorf("explain: %s", err.msg);
-            goto out;
-        }
+        if (cn_context_logits(s.ctx, &pr, logits, &err) != CN_STATUS_OK) goto fail;
         for (int32_t id = n_tok_vocab; id < V; id++) logits[id] = -INFINITY; /* padding rows: no token */
         cn_sampling_params p = o->gp.sampling;
         p.seed += (uint64_t)(step - 1);
         int32_t t;
-        if (explain_step(&p, logits, V, hist, n_hist, model_token_name, (void *)tok, &t, &err) != CN_STATUS_OK) {
-            cn_cli_errorf("explain: %s", err.msg);
-            goto out;
-        }
+        if (explain_step(&p, logits, V, hist, n_hist, model_token_name, (void *)tok, &t, &err) != CN_STATUS_OK)
+            goto fail;
         if (cn_tokenizer_is_eog(tok, t)) {
             finish = CN_FINISH_STOP;
             break;
@@ -298,15 +291,16 @@ static int explain_model(const cli_gen_opts *o) {
     }
     size_t n_all = 0, n_pre = 0;
     if (cn_detokenize(tok, hist, n_hist, false, &all, &n_all, &err) != CN_STATUS_OK ||
-        cn_detokenize(tok, hist, n_prompt, false, &pre, &n_pre, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("explain: %s", err.msg);
-        goto out;
-    }
+        cn_detokenize(tok, hist, n_prompt, false, &pre, &n_pre, &err) != CN_STATUS_OK)
+        goto fail;
     const size_t from = n_pre <= n_all && !memcmp(all, pre, n_pre) ? n_pre : 0;
     printf("\n%-*s %d tokens, finish %s\n", EXPLAIN_LABEL_W - 1, "generated", (int)(n_hist - n_prompt),
            cn_finish_reason_str(finish));
     printf("%-*s %s%s\n", EXPLAIN_LABEL_W - 1, "text", from ? o->prompt : "", all + from);
     rc = 0;
+    goto out;
+fail: /* a library call failed: err says why */
+    cn_cli_errorf("explain: %s", err.msg);
 out:
     free(all);
     free(pre);
