@@ -243,17 +243,17 @@ static int run_level(const cn_model *m, int32_t n_ctx_train, const cn_model *dm,
     memset(res, 0, sizeof *res);
     res->parallel = N;
     res->n_prompt_mean = (int32_t)(total_prompt / N);
+    double ttft_max = 0;
     for (int32_t i = 0; i < N; i++) {
         const preq *q = &rec.reqs[first_id + (uint64_t)i];
         ttft[i] = q->ttft_ms;
+        ttft_max = MAX(ttft_max, q->ttft_ms);
         res->n_gen += q->n_tokens;
         res->n_cached += q->n_cached;
     }
     res->wall_s = wall_ms / 1000.0;
     /* decode alone: the tokens after each request's first, over the time after the
      * last first token (llama-batched-bench's S_TG when every prompt fits one step) */
-    double ttft_max = 0;
-    for (int32_t i = 0; i < N; i++) ttft_max = MAX(ttft_max, ttft[i]);
     res->decode_tok_s = wall_ms > ttft_max ? (double)(res->n_gen - N) * 1000.0 / (wall_ms - ttft_max) : 0;
     res->gen_tok_s = wall_ms > 0 ? (double)res->n_gen * 1000.0 / wall_ms : 0;
     static const double q[3] = {0.5, 0.9, 0.99};
