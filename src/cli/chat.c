@@ -7,7 +7,6 @@
  *
  * Turn loop and conversation bookkeeping only; rendering, tokenizing, prefix reuse and
  * generating are the library's (cn_context_generate). */
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,12 +47,6 @@ static void conv_free(conversation *c) {
     free(c->msgs);
 }
 
-static bool blank(const char *s) {
-    for (; *s; s++)
-        if (!isspace((unsigned char)*s)) return false;
-    return true;
-}
-
 int cn_cli_chat(int argc, char **argv) {
     cli_gen_opts o;
     cli_gen_opts_init(&o, "chat");
@@ -88,7 +81,7 @@ int cn_cli_chat(int argc, char **argv) {
         ssize_t len = getline(&line, &line_cap, stdin);
         if (len < 0) break;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
-        if (blank(line)) {
+        if (!line[strspn(line, " \t\n\v\f\r")]) { /* a blank line (isspace's set) */
             turn--;
             continue;
         }
