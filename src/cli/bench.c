@@ -344,7 +344,7 @@ int cn_cli_bench(int argc, char **argv) {
     const int st = cli_flags_parse("bench", NULL, groups, 1, argc, argv, NULL, 0, &n_pos);
     if (st == CLI_FLAGS_HELP || (st == 0 && o.n_models == 0)) {
         FILE *f = st == CLI_FLAGS_HELP ? stdout : stderr;
-        fprintf(f, "usage: cinder bench -m MODEL [-m MODEL ...] [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
+        fprintf(f, "usage: cinder bench -m MODEL [-m MODEL ...] [options]\n"
                    "  pp and tg tok/s (mean ± sd over -r runs), TTFT and inter-token latency p50/p90 of a\n"
                    "  built-in prompt continued greedily for -n tokens, decode GB/s (weight bytes × tg tok/s)\n"
                    "  and its share of the measured memory read bandwidth.\n");

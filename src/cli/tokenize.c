@@ -34,7 +34,7 @@ int cn_cli_tokenize(int argc, char **argv) {
     int n_pos;
     int rc = cli_flags_parse("tokenize", NULL, groups, 1, argc, argv, pos, 2, &n_pos);
     if (rc == CLI_FLAGS_HELP) {
-        printf("usage: cinder tokenize -m MODEL.gguf [--ids] [--no-bos] [--no-special] TEXT\n\n");
+        printf("usage: cinder tokenize -m MODEL.gguf [options] TEXT\n\n");
         cli_flags_help(stdout, groups, 1);
         printf("\nDefault output: one line per token, id<TAB>'piece' (piece escaped).\n");
         return 0;
