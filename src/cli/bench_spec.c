@@ -92,12 +92,11 @@ int cn_cli_bench_spec(int argc, char **argv) {
         cn_cli_errorf("bench: --task is edit or code, not '%s'", task);
         return 2;
     }
-    if (o.prompt) {
-        cn_cli_errorf("bench --spec: the prompt is the task's (--task edit|code), not -p");
-        return 2;
-    }
-    if (!o.draft && o.gp.lookup_n == 0) {
-        cn_cli_errorf("bench --spec: give a drafter: --draft MODEL or --lookup N");
+    const char *bad = o.prompt ? "the prompt is the task's (--task edit|code), not -p"
+                      : !o.draft && o.gp.lookup_n == 0 ? "give a drafter: --draft MODEL or --lookup N"
+                                                       : NULL;
+    if (bad) {
+        cn_cli_errorf("bench --spec: %s", bad);
         return 2;
     }
     if (cli_gen_opts_check(&o, NULL, NULL)) return 2;

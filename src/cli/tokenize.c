@@ -40,16 +40,12 @@ int cn_cli_tokenize(int argc, char **argv) {
         return 0;
     }
     if (rc) return rc;
-    if (n_pos > 1) {
-        cn_cli_errorf("tokenize: more than one text given (quote the text)");
-        return 2;
-    }
-    if (!model) {
-        cn_cli_errorf("tokenize: no model given (-m MODEL.gguf)");
-        return 2;
-    }
-    if (n_pos == 0) {
-        cn_cli_errorf("tokenize: no text given");
+    const char *bad = n_pos > 1 ? "more than one text given (quote the text)"
+                      : !model  ? "no model given (-m MODEL.gguf)"
+                      : !n_pos  ? "no text given"
+                                : NULL;
+    if (bad) {
+        cn_cli_errorf("tokenize: %s", bad);
         return 2;
     }
 
