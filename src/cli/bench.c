@@ -44,6 +44,14 @@ static const char k_prompt[] =
     "Explain, step by step, what he should check first, what tools he would need, and how "
     "he could keep the light burning until morning without putting himself in danger.";
 
+void cli_print_json(json_t *j, size_t flags) {
+    char *s = j ? json_dumps(j, flags) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(j);
+    fflush(stdout);
+}
+
 double cli_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -101,13 +109,6 @@ static int32_t rand_token(runner *r) {
     return (int32_t)((r->rng >> 33) % (uint64_t)r->n_vocab);
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* tok[0..n) at positions pos0.. in batches of the batch's capacity, the last row's
  * logits wanted. */
 static cn_status feed(runner *r, const int32_t *tok, int32_t n, int32_t pos0, cn_error *err) {
@@ -149,12 +150,12 @@ static cn_status run_chat(runner *r, const int32_t *prompt, int32_t n_prompt, in
     cn_status s = cn_context_seq_rm(r->c, 0, 0, err);
     const double t0 = cli_now_ms();
     if (s != CN_STATUS_OK || (s = feed(r, prompt, n_prompt, 0, err)) != CN_STATUS_OK) return s;
-    int32_t id = argmax(cn_context_logits_row(r->c, 0), r->n_vocab);
+    int32_t id = cn_cli_argmax(cn_context_logits_row(r->c, 0), r->n_vocab);
     double prev = cli_now_ms();
     *ttft_ms = prev - t0;
     for (int32_t i = 1; i < n_g; i++) {
         if ((s = feed(r, &id, 1, n_prompt + i - 1, err)) != CN_STATUS_OK) return s;
-        id = argmax(cn_context_logits_row(r->c, 0), r->n_vocab);
+        id = cn_cli_argmax(cn_context_logits_row(r->c, 0), r->n_vocab);
         const double now = cli_now_ms();
         itl_ms[i - 1] = now - prev;
         prev = now;
@@ -203,11 +204,7 @@ static void print_json(const char *path, const cn_model_info *mi, const opts *o,
                           "ttft_p90_ms", res->ttft_p90, "itl_p50_ms", res->itl_p50, "itl_p90_ms", res->itl_p90,
                           "decode_gb_s", gb, "mem_read_gb_s", res->read_gb_s, "mem_copy_gb_s", res->copy_gb_s,
                           "decode_bw_frac", res->read_gb_s > 0 ? gb / res->read_gb_s : 0.0, "load1", res->load);
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
-    if (s) printf("%s\n", s);
-    free(s);
-    json_decref(j);
-    fflush(stdout);
+    cli_print_json(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
 }
 
 static void print_row(const char *path, const result *r, uint64_t wb, bool header) {
@@ -285,9 +282,7 @@ static int bench_model(const char *path, const opts *o, bool first) {
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
     double *buf = NULL;
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(path, &mp, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
+    if (cn_cli_model_load(path, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
         cn_tokenize_alloc(tok, k_prompt, strlen(k_prompt), true, false, &prompt, &n_prompt, &err) != CN_STATUS_OK) {
         cn_cli_errorf("%s", err.msg);
         goto done;
@@ -336,22 +331,20 @@ int cn_cli_bench(int argc, char **argv) {
     cn_system_get_info(&si);
     opts o = {.n_p = 512, .n_g = 128, .reps = 5, .threads = {.v = {si.n_cpus}, .n = 1}};
     const cli_flag flags[] = {
-        {"--model", "-m", CLI_STRS, o.models, CLI_ANY, "PATH", "a GGUF model (repeat for several)", MAX_MODELS,
-         &o.n_models, NULL},
-        {"--n-prompt", "-p", CLI_INT, &o.n_p, 0, 1 << 16, "N", "pp: random tokens in one batch (default 512)", 0, NULL,
-         NULL},
-        {"--n-gen", "-n", CLI_INT, &o.n_g, 0, 1 << 16, "N", "tg: tokens decoded one by one (default 128)", 0, NULL, NULL},
-        {"--threads", "-t", CLI_CUSTOM, &o.threads, CLI_ANY, "T,T,...", "thread counts (default: every CPU)", 0, NULL,
-         parse_threads},
-        {"--repetitions", "-r", CLI_INT, &o.reps, 1, 1000, "N", "runs after one warm-up (default 5)", 0, NULL, NULL},
-        {"--json", NULL, CLI_BOOL, &o.json, CLI_ANY, NULL, "one JSON object per (model, threads) line", 0, NULL, NULL},
+        {.name = "--model", .alias = "-m", .kind = CLI_STRS, .dst = o.models, .metavar = "PATH",
+         .help = "a GGUF model (repeat for several)", .max = MAX_MODELS, .count = &o.n_models},
+        CLI_F_NUM("--n-prompt", "-p", CLI_INT, &o.n_p, 0, 1 << 16, "N", "pp: random tokens in one batch (default 512)"),
+        CLI_F_NUM("--n-gen", "-n", CLI_INT, &o.n_g, 0, 1 << 16, "N", "tg: tokens decoded one by one (default 128)"),
+        CLI_F_CUSTOM("--threads", "-t", &o.threads, parse_threads, "T,T,...", "thread counts (default: every CPU)"),
+        CLI_F_NUM("--repetitions", "-r", CLI_INT, &o.reps, 1, 1000, "N", "runs after one warm-up (default 5)"),
+        CLI_F_BOOL("--json", NULL, &o.json, "one JSON object per (model, threads) line"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
-    const int st = cli_flags_parse("bench", groups, 1, argc, argv, NULL, 0, &n_pos);
+    const int st = cli_flags_parse("bench", NULL, groups, 1, argc, argv, NULL, 0, &n_pos);
     if (st == CLI_FLAGS_HELP || (st == 0 && o.n_models == 0)) {
         FILE *f = st == CLI_FLAGS_HELP ? stdout : stderr;
-        fprintf(f, "usage: cinder bench -m MODEL [-m MODEL ...] [-p 512] [-n 128] [-t 1,2] [-r 5] [--json]\n"
+        fprintf(f, "usage: cinder bench -m MODEL [-m MODEL ...] [options]\n"
                    "  pp and tg tok/s (mean ± sd over -r runs), TTFT and inter-token latency p50/p90 of a\n"
                    "  built-in prompt continued greedily for -n tokens, decode GB/s (weight bytes × tg tok/s)\n"
                    "  and its share of the measured memory read bandwidth.\n");

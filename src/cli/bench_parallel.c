@@ -139,7 +139,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
 typedef struct {
     int32_t parallel, n_prompt_mean;
     double gen_tok_s, decode_tok_s, wall_s;
-    double ttft_p50, ttft_p90, ttft_p99, itl_p50, itl_p90, itl_p99;
+    double ttft[3], itl[3]; /* ms: p50, p90, p99 */
     double kv_mib;
     int64_t n_gen, n_cached, preemptions;
     int64_t drafted, accepted;
@@ -243,25 +243,24 @@ static int run_level(const cn_model *m, int32_t n_ctx_train, const cn_model *dm,
     memset(res, 0, sizeof *res);
     res->parallel = N;
     res->n_prompt_mean = (int32_t)(total_prompt / N);
+    double ttft_max = 0;
     for (int32_t i = 0; i < N; i++) {
         const preq *q = &rec.reqs[first_id + (uint64_t)i];
         ttft[i] = q->ttft_ms;
+        ttft_max = MAX(ttft_max, q->ttft_ms);
         res->n_gen += q->n_tokens;
         res->n_cached += q->n_cached;
     }
     res->wall_s = wall_ms / 1000.0;
     /* decode alone: the tokens after each request's first, over the time after the
      * last first token (llama-batched-bench's S_TG when every prompt fits one step) */
-    double ttft_max = 0;
-    for (int32_t i = 0; i < N; i++) ttft_max = MAX(ttft_max, ttft[i]);
     res->decode_tok_s = wall_ms > ttft_max ? (double)(res->n_gen - N) * 1000.0 / (wall_ms - ttft_max) : 0;
     res->gen_tok_s = wall_ms > 0 ? (double)res->n_gen * 1000.0 / wall_ms : 0;
-    res->ttft_p50 = cli_percentile(ttft, (size_t)N, 0.5);
-    res->ttft_p90 = cli_percentile(ttft, (size_t)N, 0.9);
-    res->ttft_p99 = cli_percentile(ttft, (size_t)N, 0.99);
-    res->itl_p50 = cli_percentile(rec.gaps, rec.n_gaps, 0.5);
-    res->itl_p90 = cli_percentile(rec.gaps, rec.n_gaps, 0.9);
-    res->itl_p99 = cli_percentile(rec.gaps, rec.n_gaps, 0.99);
+    static const double q[3] = {0.5, 0.9, 0.99};
+    for (int k = 0; k < 3; k++) {
+        res->ttft[k] = cli_percentile(ttft, (size_t)N, q[k]);
+        res->itl[k] = cli_percentile(rec.gaps, rec.n_gaps, q[k]);
+    }
     res->kv_mib = (double)st.kv_blocks_peak * (double)st.kv_block_bytes / (1024.0 * 1024.0);
     res->preemptions = st.n_preemptions - st0.n_preemptions;
     res->drafted = st.n_drafted - st0.n_drafted;
@@ -286,16 +285,12 @@ static void print_json(const popts *o, const presult *r) {
                           "model", o->model, "variant", o->shared ? "shared" : "distinct", "prefix_cache",
                           !o->no_prefix_cache, "parallel", r->parallel, "threads", o->n_threads, "prompt_tokens",
                           r->n_prompt_mean, "gen_tokens", (json_int_t)r->n_gen, "gen_tok_s", r->gen_tok_s, "decode_tok_s", r->decode_tok_s,
-                          "ttft_p50_ms", r->ttft_p50, "ttft_p90_ms", r->ttft_p90, "ttft_p99_ms", r->ttft_p99,
-                          "itl_p50_ms", r->itl_p50, "itl_p90_ms", r->itl_p90, "itl_p99_ms", r->itl_p99, "kv_mib",
+                          "ttft_p50_ms", r->ttft[0], "ttft_p90_ms", r->ttft[1], "ttft_p99_ms", r->ttft[2],
+                          "itl_p50_ms", r->itl[0], "itl_p90_ms", r->itl[1], "itl_p99_ms", r->itl[2], "kv_mib",
                           r->kv_mib, "cached_prompt_tokens", (json_int_t)r->n_cached, "preemptions",
                           (json_int_t)r->preemptions, "wall_s", r->wall_s, "load1", r->load, "lookup", o->lookup_n,
                           "drafted", (json_int_t)r->drafted, "accepted", (json_int_t)r->accepted);
-    if (!j) return;
-    char *s = json_dumps(j, JSON_COMPACT);
-    if (s) printf("%s\n", s);
-    free(s);
-    json_decref(j);
+    cli_print_json(j, JSON_COMPACT);
 }
 
 static int parse_levels(void *dst, const char *v, const char *cmd, const char *name) {
@@ -315,53 +310,37 @@ static int parse_variant(void *dst, const char *v, const char *cmd, const char *
     return 0;
 }
 
-static int parse_kv_type(void *dst, const char *v, const char *cmd, const char *name) {
-    if (!strcmp(v, "f16")) *(cn_type *)dst = CN_TYPE_F16;
-    else if (!strcmp(v, "q8_0")) *(cn_type *)dst = CN_TYPE_Q8_0;
-    else {
-        cn_cli_errorf("%s: %s is f16 or q8_0, got '%s'", cmd, name, v);
-        return -1;
-    }
-    return 0;
-}
-
 int cn_cli_bench_parallel(int argc, char **argv) {
     cn_system_info si;
     cn_system_get_info(&si);
     popts o = {.n_gen = 64, .n_threads = si.n_cpus, .system_tokens = 500, .kv_type = CN_TYPE_F16};
     const cli_flag flags[] = {
-        {"--parallel", NULL, CLI_CUSTOM, &o, CLI_ANY, "N,N,...", "concurrent requests per level", 0, NULL, parse_levels},
-        {"--model", "-m", CLI_STR, &o.model, CLI_ANY, "PATH", "the GGUF model", 0, NULL, NULL},
-        {"--n-gen", "-n", CLI_INT, &o.n_gen, 1, 1 << 16, "N", "tokens per request (default 64)", 0, NULL, NULL},
-        {"--threads", "-t", CLI_INT, &o.n_threads, 1, 1024, "N", "threads (default: every CPU)", 0, NULL, NULL},
-        {"--variant", NULL, CLI_CUSTOM, &o.shared, CLI_ANY, "distinct|shared",
-         "'shared': one common system prompt (after a warm-up\nrequest), to measure the prefix cache", 0, NULL,
-         parse_variant},
-        {"--system-tokens", NULL, CLI_INT, &o.system_tokens, 1, 1 << 16, "N", "the shared system prompt (default 500)",
-         0, NULL, NULL},
-        {"--no-prefix-cache", NULL, CLI_BOOL, &o.no_prefix_cache, CLI_ANY, NULL, "turn the prefix cache off", 0, NULL,
-         NULL},
-        {"--kv-mem", NULL, CLI_I64, &o.kv_mem_mib, 1, 1 << 20, "MiB", "KV budget (default: every request at once)", 0,
-         NULL, NULL},
-        {"--kv-type", NULL, CLI_CUSTOM, &o.kv_type, CLI_ANY, "f16|q8_0", "KV cache type (default f16)", 0, NULL,
-         parse_kv_type},
-        {"--prompt-file", NULL, CLI_STR, &o.prompt_file, CLI_ANY, "F", "every prompt is 'Request i.' and F's text", 0,
-         NULL, NULL},
-        {"--lookup", NULL, CLI_INT, &o.lookup_n, 0, 8, "N", "speculation by n-gram lookup (up to N-grams)", 0, NULL,
-         NULL},
-        {"--draft", NULL, CLI_STR, &o.draft, CLI_ANY, "MODEL", "speculation with a draft model", 0, NULL, NULL},
-        {"--json", NULL, CLI_BOOL, &o.json, CLI_ANY, NULL, "one JSON object per level", 0, NULL, NULL},
+        CLI_F_CUSTOM("--parallel", NULL, &o, parse_levels, "N,N,...", "concurrent requests per level"),
+        CLI_F_STR("--model", "-m", &o.model, "PATH", "the GGUF model"),
+        CLI_F_NUM("--n-gen", "-n", CLI_INT, &o.n_gen, 1, 1 << 16, "N", "tokens per request (default 64)"),
+        CLI_F_THREADS(&o.n_threads),
+        CLI_F_CUSTOM("--variant", NULL, &o.shared, parse_variant, "distinct|shared",
+                     "'shared': one common system prompt (after a warm-up\nrequest), to measure the prefix cache"),
+        CLI_F_NUM("--system-tokens", NULL, CLI_INT, &o.system_tokens, 1, 1 << 16, "N",
+                  "the shared system prompt (default 500)"),
+        CLI_F_BOOL("--no-prefix-cache", NULL, &o.no_prefix_cache, "turn the prefix cache off"),
+        CLI_F_NUM("--kv-mem", NULL, CLI_I64, &o.kv_mem_mib, 1, 1 << 20, "MiB", "KV budget (default: every request at once)"),
+        CLI_F_CUSTOM("--kv-type", NULL, &o.kv_type, cli_parse_kv_type, "f16|q8_0", "KV cache type (default f16)"),
+        CLI_F_STR("--prompt-file", NULL, &o.prompt_file, "F", "every prompt is 'Request i.' and F's text"),
+        CLI_F_NUM("--lookup", NULL, CLI_INT, &o.lookup_n, 0, 8, "N", "speculation by n-gram lookup (up to N-grams)"),
+        CLI_F_STR("--draft", NULL, &o.draft, "MODEL", "speculation with a draft model"),
+        CLI_F_BOOL("--json", NULL, &o.json, "one JSON object per level"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
-    const int st = cli_flags_parse("bench", groups, 1, argc, argv, NULL, 0, &n_pos);
+    const int st = cli_flags_parse("bench", NULL, groups, 1, argc, argv, NULL, 0, &n_pos);
     if (st == CLI_FLAGS_HELP || (st == 0 && (!o.model || o.n_levels == 0))) {
-        FILE *f = st == CLI_FLAGS_HELP ? stdout : stderr;
-        fprintf(f, "usage: cinder bench --parallel 1,4,8,16 -m MODEL [options]\n"
-                   "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
-                   "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB; with --lookup or\n"
-                   "  --draft, the guesses checked and confirmed.\n");
-        cli_flags_help(f, groups, 1);
+        cli_flags_usage(st == CLI_FLAGS_HELP ? stdout : stderr,
+                        "usage: cinder bench --parallel 1,4,8,16 -m MODEL [options]\n"
+                        "  N concurrent requests per level on the batched engine, greedy, -n tokens each: aggregate\n"
+                        "  generated tok/s, TTFT and inter-token latency p50/p90/p99, peak KV MiB; with --lookup or\n"
+                        "  --draft, the guesses checked and confirmed.\n",
+                        groups, 1);
         return st == CLI_FLAGS_HELP ? 0 : 2;
     }
     if (st) return st;
@@ -372,10 +351,8 @@ int cn_cli_bench_parallel(int argc, char **argv) {
     cn_tokenizer *tok = NULL;
     char *system = NULL;
     int rc = 1;
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(o.model, &mp, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
-        (o.draft && cn_model_load(o.draft, &mp, &dm, &err) != CN_STATUS_OK)) {
+    if (cn_cli_model_load(o.model, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
+        (o.draft && cn_cli_model_load(o.draft, &dm, &err) != CN_STATUS_OK)) {
         cn_cli_errorf("%s", err.msg);
         goto done;
     }
@@ -402,8 +379,8 @@ int cn_cli_bench_parallel(int argc, char **argv) {
             printf("%-8s %-6s %4d %6d %9.1f %9.1f %8.1fms %8.1fms %8.1fms %7.2fms %7.2fms %7.2fms %8.2f %7lld %5.2f "
                    "%8lld %8lld\n",
                    o.file_text ? "file" : o.shared ? "shared" : "distinct", cache, res.parallel, res.n_prompt_mean,
-                   res.gen_tok_s, res.decode_tok_s, res.ttft_p50, res.ttft_p90, res.ttft_p99, res.itl_p50, res.itl_p90,
-                   res.itl_p99, res.kv_mib, (long long)res.preemptions, res.load, (long long)res.drafted,
+                   res.gen_tok_s, res.decode_tok_s, res.ttft[0], res.ttft[1], res.ttft[2], res.itl[0], res.itl[1],
+                   res.itl[2], res.kv_mib, (long long)res.preemptions, res.load, (long long)res.drafted,
                    (long long)res.accepted);
         }
         fflush(stdout);

@@ -5,11 +5,14 @@
 #ifndef CN_CLI_BENCH_PARALLEL_H
 #define CN_CLI_BENCH_PARALLEL_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 /* argv[0] is "bench"; returns the exit code (0, 1 runtime failure, 2 usage). */
 int cn_cli_bench_parallel(int argc, char **argv);
 
+/* j as one line on stdout (json_dumps flags), flushed; takes j (NULL: nothing printed). */
+void cli_print_json(json_t *j, size_t flags);
 /* A monotonic clock in milliseconds. */
 double cli_now_ms(void);
 /* The 1-minute load average, -1 where unknown: every figure is printed with it. */

@@ -79,29 +79,24 @@ int cn_cli_bench_spec(int argc, char **argv) {
     bool spec_flag = false;
     const char *task = "edit";
     const cli_flag own[] = {
-        {.name = "--spec", .kind = CLI_BOOL, .dst = &spec_flag, .help = "speculative against plain decoding"},
-        {.name = "-r", .kind = CLI_INT, .dst = &reps, .lo = 1, .hi = 100, .metavar = "N", .help = "rounds (default 3)"},
-        {.name = "--task", .kind = CLI_STR, .dst = &task, .metavar = "edit|code", .help = "the built-in prompt"},
+        CLI_F_BOOL("--spec", NULL, &spec_flag, "speculative against plain decoding"),
+        CLI_F_NUM("-r", NULL, CLI_INT, &reps, 1, 100, "N", "rounds (default 3)"),
+        CLI_F_STR("--task", NULL, &task, "edit|code", "the built-in prompt"),
     };
     const cli_flag_group extra = CLI_GROUP("bench --spec", own);
     size_t n_groups;
     const cli_flag_group *groups = cli_gen_groups(&o, SPEC_GROUPS, &extra, &n_groups);
-    const int pr = cli_flags_parse("bench", groups, n_groups, argc, argv, NULL, 0, &(int){0});
-    if (pr == CLI_FLAGS_HELP) {
-        cli_flags_help(stdout, groups, n_groups);
-        return 0;
-    }
-    if (pr) return pr;
+    const int pr = cli_flags_parse("bench", "", groups, n_groups, argc, argv, NULL, 0, &(int){0});
+    if (pr) return CLI_FLAGS_EXIT(pr);
     if (strcmp(task, "edit") && strcmp(task, "code")) {
         cn_cli_errorf("bench: --task is edit or code, not '%s'", task);
         return 2;
     }
-    if (o.prompt) {
-        cn_cli_errorf("bench --spec: the prompt is the task's (--task edit|code), not -p");
-        return 2;
-    }
-    if (!o.draft && o.gp.lookup_n == 0) {
-        cn_cli_errorf("bench --spec: give a drafter: --draft MODEL or --lookup N");
+    const char *bad = o.prompt ? "the prompt is the task's (--task edit|code), not -p"
+                      : !o.draft && o.gp.lookup_n == 0 ? "give a drafter: --draft MODEL or --lookup N"
+                                                       : NULL;
+    if (bad) {
+        cn_cli_errorf("bench --spec: %s", bad);
         return 2;
     }
     if (cli_gen_opts_check(&o, NULL, NULL)) return 2;
@@ -115,7 +110,7 @@ int cn_cli_bench_spec(int argc, char **argv) {
     double sum_p = 0, sum_s = 0, warm;
     cn_result tot = {0};
     char path[4096];
-    fprintf(stderr, "cinder bench --spec: %s, task %s, -n %d, %d threads: warm-up", cli_model_path(&o, path, sizeof path),
+    fprintf(stderr, "cinder bench --spec: %s, task %s, -n %d, %d threads: warm-up", cli_model_path(o.cmd, o.model, path, sizeof path),
             task, (int)o.gp.max_tokens, (int)n_threads);
     if (one(s.ctx, &o, text, false, &warm, &plain) || one(s.ctx, &o, text, true, &warm, &spec)) goto done;
     for (int32_t r = 0; r < reps; r++) {

@@ -7,7 +7,6 @@
  *
  * Turn loop and conversation bookkeeping only; rendering, tokenizing, prefix reuse and
  * generating are the library's (cn_context_generate). */
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,18 +18,13 @@
 /* -p, --json, --chat and --beams are parsed (so their message says why) and refused. */
 #define CHAT_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_RUN | CLI_G_CHAT | CLI_G_GEN | CLI_G_SAMPLING | CLI_G_SPEC)
 
-static void usage(cli_gen_opts *o) {
-    printf("usage: cinder chat [-m MODEL] [--system TEXT] [--chat-template NAME] [options]\n"
-           "  reads one user message per line from stdin and streams each reply to stdout;\n"
-           "  EOF (Ctrl-D) ends the chat, Ctrl-C stops a reply (-p, --json, --chat, --beams: run only)\n\n");
-    size_t n;
-    const cli_flag_group *g = cli_gen_groups(o, CHAT_GROUPS, NULL, &n);
-    cli_flags_help(stdout, g, n);
-}
+static const char k_usage[] =
+    "usage: cinder chat [-m MODEL] [--system TEXT] [--chat-template NAME] [options]\n"
+    "  reads one user message per line from stdin and streams each reply to stdout;\n"
+    "  EOF (Ctrl-D) ends the chat, Ctrl-C stops a reply (-p, --json, --chat, --beams: run only)\n\n";
 
 typedef struct {
-    cn_chat_msg *msgs;
-    char **owned;      /* (n) the contents, owned */
+    cn_chat_msg *msgs; /* (n) each content an owned copy */
     size_t n, cap;
 } conversation;
 
@@ -38,34 +32,19 @@ static bool conv_add(conversation *c, const char *role, const char *content, siz
     if (c->n == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 16;
         cn_chat_msg *m = realloc(c->msgs, cap * sizeof *m);
-        if (m) c->msgs = m;
-        char **o = realloc(c->owned, cap * sizeof *o);
-        if (o) c->owned = o;
-        if (!m || !o) return false;
+        if (!m) return false;
+        c->msgs = m;
         c->cap = cap;
     }
     char *copy = strndup(content, len);
     if (!copy) return false;
-    c->owned[c->n] = copy;
-    c->msgs[c->n] = (cn_chat_msg){role, copy};
-    c->n++;
+    c->msgs[c->n++] = (cn_chat_msg){role, copy};
     return true;
-}
-
-static void conv_pop(conversation *c) {
-    if (c->n) free(c->owned[--c->n]);
 }
 
 static void conv_free(conversation *c) {
-    while (c->n) conv_pop(c);
+    while (c->n) free((char *)c->msgs[--c->n].content);
     free(c->msgs);
-    free(c->owned);
-}
-
-static bool blank(const char *s) {
-    for (; *s; s++)
-        if (!isspace((unsigned char)*s)) return false;
-    return true;
 }
 
 int cn_cli_chat(int argc, char **argv) {
@@ -74,12 +53,8 @@ int cn_cli_chat(int argc, char **argv) {
     o.gp.max_tokens = 1024;
     size_t n_groups;
     const cli_flag_group *groups = cli_gen_groups(&o, CHAT_GROUPS, NULL, &n_groups);
-    const int pr = cli_flags_parse("chat", groups, n_groups, argc, argv, NULL, 0, &(int){0});
-    if (pr == CLI_FLAGS_HELP) {
-        usage(&o);
-        return 0;
-    }
-    if (pr) return pr;
+    const int pr = cli_flags_parse("chat", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
+    if (pr) return CLI_FLAGS_EXIT(pr);
     const char *bad = o.prompt ? "-p" : o.json ? "--json" : o.chat ? "--chat" : o.gp.beam.n_beams != 1 ? "--beams" : NULL;
     if (bad) {
         cn_cli_errorf("chat: %s is unsupported in chat (see 'cinder chat --help')", bad);
@@ -96,7 +71,6 @@ int cn_cli_chat(int argc, char **argv) {
     rc = 1;
     if (o.system && !conv_add(&conv, "system", o.system, strlen(o.system))) goto oom;
     o.gp.on_text = cli_stream_text;
-    o.gp.should_cancel = cli_sigint_cancel;
     const bool tty = isatty(STDIN_FILENO);
 
     for (int turn = 1;; turn++) {
@@ -107,7 +81,7 @@ int cn_cli_chat(int argc, char **argv) {
         ssize_t len = getline(&line, &line_cap, stdin);
         if (len < 0) break;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
-        if (blank(line)) {
+        if (!line[strspn(line, " \t\n\v\f\r")]) { /* a blank line (isspace's set) */
             turn--;
             continue;
         }
@@ -115,9 +89,7 @@ int cn_cli_chat(int argc, char **argv) {
         const cn_prompt prompt = {.messages = conv.msgs, .n_messages = conv.n};
         cn_result r;
         cn_error err = {0};
-        cli_sigint_arm();
-        const cn_status st = cn_context_generate(s.ctx, &prompt, &o.gp, &r, &err);
-        cli_sigint_disarm();
+        const cn_status st = cli_generate(s.ctx, &prompt, &o.gp, &r, &err);
         if (st != CN_STATUS_OK) {
             cn_cli_errorf("chat: %s", err.msg);
             goto done;

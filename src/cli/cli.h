@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cinder.h"
+
 int cn_cli_inspect(int argc, char **argv);
 int cn_cli_tokenize(int argc, char **argv);
 int cn_cli_perplexity(int argc, char **argv);
@@ -28,6 +30,15 @@ bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int ma
  * are not part of valid UTF-8 become \xNN, a valid UTF-8 sequence stays as it is. out
  * gets it NUL-terminated; returns the bytes of s it stands for. */
 size_t cn_cli_escape_char(const char *s, size_t n, char quote, char out[8]);
+
+/* --kv-type for the batched engine (serve, bench --parallel): f16 or q8_0 into a cn_type
+ * (a cli_flag parse function). */
+int cli_parse_kv_type(void *dst, const char *v, const char *cmd, const char *name);
+/* cn_model_load with the pages read in up front (prefault): every command measures or
+ * serves, and a first pass should not pay for page faults. */
+cn_status cn_cli_model_load(const char *path, cn_model **out, cn_error *err);
+/* The index of the largest of x[0..n) (n > 0), the first on ties. */
+int32_t cn_cli_argmax(const float *x, int32_t n);
 
 /* Prints "cinder: <msg>" to stderr as one line. */
 void cn_cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -21,21 +21,17 @@ static int parse_layers(void *dst, const char *val, const char *cmd, const char 
 int cn_cli_draft_from(int argc, char **argv) {
     int32_t k = -1;
     const cli_flag flags[] = {
-        {"--layers", NULL, CLI_CUSTOM, &k, CLI_ANY, "K", "layers the draft keeps (fewer than the model's)",
-         .parse = parse_layers},
+        CLI_F_CUSTOM("--layers", NULL, &k, parse_layers, "K", "layers the draft keeps (fewer than the model's)"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[2];
     int n_pos;
-    const int rc = cli_flags_parse("draft-from", groups, 1, argc, argv, pos, 2, &n_pos);
-    if (rc == CLI_FLAGS_HELP) {
-        printf("usage: cinder draft-from MODEL OUT --layers K\n"
-               "  writes OUT: MODEL's first K layers with its final norm and output head, the rest of\n"
-               "  its tensors and metadata unchanged (block_count = K), to use with --draft OUT\n\n");
-        cli_flags_help(stdout, groups, 1);
-        return 0;
-    }
-    if (rc) return rc;
+    const int rc = cli_flags_parse("draft-from",
+                                   "usage: cinder draft-from MODEL OUT --layers K\n"
+                                   "  writes OUT: MODEL's first K layers with its final norm and output head, the rest of\n"
+                                   "  its tensors and metadata unchanged (block_count = K), to use with --draft OUT\n\n",
+                                   groups, 1, argc, argv, pos, 2, &n_pos);
+    if (rc) return CLI_FLAGS_EXIT(rc);
     if (n_pos < 2 || k < 0) {
         cn_cli_errorf("draft-from: give MODEL OUT --layers K (see 'cinder draft-from --help')");
         return 2;

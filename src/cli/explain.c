@@ -223,8 +223,8 @@ static int parse_vocab(toy_vocab *v, const char *flag, const char *arg, bool pro
 
 /* ---- the model mode ---- */
 
-/* A token as text on one line without spaces: its piece (special tokens as their text),
- * with ' ' shown as U+2423, \n and \t escaped, other control or stray bytes as \xNN. */
+/* A token as text on one line without spaces: its piece (special tokens as their text)
+ * escaped as `cinder tokenize` shows it (cn_cli_escape_char), with ' ' shown as U+2423. */
 static const char *model_token_name(void *user, int32_t id, char *buf, size_t n) {
     const cn_tokenizer *tok = user;
     char piece[64];
@@ -232,27 +232,11 @@ static const char *model_token_name(void *user, int32_t id, char *buf, size_t n)
     if (len > sizeof piece) len = 0;
     size_t k = 0;
     for (size_t i = 0; i < len && k + 8 < n;) {
-        const unsigned char c = (unsigned char)piece[i];
-        size_t cl = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        bool whole = cl > 0 && i + cl <= len && k + cl + 1 < n;
-        for (size_t j = 1; whole && j < cl; j++) whole = ((unsigned char)piece[i + j] & 0xC0) == 0x80;
-        if (c == ' ')
-            k += (size_t)snprintf(buf + k, n - k, "\xE2\x90\xA3");
-        else if (c == '\n')
-            k += (size_t)snprintf(buf + k, n - k, "\\n");
-        else if (c == '\t')
-            k += (size_t)snprintf(buf + k, n - k, "\\t");
-        else if (c < 0x20 || c == 0x7F || !whole) { /* a control byte, or part of a character */
-            k += (size_t)snprintf(buf + k, n - k, "\\x%02X", c);
-            cl = 1;
-        } else {
-            memcpy(buf + k, piece + i, cl);
-            k += cl;
-        }
-        i += cl ? cl : 1;
+        char esc[8] = "\xE2\x90\xA3";
+        i += piece[i] == ' ' ? 1 : cn_cli_escape_char(piece + i, len - i, '\\', esc);
+        k += (size_t)snprintf(buf + k, n - k, "%s", esc);
     }
-    if (k == 0) k = (size_t)snprintf(buf, n, "#%d", (int)id);
-    buf[k < n ? k : n - 1] = '\0';
+    if (k == 0) snprintf(buf, n, "#%d", (int)id);
     return buf;
 }
 
@@ -269,10 +253,8 @@ static int explain_model(const cli_gen_opts *o) {
     const cn_tokenizer *tok = cn_context_tokenizer(s.ctx);
     const int32_t V = cn_context_n_vocab(s.ctx), n_ctx = cn_context_n_ctx(s.ctx), n_tok_vocab = cn_tokenizer_n_vocab(tok);
     size_t n_prompt = 0;
-    if (cn_tokenize_alloc(tok, o->prompt, strlen(o->prompt), true, true, &hist, &n_prompt, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("explain: %s", err.msg);
-        goto out;
-    }
+    if (cn_tokenize_alloc(tok, o->prompt, strlen(o->prompt), true, true, &hist, &n_prompt, &err) != CN_STATUS_OK)
+        goto fail;
     if (n_prompt == 0 || n_prompt >= (size_t)n_ctx) {
         cn_cli_errorf("explain: the prompt is %zu tokens; it must be at least 1 and less than the context (%d)",
                       n_prompt, (int)n_ctx);
@@ -293,18 +275,13 @@ static int explain_model(const cli_gen_opts *o) {
         const int32_t pos = (int32_t)n_hist;
         printf("\nstep %d (position %d)\n", (int)step, (int)pos);
         const cn_prompt pr = {.tokens = hist, .n_tokens = (int32_t)n_hist};
-        if (cn_context_logits(s.ctx, &pr, logits, &err) != CN_STATUS_OK) {
-            cn_cli_errorf("explain: %s", err.msg);
-            goto out;
-        }
+        if (cn_context_logits(s.ctx, &pr, logits, &err) != CN_STATUS_OK) goto fail;
         for (int32_t id = n_tok_vocab; id < V; id++) logits[id] = -INFINITY; /* padding rows: no token */
         cn_sampling_params p = o->gp.sampling;
         p.seed += (uint64_t)(step - 1);
         int32_t t;
-        if (explain_step(&p, logits, V, hist, n_hist, model_token_name, (void *)tok, &t, &err) != CN_STATUS_OK) {
-            cn_cli_errorf("explain: %s", err.msg);
-            goto out;
-        }
+        if (explain_step(&p, logits, V, hist, n_hist, model_token_name, (void *)tok, &t, &err) != CN_STATUS_OK)
+            goto fail;
         if (cn_tokenizer_is_eog(tok, t)) {
             finish = CN_FINISH_STOP;
             break;
@@ -314,15 +291,16 @@ static int explain_model(const cli_gen_opts *o) {
     }
     size_t n_all = 0, n_pre = 0;
     if (cn_detokenize(tok, hist, n_hist, false, &all, &n_all, &err) != CN_STATUS_OK ||
-        cn_detokenize(tok, hist, n_prompt, false, &pre, &n_pre, &err) != CN_STATUS_OK) {
-        cn_cli_errorf("explain: %s", err.msg);
-        goto out;
-    }
+        cn_detokenize(tok, hist, n_prompt, false, &pre, &n_pre, &err) != CN_STATUS_OK)
+        goto fail;
     const size_t from = n_pre <= n_all && !memcmp(all, pre, n_pre) ? n_pre : 0;
     printf("\n%-*s %d tokens, finish %s\n", EXPLAIN_LABEL_W - 1, "generated", (int)(n_hist - n_prompt),
            cn_finish_reason_str(finish));
     printf("%-*s %s%s\n", EXPLAIN_LABEL_W - 1, "text", from ? o->prompt : "", all + from);
     rc = 0;
+    goto out;
+fail: /* a library call failed: err says why */
+    cn_cli_errorf("explain: %s", err.msg);
 out:
     free(all);
     free(pre);
@@ -334,6 +312,15 @@ out:
 
 /* ---- the command line ---- */
 
+static const char k_usage[] =
+    "usage: cinder explain --probs NAME=P,... [options]\n"
+    "       cinder explain --logits NAME=L,... [options]\n"
+    "       cinder explain -m MODEL -p PROMPT [options]\n\n"
+    "Shows the sampler chain stage by stage on one distribution: the input, the\n"
+    "greedy choice, what each active stage keeps (renormalized; '-' = dropped), and a\n"
+    "seeded draw. With a model, once per generated token (default 8 steps; tokens are\n"
+    "shown as their text, a space as '\xE2\x90\xA3'); --logit-bias then takes token ids.\n\n";
+
 int cn_cli_explain(int argc, char **argv) {
     cli_gen_opts o;
     cli_gen_opts_init(&o, "explain");
@@ -343,28 +330,16 @@ int cn_cli_explain(int argc, char **argv) {
     o.sampling_title = "sampling (default: every stage off, temperature 1)";
     const char *probs = NULL, *logits = NULL, *history = NULL;
     const cli_flag own[] = {
-        {.name = "--probs", .kind = CLI_STR, .dst = &probs, .metavar = "NAME=P,...", .help = "the distribution"},
-        {.name = "--logits", .kind = CLI_STR, .dst = &logits, .metavar = "NAME=L,...", .help = "... as logits"},
-        {.name = "--history", .kind = CLI_STR, .dst = &history, .metavar = "NAME,...",
-         .help = "tokens generated so far, oldest first (for the penalties)"},
+        CLI_F_STR("--probs", NULL, &probs, "NAME=P,...", "the distribution"),
+        CLI_F_STR("--logits", NULL, &logits, "NAME=L,...", "... as logits"),
+        CLI_F_STR("--history", NULL, &history, "NAME,...", "tokens generated so far, oldest first (for the penalties)"),
     };
     const cli_flag_group extra = CLI_GROUP("explain", own);
     size_t n_groups;
     const cli_flag_group *groups =
         cli_gen_groups(&o, CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLING, &extra, &n_groups);
-    const int pr = cli_flags_parse("explain", groups, n_groups, argc, argv, NULL, 0, &(int){0});
-    if (pr == CLI_FLAGS_HELP) {
-        printf("usage: cinder explain --probs NAME=P,... [options]\n"
-               "       cinder explain --logits NAME=L,... [options]\n"
-               "       cinder explain -m MODEL -p PROMPT [-n STEPS] [-t THREADS] [--ctx N] [options]\n\n"
-               "Shows the sampler chain stage by stage on one distribution: the input, the\n"
-               "greedy choice, what each active stage keeps (renormalized; '-' = dropped), and a\n"
-               "seeded draw. With a model, once per generated token (default 8 steps; tokens are\n"
-               "shown as their text, a space as '\xE2\x90\xA3'); --logit-bias then takes token ids.\n\n");
-        cli_flags_help(stdout, groups, n_groups);
-        return 0;
-    }
-    if (pr) return pr;
+    const int pr = cli_flags_parse("explain", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
+    if (pr) return CLI_FLAGS_EXIT(pr);
 
     if (o.model || o.prompt) {
         if (!o.model || !o.prompt || probs || logits || history) {

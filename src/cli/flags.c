@@ -91,8 +91,8 @@ static int store(const char *cmd, const cli_flag *f, const char *name, const cha
     return CLI_FLAGS_USAGE;
 }
 
-int cli_flags_parse(const char *cmd, const cli_flag_group *groups, size_t n_groups, int argc, char **argv,
-                    const char **pos, int max_pos, int *n_pos) {
+int cli_flags_parse(const char *cmd, const char *usage, const cli_flag_group *groups, size_t n_groups, int argc,
+                    char **argv, const char **pos, int max_pos, int *n_pos) {
     *n_pos = 0;
     bool flags_done = false;
     for (int i = 1; i < argc; i++) {
@@ -109,7 +109,10 @@ int cli_flags_parse(const char *cmd, const cli_flag_group *groups, size_t n_grou
             flags_done = true;
             continue;
         }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return CLI_FLAGS_HELP;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            if (usage) cli_flags_usage(stdout, usage, groups, n_groups);
+            return CLI_FLAGS_HELP;
+        }
         char name[64];
         const char *val = NULL;
         const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
@@ -175,4 +178,9 @@ void cli_flags_help(FILE *out, const cli_flag_group *groups, size_t n_groups) {
             }
         }
     }
+}
+
+void cli_flags_usage(FILE *f, const char *usage, const cli_flag_group *groups, size_t n_groups) {
+    fputs(usage, f);
+    cli_flags_help(f, groups, n_groups);
 }

@@ -51,17 +51,39 @@ typedef struct {
 /* No range check: lo > hi. */
 #define CLI_ANY 1, 0
 
+/* Table rows by kind, so a row names only what it uses. CLI_F_NUM's lo > hi (CLI_ANY)
+ * leaves the range to the library. */
+#define CLI_F_BOOL(n, a, d, h) {.name = n, .alias = a, .kind = CLI_BOOL, .dst = d, .help = h}
+#define CLI_F_STR(n, a, d, m, h) {.name = n, .alias = a, .kind = CLI_STR, .dst = d, .metavar = m, .help = h}
+#define CLI_F_NUM(n, a, k, d, l, u, m, h) \
+    {.name = n, .alias = a, .kind = k, .dst = d, .lo = l, .hi = u, .metavar = m, .help = h}
+#define CLI_F_CUSTOM(n, a, d, fn, m, h) \
+    {.name = n, .alias = a, .kind = CLI_CUSTOM, .dst = d, .parse = fn, .metavar = m, .help = h}
+/* The rows several commands share: -t, and -m for commands that fall back to the
+ * default model (CLI_DEFAULT_MODEL). */
+#define CLI_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
+#define CLI_F_THREADS(d) CLI_F_NUM("--threads", "-t", CLI_INT, d, 1, 1024, "N", "threads (default: every CPU)")
+#define CLI_F_MODEL(d) \
+    CLI_F_STR("--model", "-m", d, "PATH", "GGUF model (default $CINDER_MODELS or ~/.cache/cinder/models/\n" \
+              CLI_DEFAULT_MODEL ")")
+
 /* What parse returns besides 0. */
 #define CLI_FLAGS_USAGE 2 /* a usage error, already printed: exit with it */
 #define CLI_FLAGS_HELP (-1) /* -h / --help was given: print the help, exit 0 */
 
 /* Parses argv[1..argc) (argv[0] is the subcommand, named cmd in messages). Arguments
  * that are not flags go to pos[0..max_pos) in order (*n_pos of them). Returns 0,
- * CLI_FLAGS_HELP, or CLI_FLAGS_USAGE after printing "cinder: CMD: ..." for an unknown
- * flag, a missing or malformed value, a value out of its range, a value given to a flag
- * that takes none, too many repeats, or too many positionals. */
-int cli_flags_parse(const char *cmd, const cli_flag_group *groups, size_t n_groups, int argc, char **argv,
-                    const char **pos, int max_pos, int *n_pos);
+ * CLI_FLAGS_HELP (after printing usage and the groups' help to stdout, unless usage is
+ * NULL), or CLI_FLAGS_USAGE after printing "cinder: CMD: ..." for an unknown flag, a
+ * missing or malformed value, a value out of its range, a value given to a flag that
+ * takes none, too many repeats, or too many positionals. */
+int cli_flags_parse(const char *cmd, const char *usage, const cli_flag_group *groups, size_t n_groups, int argc,
+                    char **argv, const char **pos, int max_pos, int *n_pos);
+/* What a command returns for a parse result that is not 0: 0 after the help, else it. */
+#define CLI_FLAGS_EXIT(rc) ((rc) == CLI_FLAGS_HELP ? 0 : (rc))
+
+/* usage (as given), then the help of the groups. */
+void cli_flags_usage(FILE *f, const char *usage, const cli_flag_group *groups, size_t n_groups);
 
 /* The help of every group: "  -n, --max-tokens N   text", aligned; a range that is
  * checked here and is not in the text is added ("[1, 1024]"). */

@@ -38,44 +38,40 @@ static int parse_seed(void *dst, const char *val, const char *cmd, const char *n
     return 0;
 }
 
-#define F_BOOL(n, a, d, h) {.name = n, .alias = a, .kind = CLI_BOOL, .dst = d, .help = h}
-#define F_STR(n, a, d, m, h) {.name = n, .alias = a, .kind = CLI_STR, .dst = d, .metavar = m, .help = h}
-#define F_NUM(n, a, k, d, m, h) {.name = n, .alias = a, .kind = k, .dst = d, .lo = 1, .hi = 0, .metavar = m, .help = h}
+/* The library checks these ranges (cn_gen_validate): no range here. */
+#define F_NUM(n, a, k, d, m, h) CLI_F_NUM(n, a, k, d, 1, 0, m, h)
 
 const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_flag_group *extra, size_t *n) {
     cn_gen_params *g = &o->gp;
     cn_sampling_params *s = &g->sampling;
     const cli_flag model[] = {
-        F_STR("--model", "-m", &o->model, "PATH",
-              "GGUF model (default $CINDER_MODELS or ~/.cache/cinder/models/\n" CLI_DEFAULT_MODEL ")"),
-        {.name = "--threads", .alias = "-t", .kind = CLI_INT, .dst = &o->n_threads, .lo = 1, .hi = 1024,
-         .metavar = "N", .help = "threads (default: all CPUs)"},
-        {.name = "--ctx", .alias = "-c", .kind = CLI_INT, .dst = &o->n_ctx, .lo = 0, .hi = 1 << 24, .metavar = "N",
-         .help = "context length (default: the model's, at most 4096)"},
+        CLI_F_MODEL(&o->model),
+        CLI_F_THREADS(&o->n_threads),
+        CLI_F_NUM("--ctx", "-c", CLI_INT, &o->n_ctx, 0, 1 << 24, "N", "context length (default: the model's, at most 4096)"),
     };
     const cli_flag prompt[] = {
-        F_STR("--prompt", "-p", &o->prompt, "TEXT", "the prompt"),
+        CLI_F_STR("--prompt", "-p", &o->prompt, "TEXT", "the prompt"),
         F_NUM("--max-tokens", "-n", CLI_INT, &g->max_tokens, "N", "most tokens to generate (default 256; chat 1024; explain: steps, 8)"),
     };
     const cli_flag run[] = {
-        F_BOOL("--json", NULL, &o->json, "print one JSON object (text, finish_reason, timings)"),
-        F_BOOL("--chat", NULL, &o->chat, "apply the model's chat template to PROMPT as a user message"),
+        CLI_F_BOOL("--json", NULL, &o->json, "print one JSON object (text, finish_reason, timings)"),
+        CLI_F_BOOL("--chat", NULL, &o->chat, "apply the model's chat template to PROMPT as a user message"),
     };
     const cli_flag chat[] = {
-        F_STR("--system", NULL, &o->system, "TEXT", "system message (chat template)"),
-        F_STR("--chat-template", NULL, &o->chat_template, "NAME", "chatml, gemma or llama3 (default: from the model)"),
+        CLI_F_STR("--system", NULL, &o->system, "TEXT", "system message (chat template)"),
+        CLI_F_STR("--chat-template", NULL, &o->chat_template, "NAME", "chatml, gemma or llama3 (default: from the model)"),
     };
     const cli_flag gen[] = {
         {.name = "--stop", .kind = CLI_STRS, .dst = o->stops, .max = CN_GEN_MAX_STOP, .count = &g->n_stop,
          .metavar = "STR", .help = "stop string, cut from the output (repeatable)"},
-        F_BOOL("--ignore-eos", NULL, &s->ignore_eos, "keep going past end-of-generation tokens"),
+        CLI_F_BOOL("--ignore-eos", NULL, &s->ignore_eos, "keep going past end-of-generation tokens"),
         F_NUM("--logprobs", NULL, CLI_INT, &s->n_logprobs, "N", "report each token's log-probability and N alternatives"),
-        F_BOOL("--logprobs-after-chain", NULL, &g->logprobs_after_chain,
+        CLI_F_BOOL("--logprobs-after-chain", NULL, &g->logprobs_after_chain,
                "... under the sampled distribution (default: raw model)"),
         F_NUM("--beams", NULL, CLI_INT, &g->beam.n_beams, "N", "beam search with N beams (1 = sampling)"),
         F_NUM("--length-penalty", NULL, CLI_FLOAT, &g->beam.length_penalty, "X",
               "beam score = logprob / length^X (default 1)"),
-        F_BOOL("--early-stopping", NULL, &g->beam.early_stopping, "beam search stops once N sequences have finished"),
+        CLI_F_BOOL("--early-stopping", NULL, &g->beam.early_stopping, "beam search stops once N sequences have finished"),
     };
     const cli_flag sampling[] = {
         F_NUM("--temp", NULL, CLI_FLOAT, &s->temperature, "T", "temperature; 0 = greedy"),
@@ -93,12 +89,12 @@ const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_
          .help = "add BIAS to a token's logit; -inf bans it (repeatable, or joined by ',')"},
         {.name = "--seed", .kind = CLI_CUSTOM, .dst = &s->seed, .parse = parse_seed, .metavar = "N",
          .help = "random seed in [0, 2^63) (default: random, reported)"},
-        F_STR("--samplers", NULL, &o->samplers, "ORDER",
+        CLI_F_STR("--samplers", NULL, &o->samplers, "ORDER",
               "stage order: 'default' (HF/vLLM), 'llama.cpp', or names\n"
               "joined by ';' (logit_bias;penalties;temperature;top_k;...)"),
     };
     const cli_flag spec[] = {
-        F_STR("--draft", NULL, &o->draft, "MODEL", "a smaller model with the same vocabulary drafts tokens"),
+        CLI_F_STR("--draft", NULL, &o->draft, "MODEL", "a smaller model with the same vocabulary drafts tokens"),
         F_NUM("--lookup", NULL, CLI_INT, &g->lookup_n, "N",
               "draft from the longest earlier match of the last 1..N tokens\n"
               "in the prompt and output (n-gram lookup; no draft model)"),
@@ -142,20 +138,14 @@ static int add_bias(cli_gen_opts *o, const char *arg, cli_token_find_fn find, vo
     for (const char *item = arg; *item;) {
         const size_t len = strcspn(item, ",");
         const char *eq = memchr(item, '=', len);
-        char num[64];
-        const size_t nlen = eq ? len - (size_t)(eq - item) - 1 : 0;
+        char name[32], num[64];
         int64_t id = -1;
         float b;
-        if (eq && nlen < sizeof num) {
-            memcpy(num, eq + 1, nlen);
-            num[nlen] = 0;
-            if (find) {
-                id = find(user, item, (size_t)(eq - item));
-            } else {
-                char ids[32];
-                snprintf(ids, sizeof ids, "%.*s", (int)((size_t)(eq - item) < sizeof ids ? (size_t)(eq - item) : sizeof ids - 1), item);
-                if (!cli_parse_i64(ids, &id) || id > INT32_MAX) id = -1;
-            }
+        if (eq && snprintf(num, sizeof num, "%.*s", (int)(len - (size_t)(eq - item) - 1), eq + 1) < (int)sizeof num) {
+            if (find) id = find(user, item, (size_t)(eq - item));
+            else if (snprintf(name, sizeof name, "%.*s", (int)(eq - item), item) >= (int)sizeof name ||
+                     !cli_parse_i64(name, &id) || id > INT32_MAX)
+                id = -1;
         }
         if (id < 0 || !cli_parse_float(num, &b)) {
             cn_cli_errorf("%s: --logit-bias wants ID=BIAS (a token %s and a number or -inf), got '%.*s'", o->cmd,
@@ -199,30 +189,26 @@ int cli_gen_opts_check(cli_gen_opts *o, cli_token_find_fn find, void *user) {
     return 0;
 }
 
-const char *cli_model_path(const cli_gen_opts *o, char *buf, size_t n) {
-    if (o->model) return o->model;
+const char *cli_model_path(const char *cmd, const char *model, char *buf, size_t n) {
+    if (model) return model;
     const char *d = getenv("CINDER_MODELS");
     if (d && *d)
         snprintf(buf, n, "%s/%s", d, CLI_DEFAULT_MODEL);
     else
         snprintf(buf, n, "%s/.cache/cinder/models/%s", getenv("HOME") ? getenv("HOME") : ".", CLI_DEFAULT_MODEL);
-    return buf;
+    if (access(buf, R_OK) == 0) return buf;
+    cn_cli_errorf("%s: the default model %s is missing: run scripts/fetch_models.sh, or give -m MODEL", cmd, buf);
+    return NULL;
 }
 
 int cli_session_open(cli_session *s, const cli_gen_opts *o) {
     memset(s, 0, sizeof *s);
     char buf[4096];
-    const char *path = cli_model_path(o, buf, sizeof buf);
-    if (!o->model && access(path, R_OK) != 0) {
-        cn_cli_errorf("%s: the default model %s is missing: run scripts/fetch_models.sh, or give -m MODEL", o->cmd,
-                      path);
-        return 1;
-    }
+    const char *path = cli_model_path(o->cmd, o->model, buf, sizeof buf);
+    if (!path) return 1;
     cn_error err = {0};
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(path, &mp, &s->model, &err) != CN_STATUS_OK ||
-        (o->draft && cn_model_load(o->draft, &mp, &s->draft, &err) != CN_STATUS_OK)) {
+    if (cn_cli_model_load(path, &s->model, &err) != CN_STATUS_OK ||
+        (o->draft && cn_cli_model_load(o->draft, &s->draft, &err) != CN_STATUS_OK)) {
         cn_cli_errorf("%s: %s", o->cmd, err.msg);
         return 1;
     }
@@ -259,7 +245,7 @@ static void on_sigint(int sig) {
     if (++sigint_count > 1) _exit(130);
 }
 
-void cli_sigint_arm(void) {
+static void sigint_arm(void) {
     sigint_count = 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -268,13 +254,21 @@ void cli_sigint_arm(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-void cli_sigint_disarm(void) {
+static void sigint_disarm(void) {
     signal(SIGINT, SIG_DFL);
 }
 
-bool cli_sigint_cancel(void *user) {
+static bool sigint_cancel(void *user) {
     (void)user;
     return sigint_count > 0;
+}
+
+cn_status cli_generate(cn_context *c, const cn_prompt *p, cn_gen_params *gp, cn_result *r, cn_error *err) {
+    gp->should_cancel = sigint_cancel;
+    sigint_arm();
+    const cn_status st = cn_context_generate(c, p, gp, r, err);
+    sigint_disarm();
+    return st;
 }
 
 void cli_print_timings(const cn_result *r) {

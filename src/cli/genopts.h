@@ -12,7 +12,6 @@
 #include "flags.h"
 
 #define CLI_MAX_LOGIT_BIAS 1024
-#define CLI_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 /* Flag groups a command takes (or'ed). */
 enum {
@@ -57,8 +56,10 @@ typedef int32_t (*cli_token_find_fn)(void *user, const char *name, size_t len);
  * model. 0 or 2 (message printed). */
 int cli_gen_opts_check(cli_gen_opts *o, cli_token_find_fn find, void *user);
 
-/* The model path: -m, else $CINDER_MODELS/<default>, else ~/.cache/cinder/models/<default>. */
-const char *cli_model_path(const cli_gen_opts *o, char *buf, size_t n);
+/* The model path: model (-m), else $CINDER_MODELS/<default>, else
+ * ~/.cache/cinder/models/<default>; NULL, after a message naming cmd, when that default
+ * file is missing. */
+const char *cli_model_path(const char *cmd, const char *model, char *buf, size_t n);
 
 /* A model (and --draft's) with a context on it. */
 typedef struct {
@@ -75,11 +76,9 @@ void cli_session_close(cli_session *s);
 /* on_text for streaming to stdout; user (may be NULL) is a bool set once text came. */
 void cli_stream_text(void *user, const char *text, size_t n);
 
-/* Ctrl-C during generation: the first press cancels the request (should_cancel sees it),
- * a second one ends the process. */
-void cli_sigint_arm(void);
-void cli_sigint_disarm(void);
-bool cli_sigint_cancel(void *user); /* a cn_gen_cancel_fn */
+/* cn_context_generate with gp->should_cancel set to Ctrl-C: the first press cancels the
+ * request, a second one ends the process. */
+cn_status cli_generate(cn_context *c, const cn_prompt *p, cn_gen_params *gp, cn_result *r, cn_error *err);
 
 /* Two lines on stderr: prompt tokens, prefill tok/s, time to first token; generated
  * tokens, decode tok/s, inter-token latency mean and p90, finish reason. */

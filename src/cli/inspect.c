@@ -112,20 +112,17 @@ static void put_value(line *l, const cn_gguf *g, int64_t i) {
     }
 }
 
-/* "1.23M" style, for parameter counts. */
-static void human_count(char *buf, size_t cap, uint64_t n) {
-    if (n >= 1000000000ull) snprintf(buf, cap, "%.2fB", (double)n / 1e9);
-    else if (n >= 1000000ull) snprintf(buf, cap, "%.2fM", (double)n / 1e6);
-    else if (n >= 1000ull) snprintf(buf, cap, "%.2fK", (double)n / 1e3);
-    else snprintf(buf, cap, "%llu", (unsigned long long)n);
+/* n in the largest of unit[1..3] (steps of k) it reaches, "%.2f" (unit[0]: n as it is):
+ * "1.23M" for counts, "1.23 MiB" for bytes. */
+static void human(char *buf, size_t cap, uint64_t n, uint64_t k, const char *const unit[4]) {
+    int i = 0;
+    uint64_t scale = 1;
+    while (i < 3 && n >= scale * k) scale *= k, i++;
+    if (i) snprintf(buf, cap, "%.2f%s", (double)n / (double)scale, unit[i]);
+    else snprintf(buf, cap, "%llu%s", (unsigned long long)n, unit[0]);
 }
 
-static void human_bytes(char *buf, size_t cap, uint64_t n) {
-    if (n >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)n / (double)(1ull << 30));
-    else if (n >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)n / (double)(1ull << 20));
-    else if (n >= (1ull << 10)) snprintf(buf, cap, "%.2f KiB", (double)n / (double)(1ull << 10));
-    else snprintf(buf, cap, "%llu B", (unsigned long long)n);
-}
+static const char *const k_count_units[4] = {"", "K", "M", "B"}, *const k_byte_units[4] = {" B", " KiB", " MiB", " GiB"};
 
 static const char *type_name(uint32_t type, char *buf, size_t cap) {
     const char *name = cn_type_name((cn_type)type);
@@ -173,19 +170,19 @@ static void print_tensors(const cn_gguf *g) {
         }
     }
     char hc[32], hb[32];
-    human_count(hc, sizeof hc, n_params);
+    human(hc, sizeof hc, n_params, 1000, k_count_units);
     printf("\ntotals:\n  parameters  %s (%llu)\n", hc, (unsigned long long)n_params);
     uint64_t all = other_bytes;
     for (uint32_t t = 0; t < CN_TYPE_COUNT; t++) {
         if (!by_type_n[t]) continue;
         char tb[32];
-        human_bytes(hb, sizeof hb, by_type_bytes[t]);
+        human(hb, sizeof hb, by_type_bytes[t], 1024, k_byte_units);
         printf("  %-10s  %lld tensors, %llu bytes (%s)\n", type_name(t, tb, sizeof tb),
                (long long)by_type_n[t], (unsigned long long)by_type_bytes[t], hb);
         all += by_type_bytes[t];
     }
     if (n_other) printf("  %-10s  %lld tensors\n", "unknown", (long long)n_other);
-    human_bytes(hb, sizeof hb, all);
+    human(hb, sizeof hb, all, 1024, k_byte_units);
     printf("  %-10s  %lld tensors, %llu bytes (%s)\n", "all", (long long)n, (unsigned long long)all, hb);
     if (n_unknown)
         printf("\nnote: %lld tensor(s) have a type cinder cannot compute with (marked '?')\n",
@@ -195,13 +192,11 @@ static void print_tensors(const cn_gguf *g) {
 int cn_cli_inspect(int argc, char **argv) {
     const char *pos[2];
     int n_pos;
-    const int rc = cli_flags_parse("inspect", NULL, 0, argc, argv, pos, 2, &n_pos);
-    if (rc == CLI_FLAGS_HELP) {
-        printf("usage: cinder inspect MODEL.gguf\n\n"
-               "Prints the header, metadata and tensor table of a GGUF file.\n");
-        return 0;
-    }
-    if (rc) return rc;
+    const int rc = cli_flags_parse("inspect",
+                                   "usage: cinder inspect MODEL.gguf\n\n"
+                                   "Prints the header, metadata and tensor table of a GGUF file.\n",
+                                   NULL, 0, argc, argv, pos, 2, &n_pos);
+    if (rc) return CLI_FLAGS_EXIT(rc);
     if (n_pos == 0) {
         cn_cli_errorf("inspect: no file given (usage: cinder inspect MODEL.gguf)");
         return 2;
@@ -218,7 +213,7 @@ int cn_cli_inspect(int argc, char **argv) {
         return 1;
     }
     char hb[32];
-    human_bytes(hb, sizeof hb, cn_gguf_file_size(g));
+    human(hb, sizeof hb, cn_gguf_file_size(g), 1024, k_byte_units);
     printf("file: %s\n", path);
     printf("  version      %u\n  alignment    %u\n  kvs          %lld\n  tensors      %lld\n"
            "  data offset  %llu\n  file size    %zu (%s)\n",

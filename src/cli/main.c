@@ -48,15 +48,35 @@ size_t cn_cli_escape_char(const char *s, size_t n, char quote, char out[8]) {
     return 1;
 }
 
+cn_status cn_cli_model_load(const char *path, cn_model **out, cn_error *err) {
+    cn_model_params mp = cn_model_default_params();
+    mp.prefault = true;
+    return cn_model_load(path, &mp, out, err);
+}
+
+int32_t cn_cli_argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+int cli_parse_kv_type(void *dst, const char *v, const char *cmd, const char *name) {
+    if (!strcmp(v, "f16")) *(cn_type *)dst = CN_TYPE_F16;
+    else if (!strcmp(v, "q8_0")) *(cn_type *)dst = CN_TYPE_Q8_0;
+    else {
+        cn_cli_errorf("%s: %s is f16 or q8_0, got '%s'", cmd, name, v);
+        return -1;
+    }
+    return 0;
+}
+
 static int cmd_version(int argc, char **argv) {
     const char *pos[1];
     int n_pos;
-    const int rc = cli_flags_parse("version", NULL, 0, argc, argv, pos, 0, &n_pos);
-    if (rc == CLI_FLAGS_HELP) {
-        printf("usage: cinder version\n\nPrints the version and the kernel family this CPU runs.\n");
-        return 0;
-    }
-    if (rc) return rc;
+    const int rc = cli_flags_parse("version", "usage: cinder version\n\nPrints the version and the kernel family this CPU runs.\n",
+                                   NULL, 0, argc, argv, pos, 0, &n_pos);
+    if (rc) return CLI_FLAGS_EXIT(rc);
     printf("cinder %s\n", CN_VERSION);
     /* the kernel family this CPU gets (CINDER_ISA caps it) */
     printf("kernels %s\n", cn_kernels_family());
@@ -124,35 +144,28 @@ char *cn_cli_read_file(const char *path, size_t *n) {
         return NULL;
     }
     size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (len < cap) break;
+    char *buf = NULL, *nb;
+    bool ok = false;
+    while ((nb = realloc(buf, cap + 1))) {
+        buf = nb;
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap) {
+            ok = !ferror(f);
+            if (!ok) cn_cli_errorf("cannot read '%s'", path);
+            break;
+        }
         if (cap > ((size_t)1 << 30)) {
             cn_cli_errorf("'%s' is larger than 1 GiB", path);
-            free(buf);
-            buf = NULL;
             break;
         }
-        char *nb = realloc(buf, 2 * cap + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
         cap *= 2;
     }
-    if (buf && ferror(f)) {
-        cn_cli_errorf("cannot read '%s'", path);
-        free(buf);
-        buf = NULL;
-    }
     fclose(f);
-    if (buf) {
-        buf[len] = 0;
-        *n = len;
+    if (!ok) {
+        free(buf);
+        return NULL;
     }
+    buf[len] = 0;
+    *n = len;
     return buf;
 }

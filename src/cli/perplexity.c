@@ -63,43 +63,33 @@ static int chunk_logits(cn_context *c, cn_batch *b, const int32_t *tok, int32_t 
     return st != CN_STATUS_OK;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 int cn_cli_perplexity(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
     int32_t n_ctx = 256, n_threads = 0;
     int32_t max_chunks = -1;
     kv_choice kvc = {CN_TYPE_F16, "f16"};
     const cli_flag flags[] = {
-        {"--model", "-m", CLI_STR, &model, CLI_ANY, "PATH", "GGUF model (default: the default model)", 0, NULL, NULL},
-        {"--file", "-f", CLI_STR, &file, CLI_ANY, "PATH", "the text (UTF-8)", 0, NULL, NULL},
-        {"--ctx", "-c", CLI_INT, &n_ctx, 8, 65536, "N", "tokens per chunk (default 256)", 0, NULL, NULL},
-        {"--chunks", NULL, CLI_INT, &max_chunks, 1, INT32_MAX, "N", "most chunks to score (default: all)", 0, NULL, NULL},
-        {"--threads", "-t", CLI_INT, &n_threads, 1, 1024, "N", "threads (default: every CPU)", 0, NULL, NULL},
-        {"--kv-type", NULL, CLI_CUSTOM, &kvc, CLI_ANY, "T",
-         "f16 (default), f32 or q8_0; other than f16 also reports\nthe KL divergence from the f16 cache at each position",
-         0, NULL, parse_kv_type},
+        CLI_F_MODEL(&model),
+        CLI_F_STR("--file", "-f", &file, "PATH", "the text (UTF-8)"),
+        CLI_F_NUM("--ctx", "-c", CLI_INT, &n_ctx, 8, 65536, "N", "tokens per chunk (default 256)"),
+        CLI_F_NUM("--chunks", NULL, CLI_INT, &max_chunks, 1, INT32_MAX, "N", "most chunks to score (default: all)"),
+        CLI_F_THREADS(&n_threads),
+        CLI_F_CUSTOM("--kv-type", NULL, &kvc, parse_kv_type, "T",
+                     "f16 (default), f32 or q8_0; other than f16 also reports\nthe KL divergence from the f16 cache at each position"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
-    const int fst = cli_flags_parse("perplexity", groups, 1, argc, argv, NULL, 0, &n_pos);
-    if (fst == CLI_FLAGS_HELP) {
-        printf("usage: cinder perplexity [-m MODEL] -f TEXT_FILE [options]\n"
-               "  perplexity of the model over the text, in chunks of --ctx tokens\n");
-        cli_flags_help(stdout, groups, 1);
-        return 0;
-    }
-    if (fst) return fst;
+    const int fst = cli_flags_parse("perplexity",
+                                    "usage: cinder perplexity [-m MODEL] -f TEXT_FILE [options]\n"
+                                    "  perplexity of the model over the text, in chunks of --ctx tokens\n",
+                                    groups, 1, argc, argv, NULL, 0, &n_pos);
+    if (fst) return CLI_FLAGS_EXIT(fst);
     if (!file) {
         cn_cli_errorf("perplexity: -f TEXT_FILE is required (see --help)");
         return 2;
     }
     const bool compare = kvc.type != CN_TYPE_F16;
+    const int n_runs = compare ? 2 : 1; /* run 0: the f16 reference; run 1: --kv-type */
 
     size_t n_text = 0;
     char *text = cn_cli_read_file(file, &n_text);
@@ -108,35 +98,25 @@ int cn_cli_perplexity(int argc, char **argv) {
     int rc = 1;
     cn_error err = {0};
     cn_model *m = NULL;
-    cn_context *c_ref = NULL, *c_kv = NULL;
+    cn_context *ctx[2] = {NULL, NULL};
     cn_batch b = {0};
     int32_t *tok = NULL, *chunk = NULL;
     size_t n_tok = 0;
-    float *lg_ref = NULL, *lg = NULL;
-    double *lp_ref = NULL, *lp = NULL;
+    float *lg[2] = {NULL, NULL};   /* (n_ctx, n_vocab) per run */
+    double *lp[2] = {NULL, NULL}; /* (n_vocab) log-probabilities at one position */
     char path[4096];
-    if (!model) {
-        const cli_gen_opts go = {.model = NULL};
-        cli_model_path(&go, path, sizeof path);
-        if (access(path, R_OK) != 0) {
-            cn_cli_errorf("perplexity: the default model %s is missing: run scripts/fetch_models.sh, or give -m MODEL",
-                          path);
-            goto done;
-        }
-        model = path;
-    }
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
+    if (!(model = cli_model_path("perplexity", model, path, sizeof path))) goto done;
     cn_context_params cp = cn_context_default_params();
     cp.n_threads = n_threads;
     cp.n_ctx = n_ctx;
     cp.n_batch = n_ctx < 128 ? n_ctx : 128;
-    cn_status st = cn_model_load(model, &mp, &m, &err);
-    if (st == CN_STATUS_OK) st = cn_context_create(m, &cp, &c_ref, &err);
-    cp.kv_type = kvc.type;
-    if (st == CN_STATUS_OK && compare) st = cn_context_create(m, &cp, &c_kv, &err);
+    cn_status st = cn_cli_model_load(model, &m, &err);
+    for (int k = 0; k < n_runs && st == CN_STATUS_OK; k++) {
+        if (k) cp.kv_type = kvc.type;
+        st = cn_context_create(m, &cp, &ctx[k], &err);
+    }
     if (st == CN_STATUS_OK) st = cn_batch_init(&b, cp.n_batch, &err);
-    const cn_tokenizer *tk = c_ref ? cn_context_tokenizer(c_ref) : NULL;
+    const cn_tokenizer *tk = ctx[0] ? cn_context_tokenizer(ctx[0]) : NULL;
     if (st == CN_STATUS_OK) st = cn_tokenize_alloc(tk, text, n_text, true, true, &tok, &n_tok, &err);
     if (st != CN_STATUS_OK) {
         cn_cli_errorf("perplexity: %s", err.msg);
@@ -153,69 +133,65 @@ int cn_cli_perplexity(int argc, char **argv) {
         cn_cli_errorf("perplexity: the text has %zu tokens, fewer than one chunk of %d", n_tok, n_ctx);
         goto done;
     }
-    const int32_t n_vocab = cn_context_n_vocab(c_ref);
+    const int32_t n_vocab = cn_context_n_vocab(ctx[0]);
     const size_t V = (size_t)n_vocab;
-    lg_ref = malloc((size_t)n_ctx * V * sizeof *lg_ref);
-    lp_ref = malloc(V * sizeof *lp_ref);
-    chunk = malloc((size_t)n_ctx * sizeof *chunk);
-    if (compare) {
-        lg = malloc((size_t)n_ctx * V * sizeof *lg);
-        lp = malloc(V * sizeof *lp);
+    bool oom = !(chunk = malloc((size_t)n_ctx * sizeof *chunk));
+    for (int k = 0; k < n_runs; k++) {
+        lg[k] = malloc((size_t)n_ctx * V * sizeof *lg[k]);
+        lp[k] = malloc(V * sizeof *lp[k]);
+        oom |= !lg[k] || !lp[k];
     }
-    if (!lg_ref || !lp_ref || !chunk || (compare && (!lg || !lp))) {
+    if (oom) {
         cn_cli_errorf("perplexity: out of memory for %d × %zu logits", n_ctx, V);
         goto done;
     }
 
     fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %d, scoring the second half of each\n", n_tok,
             (long long)n_chunks, n_ctx);
-    double nll_ref = 0, nll = 0, kl_sum = 0, kl_max = 0;
+    double nll[2] = {0, 0}, kl_sum = 0, kl_max = 0;
     int64_t n_scored = 0, n_agree = 0;
     for (int64_t c = 0; c < n_chunks; c++) {
         int32_t k = 0;
         if (with_bos) chunk[k++] = bos;
         memcpy(chunk + k, tok + first + c * body, (size_t)body * sizeof *chunk);
-        if (chunk_logits(c_ref, &b, chunk, n_ctx, lg_ref) || (compare && chunk_logits(c_kv, &b, chunk, n_ctx, lg)))
-            goto done;
+        for (int k = 0; k < n_runs; k++)
+            if (chunk_logits(ctx[k], &b, chunk, n_ctx, lg[k])) goto done;
         for (int32_t i = n_ctx / 2; i < n_ctx - 1; i++) {
-            const float *r = lg_ref + (size_t)i * V;
-            log_softmax(r, n_vocab, lp_ref);
-            nll_ref -= lp_ref[chunk[i + 1]];
+            for (int k = 0; k < n_runs; k++) {
+                log_softmax(lg[k] + (size_t)i * V, n_vocab, lp[k]);
+                nll[k] -= lp[k][chunk[i + 1]];
+            }
             if (compare) {
-                const float *q = lg + (size_t)i * V;
-                log_softmax(q, n_vocab, lp);
-                nll -= lp[chunk[i + 1]];
                 double kl = 0;
-                for (size_t v = 0; v < V; v++) kl += exp(lp_ref[v]) * (lp_ref[v] - lp[v]);
+                for (size_t v = 0; v < V; v++) kl += exp(lp[0][v]) * (lp[0][v] - lp[1][v]);
                 kl_sum += kl;
                 kl_max = kl > kl_max ? kl : kl_max;
-                n_agree += argmax(r, n_vocab) == argmax(q, n_vocab);
+                n_agree += cn_cli_argmax(lg[0] + (size_t)i * V, n_vocab) == cn_cli_argmax(lg[1] + (size_t)i * V, n_vocab);
             }
             n_scored++;
         }
         fprintf(stderr, "perplexity: chunk %lld/%lld: ppl %.4f\n", (long long)c + 1, (long long)n_chunks,
-                exp(nll_ref / (double)n_scored));
+                exp(nll[0] / (double)n_scored));
     }
     printf("scored positions: %lld\n", (long long)n_scored);
-    printf("perplexity (f16 KV): %.4f\n", exp(nll_ref / (double)n_scored));
+    printf("perplexity (f16 KV): %.4f\n", exp(nll[0] / (double)n_scored));
     if (compare) {
-        printf("perplexity (%s KV): %.4f\n", kvc.name, exp(nll / (double)n_scored));
+        printf("perplexity (%s KV): %.4f\n", kvc.name, exp(nll[1] / (double)n_scored));
         printf("KL(f16 KV || %s KV): mean %.3e, max %.3e nats\n", kvc.name, kl_sum / (double)n_scored, kl_max);
         printf("top-1 agreement: %.2f%% (%lld/%lld)\n", 100.0 * (double)n_agree / (double)n_scored,
                (long long)n_agree, (long long)n_scored);
     }
     rc = 0;
 done:
-    free(lg_ref);
-    free(lg);
-    free(lp_ref);
-    free(lp);
+    for (int k = 0; k < 2; k++) {
+        free(lg[k]);
+        free(lp[k]);
+        cn_context_free(ctx[k]);
+    }
     free(chunk);
     free(tok);
     free(text);
     cn_batch_free(&b);
-    cn_context_free(c_kv);
-    cn_context_free(c_ref);
     cn_model_free(m);
     return rc;
 }

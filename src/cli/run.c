@@ -15,13 +15,8 @@
 
 #define RUN_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_RUN | CLI_G_CHAT | CLI_G_GEN | CLI_G_SAMPLING | CLI_G_SPEC)
 
-static void usage(cli_gen_opts *o) {
-    printf("usage: cinder run [-m MODEL] -p PROMPT [options]\n"
-           "  generates a continuation of PROMPT: text to stdout, one timing summary to stderr\n\n");
-    size_t n;
-    const cli_flag_group *g = cli_gen_groups(o, RUN_GROUPS, NULL, &n);
-    cli_flags_help(stdout, g, n);
-}
+static const char k_usage[] = "usage: cinder run [-m MODEL] -p PROMPT [options]\n"
+                              "  generates a continuation of PROMPT: text to stdout, one timing summary to stderr\n\n";
 
 /* Bytes as a JSON string, made valid UTF-8 by the library (a token's piece may be part
  * of a character). */
@@ -109,12 +104,8 @@ int cn_cli_run(int argc, char **argv) {
     cli_gen_opts_init(&o, "run");
     size_t n_groups;
     const cli_flag_group *groups = cli_gen_groups(&o, RUN_GROUPS, NULL, &n_groups);
-    const int pr = cli_flags_parse("run", groups, n_groups, argc, argv, NULL, 0, &(int){0});
-    if (pr == CLI_FLAGS_HELP) {
-        usage(&o);
-        return 0;
-    }
-    if (pr) return pr;
+    const int pr = cli_flags_parse("run", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
+    if (pr) return CLI_FLAGS_EXIT(pr);
     if (!o.prompt) {
         cn_cli_errorf("run: no prompt: give -p PROMPT (see 'cinder run --help')");
         return 2;
@@ -135,11 +126,8 @@ int cn_cli_run(int argc, char **argv) {
     }
     bool streamed = false;
     if (!o.json) o.gp.on_text = cli_stream_text, o.gp.user = &streamed;
-    o.gp.should_cancel = cli_sigint_cancel;
     cn_error err = {0};
-    cli_sigint_arm();
-    const cn_status st = cn_context_generate(s.ctx, &prompt, &o.gp, &r, &err);
-    cli_sigint_disarm();
+    const cn_status st = cli_generate(s.ctx, &prompt, &o.gp, &r, &err);
     rc = 1;
     if (st != CN_STATUS_OK) {
         if (streamed) fputc('\n', stdout);

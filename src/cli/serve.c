@@ -18,13 +18,6 @@
 #include "genopts.h"
 #include "serve/server.h"
 
-static int parse_kv_type(void *dst, const char *v, const char *cmd, const char *name) {
-    if (!strcmp(v, "f16")) *(cn_type *)dst = CN_TYPE_F16;
-    else if (!strcmp(v, "q8_0")) *(cn_type *)dst = CN_TYPE_Q8_0;
-    else return cn_cli_errorf("%s: %s '%s': must be f16 or q8_0", cmd, name, v), -1;
-    return 0;
-}
-
 /* The served name: --alias, else the file name without .gguf. */
 static void served_name(const char *path, const char *alias, char *out, size_t n) {
     const char *base = strrchr(path, '/');
@@ -33,80 +26,64 @@ static void served_name(const char *path, const char *alias, char *out, size_t n
     if (!alias && len > 5 && !strcmp(out + len - 5, ".gguf")) out[len - 5] = 0;
 }
 
-/* A row of the flag table (the fields after help are for other kinds). */
-#define FLAG(...) {__VA_ARGS__, .max = 0}
-
 int cn_cli_serve(int argc, char **argv) {
     const char *model = NULL, *alias = NULL, *draft_path = NULL, *api_key = getenv("CINDER_API_KEY");
     cn_server_params sp = cn_server_default_params();
     cn_engine_params ep = cn_engine_default_params();
-    int32_t n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0, port = sp.port, timeout_s =
-            sp.request_timeout_s, idle_s = sp.idle_timeout_s, max_conns = sp.max_connections, shutdown_s = 10;
+    int32_t n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0, shutdown_s = 10;
     int64_t kv_mem = 0, max_body = (int64_t)sp.max_body_bytes;
     bool no_prefix_cache = false;
     const cli_flag flags[] = {
-        FLAG("--model", "-m", CLI_STR, &model, CLI_ANY, "PATH",
-             "GGUF model (default $CINDER_MODELS or ~/.cache/cinder/models/\n" CLI_DEFAULT_MODEL ")"),
-        FLAG("--host", NULL, CLI_STR, &sp.host, CLI_ANY, "ADDR", "IPv4 address to listen on (default 127.0.0.1: loopback only)"),
-        FLAG("--port", NULL, CLI_INT, &port, 0, 65535, "N", "TCP port (default 8080; 0 = any free port, printed)"),
-        FLAG("--threads", "-t", CLI_INT, &n_threads, 1, 1024, "N", "compute threads (default: all CPUs)"),
-        FLAG("--parallel", NULL, CLI_INT, &ep.max_running, 1, CN_ENGINE_MAX_RUNNING, "N",
-             "sequences decoding at once (default 16)"),
-        FLAG("--kv-mem", NULL, CLI_I64, &kv_mem, 1, 1 << 20, "MiB", "KV cache budget in MiB (default: --parallel full contexts)"),
-        FLAG("--kv-type", NULL, CLI_CUSTOM, &ep.kv_type, CLI_ANY, "T", "f16 (default) or q8_0", .parse = parse_kv_type),
-        FLAG("--ctx", "-c", CLI_INT, &n_ctx, 8, 1 << 20, "N", "positions per sequence (default: the model's, at most 4096)"),
-        FLAG("--max-queue", NULL, CLI_INT, &ep.max_queue, 1, 1 << 20, "N",
-             "requests waiting for a slot before 429 (default 256)"),
-        FLAG("--api-key", NULL, CLI_STR, &api_key, CLI_ANY, "KEY",
-             "require 'Authorization: Bearer KEY' (default: none;\nalso read from $CINDER_API_KEY)"),
-        FLAG("--timeout", NULL, CLI_INT, &timeout_s, 1, 86400 * 7, "S",
-             "cancel a completion running longer than S seconds (default 600)"),
-        FLAG("--idle-timeout", NULL, CLI_INT, &idle_s, 1, 86400, "S",
-             "close an idle keep-alive connection after S seconds (default 30)"),
-        FLAG("--max-body", NULL, CLI_I64, &max_body, 1, 1 << 30, "BYTES", "larger request bodies get 413 (default 8388608)"),
-        FLAG("--max-connections", NULL, CLI_INT, &max_conns, 1, 65536, "N", "connections at once; more get 503 (default 256)"),
-        FLAG("--alias", NULL, CLI_STR, &alias, CLI_ANY, "NAME",
-             "the model name clients use (default: the file name without .gguf)"),
-        FLAG("--chat-template", NULL, CLI_STR, &ep.chat_template, CLI_ANY, "NAME",
-             "chatml, gemma or llama3 (default: from the model)"),
-        FLAG("--no-prefix-cache", NULL, CLI_BOOL, &no_prefix_cache, CLI_ANY, NULL, "do not reuse cached prompt blocks"),
-        FLAG("--lookup", NULL, CLI_INT, &sp.lookup_n, 0, 8, "N",
-             "speculative decoding by n-gram lookup (n-grams of up to N\ntokens) for requests that do not set "
-             "\"speculative\";\nthe same tokens, drafted only while it pays (default: off)"),
-        FLAG("--draft", NULL, CLI_STR, &draft_path, CLI_ANY, "MODEL",
-             "a draft model with the same vocabulary: speculation with its\nguesses becomes the default for "
-             "requests that do not say"),
-        FLAG("--draft-max", NULL, CLI_INT, &sp.max_draft, 1, CN_ENGINE_MAX_DRAFT, "K",
-             "guesses per step and sequence (default 8)"),
-        FLAG("--shutdown-timeout", NULL, CLI_INT, &shutdown_s, 0, 3600, "S",
-             "on SIGINT/SIGTERM, let running requests finish this long (default 10)"),
+        CLI_F_MODEL(&model),
+        CLI_F_STR("--host", NULL, &sp.host, "ADDR", "IPv4 address to listen on (default 127.0.0.1: loopback only)"),
+        CLI_F_NUM("--port", NULL, CLI_INT, &sp.port, 0, 65535, "N", "TCP port (default 8080; 0 = any free port, printed)"),
+        CLI_F_THREADS(&n_threads),
+        CLI_F_NUM("--parallel", NULL, CLI_INT, &ep.max_running, 1, CN_ENGINE_MAX_RUNNING, "N",
+                  "sequences decoding at once (default 16)"),
+        CLI_F_NUM("--kv-mem", NULL, CLI_I64, &kv_mem, 1, 1 << 20, "MiB",
+                  "KV cache budget in MiB (default: --parallel full contexts)"),
+        CLI_F_CUSTOM("--kv-type", NULL, &ep.kv_type, cli_parse_kv_type, "T", "f16 (default) or q8_0"),
+        CLI_F_NUM("--ctx", "-c", CLI_INT, &n_ctx, 8, 1 << 20, "N", "positions per sequence (default: the model's, at most 4096)"),
+        CLI_F_NUM("--max-queue", NULL, CLI_INT, &ep.max_queue, 1, 1 << 20, "N",
+                  "requests waiting for a slot before 429 (default 256)"),
+        CLI_F_STR("--api-key", NULL, &api_key, "KEY",
+                  "require 'Authorization: Bearer KEY' (default: none;\nalso read from $CINDER_API_KEY)"),
+        CLI_F_NUM("--timeout", NULL, CLI_INT, &sp.request_timeout_s, 1, 86400 * 7, "S",
+                  "cancel a completion running longer than S seconds (default 600)"),
+        CLI_F_NUM("--idle-timeout", NULL, CLI_INT, &sp.idle_timeout_s, 1, 86400, "S",
+                  "close an idle keep-alive connection after S seconds (default 30)"),
+        CLI_F_NUM("--max-body", NULL, CLI_I64, &max_body, 1, 1 << 30, "BYTES", "larger request bodies get 413 (default 8388608)"),
+        CLI_F_NUM("--max-connections", NULL, CLI_INT, &sp.max_connections, 1, 65536, "N",
+                  "connections at once; more get 503 (default 256)"),
+        CLI_F_STR("--alias", NULL, &alias, "NAME", "the model name clients use (default: the file name without .gguf)"),
+        CLI_F_STR("--chat-template", NULL, &ep.chat_template, "NAME", "chatml, gemma or llama3 (default: from the model)"),
+        CLI_F_BOOL("--no-prefix-cache", NULL, &no_prefix_cache, "do not reuse cached prompt blocks"),
+        CLI_F_NUM("--lookup", NULL, CLI_INT, &sp.lookup_n, 0, 8, "N",
+                  "speculative decoding by n-gram lookup (n-grams of up to N\ntokens) for requests that do not set "
+                  "\"speculative\";\nthe same tokens, drafted only while it pays (default: off)"),
+        CLI_F_STR("--draft", NULL, &draft_path, "MODEL",
+                  "a draft model with the same vocabulary: speculation with its\nguesses becomes the default for "
+                  "requests that do not say"),
+        CLI_F_NUM("--draft-max", NULL, CLI_INT, &sp.max_draft, 1, CN_ENGINE_MAX_DRAFT, "K",
+                  "guesses per step and sequence (default 8)"),
+        CLI_F_NUM("--shutdown-timeout", NULL, CLI_INT, &shutdown_s, 0, 3600, "S",
+                  "on SIGINT/SIGTERM, let running requests finish this long (default 10)"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
-    const int pr = cli_flags_parse("serve", groups, 1, argc, argv, NULL, 0, &n_pos);
-    if (pr == CLI_FLAGS_HELP) {
-        printf("usage: cinder serve [-m MODEL] [options]\n"
-               "  an OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions,\n"
-               "  /tokenize, /detokenize; GET /v1/models, /health, /metrics) on the batched engine\n");
-        cli_flags_help(stdout, groups, 1);
-        return 0;
-    }
-    if (pr) return pr;
-    sp.port = port;
-    sp.request_timeout_s = timeout_s;
-    sp.idle_timeout_s = idle_s;
-    sp.max_connections = max_conns;
+    const int pr = cli_flags_parse("serve",
+                                   "usage: cinder serve [-m MODEL] [options]\n"
+                                   "  an OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions,\n"
+                                   "  /tokenize, /detokenize; GET /v1/models, /health, /metrics) on the batched engine\n",
+                                   groups, 1, argc, argv, NULL, 0, &n_pos);
+    if (pr) return CLI_FLAGS_EXIT(pr);
     sp.max_body_bytes = (size_t)max_body;
     sp.api_key = api_key && *api_key ? api_key : NULL;
     ep.prefix_cache = !no_prefix_cache;
 
     char buf[4096], model_id[256];
-    const cli_gen_opts go = {.model = model};
-    const char *path = cli_model_path(&go, buf, sizeof buf);
-    if (!model && access(path, R_OK) != 0) {
-        cn_cli_errorf("serve: the default model %s is missing: run scripts/fetch_models.sh, or give -m MODEL", path);
-        return 1;
-    }
+    const char *path = cli_model_path("serve", model, buf, sizeof buf);
+    if (!path) return 1;
     served_name(path, alias, model_id, sizeof model_id);
     sp.model_id = model_id;
 
@@ -128,13 +105,11 @@ int cn_cli_serve(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "cinder: listening on http://%s:%d (loading %s)\n", sp.host, cn_server_port(srv), path);
-    cn_model_params mp = cn_model_default_params();
-    mp.prefault = true;
-    if (cn_model_load(path, &mp, &m, &err) != CN_STATUS_OK) {
+    if (cn_cli_model_load(path, &m, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: %s", err.msg);
         goto done;
     }
-    if (draft_path && cn_model_load(draft_path, &mp, &dm, &err) != CN_STATUS_OK) {
+    if (draft_path && cn_cli_model_load(draft_path, &dm, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: the draft model: %s", err.msg);
         goto done;
     }

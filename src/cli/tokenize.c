@@ -24,34 +24,28 @@ int cn_cli_tokenize(int argc, char **argv) {
     const char *model = NULL;
     bool ids_only = false, no_bos = false, no_special = false;
     const cli_flag flags[] = {
-        {"--model", "-m", CLI_STR, &model, CLI_ANY, "PATH",
-         .help = "GGUF file with tokenizer metadata (a vocab-only file will do)"},
-        {"--ids", NULL, CLI_BOOL, &ids_only, CLI_ANY, NULL, .help = "print only the ids, space-separated, on one line"},
-        {"--no-bos", NULL, CLI_BOOL, &no_bos, CLI_ANY, NULL, .help = "add no BOS/EOS tokens (default: as the model says)"},
-        {"--no-special", NULL, CLI_BOOL, &no_special, CLI_ANY, NULL, .help =
-         "treat special-token text as plain text (default: parse it)"},
+        CLI_F_STR("--model", "-m", &model, "PATH", "GGUF file with tokenizer metadata (a vocab-only file will do)"),
+        CLI_F_BOOL("--ids", NULL, &ids_only, "print only the ids, space-separated, on one line"),
+        CLI_F_BOOL("--no-bos", NULL, &no_bos, "add no BOS/EOS tokens (default: as the model says)"),
+        CLI_F_BOOL("--no-special", NULL, &no_special, "treat special-token text as plain text (default: parse it)"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[2];
     int n_pos;
-    int rc = cli_flags_parse("tokenize", groups, 1, argc, argv, pos, 2, &n_pos);
+    int rc = cli_flags_parse("tokenize", NULL, groups, 1, argc, argv, pos, 2, &n_pos);
     if (rc == CLI_FLAGS_HELP) {
-        printf("usage: cinder tokenize -m MODEL.gguf [--ids] [--no-bos] [--no-special] TEXT\n\n");
+        printf("usage: cinder tokenize -m MODEL.gguf [options] TEXT\n\n");
         cli_flags_help(stdout, groups, 1);
         printf("\nDefault output: one line per token, id<TAB>'piece' (piece escaped).\n");
         return 0;
     }
     if (rc) return rc;
-    if (n_pos > 1) {
-        cn_cli_errorf("tokenize: more than one text given (quote the text)");
-        return 2;
-    }
-    if (!model) {
-        cn_cli_errorf("tokenize: no model given (-m MODEL.gguf)");
-        return 2;
-    }
-    if (n_pos == 0) {
-        cn_cli_errorf("tokenize: no text given");
+    const char *bad = n_pos > 1 ? "more than one text given (quote the text)"
+                      : !model  ? "no model given (-m MODEL.gguf)"
+                      : !n_pos  ? "no text given"
+                                : NULL;
+    if (bad) {
+        cn_cli_errorf("tokenize: %s", bad);
         return 2;
     }
 
