@@ -46,18 +46,20 @@ static void log_softmax(const float *x, int32_t n, double *out) {
     for (int32_t i = 0; i < n; i++) out[i] = (double)x[i] - lse;
 }
 
-/* Logits (n, n_vocab) for one chunk of tokens, run as sequence 0 of c from an empty
- * cache, in batches of at most the batch's capacity. */
-static int chunk_logits(cn_context *c, cn_batch *b, const int32_t *tok, int32_t n, float *logits) {
+/* Logits (n - from, n_vocab) of rows [from, n) of one chunk of tokens, run as sequence 0
+ * of c from an empty cache, in batches of at most the batch's capacity: only the rows
+ * that are scored ask for logits, so the LM head runs for them alone. */
+static int chunk_logits(cn_context *c, cn_batch *b, const int32_t *tok, int32_t n, int32_t from, float *logits) {
     const size_t V = (size_t)cn_context_n_vocab(c);
     cn_error err;
     cn_status st = cn_context_seq_rm(c, 0, 0, &err);
     for (int32_t i0 = 0; i0 < n && st == CN_STATUS_OK; i0 += b->cap) {
         cn_batch_clear(b);
-        for (int32_t i = i0; i < n && i < i0 + b->cap; i++) cn_batch_add(b, tok[i], i, 0, true);
+        for (int32_t i = i0; i < n && i < i0 + b->cap; i++) cn_batch_add(b, tok[i], i, 0, i >= from);
         if ((st = cn_context_decode(c, b, &err)) != CN_STATUS_OK) break;
-        for (int32_t r = 0; r < b->n_rows; r++)
-            memcpy(logits + (size_t)(i0 + r) * V, cn_context_logits_row(c, r), V * sizeof *logits);
+        const int32_t first = i0 > from ? i0 : from;
+        for (int32_t r = 0; r < cn_batch_n_logits(b); r++)
+            memcpy(logits + (size_t)(first - from + r) * V, cn_context_logits_row(c, r), V * sizeof *logits);
     }
     if (st != CN_STATUS_OK) cn_cli_errorf("perplexity: %s", err.msg);
     return st != CN_STATUS_OK;
@@ -137,7 +139,7 @@ int cn_cli_perplexity(int argc, char **argv) {
     const size_t V = (size_t)n_vocab;
     bool oom = !(chunk = malloc((size_t)n_ctx * sizeof *chunk));
     for (int k = 0; k < n_runs; k++) {
-        lg[k] = malloc((size_t)n_ctx * V * sizeof *lg[k]);
+        lg[k] = malloc((size_t)(n_ctx - n_ctx / 2) * V * sizeof *lg[k]);
         lp[k] = malloc(V * sizeof *lp[k]);
         oom |= !lg[k] || !lp[k];
     }
@@ -155,10 +157,11 @@ int cn_cli_perplexity(int argc, char **argv) {
         if (with_bos) chunk[k++] = bos;
         memcpy(chunk + k, tok + first + c * body, (size_t)body * sizeof *chunk);
         for (int k = 0; k < n_runs; k++)
-            if (chunk_logits(ctx[k], &b, chunk, n_ctx, lg[k])) goto done;
+            if (chunk_logits(ctx[k], &b, chunk, n_ctx, n_ctx / 2, lg[k])) goto done;
         for (int32_t i = n_ctx / 2; i < n_ctx - 1; i++) {
+            const size_t row = (size_t)(i - n_ctx / 2) * V;
             for (int k = 0; k < n_runs; k++) {
-                log_softmax(lg[k] + (size_t)i * V, n_vocab, lp[k]);
+                log_softmax(lg[k] + row, n_vocab, lp[k]);
                 nll[k] -= lp[k][chunk[i + 1]];
             }
             if (compare) {
@@ -166,7 +169,7 @@ int cn_cli_perplexity(int argc, char **argv) {
                 for (size_t v = 0; v < V; v++) kl += exp(lp[0][v]) * (lp[0][v] - lp[1][v]);
                 kl_sum += kl;
                 kl_max = kl > kl_max ? kl : kl_max;
-                n_agree += cn_cli_argmax(lg[0] + (size_t)i * V, n_vocab) == cn_cli_argmax(lg[1] + (size_t)i * V, n_vocab);
+                n_agree += cn_cli_argmax(lg[0] + row, n_vocab) == cn_cli_argmax(lg[1] + row, n_vocab);
             }
             n_scored++;
         }
