@@ -435,6 +435,11 @@ typedef struct {
     double decode_tok_s;           /* (n_generated - 1) / decode_ms; 0 below 2 tokens */
 } cn_gen_timings;
 
+/* The q-quantile (q in [0, 1]) of v[0..n) by linear interpolation between order
+ * statistics (numpy's default, as the timings' percentiles are taken): sorts v in place.
+ * 0 when n == 0. For tools that report latency percentiles of their own. */
+CN_API double cn_gen_percentile(double *v, size_t n, double q);
+
 /* ==== end of generation =================================================================== */
 
 /* ==== context: one request at a time ======================================================

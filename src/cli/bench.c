@@ -63,21 +63,6 @@ double cli_load1(void) {
     return getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double cli_percentile(double *v, size_t n, double q) {
-    if (n == 0) return 0.0;
-    qsort(v, n, sizeof *v, cmp_double);
-    if (!(q > 0)) return v[0];
-    if (q >= 1) return v[n - 1];
-    const double at = q * (double)(n - 1);
-    const size_t lo = (size_t)at;
-    return lo + 1 < n ? v[lo] + (at - (double)lo) * (v[lo + 1] - v[lo]) : v[lo];
-}
-
 typedef struct {
     double mean, sd;
 } stat;
@@ -261,10 +246,10 @@ static cn_status bench_threads(const cn_model *m, const opts *o, const int32_t *
     res->pp = stats(pp, o->n_p > 0 ? o->reps : 0);
     res->tg = stats(tg, o->n_g > 0 ? o->reps : 0);
     const size_t n_ttft = o->n_g > 0 ? (size_t)o->reps : 0;
-    res->ttft_p50 = cli_percentile(ttft, n_ttft, 0.5);
-    res->ttft_p90 = cli_percentile(ttft, n_ttft, 0.9);
-    res->itl_p50 = cli_percentile(itl, (size_t)n_itl, 0.5);
-    res->itl_p90 = cli_percentile(itl, (size_t)n_itl, 0.9);
+    res->ttft_p50 = cn_gen_percentile(ttft, n_ttft, 0.5);
+    res->ttft_p90 = cn_gen_percentile(ttft, n_ttft, 0.9);
+    res->itl_p50 = cn_gen_percentile(itl, (size_t)n_itl, 0.5);
+    res->itl_p90 = cn_gen_percentile(itl, (size_t)n_itl, 0.9);
 done:
     fprintf(stderr, "\n");
     if (!tok) snprintf(err->msg, sizeof err->msg, "bench: out of memory for %d tokens", o->n_p);

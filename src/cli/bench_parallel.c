@@ -258,8 +258,8 @@ static int run_level(const cn_model *m, int32_t n_ctx_train, const cn_model *dm,
     res->gen_tok_s = wall_ms > 0 ? (double)res->n_gen * 1000.0 / wall_ms : 0;
     static const double q[3] = {0.5, 0.9, 0.99};
     for (int k = 0; k < 3; k++) {
-        res->ttft[k] = cli_percentile(ttft, (size_t)N, q[k]);
-        res->itl[k] = cli_percentile(rec.gaps, rec.n_gaps, q[k]);
+        res->ttft[k] = cn_gen_percentile(ttft, (size_t)N, q[k]);
+        res->itl[k] = cn_gen_percentile(rec.gaps, rec.n_gaps, q[k]);
     }
     res->kv_mib = (double)st.kv_blocks_peak * (double)st.kv_block_bytes / (1024.0 * 1024.0);
     res->preemptions = st.n_preemptions - st0.n_preemptions;

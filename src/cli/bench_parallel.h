@@ -17,8 +17,5 @@ void cli_print_json(json_t *j, size_t flags);
 double cli_now_ms(void);
 /* The 1-minute load average, -1 where unknown: every figure is printed with it. */
 double cli_load1(void);
-/* The q-quantile of v[0..n) (sorted in place) by linear interpolation between order
- * statistics, numpy's default and what cn_gen_timings' percentiles use; 0 for n = 0. */
-double cli_percentile(double *v, size_t n, double q);
 
 #endif

@@ -111,9 +111,6 @@ const cn_tokenizer *cn_gen_tokenizer(const cn_gen *g);
 
 void cn_gen_get_timings(const cn_gen *g, cn_gen_timings *out);
 
-/* The q-quantile (q in [0, 1]) of v[0..n) by linear interpolation between order
- * statistics (numpy's default): sorts v in place. 0 when n == 0. */
-double cn_gen_percentile(double *v, size_t n, double q);
 
 /* ---- the single-request loop ---- */
 
