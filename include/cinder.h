@@ -167,6 +167,7 @@ CN_API bool cn_model_meta_float(const cn_model *m, const char *key, double *out)
  * (src/text). A tokenizer is immutable: every call may come from any thread at once. */
 
 typedef struct cn_tokenizer cn_tokenizer;
+typedef struct cn_grammar cn_grammar; /* structured output, below */
 
 /* The model's tokenizer; the model must outlive it. Errors: no or a malformed vocabulary
  * (CORRUPT), a tokenizer model cinder does not know (UNSUPPORTED). */
@@ -401,6 +402,10 @@ typedef struct {
     bool draft;                    /* guesses from the context's draft model
                                       (cn_context_params.draft); takes precedence over
                                       lookup_n; default false */
+    cn_grammar *grammar;           /* may be NULL: output constrained to this grammar
+                                      (include a reference for as long as the request
+                                      runs; a matcher per sequence is made from it); an
+                                      end-of-generation token once it is complete */
     cn_gen_text_fn on_text;        /* may be NULL */
     cn_gen_token_fn on_token;      /* may be NULL */
     cn_gen_cancel_fn should_cancel;/* may be NULL */
@@ -967,6 +972,80 @@ CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, in
 CN_API cn_status cn_text_utf8_clean(const char *s, size_t n, char **out, size_t *n_out, cn_error *err);
 
 /* ==== end of text helpers ================================================================= */
+
+/* ==== structured output: grammars ==========================================================
+ * Output constrained token by token to a JSON Schema, json_object (any JSON object), a GBNF
+ * grammar (llama.cpp's syntax), a regular expression or a list of choices (src/grammar/).
+ * A grammar is compiled once against a tokenizer's vocabulary and then shared: a
+ * cn_grammar is immutable and may be used by many matchers on many threads at once (its
+ * mask caches are internally locked); a cn_grammar_matcher belongs to one sequence and one
+ * thread. Generating with one: cn_gen_params.grammar. */
+
+typedef struct cn_grammar_matcher cn_grammar_matcher;
+
+typedef enum {
+    CN_GRAMMAR_JSON_SCHEMA = 0, /* source: a JSON Schema (draft 2020-12 and older drafts) */
+    CN_GRAMMAR_JSON_OBJECT,     /* any JSON object; source unused */
+    CN_GRAMMAR_GBNF,            /* source: llama.cpp's GBNF; start rule "root" */
+    CN_GRAMMAR_REGEX,           /* source: a regular expression matched in full */
+    CN_GRAMMAR_CHOICE,          /* choices[0..n_choices): exactly one of the strings */
+} cn_grammar_kind;
+
+typedef struct {
+    cn_grammar_kind kind;
+    const char *source;            /* borrowed during compile; JSON text, GBNF or regex */
+    size_t source_len;             /* 0: strlen(source) */
+    const char *const *choices;    /* CN_GRAMMAR_CHOICE: borrowed during compile */
+    size_t n_choices;
+    bool flexible_whitespace;      /* JSON: any [ \t\n\r]* between tokens (at most
+                                      CN_GRAMMAR_MAX_WS bytes each) instead of the compact
+                                      form ("," and ":" with no spaces); default false */
+    size_t max_states;             /* compile budget in automaton states; 0: 1,000,000 */
+    double max_compile_ms;         /* compile budget in milliseconds; 0: 10,000 */
+} cn_grammar_params;
+
+#define CN_GRAMMAR_MAX_WS 20
+
+CN_API cn_grammar_params cn_grammar_default_params(void);
+
+/* Compiles p against tok's vocabulary (tok must outlive the grammar). Errors:
+ * INVALID_ARG with a message naming what is wrong (a JSON Schema's unsupported keyword
+ * and its JSON pointer, a GBNF line:column, a regex offset), "compile budget" when
+ * max_states or max_compile_ms ran out; NO_MEMORY. */
+CN_API cn_status cn_grammar_compile(const cn_tokenizer *tok, const cn_grammar_params *p,
+                                    cn_grammar **out, cn_error *err);
+/* Another reference (the grammar lives until its last cn_grammar_free). */
+CN_API cn_grammar *cn_grammar_ref(cn_grammar *g);
+CN_API void cn_grammar_free(cn_grammar *g); /* NULL: no-op */
+CN_API int32_t cn_grammar_n_vocab(const cn_grammar *g);
+
+/* Whether text[0..n) is a complete sentence of g (bytes, not tokens). */
+CN_API bool cn_grammar_check_text(const cn_grammar *g, const char *text, size_t n);
+
+/* A matcher at the grammar's start. Holds a reference to g. */
+CN_API cn_status cn_grammar_matcher_new(cn_grammar *g, cn_grammar_matcher **out, cn_error *err);
+CN_API void cn_grammar_matcher_free(cn_grammar_matcher *m); /* NULL: no-op */
+/* The tokens allowed next: bit (i % 32) of mask[i / 32] set when token i is; n_words >=
+ * (n_vocab + 31) / 32. End-of-generation tokens are allowed exactly when the text so far
+ * is complete. Errors: INVALID_ARG (n_words too small), NO_MEMORY. */
+CN_API cn_status cn_grammar_matcher_mask(cn_grammar_matcher *m, uint32_t *mask, size_t n_words,
+                                         cn_error *err);
+/* Commits one token; false (and no change) when the grammar does not allow it. An
+ * end-of-generation token is accepted when the text is complete and ends the matcher. */
+CN_API bool cn_grammar_matcher_accept(cn_grammar_matcher *m, int32_t token);
+/* Commits bytes (as one step for rollback); false and no change when not allowed. */
+CN_API bool cn_grammar_matcher_accept_text(cn_grammar_matcher *m, const char *s, size_t n);
+/* The text so far is a complete sentence (end-of-generation would be allowed). */
+CN_API bool cn_grammar_matcher_is_complete(const cn_grammar_matcher *m);
+/* Complete and nothing else can follow, or an end-of-generation token was accepted. */
+CN_API bool cn_grammar_matcher_is_done(const cn_grammar_matcher *m);
+/* Undoes the last n accepted steps (tokens or texts); n > steps kept: INVALID_ARG. The
+ * matcher keeps every step since its start or the last reset. */
+CN_API cn_status cn_grammar_matcher_rollback(cn_grammar_matcher *m, size_t n, cn_error *err);
+CN_API size_t cn_grammar_matcher_n_steps(const cn_grammar_matcher *m);
+CN_API void cn_grammar_matcher_reset(cn_grammar_matcher *m);
+
+/* ==== end of structured output ============================================================ */
 
 #ifdef __cplusplus
 }
