@@ -363,8 +363,8 @@ static gr_entry *entry_get(gr_matcher *m, int32_t rule, int32_t state, bool *own
     gr_vocab *v = m->v;
     *owned = false;
     const gr_dfa *d = &g->rules[rule];
-    pthread_mutex_t *mu;
-    gr_cache **cp;
+    pthread_mutex_t *mu = &g->mu;
+    gr_cache **cp = &g->cache;
     uint64_t key;
     if (d->leaf) {
         mu = &v->mu;
