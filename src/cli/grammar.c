@@ -170,29 +170,6 @@ static const char k_usage[] =
     "  compiles the grammar against MODEL's tokenizer and says whether the text (--text, --file,\n"
     "  else stdin) is a sentence of it: 'match' and exit 0, 'no match: ...' and exit 1; 2 on an error\n\n";
 
-/* All of stdin (at most 1 GiB), NUL-terminated; NULL after a message. */
-static char *read_stdin(const char *cmd, size_t *n) {
-    size_t cap = 1 << 16, len = 0;
-    char *buf = NULL;
-    for (;;) {
-        char *nb = realloc(buf, cap + 1);
-        if (!nb) break;
-        buf = nb;
-        len += fread(buf + len, 1, cap - len, stdin);
-        if (len < cap) {
-            if (ferror(stdin)) break;
-            buf[len] = '\0';
-            *n = len;
-            return buf;
-        }
-        if (cap > ((size_t)1 << 30)) break;
-        cap *= 2;
-    }
-    cn_cli_errorf("%s: cannot read the text from stdin", cmd);
-    free(buf);
-    return NULL;
-}
-
 /* Why text is not a sentence: where the first byte is that no sentence continues with,
  * or that the text stops short. Uses a matcher byte by byte; stays vague if that
  * disagrees with cn_grammar_check_text (the verdict). */
@@ -254,7 +231,7 @@ static int grammar_check(int argc, char **argv) {
     const char *text = text_arg;
     if (text) n = strlen(text);
     else if (file) text = owned = cn_cli_read_file(file, &n);
-    else text = owned = read_stdin("grammar check", &n);
+    else text = owned = cn_cli_read_file("/dev/stdin", &n); /* a pipe or a file alike */
     if (!text) goto done;
     if (cn_grammar_check_text(g, text, n)) {
         puts("match");
