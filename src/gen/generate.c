@@ -337,40 +337,41 @@ cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_
         return cn_err(err, CN_STATUS_INVALID_ARG, "generation: a token accepted while %zu guesses are still "
                                                   "committed to the grammar (cn_gen_guess_undo first)", g->n_guessed);
     const bool eog = cn_tokenizer_is_eog(g->tok, id);
-    if (g->gm) {
-        /* Committed first, so that a refused token leaves the request as it was. An
-         * end-of-generation token with ignore_eos is not output and does not end the
-         * request: the grammar does not see it either. */
-        if (!(eog && g->p.sampling.ignore_eos) && !cn_grammar_matcher_accept(g->gm, id))
-            return cn_err_param(err, CN_STATUS_INVALID_ARG, "grammar",
-                                "token %d is not allowed by the grammar here%s", (int)id,
-                                eog ? " (end of generation before the text is complete)" : "");
-    }
+    /* A refused token leaves the request as it was; so does a failure after the grammar
+     * took it (it is rolled back). An end-of-generation token with ignore_eos is output
+     * like any other and ends nothing: the grammar does not see it. */
+    const bool to_grammar = g->gm && !(eog && g->p.sampling.ignore_eos);
+    if (to_grammar && !cn_grammar_matcher_accept(g->gm, id))
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "grammar", "token %d is not allowed by the grammar here%s",
+                            (int)id, eog ? " (end of generation before the text is complete)" : "");
 
     if (!g->p.sampling.ignore_eos && eog) {
         cn_gen_finish(g, CN_FINISH_STOP);
         if (out) *out = (cn_gen_step){id, true, g->reason};
         return CN_STATUS_OK;
     }
+    cn_status st = CN_STATUS_OK;
     if (!grow_hist(g, g->n_hist + 1))
-        return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the token history");
-    if ((size_t)g->n_gen + 1 > g->cap_gen) {
+        st = cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the token history");
+    if (st == CN_STATUS_OK && (size_t)g->n_gen + 1 > g->cap_gen) {
         size_t cap = g->cap_gen ? g->cap_gen * 2 : 64;
         cn_gen_token *info = realloc(g->info, cap * sizeof *info);
         if (info) g->info = info;
         double *t = realloc(g->t_tok, cap * sizeof *t);
         if (t) g->t_tok = t;
-        if (!info || !t) return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for token %d", (int)g->n_gen);
-        g->cap_gen = cap;
+        if (!info || !t) st = cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for token %d", (int)g->n_gen);
+        else g->cap_gen = cap;
     }
-    const char *text;
-    size_t n_text;
-    cn_status st = cn_detok_push(g->detok, id, &text, &n_text);
-    if (st != CN_STATUS_OK) return cn_err(err, st, "detokenizer failed on token %d", (int)id);
+    const char *text = NULL;
+    size_t n_text = 0;
+    if (st == CN_STATUS_OK && (st = cn_detok_push(g->detok, id, &text, &n_text)) != CN_STATUS_OK)
+        st = cn_err(err, st, "detokenizer failed on token %d", (int)id);
+    if (st != CN_STATUS_OK) {
+        if (to_grammar) cn_grammar_matcher_rollback(g->gm, 1, NULL);
+        return st;
+    }
 
     g->hist[g->n_hist++] = id;
-    /* (the grammar has the token already; the detokenizer pushed above, nothing after
-     * this can fail before the token is counted as output) */
     cn_gen_token *ti = &g->info[g->n_gen];
     *ti = *tok;
     ti->index = g->n_gen;

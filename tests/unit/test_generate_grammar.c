@@ -576,7 +576,8 @@ Test(grammar_gen, another_vocabulary_is_refused) {
     cn_tokenizer *other = NULL;
     cn_error err = {0};
     cr_assert_eq(cn_tokenizer_load_file(path, &other, &err), CN_STATUS_OK, "%s", err.msg);
-    cn_grammar *g = compile(other, CN_GRAMMAR_REGEX, "[a-z]+", NULL, 0);
+    const char *const ch[] = {"yes", "no"};
+    cn_grammar *g = compile(other, CN_GRAMMAR_CHOICE, NULL, ch, 2);
     gt_env e;
     gt_open_stories(&e, 64, 16, 1);
     cn_gen_params p = params(g, 0.0f, 1, 8);
