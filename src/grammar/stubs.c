@@ -9,7 +9,3 @@ static int32_t missing(gr_builder *b, const char *what) {
 }
 int32_t gr_json_schema(gr_builder *b, const char *s, size_t n, bool ws) { (void)s; (void)n; (void)ws; return missing(b, "JSON Schema"); }
 int32_t gr_json_object(gr_builder *b, bool ws) { (void)ws; return missing(b, "JSON object"); }
-int32_t gr_gbnf(gr_builder *b, const char *s, size_t n, const char *root) { (void)s; (void)n; (void)root; return missing(b, "GBNF"); }
-int32_t gr_regex_expr(gr_builder *b, const char *s, size_t n) { (void)s; (void)n; return missing(b, "regex"); }
-int32_t gr_regex_expr_unanchored(gr_builder *b, const char *s, size_t n) { (void)s; (void)n; return missing(b, "regex"); }
-int32_t gr_choice(gr_builder *b, const char *const *c, size_t n) { (void)c; (void)n; return missing(b, "choice"); }
