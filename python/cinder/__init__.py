@@ -99,7 +99,7 @@ _CANCEL_FN = ctypes.CFUNCTYPE(c_bool, c_void_p)
 class _Gen(ctypes.Structure):
     _fields_ = [("sampling", _Sampling), ("max_tokens", c_int32), ("stop", ctypes.POINTER(c_char_p)),
                 ("n_stop", c_int32), ("logprobs_after_chain", c_bool), ("beam", _Beam), ("lookup_n", c_int32),
-                ("max_draft", c_int32), ("draft", c_bool), ("on_text", _TEXT_FN),
+                ("max_draft", c_int32), ("draft", c_bool), ("grammar", c_void_p), ("on_text", _TEXT_FN),
                 ("on_token", _TOKEN_FN), ("should_cancel", _CANCEL_FN), ("user", c_void_p)]
 
 
