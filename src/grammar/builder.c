@@ -1,0 +1,329 @@
+/* builder.c — the expression builder every front end writes into (grammar.h): rules by
+ * name, and expression nodes (bytes, sequences, alternatives, repeats, rule calls) in
+ * flat arrays. It only records; compile.c turns the rules into automata. The first error
+ * sticks: every later call returns -1, so a front end checks once at the end. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar_impl.h"
+
+#define GR_MAX_NODES (8u << 20)
+#define GR_MAX_RULES (1u << 20)
+
+gr_builder *gr_builder_new(void) {
+    gr_builder *b = calloc(1, sizeof *b);
+    return b;
+}
+
+void gr_builder_free(gr_builder *b) {
+    if (!b) return;
+    free(b->nodes);
+    free(b->kids);
+    free(b->sets);
+    for (uint32_t i = 0; i < b->n_rules; i++) free(b->rules[i].name);
+    free(b->rules);
+    free(b);
+}
+
+const cn_error *gr_builder_error(const gr_builder *b) { return &b->err; }
+
+void gr_builder_fail(gr_builder *b, cn_status st, const char *fmt, ...) {
+    if (b->err.status != CN_STATUS_OK) return;
+    b->err.status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->err.msg, sizeof b->err.msg, fmt, ap);
+    va_end(ap);
+}
+
+static bool grow(gr_builder *b, void **p, uint32_t *cap, uint32_t need, size_t elem, uint32_t limit) {
+    if (need <= *cap) return true;
+    if (need > limit) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "compile budget: the grammar has more than %u nodes", limit);
+        return false;
+    }
+    uint32_t nc = *cap ? *cap : 64;
+    while (nc < need) nc = nc > limit / 2 ? limit : nc * 2;
+    void *q = realloc(*p, (size_t)nc * elem);
+    if (!q) {
+        gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
+        return false;
+    }
+    *p = q;
+    *cap = nc;
+    return true;
+}
+
+static int32_t node_new(gr_builder *b, uint8_t kind, uint32_t a, uint32_t c, uint32_t first, uint32_t n) {
+    if (b->err.status != CN_STATUS_OK) return -1;
+    if (!grow(b, (void **)&b->nodes, &b->cap_nodes, b->n_nodes + 1, sizeof *b->nodes, GR_MAX_NODES)) return -1;
+    gr_node *x = &b->nodes[b->n_nodes];
+    x->kind = kind;
+    x->a = a;
+    x->b = c;
+    x->first = first;
+    x->n = n;
+    return (int32_t)b->n_nodes++;
+}
+
+int32_t gr_rule(gr_builder *b, const char *name) {
+    if (b->err.status != CN_STATUS_OK) return -1;
+    for (uint32_t i = 0; i < b->n_rules; i++)
+        if (strcmp(b->rules[i].name, name) == 0) return (int32_t)i;
+    if (!grow(b, (void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules, GR_MAX_RULES)) return -1;
+    char *nm = strdup(name);
+    if (!nm) {
+        gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
+        return -1;
+    }
+    b->rules[b->n_rules] = (gr_brule){ .name = nm, .expr = -1 };
+    return (int32_t)b->n_rules++;
+}
+
+int32_t gr_rule_fresh(gr_builder *b, const char *prefix) {
+    if (b->err.status != CN_STATUS_OK) return -1;
+    /* A fresh name never collides with a user's: rule names in GBNF cannot hold '#'. */
+    char nm[96];
+    snprintf(nm, sizeof nm, "%.60s#%u", prefix, b->n_fresh++);
+    if (!grow(b, (void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules, GR_MAX_RULES)) return -1;
+    char *d = strdup(nm);
+    if (!d) {
+        gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
+        return -1;
+    }
+    b->rules[b->n_rules] = (gr_brule){ .name = d, .expr = -1 };
+    return (int32_t)b->n_rules++;
+}
+
+int32_t gr_rule_define(gr_builder *b, int32_t rule, int32_t expr) {
+    if (b->err.status != CN_STATUS_OK || rule < 0 || expr < 0) return -1;
+    if ((uint32_t)rule >= b->n_rules) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "internal: rule %d out of range", rule);
+        return -1;
+    }
+    if (b->rules[rule].expr >= 0) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "rule '%s' is defined twice", b->rules[rule].name);
+        return -1;
+    }
+    b->rules[rule].expr = expr;
+    return rule;
+}
+
+bool gr_rule_is_defined(const gr_builder *b, int32_t rule) {
+    return rule >= 0 && (uint32_t)rule < b->n_rules && b->rules[rule].expr >= 0;
+}
+
+const char *gr_rule_name(const gr_builder *b, int32_t rule) {
+    return rule >= 0 && (uint32_t)rule < b->n_rules ? b->rules[rule].name : "?";
+}
+
+int32_t gr_empty(gr_builder *b) { return node_new(b, GR_N_EMPTY, 0, 0, 0, 0); }
+int32_t gr_nothing(gr_builder *b) { return node_new(b, GR_N_NOTHING, 0, 0, 0, 0); }
+
+int32_t gr_byteset(gr_builder *b, const uint8_t set[32]) {
+    if (b->err.status != CN_STATUS_OK) return -1;
+    /* The last few sets are looked up again: literals reuse single-byte sets a lot. */
+    uint32_t lo = b->n_sets > 8 ? b->n_sets - 8 : 0;
+    for (uint32_t i = b->n_sets; i-- > lo;)
+        if (memcmp(b->sets[i].bits, set, 32) == 0) return node_new(b, GR_N_BYTES, i, 0, 0, 0);
+    if (!grow(b, (void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets, GR_MAX_NODES)) return -1;
+    memcpy(b->sets[b->n_sets].bits, set, 32);
+    return node_new(b, GR_N_BYTES, b->n_sets++, 0, 0, 0);
+}
+
+int32_t gr_byte_range(gr_builder *b, uint8_t lo, uint8_t hi) {
+    uint8_t set[32] = { 0 };
+    for (unsigned c = lo; c <= hi; c++) set[c >> 3] |= (uint8_t)(1u << (c & 7));
+    return gr_byteset(b, set);
+}
+
+static int32_t list_node(gr_builder *b, uint8_t kind, const int32_t *items, size_t n) {
+    if (b->err.status != CN_STATUS_OK) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (items[i] < 0) return -1;
+    if (n == 0) return kind == GR_N_SEQ ? gr_empty(b) : gr_nothing(b);
+    if (n == 1) return items[0];
+    if (n > GR_MAX_NODES) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "compile budget: a list of %zu items", n);
+        return -1;
+    }
+    if (!grow(b, (void **)&b->kids, &b->cap_kids, b->n_kids + (uint32_t)n, sizeof *b->kids, 4 * GR_MAX_NODES)) return -1;
+    uint32_t first = b->n_kids;
+    memcpy(b->kids + first, items, n * sizeof *items);
+    b->n_kids += (uint32_t)n;
+    return node_new(b, kind, 0, 0, first, (uint32_t)n);
+}
+
+int32_t gr_seq(gr_builder *b, const int32_t *items, size_t n) { return list_node(b, GR_N_SEQ, items, n); }
+int32_t gr_alt(gr_builder *b, const int32_t *items, size_t n) { return list_node(b, GR_N_ALT, items, n); }
+int32_t gr_seq2(gr_builder *b, int32_t x, int32_t y) { return gr_seq(b, (int32_t[]){ x, y }, 2); }
+int32_t gr_alt2(gr_builder *b, int32_t x, int32_t y) { return gr_alt(b, (int32_t[]){ x, y }, 2); }
+
+int32_t gr_literal(gr_builder *b, const char *s, size_t n) {
+    if (b->err.status != CN_STATUS_OK) return -1;
+    if (n == 0) return gr_empty(b);
+    int32_t small[64];
+    int32_t *items = n <= 64 ? small : malloc(n * sizeof *items);
+    if (!items) {
+        gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)s[i];
+        items[i] = gr_byte_range(b, c, c);
+    }
+    int32_t r = gr_seq(b, items, n);
+    if (items != small) free(items);
+    return r;
+}
+
+int32_t gr_repeat(gr_builder *b, int32_t item, uint32_t min, uint32_t max) {
+    if (b->err.status != CN_STATUS_OK || item < 0) return -1;
+    if (min > max) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "a repeat {%u,%u} has min > max", min, max);
+        return -1;
+    }
+    if (max == 0) return gr_empty(b);
+    if (min == 1 && max == 1) return item;
+    return node_new(b, GR_N_REPEAT, min, max, (uint32_t)item, 0);
+}
+
+int32_t gr_ref(gr_builder *b, int32_t rule) {
+    if (b->err.status != CN_STATUS_OK || rule < 0) return -1;
+    if ((uint32_t)rule >= b->n_rules) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "internal: rule %d out of range", rule);
+        return -1;
+    }
+    return node_new(b, GR_N_REF, (uint32_t)rule, 0, 0, 0);
+}
+
+/* ---- code points as UTF-8 ----
+ * A code point range becomes alternatives of byte-range sequences: first split at the
+ * UTF-8 length boundaries, then recursively where the lead byte changes, so that each
+ * piece is lead-range followed by full continuation ranges. */
+
+static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
+
+static void utf8_enc(uint32_t c, uint8_t *o) {
+    switch (utf8_len(c)) {
+    case 1: o[0] = (uint8_t)c; break;
+    case 2: o[0] = (uint8_t)(0xC0 | c >> 6); o[1] = (uint8_t)(0x80 | (c & 0x3F)); break;
+    case 3:
+        o[0] = (uint8_t)(0xE0 | c >> 12); o[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+        o[2] = (uint8_t)(0x80 | (c & 0x3F)); break;
+    default:
+        o[0] = (uint8_t)(0xF0 | c >> 18); o[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
+        o[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F)); o[3] = (uint8_t)(0x80 | (c & 0x3F)); break;
+    }
+}
+
+typedef struct { int32_t *v; size_t n, cap; bool oom; } ivec;
+
+static void ivec_push(ivec *a, int32_t x) {
+    if (a->n == a->cap) {
+        size_t nc = a->cap ? a->cap * 2 : 16;
+        int32_t *q = realloc(a->v, nc * sizeof *q);
+        if (!q) { a->oom = true; return; }
+        a->v = q;
+        a->cap = nc;
+    }
+    a->v[a->n++] = x;
+}
+
+/* [lo, hi] with utf8_len(lo) == utf8_len(hi) == len: pushes byte sequences onto out. */
+static void utf8_split(gr_builder *b, uint32_t lo, uint32_t hi, int len, ivec *out) {
+    if (len == 1) {
+        ivec_push(out, gr_byte_range(b, (uint8_t)lo, (uint8_t)hi));
+        return;
+    }
+    /* m: the bits below the lead byte's. */
+    for (int i = 1; i < len; i++) {
+        uint32_t m = (1u << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0) {
+                utf8_split(b, lo, lo | m, len, out);
+                utf8_split(b, (lo | m) + 1, hi, len, out);
+                return;
+            }
+            if ((hi & m) != m) {
+                utf8_split(b, lo, (hi & ~m) - 1, len, out);
+                utf8_split(b, hi & ~m, hi, len, out);
+                return;
+            }
+        }
+    }
+    uint8_t a[4], z[4];
+    utf8_enc(lo, a);
+    utf8_enc(hi, z);
+    int32_t items[4];
+    for (int i = 0; i < len; i++) items[i] = gr_byte_range(b, a[i], z[i]);
+    ivec_push(out, gr_seq(b, items, (size_t)len));
+}
+
+static int cmp_u32pair(const void *x, const void *y) {
+    const uint32_t *a = x, *c = y;
+    return a[0] < c[0] ? -1 : a[0] > c[0];
+}
+
+int32_t gr_codepoints(gr_builder *b, const uint32_t *ranges, size_t n_ranges, bool negate) {
+    if (b->err.status != CN_STATUS_OK) return -1;
+    /* Normalize: clip, sort, merge; then complement if asked; then drop surrogates. */
+    uint32_t *r = malloc((n_ranges + 2) * 2 * sizeof *r);
+    uint32_t *c = malloc((n_ranges + 4) * 2 * sizeof *c);
+    ivec alts = { 0 };
+    int32_t res = -1;
+    if (!r || !c) goto oom;
+    size_t n = 0;
+    for (size_t i = 0; i < n_ranges; i++) {
+        uint32_t lo = ranges[2 * i], hi = ranges[2 * i + 1];
+        if (hi > 0x10FFFF) hi = 0x10FFFF;
+        if (lo > hi) continue;
+        r[2 * n] = lo;
+        r[2 * n + 1] = hi;
+        n++;
+    }
+    qsort(r, n, 2 * sizeof *r, cmp_u32pair);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && r[2 * i] <= c[2 * m - 1] + 1) {
+            if (r[2 * i + 1] > c[2 * m - 1]) c[2 * m - 1] = r[2 * i + 1];
+        } else {
+            c[2 * m] = r[2 * i];
+            c[2 * m + 1] = r[2 * i + 1];
+            m++;
+        }
+    }
+    if (negate) {
+        size_t k = 0;
+        uint32_t next = 0;
+        for (size_t i = 0; i < m; i++) {
+            if (c[2 * i] > next) { r[2 * k] = next; r[2 * k + 1] = c[2 * i] - 1; k++; }
+            next = c[2 * i + 1] + 1;
+        }
+        if (next <= 0x10FFFF) { r[2 * k] = next; r[2 * k + 1] = 0x10FFFF; k++; }
+        memcpy(c, r, k * 2 * sizeof *c);
+        m = k;
+    }
+    static const uint32_t cuts[][2] = { { 0, 0x7F }, { 0x80, 0x7FF }, { 0x800, 0xD7FF },
+                                        { 0xE000, 0xFFFF }, { 0x10000, 0x10FFFF } };
+    for (size_t i = 0; i < m; i++)
+        for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+            uint32_t lo = c[2 * i] > cuts[k][0] ? c[2 * i] : cuts[k][0];
+            uint32_t hi = c[2 * i + 1] < cuts[k][1] ? c[2 * i + 1] : cuts[k][1];
+            if (lo <= hi) utf8_split(b, lo, hi, utf8_len(lo), &alts);
+        }
+    if (alts.oom) goto oom;
+    res = gr_alt(b, alts.v, alts.n);
+    free(r);
+    free(c);
+    free(alts.v);
+    return res;
+oom:
+    free(r);
+    free(c);
+    free(alts.v);
+    gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
+    return -1;
+}

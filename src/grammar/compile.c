@@ -1,0 +1,684 @@
+/* compile.c — rules to automata. Each rule reachable from the root becomes a Thompson
+ * NFA over byte sets and rule calls, then a DFA by subset construction over the rule's
+ * byte classes (calls are symbols too, so a state has at most one call edge per rule).
+ * Then the whole-grammar analyses the matcher relies on:
+ *   - productive rules and states that can finish; edges into anything else are cut, so
+ *     every live stack can still complete (a mask never leads into a dead end);
+ *   - nullable rules and accept_n (accepting through calls of nullable rules);
+ *   - left recursion (a rule reaching itself before a byte): refused, naming the rule;
+ *   - leaf rules (no calls) and a hash of each table, the shared mask cache's key.
+ * Budgets: total states (NFA + DFA) and wall time, both reported as "compile budget". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "grammar/grammar_impl.h"
+
+#define GR_MAX_DEPTH 4000
+
+enum { E_EPS, E_BYTES, E_CALL };
+typedef struct { uint8_t kind; uint32_t arg; int32_t to, next; } nfa_edge;
+
+typedef struct {
+    const gr_builder *b;
+    int32_t *head;     /* (n_states) first edge */
+    uint32_t n_states, cap_states;
+    nfa_edge *e;
+    uint32_t n_e, cap_e;
+    size_t budget_states, used_states;
+    double deadline_ms;
+    cn_error *err;
+    cn_status st;      /* first failure */
+} nfa;
+
+static bool fail(nfa *a, cn_status st, const char *msg) {
+    if (a->st == CN_STATUS_OK) {
+        a->st = st;
+        cn_err(a->err, st, "%s", msg);
+    }
+    return false;
+}
+
+static int32_t nfa_state(nfa *a) {
+    if (a->st != CN_STATUS_OK) return -1;
+    if (++a->used_states > a->budget_states) {
+        fail(a, CN_STATUS_INVALID_ARG, "compile budget: the grammar needs more automaton states than allowed (max_states)");
+        return -1;
+    }
+    if (a->n_states == a->cap_states) {
+        uint32_t nc = a->cap_states ? a->cap_states * 2 : 256;
+        int32_t *q = realloc(a->head, nc * sizeof *q);
+        if (!q) { fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar"); return -1; }
+        a->head = q;
+        a->cap_states = nc;
+    }
+    a->head[a->n_states] = -1;
+    return (int32_t)a->n_states++;
+}
+
+static void nfa_edge_add(nfa *a, int32_t from, uint8_t kind, uint32_t arg, int32_t to) {
+    if (a->st != CN_STATUS_OK || from < 0 || to < 0) return;
+    if (a->n_e == a->cap_e) {
+        uint32_t nc = a->cap_e ? a->cap_e * 2 : 512;
+        nfa_edge *q = realloc(a->e, nc * sizeof *q);
+        if (!q) { fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar"); return; }
+        a->e = q;
+        a->cap_e = nc;
+    }
+    a->e[a->n_e] = (nfa_edge){ kind, arg, to, a->head[from] };
+    a->head[from] = (int32_t)a->n_e++;
+}
+
+/* Builds node x from state in; returns the state after it (or -1). */
+static int32_t frag(nfa *a, int32_t x, int32_t in, int depth) {
+    if (a->st != CN_STATUS_OK || in < 0) return -1;
+    if (depth > GR_MAX_DEPTH) {
+        fail(a, CN_STATUS_INVALID_ARG, "the grammar is nested too deeply (more than 4000 levels)");
+        return -1;
+    }
+    if ((a->used_states & 1023) == 0 && cn_time_ms() > a->deadline_ms) {
+        fail(a, CN_STATUS_INVALID_ARG, "compile budget: compiling took longer than allowed (max_compile_ms)");
+        return -1;
+    }
+    const gr_node *n = &a->b->nodes[x];
+    switch (n->kind) {
+    case GR_N_EMPTY: return in;
+    case GR_N_NOTHING: return nfa_state(a);
+    case GR_N_BYTES: {
+        int32_t o = nfa_state(a);
+        nfa_edge_add(a, in, E_BYTES, n->a, o);
+        return o;
+    }
+    case GR_N_REF: {
+        int32_t o = nfa_state(a);
+        nfa_edge_add(a, in, E_CALL, n->a, o);
+        return o;
+    }
+    case GR_N_SEQ: {
+        int32_t cur = in;
+        for (uint32_t i = 0; i < n->n; i++) cur = frag(a, a->b->kids[n->first + i], cur, depth + 1);
+        return cur;
+    }
+    case GR_N_ALT: {
+        int32_t out = nfa_state(a);
+        for (uint32_t i = 0; i < n->n; i++) {
+            int32_t s = nfa_state(a);
+            nfa_edge_add(a, in, E_EPS, 0, s);
+            int32_t o = frag(a, a->b->kids[n->first + i], s, depth + 1);
+            nfa_edge_add(a, o, E_EPS, 0, out);
+        }
+        return out;
+    }
+    case GR_N_REPEAT: {
+        int32_t item = (int32_t)n->first;
+        uint32_t min = n->a, max = n->b;
+        int32_t cur = in;
+        for (uint32_t i = 0; i < min && a->st == CN_STATUS_OK; i++) cur = frag(a, item, cur, depth + 1);
+        if (max == GR_INF) {
+            int32_t s = nfa_state(a);
+            nfa_edge_add(a, cur, E_EPS, 0, s);
+            int32_t o = frag(a, item, s, depth + 1);
+            nfa_edge_add(a, o, E_EPS, 0, s);
+            return s;
+        }
+        int32_t end = nfa_state(a);
+        for (uint32_t i = min; i < max && a->st == CN_STATUS_OK; i++) {
+            nfa_edge_add(a, cur, E_EPS, 0, end);
+            int32_t s = nfa_state(a);
+            nfa_edge_add(a, cur, E_EPS, 0, s);
+            cur = frag(a, item, s, depth + 1);
+        }
+        nfa_edge_add(a, cur, E_EPS, 0, end);
+        return end;
+    }
+    }
+    return -1;
+}
+
+/* ---- subset construction ---- */
+
+typedef struct {
+    int32_t *v;
+    uint32_t n, cap;
+} i32v;
+
+static bool i32v_push(i32v *a, int32_t x) {
+    if (a->n == a->cap) {
+        uint32_t nc = a->cap ? a->cap * 2 : 64;
+        int32_t *q = realloc(a->v, nc * sizeof *q);
+        if (!q) return false;
+        a->v = q;
+        a->cap = nc;
+    }
+    a->v[a->n++] = x;
+    return true;
+}
+
+static int cmp_i32(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+typedef struct {
+    nfa *a;
+    uint32_t *mark;     /* (n_states) stamp for closures */
+    uint32_t stamp;
+    /* DFA states as sorted NFA sets in one pool */
+    i32v pool;          /* concatenated sets */
+    i32v set_first;     /* (n_dfa + 1) */
+    int32_t *htab;      /* open addressing over DFA ids */
+    uint32_t hcap;
+    int32_t accept_nfa;
+} subset;
+
+static uint64_t hash_set(const int32_t *s, uint32_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ull;
+    return h ^ n;
+}
+
+/* Closes work[0..n) under eps edges (in place, growing), sorts it. */
+static bool closure(subset *S, i32v *w) {
+    S->stamp++;
+    for (uint32_t i = 0; i < w->n; i++) S->mark[w->v[i]] = S->stamp;
+    for (uint32_t i = 0; i < w->n; i++)
+        for (int32_t e = S->a->head[w->v[i]]; e >= 0; e = S->a->e[e].next)
+            if (S->a->e[e].kind == E_EPS && S->mark[S->a->e[e].to] != S->stamp) {
+                S->mark[S->a->e[e].to] = S->stamp;
+                if (!i32v_push(w, S->a->e[e].to)) return false;
+            }
+    qsort(w->v, w->n, sizeof *w->v, cmp_i32);
+    return true;
+}
+
+static uint32_t n_dfa(const subset *S) { return S->set_first.n - 1; }
+
+/* The DFA id of set w (inserted if new); -1: no memory. */
+static int32_t dfa_lookup(subset *S, const i32v *w, bool *is_new) {
+    uint64_t h = hash_set(w->v, w->n);
+    *is_new = false;
+    if (2 * (n_dfa(S) + 1) > S->hcap) {
+        uint32_t nc = S->hcap ? S->hcap * 2 : 256;
+        int32_t *t = malloc(nc * sizeof *t);
+        if (!t) return -1;
+        for (uint32_t i = 0; i < nc; i++) t[i] = -1;
+        for (uint32_t d = 0; d < n_dfa(S); d++) {
+            const int32_t *s = S->pool.v + S->set_first.v[d];
+            uint32_t m = (uint32_t)(S->set_first.v[d + 1] - S->set_first.v[d]);
+            uint32_t k = (uint32_t)hash_set(s, m) & (nc - 1);
+            while (t[k] >= 0) k = (k + 1) & (nc - 1);
+            t[k] = (int32_t)d;
+        }
+        free(S->htab);
+        S->htab = t;
+        S->hcap = nc;
+    }
+    uint32_t k = (uint32_t)h & (S->hcap - 1);
+    for (; S->htab[k] >= 0; k = (k + 1) & (S->hcap - 1)) {
+        int32_t d = S->htab[k];
+        uint32_t m = (uint32_t)(S->set_first.v[d + 1] - S->set_first.v[d]);
+        if (m == w->n && memcmp(S->pool.v + S->set_first.v[d], w->v, m * sizeof *w->v) == 0) return d;
+    }
+    int32_t d = (int32_t)n_dfa(S);
+    for (uint32_t i = 0; i < w->n; i++)
+        if (!i32v_push(&S->pool, w->v[i])) return -1;
+    if (!i32v_push(&S->set_first, (int32_t)S->pool.n)) return -1;
+    S->htab[k] = d;
+    *is_new = true;
+    return d;
+}
+
+typedef struct { int32_t rule, to; } call_pair;
+static int cmp_call(const void *x, const void *y) {
+    const call_pair *a = x, *b = y;
+    if (a->rule != b->rule) return a->rule < b->rule ? -1 : 1;
+    return a->to < b->to ? -1 : a->to > b->to;
+}
+
+/* One rule: NFA built by the caller (start 0 .. accept_nfa); fills d. */
+static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
+    const gr_builder *b = a->b;
+    subset S = { .a = a, .accept_nfa = accept_nfa };
+    i32v w = { 0 }, trans = { 0 }, acc = { 0 }, cfirst = { 0 }, calls = { 0 };
+    i32v *bucket = NULL;
+    call_pair *cp = NULL;
+    size_t cp_cap = 0;
+    uint32_t n_class = 1;
+    uint8_t cls[256] = { 0 };
+    cn_status st = CN_STATUS_NO_MEMORY;
+    S.mark = calloc(a->n_states, sizeof *S.mark);
+    if (!S.mark) goto done;
+
+    /* byte classes: refine by every set the rule's edges use */
+    {
+        int16_t map[256][2];
+        for (uint32_t e = 0; e < a->n_e; e++) {
+            if (a->e[e].kind != E_BYTES) continue;
+            const uint8_t *bits = b->sets[a->e[e].arg].bits;
+            for (unsigned i = 0; i < n_class; i++) map[i][0] = map[i][1] = -1;
+            uint32_t nn = 0;
+            for (unsigned c = 0; c < 256; c++) {
+                int in = (bits[c >> 3] >> (c & 7)) & 1;
+                if (map[cls[c]][in] < 0) map[cls[c]][in] = (int16_t)nn++;
+                cls[c] = (uint8_t)map[cls[c]][in];
+            }
+            n_class = nn;
+        }
+    }
+    uint8_t rep[256];
+    for (unsigned c = 256; c-- > 0;) rep[cls[c]] = (uint8_t)c;
+    bucket = calloc(n_class, sizeof *bucket);
+    if (!bucket) goto done;
+
+    if (!i32v_push(&S.set_first, 0) || !i32v_push(&w, 0) || !closure(&S, &w)) goto done;
+    bool is_new;
+    if (dfa_lookup(&S, &w, &is_new) < 0) goto done;
+    for (uint32_t ds = 0; ds < n_dfa(&S); ds++) {
+        if (++a->used_states > a->budget_states) {
+            st = CN_STATUS_INVALID_ARG;
+            cn_err(a->err, st, "compile budget: the grammar needs more automaton states than allowed (max_states)");
+            goto done;
+        }
+        if ((ds & 255) == 255 && cn_time_ms() > a->deadline_ms) {
+            st = CN_STATUS_INVALID_ARG;
+            cn_err(a->err, st, "compile budget: compiling took longer than allowed (max_compile_ms)");
+            goto done;
+        }
+        for (uint32_t c = 0; c < n_class; c++) bucket[c].n = 0;
+        size_t n_cp = 0;
+        bool accepting = false;
+        for (int32_t i = S.set_first.v[ds]; i < S.set_first.v[ds + 1]; i++) {
+            int32_t ns = S.pool.v[i];
+            if (ns == accept_nfa) accepting = true;
+            for (int32_t e = a->head[ns]; e >= 0; e = a->e[e].next) {
+                if (a->e[e].kind == E_BYTES) {
+                    const uint8_t *bits = b->sets[a->e[e].arg].bits;
+                    for (uint32_t c = 0; c < n_class; c++)
+                        if ((bits[rep[c] >> 3] >> (rep[c] & 7)) & 1)
+                            if (!i32v_push(&bucket[c], a->e[e].to)) goto done;
+                } else if (a->e[e].kind == E_CALL) {
+                    if (n_cp == cp_cap) {
+                        cp_cap = cp_cap ? cp_cap * 2 : 16;
+                        call_pair *q = realloc(cp, cp_cap * sizeof *q);
+                        if (!q) goto done;
+                        cp = q;
+                    }
+                    cp[n_cp++] = (call_pair){ (int32_t)a->e[e].arg, a->e[e].to };
+                }
+            }
+        }
+        if (!i32v_push(&acc, accepting)) goto done;
+        for (uint32_t c = 0; c < n_class; c++) {
+            int32_t to = -1;
+            if (bucket[c].n) {
+                w.n = 0;
+                for (uint32_t i = 0; i < bucket[c].n; i++)
+                    if (!i32v_push(&w, bucket[c].v[i])) goto done;
+                if (!closure(&S, &w)) goto done;
+                to = dfa_lookup(&S, &w, &is_new);
+                if (to < 0) goto done;
+            }
+            if (!i32v_push(&trans, to)) goto done;
+        }
+        if (!i32v_push(&cfirst, (int32_t)(calls.n / 2))) goto done;
+        qsort(cp, n_cp, sizeof *cp, cmp_call);
+        for (size_t i = 0; i < n_cp;) {
+            size_t j = i;
+            w.n = 0;
+            for (; j < n_cp && cp[j].rule == cp[i].rule; j++)
+                if (!i32v_push(&w, cp[j].to)) goto done;
+            if (!closure(&S, &w)) goto done;
+            int32_t to = dfa_lookup(&S, &w, &is_new);
+            if (to < 0 || !i32v_push(&calls, cp[i].rule) || !i32v_push(&calls, to)) goto done;
+            i = j;
+        }
+    }
+    if (!i32v_push(&cfirst, (int32_t)(calls.n / 2))) goto done;
+
+    d->n_states = n_dfa(&S);
+    d->n_class = n_class;
+    memcpy(d->cls, cls, 256);
+    d->trans = trans.v;
+    trans.v = NULL;
+    d->accept = malloc(d->n_states);
+    d->accept_n = calloc(d->n_states, 1);
+    d->has_out = calloc(d->n_states, 1);
+    d->call_first = malloc((d->n_states + 1) * sizeof *d->call_first);
+    d->calls = malloc((calls.n / 2 + 1) * sizeof *d->calls);
+    if (!d->accept || !d->accept_n || !d->has_out || !d->call_first || !d->calls) goto done;
+    for (uint32_t s = 0; s < d->n_states; s++) d->accept[s] = (uint8_t)acc.v[s];
+    for (uint32_t s = 0; s <= d->n_states; s++) d->call_first[s] = (uint32_t)cfirst.v[s];
+    for (uint32_t i = 0; i < calls.n / 2; i++) d->calls[i] = (gr_call){ calls.v[2 * i], calls.v[2 * i + 1] };
+    st = CN_STATUS_OK;
+done:
+    if (st == CN_STATUS_NO_MEMORY) cn_err(a->err, st, "out of memory compiling the grammar");
+    free(S.mark);
+    free(S.pool.v);
+    free(S.set_first.v);
+    free(S.htab);
+    free(w.v);
+    free(trans.v);
+    free(acc.v);
+    free(cfirst.v);
+    free(calls.v);
+    free(cp);
+    if (bucket)
+        for (uint32_t c = 0; c < n_class; c++) free(bucket[c].v);
+    free(bucket);
+    return st;
+}
+
+void gr_dfa_free_tables(gr_dfa *d) {
+    free(d->name);
+    free(d->trans);
+    free(d->accept);
+    free(d->accept_n);
+    free(d->has_out);
+    free(d->call_first);
+    free(d->calls);
+}
+
+void gr_grammar_free(gr_grammar *g) {
+    if (!g) return;
+    for (uint32_t r = 0; r < g->n_rules; r++) gr_dfa_free_tables(&g->rules[r]);
+    free(g->rules);
+    gr_cache_free(g->cache);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+/* ---- whole-grammar analyses ---- */
+
+/* Cuts edges into states that cannot finish and calls of rules that cannot; returns
+ * false if the root cannot finish. */
+static bool prune(gr_grammar *g, cn_error *err) {
+    uint32_t R = g->n_rules;
+    uint8_t *prod = calloc(R, 1);
+    uint8_t **fin = calloc(R, sizeof *fin);
+    bool ok = prod && fin;
+    for (uint32_t r = 0; ok && r < R; r++) {
+        fin[r] = calloc(g->rules[r].n_states + 1, 1);
+        ok = fin[r] != NULL;
+    }
+    if (!ok) {
+        cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        goto out;
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t r = 0; r < R; r++) {
+            gr_dfa *d = &g->rules[r];
+            for (bool ch = true; ch;) {
+                ch = false;
+                for (uint32_t s = 0; s < d->n_states; s++) {
+                    if (fin[r][s]) continue;
+                    bool f = d->accept[s];
+                    for (uint32_t c = 0; !f && c < d->n_class; c++) {
+                        int32_t t = d->trans[s * d->n_class + c];
+                        f = t >= 0 && fin[r][t];
+                    }
+                    for (uint32_t k = d->call_first[s]; !f && k < d->call_first[s + 1]; k++)
+                        f = prod[d->calls[k].rule] && fin[r][d->calls[k].ret];
+                    if (f) fin[r][s] = 1, ch = changed = true;
+                }
+            }
+            if (d->n_states && fin[r][0] && !prod[r]) prod[r] = 1, changed = true;
+        }
+    }
+    for (uint32_t r = 0; r < R; r++) {
+        gr_dfa *d = &g->rules[r];
+        for (uint32_t s = 0; s < d->n_states; s++) {
+            for (uint32_t c = 0; c < d->n_class; c++) {
+                int32_t *t = &d->trans[s * d->n_class + c];
+                if (*t >= 0 && !fin[r][*t]) *t = -1;
+            }
+        }
+        /* compact the call lists */
+        uint32_t o = 0;
+        for (uint32_t s = 0; s < d->n_states; s++) {
+            uint32_t lo = d->call_first[s], hi = d->call_first[s + 1];
+            d->call_first[s] = o;
+            for (uint32_t k = lo; k < hi; k++)
+                if (prod[d->calls[k].rule] && fin[r][d->calls[k].ret]) d->calls[o++] = d->calls[k];
+        }
+        d->call_first[d->n_states] = o;
+    }
+    ok = prod[g->root];
+    if (!ok) cn_err(err, CN_STATUS_INVALID_ARG, "the grammar matches no text: rule '%s' can never finish", g->rules[g->root].name);
+out:
+    if (fin)
+        for (uint32_t r = 0; r < R; r++) free(fin[r]);
+    free(fin);
+    free(prod);
+    return ok;
+}
+
+static void nullable(gr_grammar *g) {
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (uint32_t r = 0; r < g->n_rules; r++) {
+            gr_dfa *d = &g->rules[r];
+            for (uint32_t s = 0; s < d->n_states; s++) {
+                if (d->accept_n[s]) continue;
+                bool a = d->accept[s];
+                for (uint32_t k = d->call_first[s]; !a && k < d->call_first[s + 1]; k++) {
+                    const gr_dfa *c = &g->rules[d->calls[k].rule];
+                    a = c->n_states && c->accept_n[0] && d->accept_n[d->calls[k].ret];
+                }
+                if (a) d->accept_n[s] = 1, changed = true;
+            }
+        }
+    }
+}
+
+/* Left corners: the rules called at states reachable from a rule's start without a byte. */
+static bool left_recursion(gr_grammar *g, cn_error *err) {
+    uint32_t R = g->n_rules;
+    uint8_t *color = calloc(R, 1);       /* 0 new, 1 on the path, 2 done */
+    int32_t *stack = malloc(R * 2 * sizeof *stack);
+    uint8_t *seen = NULL;
+    uint32_t max_states = 1;
+    for (uint32_t r = 0; r < R; r++) max_states = CN_MAX(max_states, g->rules[r].n_states);
+    seen = malloc(max_states);
+    int32_t *work = malloc(max_states * sizeof *work);
+    /* corners[r]: the rules left-callable from r, as a list */
+    i32v *corners = calloc(R, sizeof *corners);
+    bool ok = color && stack && seen && work && corners;
+    if (!ok) {
+        cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        goto out;
+    }
+    for (uint32_t r = 0; r < R && ok; r++) {
+        const gr_dfa *d = &g->rules[r];
+        if (!d->n_states) continue;
+        memset(seen, 0, d->n_states);
+        uint32_t n = 0;
+        work[n++] = 0;
+        seen[0] = 1;
+        while (n) {
+            int32_t s = work[--n];
+            for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
+                const gr_call *c = &d->calls[k];
+                if (!i32v_push(&corners[r], c->rule)) ok = false;
+                const gr_dfa *cd = &g->rules[c->rule];
+                if (cd->n_states && cd->accept_n[0] && !seen[c->ret]) seen[c->ret] = 1, work[n++] = c->ret;
+            }
+        }
+    }
+    /* cycle search: iterative DFS */
+    for (uint32_t r0 = 0; r0 < R && ok; r0++) {
+        if (color[r0]) continue;
+        uint32_t sp = 0;
+        stack[sp++] = (int32_t)r0;
+        stack[sp++] = 0;
+        color[r0] = 1;
+        while (sp && ok) {
+            int32_t r = stack[sp - 2], i = stack[sp - 1];
+            if ((uint32_t)i < corners[r].n) {
+                stack[sp - 1]++;
+                int32_t q = corners[r].v[i];
+                if (color[q] == 1) {
+                    cn_err(err, CN_STATUS_INVALID_ARG,
+                           "left recursion: rule '%s' can reach itself without consuming input", g->rules[q].name);
+                    ok = false;
+                } else if (color[q] == 0) {
+                    color[q] = 1;
+                    stack[sp++] = q;
+                    stack[sp++] = 0;
+                }
+            } else {
+                color[r] = 2;
+                sp -= 2;
+            }
+        }
+    }
+out:
+    if (corners)
+        for (uint32_t r = 0; r < R; r++) free(corners[r].v);
+    free(corners);
+    free(color);
+    free(stack);
+    free(seen);
+    free(work);
+    return ok;
+}
+
+static void finish_tables(gr_grammar *g) {
+    for (uint32_t r = 0; r < g->n_rules; r++) {
+        gr_dfa *d = &g->rules[r];
+        d->leaf = d->call_first ? d->call_first[d->n_states] == 0 : true;
+        uint64_t h = 1469598103934665603ull;
+#define MIX(x) (h = (h ^ (uint64_t)(x)) * 1099511628211ull)
+        MIX(d->n_states);
+        MIX(d->n_class);
+        for (int c = 0; c < 256; c++) MIX(d->cls[c]);
+        for (uint32_t s = 0; s < d->n_states; s++) {
+            MIX(d->accept[s]);
+            bool out = d->call_first[s + 1] > d->call_first[s];
+            for (uint32_t c = 0; c < d->n_class; c++) {
+                MIX(d->trans[s * d->n_class + c]);
+                out |= d->trans[s * d->n_class + c] >= 0;
+            }
+            d->has_out[s] = out;
+        }
+#undef MIX
+        d->hash = h;
+    }
+}
+
+/* Which rules the root reaches (through the builder's expressions); an undefined one is
+ * an error. */
+static bool reachable(const gr_builder *b, int32_t root, uint8_t *reach, cn_error *err) {
+    int32_t *work = malloc(b->n_rules * sizeof *work);
+    int32_t *nodes = malloc((b->n_nodes + 1) * sizeof *nodes);
+    uint8_t *nseen = calloc(b->n_nodes + 1, 1);
+    bool ok = work && nodes && nseen;
+    if (!ok) {
+        cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        goto out;
+    }
+    uint32_t nw = 0;
+    reach[root] = 1;
+    work[nw++] = root;
+    while (nw && ok) {
+        int32_t r = work[--nw];
+        if (b->rules[r].expr < 0) {
+            cn_err(err, CN_STATUS_INVALID_ARG, "rule '%s' is used but not defined", b->rules[r].name);
+            ok = false;
+            break;
+        }
+        uint32_t nn = 0;
+        if (!nseen[b->rules[r].expr]) nseen[b->rules[r].expr] = 1, nodes[nn++] = b->rules[r].expr;
+        while (nn) {
+            const gr_node *x = &b->nodes[nodes[--nn]];
+            if (x->kind == GR_N_REF && !reach[x->a]) reach[x->a] = 1, work[nw++] = (int32_t)x->a;
+            if (x->kind == GR_N_SEQ || x->kind == GR_N_ALT)
+                for (uint32_t i = 0; i < x->n; i++) {
+                    int32_t k = b->kids[x->first + i];
+                    if (!nseen[k]) nseen[k] = 1, nodes[nn++] = k;
+                }
+            if (x->kind == GR_N_REPEAT && !nseen[x->first]) nseen[x->first] = 1, nodes[nn++] = (int32_t)x->first;
+        }
+    }
+out:
+    free(work);
+    free(nodes);
+    free(nseen);
+    return ok;
+}
+
+cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_grammar **out, cn_error *err) {
+    *out = NULL;
+    if (b->err.status != CN_STATUS_OK) {
+        if (err) *err = b->err;
+        return b->err.status;
+    }
+    if (root < 0 || (uint32_t)root >= b->n_rules) return cn_err(err, CN_STATUS_INVALID_ARG, "the grammar has no root rule");
+    gr_grammar *g = calloc(1, sizeof *g);
+    uint8_t *reach = calloc(b->n_rules, 1);
+    nfa a = { .b = b, .err = err };
+    cn_status st = CN_STATUS_NO_MEMORY;
+    if (!g || !reach) {
+        cn_err(err, st, "out of memory compiling the grammar");
+        goto fail;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    g->rules = calloc(b->n_rules, sizeof *g->rules);
+    g->n_rules = b->n_rules;
+    g->root = root;
+    if (!g->rules) {
+        cn_err(err, st, "out of memory compiling the grammar");
+        goto fail;
+    }
+    if (!reachable(b, root, reach, err)) {
+        st = err ? err->status : CN_STATUS_INVALID_ARG;
+        goto fail;
+    }
+    a.budget_states = lim && lim->max_states ? lim->max_states : 1000000;
+    a.deadline_ms = cn_time_ms() + (lim && lim->max_compile_ms > 0 ? lim->max_compile_ms : 10000);
+    for (uint32_t r = 0; r < b->n_rules; r++) {
+        gr_dfa *d = &g->rules[r];
+        d->name = strdup(b->rules[r].name);
+        if (!d->name) {
+            cn_err(err, st, "out of memory compiling the grammar");
+            goto fail;
+        }
+        if (!reach[r]) {
+            d->call_first = calloc(1, sizeof *d->call_first);
+            if (!d->call_first) goto fail;
+            continue;
+        }
+        a.n_states = 0;
+        a.n_e = 0;
+        int32_t s0 = nfa_state(&a);
+        int32_t fin = frag(&a, b->rules[r].expr, s0, 0);
+        if (a.st != CN_STATUS_OK) {
+            st = a.st;
+            goto fail;
+        }
+        st = determinize(&a, fin, d);
+        if (st != CN_STATUS_OK) goto fail;
+    }
+    if (!prune(g, err)) {
+        st = err ? err->status : CN_STATUS_INVALID_ARG;
+        goto fail;
+    }
+    nullable(g);
+    if (!left_recursion(g, err)) {
+        st = err ? err->status : CN_STATUS_INVALID_ARG;
+        goto fail;
+    }
+    finish_tables(g);
+    free(a.head);
+    free(a.e);
+    free(reach);
+    *out = g;
+    return CN_STATUS_OK;
+fail:
+    if (st == CN_STATUS_OK) st = CN_STATUS_NO_MEMORY;
+    free(a.head);
+    free(a.e);
+    free(reach);
+    gr_grammar_free(g);
+    return st;
+}

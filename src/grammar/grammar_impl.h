@@ -1,0 +1,147 @@
+/* grammar_impl.h — the layer's private structures: the builder's arrays (builder.c), the
+ * compiled grammar (compile.c), the stack machine (pda.c), the vocabulary trie (vocab.c)
+ * and the token matcher (matcher.c). Only src/grammar includes it. */
+#ifndef CN_GRAMMAR_IMPL_H
+#define CN_GRAMMAR_IMPL_H
+
+#include <pthread.h>
+
+#include "grammar/grammar.h"
+
+/* ---- builder ---- */
+
+enum { GR_N_EMPTY, GR_N_NOTHING, GR_N_BYTES, GR_N_SEQ, GR_N_ALT, GR_N_REPEAT, GR_N_REF };
+
+typedef struct {
+    uint8_t kind;
+    uint32_t a, b;      /* BYTES: set index; REPEAT: min, max; REF: rule */
+    uint32_t first, n;  /* SEQ/ALT: kids[first..first+n); REPEAT: first = the item */
+} gr_node;
+
+typedef struct { uint8_t bits[32]; } gr_set;
+
+typedef struct {
+    char *name;
+    int32_t expr; /* -1: declared, not defined */
+} gr_brule;
+
+struct gr_builder {
+    gr_node *nodes;
+    uint32_t n_nodes, cap_nodes;
+    int32_t *kids;
+    uint32_t n_kids, cap_kids;
+    gr_set *sets;
+    uint32_t n_sets, cap_sets;
+    gr_brule *rules;
+    uint32_t n_rules, cap_rules;
+    uint32_t n_fresh;
+    cn_error err;
+};
+
+/* ---- the compiled grammar ----
+ * One DFA per rule over byte classes and rule calls. State 0 is the start. trans[s *
+ * n_class + class] is the next state or -1. A state's calls are calls[call_first[s] ..
+ * call_first[s + 1]): (rule, return state) pairs. Every state that the tables can reach
+ * can also reach acceptance (compile prunes the rest), so every live stack can finish. */
+typedef struct { int32_t rule, ret; } gr_call;
+
+typedef struct {
+    char *name;
+    uint32_t n_states, n_class;
+    uint8_t cls[256];
+    int32_t *trans;       /* (n_states, n_class) */
+    uint8_t *accept;      /* (n_states) 1: accepting */
+    uint8_t *accept_n;    /* (n_states) 1: accepting, or via calls of nullable rules */
+    uint8_t *has_out;     /* (n_states) 1: some byte edge or call leaves it */
+    uint32_t *call_first; /* (n_states + 1) */
+    gr_call *calls;
+    bool leaf;            /* calls no rule: its masks depend on the DFA alone */
+    uint64_t hash;        /* of the tables (leaf rules: the shared-cache key) */
+} gr_dfa;
+
+typedef struct gr_cache gr_cache;
+
+struct gr_grammar {
+    gr_dfa *rules;
+    uint32_t n_rules;
+    int32_t root;
+    /* per-grammar mask cache (matcher.c), keyed by (rule, state) */
+    pthread_mutex_t mu;
+    gr_cache *cache;
+};
+
+/* ---- the stack machine ----
+ * A stack is a top (rule, state) over a parent frame. Frames are hash-consed (one index
+ * per distinct (rule, state, parent)) in a table that grows and shrinks LIFO: a mark taken
+ * before some work can be restored after it, which is how masks explore and roll back. */
+#define GR_BOTTOM (-1) /* no parent: the root's frame */
+#define GR_SENT (-2)   /* the cache walk's stand-in parent: popping it is an escape */
+
+typedef struct { int32_t rule, state, parent; } gr_top;
+
+typedef struct {
+    gr_top *f;          /* (cap) */
+    uint8_t *end;       /* (cap) 1: the stack from this frame down can finish */
+    int32_t *next;      /* (cap) hash chain */
+    int32_t *head;      /* (n_head) buckets */
+    uint32_t *seen;     /* (cap) generation stamps for the pop guard */
+    uint32_t n, cap, n_head, gen;
+} gr_frames;
+
+typedef struct {
+    const gr_grammar *g;
+    gr_frames fr;
+    gr_top *tops;       /* scratch: the walk's levels, one after another */
+    size_t n_tops, cap_tops;
+    bool escaped;       /* set by gr_advance when a top popped GR_SENT */
+    bool oom;
+} gr_pda;
+
+int gr_pda_init(gr_pda *p, const gr_grammar *g); /* 0 or -1 (no memory) */
+void gr_pda_free(gr_pda *p);
+int32_t gr_frame_cons(gr_pda *p, gr_top t); /* -1: no memory */
+void gr_frames_truncate(gr_pda *p, uint32_t mark);
+/* The tops reached from in[0..n_in) by byte c, appended at p->tops[p->n_tops..]; returns
+ * how many (0: dead). in may point into p->tops (it is read before anything moves: the
+ * function copies nothing over it). */
+size_t gr_advance(gr_pda *p, size_t in_at, size_t n_in, uint8_t c);
+bool gr_tops_can_end(const gr_pda *p, const gr_top *t, size_t n);
+bool gr_tops_can_continue(const gr_pda *p, const gr_top *t, size_t n);
+int gr_tops_reserve(gr_pda *p, size_t extra); /* 0 or -1 */
+
+/* ---- the vocabulary trie ----
+ * Tokens sorted by their bytes; the trie in preorder: node i holds byte[i] at depth[i]
+ * (1 = a first byte), its subtree is nodes [i, end[i]), and the tokens whose text ends
+ * there are tok[tok_first[i] .. tok_first[i + 1]). */
+typedef struct {
+    uint32_t n_nodes;
+    uint8_t *byte;
+    uint16_t *depth;
+    uint32_t *end;
+    uint32_t *tok_first; /* (n_nodes + 1) */
+    int32_t *tok;
+} gr_trie;
+
+struct gr_vocab {
+    int refs;
+    pthread_mutex_t mu;
+    int32_t n_vocab;
+    uint8_t **bytes;     /* (n_vocab) NULL: never allowed */
+    uint32_t *len;
+    int32_t *eog;
+    size_t n_eog;
+    gr_trie trie;
+    uint64_t hash;       /* of every token's bytes: which grammars may share it */
+    gr_cache *shared;    /* leaf rules' masks, keyed by (DFA hash, state) */
+};
+
+void gr_trie_free(gr_trie *t);
+/* Builds a trie over the (id, bytes) pairs given; ids may repeat. */
+int gr_trie_build(gr_trie *t, const int32_t *ids, const uint8_t *const *bytes, const uint32_t *len, size_t n);
+
+void gr_cache_free(gr_cache *c);
+
+/* compile.c */
+void gr_dfa_free_tables(gr_dfa *d);
+
+#endif

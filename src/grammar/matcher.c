@@ -1,0 +1,487 @@
+/* matcher.c — token masks, commits and rollback for one sequence.
+ *
+ * The mask of a stack set is the union over its tops of what each top allows. What a top
+ * (rule, state) allows splits in two parts:
+ *   - tokens it takes without ever returning below its own frame: they depend on the
+ *     (rule, state) alone, so they are computed once by walking the whole token trie from
+ *     that state over a stand-in parent (GR_SENT) and kept as a bitset (acc);
+ *   - tokens whose bytes return below the frame (an "escape": the rule finished and the
+ *     parent must take the rest). The walk records where each escape happened; the rests
+ *     of those tokens form a small suffix trie, walked at mask time from the real parent.
+ * Entries are cached per grammar, and for leaf rules (which call nothing: strings,
+ * numbers, literals) in the vocabulary's shared cache, keyed by the DFA itself, so every
+ * grammar with the same JSON string rule shares its masks. A cache entry is immutable
+ * once inserted; the caches take a lock only to look up and insert.
+ *
+ * History: every accepted step (token or text) keeps its stack set and the frame table's
+ * mark, so rollback is a truncation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "grammar/grammar_impl.h"
+
+#define GR_CACHE_MAX_ENTRIES 8192
+
+typedef struct {
+    uint32_t *acc;  /* (n_words) */
+    gr_trie suf;    /* rests of the escaping tokens */
+} gr_entry;
+
+struct gr_cache {
+    uint64_t *keys;
+    gr_entry **vals;
+    uint32_t n, cap;
+    /* shared cache only: the leaf DFAs seen, to resolve a rule to its id exactly */
+    gr_dfa *dfas;
+    uint32_t n_dfas, cap_dfas;
+};
+
+static void entry_free(gr_entry *e) {
+    if (!e) return;
+    free(e->acc);
+    gr_trie_free(&e->suf);
+    free(e);
+}
+
+void gr_cache_free(gr_cache *c) {
+    if (!c) return;
+    for (uint32_t i = 0; i < c->cap; i++)
+        if (c->vals[i]) entry_free(c->vals[i]);
+    free(c->keys);
+    free(c->vals);
+    for (uint32_t i = 0; i < c->n_dfas; i++) gr_dfa_free_tables(&c->dfas[i]);
+    free(c->dfas);
+    free(c);
+}
+
+static uint32_t key_slot(uint64_t k, uint32_t cap) {
+    k ^= k >> 31;
+    k *= 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(k >> 32) & (cap - 1);
+}
+
+static gr_entry *cache_get(gr_cache *c, uint64_t k) {
+    if (!c || !c->cap) return NULL;
+    for (uint32_t i = key_slot(k, c->cap); c->vals[i]; i = (i + 1) & (c->cap - 1))
+        if (c->keys[i] == k) return c->vals[i];
+    return NULL;
+}
+
+/* Takes e; returns the entry now cached for k (e, or an earlier one, e then freed), or
+ * NULL when the cache is full (the caller keeps e and frees it after use). */
+static gr_entry *cache_put(gr_cache **cp, uint64_t k, gr_entry *e) {
+    if (!*cp) {
+        *cp = calloc(1, sizeof **cp);
+        if (!*cp) return NULL;
+    }
+    gr_cache *c = *cp;
+    gr_entry *old = cache_get(c, k);
+    if (old) {
+        entry_free(e);
+        return old;
+    }
+    if (c->n >= GR_CACHE_MAX_ENTRIES) return NULL;
+    if (2 * (c->n + 1) > c->cap) {
+        uint32_t nc = c->cap ? c->cap * 2 : 64;
+        uint64_t *nk = calloc(nc, sizeof *nk);
+        gr_entry **nv = calloc(nc, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return NULL;
+        }
+        for (uint32_t i = 0; i < c->cap; i++)
+            if (c->vals[i]) {
+                uint32_t j = key_slot(c->keys[i], nc);
+                while (nv[j]) j = (j + 1) & (nc - 1);
+                nk[j] = c->keys[i];
+                nv[j] = c->vals[i];
+            }
+        free(c->keys);
+        free(c->vals);
+        c->keys = nk;
+        c->vals = nv;
+        c->cap = nc;
+    }
+    uint32_t i = key_slot(k, c->cap);
+    while (c->vals[i]) i = (i + 1) & (c->cap - 1);
+    c->keys[i] = k;
+    c->vals[i] = e;
+    c->n++;
+    return e;
+}
+
+/* The shared id of a leaf DFA (a copy kept in the shared cache); -1 if it cannot be kept. */
+static int32_t shared_dfa_id(gr_cache **cp, const gr_dfa *d) {
+    if (!*cp) {
+        *cp = calloc(1, sizeof **cp);
+        if (!*cp) return -1;
+    }
+    gr_cache *c = *cp;
+    size_t nt = (size_t)d->n_states * d->n_class;
+    for (uint32_t i = 0; i < c->n_dfas; i++) {
+        const gr_dfa *x = &c->dfas[i];
+        if (x->hash == d->hash && x->n_states == d->n_states && x->n_class == d->n_class &&
+            memcmp(x->cls, d->cls, 256) == 0 && memcmp(x->accept, d->accept, d->n_states) == 0 &&
+            memcmp(x->trans, d->trans, nt * sizeof *d->trans) == 0)
+            return (int32_t)i;
+    }
+    if (c->n_dfas >= 4096) return -1;
+    if (c->n_dfas == c->cap_dfas) {
+        uint32_t nc = c->cap_dfas ? c->cap_dfas * 2 : 16;
+        gr_dfa *q = realloc(c->dfas, nc * sizeof *q);
+        if (!q) return -1;
+        c->dfas = q;
+        c->cap_dfas = nc;
+    }
+    gr_dfa *x = &c->dfas[c->n_dfas];
+    memset(x, 0, sizeof *x);
+    x->hash = d->hash;
+    x->n_states = d->n_states;
+    x->n_class = d->n_class;
+    memcpy(x->cls, d->cls, 256);
+    x->trans = malloc(nt * sizeof *x->trans + 1);
+    x->accept = malloc(d->n_states + 1);
+    if (!x->trans || !x->accept) {
+        free(x->trans);
+        free(x->accept);
+        return -1;
+    }
+    memcpy(x->trans, d->trans, nt * sizeof *x->trans);
+    memcpy(x->accept, d->accept, d->n_states);
+    return (int32_t)c->n_dfas++;
+}
+
+/* ---- the matcher ---- */
+
+typedef struct {
+    size_t at, n;        /* the step's stack set in p.tops */
+    uint32_t frames;     /* the frame table's size after the step */
+    bool done;           /* an end-of-generation token was accepted */
+} gr_step;
+
+struct gr_matcher {
+    const gr_grammar *g;
+    gr_vocab *v;
+    size_t n_words;
+    gr_pda p;
+    gr_step *steps;
+    size_t n_steps, cap_steps;
+    int32_t *shared_id;  /* (n_rules) -2: not resolved yet, -1: not shareable */
+    /* walk scratch, by trie depth */
+    size_t *lvl_at, *lvl_n;
+    uint32_t *lvl_fr;
+    uint32_t *esc;       /* escape nodes found by an entry walk */
+    size_t n_esc, cap_esc;
+};
+
+static bool push_step(gr_matcher *m, gr_step s) {
+    if (m->n_steps == m->cap_steps) {
+        size_t nc = m->cap_steps ? m->cap_steps * 2 : 64;
+        gr_step *q = realloc(m->steps, nc * sizeof *q);
+        if (!q) return false;
+        m->steps = q;
+        m->cap_steps = nc;
+    }
+    m->steps[m->n_steps++] = s;
+    return true;
+}
+
+cn_status gr_matcher_new(const gr_grammar *g, gr_vocab *v, gr_matcher **out, cn_error *err) {
+    *out = NULL;
+    gr_matcher *m = calloc(1, sizeof *m);
+    if (!m) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory creating a grammar matcher");
+    m->g = g;
+    m->v = v;
+    m->n_words = ((size_t)v->n_vocab + 31) / 32;
+    m->shared_id = malloc((g->n_rules + 1) * sizeof *m->shared_id);
+    m->lvl_at = malloc(65537 * sizeof *m->lvl_at);
+    m->lvl_n = malloc(65537 * sizeof *m->lvl_n);
+    m->lvl_fr = malloc(65537 * sizeof *m->lvl_fr);
+    if (!m->shared_id || !m->lvl_at || !m->lvl_n || !m->lvl_fr || gr_pda_init(&m->p, g) != 0 ||
+        gr_tops_reserve(&m->p, 1) != 0) {
+        gr_matcher_free(m);
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory creating a grammar matcher");
+    }
+    for (uint32_t r = 0; r < g->n_rules; r++) m->shared_id[r] = -2;
+    m->p.tops[0] = (gr_top){ g->root, 0, GR_BOTTOM };
+    m->p.n_tops = 1;
+    if (!push_step(m, (gr_step){ 0, 1, 0, false })) {
+        gr_matcher_free(m);
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory creating a grammar matcher");
+    }
+    *out = m;
+    return CN_STATUS_OK;
+}
+
+void gr_matcher_free(gr_matcher *m) {
+    if (!m) return;
+    gr_pda_free(&m->p);
+    free(m->steps);
+    free(m->shared_id);
+    free(m->lvl_at);
+    free(m->lvl_n);
+    free(m->lvl_fr);
+    free(m->esc);
+    free(m);
+}
+
+static const gr_step *cur(const gr_matcher *m) { return &m->steps[m->n_steps - 1]; }
+
+/* Walks trie t from the stack set p.tops[at .. at + n): every token whose bytes the set
+ * takes gets its bit in mask. With collect, records the nodes where a top escaped. The
+ * pda's tops and frames are restored on return. */
+static void walk(gr_matcher *m, const gr_trie *t, size_t at, size_t n, uint32_t *mask, bool collect) {
+    gr_pda *p = &m->p;
+    size_t tops0 = p->n_tops;
+    uint32_t fr0 = p->fr.n;
+    m->lvl_at[0] = at;
+    m->lvl_n[0] = n;
+    m->lvl_fr[0] = fr0;
+    size_t top_end0 = tops0;
+    for (uint32_t i = 0; i < t->n_nodes && !p->oom;) {
+        uint32_t d = t->depth[i];
+        /* back to the parent level */
+        p->n_tops = d == 1 ? top_end0 : m->lvl_at[d - 1] + m->lvl_n[d - 1];
+        gr_frames_truncate(p, m->lvl_fr[d - 1]);
+        p->escaped = false;
+        size_t out_at = p->n_tops;
+        size_t k = gr_advance(p, m->lvl_at[d - 1], m->lvl_n[d - 1], t->byte[i]);
+        if (collect && p->escaped) {
+            if (m->n_esc == m->cap_esc) {
+                size_t nc = m->cap_esc ? m->cap_esc * 2 : 256;
+                uint32_t *q = realloc(m->esc, nc * sizeof *q);
+                if (!q) {
+                    p->oom = true;
+                    break;
+                }
+                m->esc = q;
+                m->cap_esc = nc;
+            }
+            m->esc[m->n_esc++] = i;
+        }
+        if (k == 0) {
+            i = t->end[i];
+            continue;
+        }
+        m->lvl_at[d] = out_at;
+        m->lvl_n[d] = k;
+        m->lvl_fr[d] = p->fr.n;
+        for (uint32_t j = t->tok_first[i]; j < t->tok_first[i + 1]; j++) {
+            uint32_t id = (uint32_t)t->tok[j];
+            mask[id >> 5] |= 1u << (id & 31);
+        }
+        i++;
+    }
+    p->n_tops = tops0;
+    gr_frames_truncate(p, fr0);
+}
+
+/* The entry of top (rule, state), computed by a walk from it over GR_SENT. */
+static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
+    gr_pda *p = &m->p;
+    const gr_vocab *v = m->v;
+    gr_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->acc = calloc(m->n_words, sizeof *e->acc);
+    if (!e->acc || gr_tops_reserve(p, 1) != 0) goto fail;
+    size_t at = p->n_tops;
+    p->tops[p->n_tops++] = (gr_top){ rule, state, GR_SENT };
+    m->n_esc = 0;
+    walk(m, &v->trie, at, 1, e->acc, true);
+    p->n_tops = at;
+    if (p->oom) goto fail;
+    if (m->n_esc) {
+        /* the rests of the escaping tokens that were not accepted outright */
+        size_t n_pairs = 0;
+        for (size_t k = 0; k < m->n_esc; k++) {
+            uint32_t i = m->esc[k];
+            n_pairs += v->trie.tok_first[v->trie.end[i]] - v->trie.tok_first[i];
+        }
+        int32_t *ids = malloc((n_pairs + 1) * sizeof *ids);
+        const uint8_t **bytes = malloc((n_pairs + 1) * sizeof *bytes);
+        uint32_t *len = malloc((n_pairs + 1) * sizeof *len);
+        bool ok = ids && bytes && len;
+        size_t np = 0;
+        for (size_t k = 0; ok && k < m->n_esc; k++) {
+            uint32_t i = m->esc[k], off = v->trie.depth[i] - 1u;
+            for (uint32_t j = v->trie.tok_first[i]; j < v->trie.tok_first[v->trie.end[i]]; j++) {
+                int32_t id = v->trie.tok[j];
+                if ((e->acc[id >> 5] >> (id & 31)) & 1) continue;
+                ids[np] = id;
+                bytes[np] = v->bytes[id] + off;
+                len[np] = v->len[id] - off;
+                np++;
+            }
+        }
+        if (ok && np) ok = gr_trie_build(&e->suf, ids, bytes, len, np) == 0;
+        free(ids);
+        free(bytes);
+        free(len);
+        if (!ok) goto fail;
+    }
+    return e;
+fail:
+    p->oom = false;
+    entry_free(e);
+    return NULL;
+}
+
+/* The entry for (rule, state) from the caches, computing it when missing. *owned: the
+ * caller must free it (the cache was full). NULL: no memory. */
+static gr_entry *entry_get(gr_matcher *m, int32_t rule, int32_t state, bool *owned) {
+    gr_grammar *g = (gr_grammar *)m->g;
+    gr_vocab *v = m->v;
+    *owned = false;
+    const gr_dfa *d = &g->rules[rule];
+    pthread_mutex_t *mu;
+    gr_cache **cp;
+    uint64_t key;
+    if (d->leaf) {
+        mu = &v->mu;
+        cp = &v->shared;
+        pthread_mutex_lock(mu);
+        if (m->shared_id[rule] == -2) m->shared_id[rule] = shared_dfa_id(cp, d);
+        pthread_mutex_unlock(mu);
+    }
+    if (d->leaf && m->shared_id[rule] >= 0) {
+        key = (uint64_t)(uint32_t)m->shared_id[rule] << 32 | (uint32_t)state;
+    } else {
+        mu = &g->mu;
+        cp = &g->cache;
+        key = (uint64_t)(uint32_t)rule << 32 | (uint32_t)state;
+    }
+    pthread_mutex_lock(mu);
+    gr_entry *e = cache_get(*cp, key);
+    pthread_mutex_unlock(mu);
+    if (e) return e;
+    gr_entry *ne = entry_compute(m, rule, state);
+    if (!ne) return NULL;
+    pthread_mutex_lock(mu);
+    e = cache_put(cp, key, ne);
+    pthread_mutex_unlock(mu);
+    if (!e) {
+        *owned = true;
+        return ne;
+    }
+    return e;
+}
+
+cn_status gr_matcher_mask(gr_matcher *m, uint32_t *mask, cn_error *err) {
+    memset(mask, 0, m->n_words * sizeof *mask);
+    const gr_step *s = cur(m);
+    if (s->done) return CN_STATUS_OK;
+    gr_pda *p = &m->p;
+    for (size_t i = 0; i < s->n; i++) {
+        gr_top t = p->tops[s->at + i];
+        bool dup = false;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = p->tops[s->at + j].rule == t.rule && p->tops[s->at + j].state == t.state &&
+                  p->tops[s->at + j].parent == t.parent;
+        if (dup) continue;
+        bool owned;
+        gr_entry *e = entry_get(m, t.rule, t.state, &owned);
+        if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
+        for (size_t w = 0; w < m->n_words; w++) mask[w] |= e->acc[w];
+        if (e->suf.n_nodes && t.parent >= 0) {
+            if (gr_tops_reserve(p, 1) != 0) {
+                if (owned) entry_free(e);
+                return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
+            }
+            size_t at = p->n_tops;
+            p->tops[p->n_tops++] = p->fr.f[t.parent];
+            walk(m, &e->suf, at, 1, mask, false);
+            p->n_tops = at;
+        }
+        if (owned) entry_free(e);
+        if (p->oom) {
+            p->oom = false;
+            return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
+        }
+    }
+    if (gr_tops_can_end(p, p->tops + s->at, s->n))
+        for (size_t k = 0; k < m->v->n_eog; k++) {
+            uint32_t id = (uint32_t)m->v->eog[k];
+            mask[id >> 5] |= 1u << (id & 31);
+        }
+    return CN_STATUS_OK;
+}
+
+bool gr_matcher_accept_bytes(gr_matcher *m, const uint8_t *b, size_t n) {
+    const gr_step s = *cur(m);
+    if (s.done) return false;
+    gr_pda *p = &m->p;
+    size_t base = s.at + s.n; /* the history ends here */
+    p->n_tops = base;
+    size_t at = s.at, cnt = s.n;
+    uint32_t fr0 = p->fr.n;
+    for (size_t i = 0; i < n; i++) {
+        size_t out_at = p->n_tops;
+        size_t k = gr_advance(p, at, cnt, b[i]);
+        if (k == 0 || p->oom) {
+            p->oom = false;
+            p->n_tops = base;
+            gr_frames_truncate(p, fr0);
+            return false;
+        }
+        at = out_at;
+        cnt = k;
+    }
+    if (at != base) memmove(p->tops + base, p->tops + at, cnt * sizeof *p->tops);
+    p->n_tops = base + cnt;
+    if (!push_step(m, (gr_step){ base, cnt, p->fr.n, false })) {
+        p->n_tops = base;
+        gr_frames_truncate(p, fr0);
+        return false;
+    }
+    return true;
+}
+
+static bool is_eog(const gr_vocab *v, int32_t token) {
+    for (size_t k = 0; k < v->n_eog; k++)
+        if (v->eog[k] == token) return true;
+    return false;
+}
+
+bool gr_matcher_accept(gr_matcher *m, int32_t token) {
+    if (token < 0 || token >= m->v->n_vocab) return false;
+    const gr_step s = *cur(m);
+    if (s.done) return false;
+    if (is_eog(m->v, token)) {
+        if (!gr_tops_can_end(&m->p, m->p.tops + s.at, s.n)) return false;
+        return push_step(m, (gr_step){ s.at, s.n, s.frames, true });
+    }
+    if (!m->v->len[token]) return false;
+    return gr_matcher_accept_bytes(m, m->v->bytes[token], m->v->len[token]);
+}
+
+bool gr_matcher_is_complete(const gr_matcher *m) {
+    const gr_step *s = cur(m);
+    return s->done || gr_tops_can_end(&m->p, m->p.tops + s->at, s->n);
+}
+
+bool gr_matcher_is_done(const gr_matcher *m) {
+    const gr_step *s = cur(m);
+    if (s->done) return true;
+    return gr_tops_can_end(&m->p, m->p.tops + s->at, s->n) &&
+           !gr_tops_can_continue(&m->p, m->p.tops + s->at, s->n);
+}
+
+cn_status gr_matcher_rollback(gr_matcher *m, size_t n, cn_error *err) {
+    if (n >= m->n_steps)
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n", "cannot roll back %zu steps: %zu kept", n, m->n_steps - 1);
+    m->n_steps -= n;
+    const gr_step *s = cur(m);
+    m->p.n_tops = s->at + s->n;
+    gr_frames_truncate(&m->p, s->frames);
+    return CN_STATUS_OK;
+}
+
+size_t gr_matcher_n_steps(const gr_matcher *m) { return m->n_steps - 1; }
+
+void gr_matcher_reset(gr_matcher *m) {
+    m->n_steps = 1;
+    m->p.n_tops = 1;
+    gr_frames_truncate(&m->p, 0);
+}

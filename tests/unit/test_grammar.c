@@ -1,0 +1,325 @@
+/* test_grammar.c — the grammar engine core (src/grammar: builder, compile, the stack
+ * machine, the token matcher). Truth in layers: the byte-level machine against direct
+ * checkers written here (balanced brackets counted, a code point decoded), every string
+ * up to a length; the token masks (trie walks, cached entries, suffix tries) against the
+ * byte-level machine fed each token on its own; rollback against masks taken before.
+ * Plus the compile errors (left recursion, undefined rules, empty languages, budgets). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+
+static gr_grammar *compile_ok(gr_builder *b, int32_t root) {
+    gr_grammar *g = NULL;
+    cn_error err = { 0 };
+    cn_status st = gr_compile(b, root, NULL, &g, &err);
+    cr_assert_eq(st, CN_STATUS_OK, "compile: %s", err.msg);
+    gr_builder_free(b);
+    return g;
+}
+
+/* S ::= ( "(" S ")" | "[" S "]" )* : nested brackets, recursion through a nullable rule */
+static gr_grammar *brackets(void) {
+    gr_builder *b = gr_builder_new();
+    int32_t s = gr_rule(b, "S");
+    int32_t par = gr_seq(b, (int32_t[]){ gr_literal(b, "(", 1), gr_ref(b, s), gr_literal(b, ")", 1) }, 3);
+    int32_t sq = gr_seq(b, (int32_t[]){ gr_literal(b, "[", 1), gr_ref(b, s), gr_literal(b, "]", 1) }, 3);
+    gr_rule_define(b, s, gr_repeat(b, gr_alt2(b, par, sq), 0, GR_INF));
+    return compile_ok(b, s);
+}
+
+static bool balanced(const char *s, size_t n) {
+    char st[64];
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '(' || s[i] == '[') {
+            st[d++] = s[i];
+        } else {
+            char want = s[i] == ')' ? '(' : '[';
+            if (!d || st[d - 1] != want) return false;
+            d--;
+        }
+    }
+    return d == 0;
+}
+
+Test(grammar, brackets_match_every_string_up_to_8) {
+    gr_grammar *g = brackets();
+    const char alpha[] = "()[]";
+    char s[16];
+    int n_ok = 0;
+    for (int len = 0; len <= 8; len++) {
+        long total = 1;
+        for (int i = 0; i < len; i++) total *= 4;
+        for (long x = 0; x < total; x++) {
+            long y = x;
+            for (int i = 0; i < len; i++, y /= 4) s[i] = alpha[y % 4];
+            bool want = balanced(s, (size_t)len);
+            n_ok += want;
+            cr_assert_eq(gr_matches(g, s, (size_t)len), want, "'%.*s': want %d", len, s, want);
+        }
+    }
+    cr_assert_gt(n_ok, 100);
+    gr_grammar_free(g);
+}
+
+Test(grammar, codepoint_classes_follow_utf8) {
+    gr_builder *b = gr_builder_new();
+    int32_t r = gr_rule(b, "root");
+    /* Greek lower case and CJK, negated: everything else that is a scalar value */
+    uint32_t ranges[] = { 0x3B1, 0x3C9, 0x4E00, 0x9FFF };
+    gr_rule_define(b, r, gr_codepoints(b, ranges, 2, true));
+    gr_grammar *g = compile_ok(b, r);
+    uint32_t probes[] = { 0, 0x41, 0x7F, 0x80, 0x3B0, 0x3B1, 0x3C9, 0x3CA, 0x7FF, 0x800, 0x4DFF, 0x4E00,
+                          0x9FFF, 0xA000, 0xD7FF, 0xD800, 0xDFFF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF };
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        uint32_t c = probes[i];
+        char u[4];
+        size_t n;
+        if (c < 0x80) { u[0] = (char)c; n = 1; }
+        else if (c < 0x800) { u[0] = (char)(0xC0 | c >> 6); u[1] = (char)(0x80 | (c & 63)); n = 2; }
+        else if (c < 0x10000) { u[0] = (char)(0xE0 | c >> 12); u[1] = (char)(0x80 | ((c >> 6) & 63)); u[2] = (char)(0x80 | (c & 63)); n = 3; }
+        else { u[0] = (char)(0xF0 | c >> 18); u[1] = (char)(0x80 | ((c >> 12) & 63)); u[2] = (char)(0x80 | ((c >> 6) & 63)); u[3] = (char)(0x80 | (c & 63)); n = 4; }
+        bool in = (c >= 0x3B1 && c <= 0x3C9) || (c >= 0x4E00 && c <= 0x9FFF);
+        bool surrogate = c >= 0xD800 && c <= 0xDFFF;
+        cr_assert_eq(gr_matches(g, u, n), !in && !surrogate, "U+%04X", c);
+    }
+    /* no overlong or stray bytes */
+    cr_assert(!gr_matches(g, "\xC0\x80", 2));
+    cr_assert(!gr_matches(g, "\x80", 1));
+    cr_assert(!gr_matches(g, "\xF4\x90\x80\x80", 4)); /* above U+10FFFF */
+    gr_grammar_free(g);
+}
+
+Test(grammar, repeats_bounded_and_alternatives) {
+    gr_builder *b = gr_builder_new();
+    int32_t r = gr_rule(b, "root");
+    /* ("ab" | "a"){2,3} "c"? */
+    int32_t item = gr_alt2(b, gr_literal(b, "ab", 2), gr_literal(b, "a", 1));
+    gr_rule_define(b, r, gr_seq2(b, gr_repeat(b, item, 2, 3), gr_repeat(b, gr_literal(b, "c", 1), 0, 1)));
+    gr_grammar *g = compile_ok(b, r);
+    const char *yes[] = { "aa", "aba", "abab", "aab", "aaa", "ababab", "aac", "abababc", "aabac" };
+    const char *no[] = { "", "a", "ab", "c", "aaaa", "abababab", "aacc", "ba", "abb" };
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) cr_assert(gr_matches(g, yes[i], strlen(yes[i])), "%s", yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) cr_assert(!gr_matches(g, no[i], strlen(no[i])), "%s", no[i]);
+    gr_grammar_free(g);
+}
+
+static void compile_fails(gr_builder *b, int32_t root, const char *needle) {
+    gr_grammar *g = NULL;
+    cn_error err = { 0 };
+    gr_limits lim = { .max_states = 5000 };
+    cn_status st = gr_compile(b, root, &lim, &g, &err);
+    cr_assert_neq(st, CN_STATUS_OK);
+    cr_assert_null(g);
+    cr_assert(strstr(err.msg, needle), "message '%s' lacks '%s'", err.msg, needle);
+    gr_builder_free(b);
+}
+
+Test(grammar, compile_errors_name_the_problem) {
+    gr_builder *b = gr_builder_new();
+    int32_t e = gr_rule(b, "expr");
+    /* expr ::= expr "+" "1" | "1": left recursive */
+    gr_rule_define(b, e, gr_alt2(b, gr_seq(b, (int32_t[]){ gr_ref(b, e), gr_literal(b, "+1", 2) }, 2), gr_literal(b, "1", 1)));
+    compile_fails(b, e, "left recursion: rule 'expr'");
+
+    /* through a nullable prefix: a ::= b? a "x" | "y" */
+    b = gr_builder_new();
+    int32_t a = gr_rule(b, "a"), bb = gr_rule(b, "b");
+    gr_rule_define(b, bb, gr_literal(b, "z", 1));
+    gr_rule_define(b, a, gr_alt2(b, gr_seq(b, (int32_t[]){ gr_repeat(b, gr_ref(b, bb), 0, 1), gr_ref(b, a), gr_literal(b, "x", 1) }, 3),
+                                 gr_literal(b, "y", 1)));
+    compile_fails(b, a, "left recursion: rule 'a'");
+
+    b = gr_builder_new();
+    int32_t r = gr_rule(b, "root");
+    gr_rule_define(b, r, gr_ref(b, gr_rule(b, "missing")));
+    compile_fails(b, r, "rule 'missing' is used but not defined");
+
+    /* x ::= "(" x ")": no base case */
+    b = gr_builder_new();
+    int32_t x = gr_rule(b, "x");
+    gr_rule_define(b, x, gr_seq(b, (int32_t[]){ gr_literal(b, "(", 1), gr_ref(b, x), gr_literal(b, ")", 1) }, 3));
+    compile_fails(b, x, "matches no text");
+
+    b = gr_builder_new();
+    r = gr_rule(b, "root");
+    gr_rule_define(b, r, gr_repeat(b, gr_byte_range(b, 'a', 'z'), 0, 100000));
+    compile_fails(b, r, "compile budget");
+
+    b = gr_builder_new();
+    r = gr_rule(b, "root");
+    gr_repeat(b, gr_literal(b, "a", 1), 3, 2);
+    compile_fails(b, r, "min > max");
+}
+
+/* ---- token masks ---- */
+
+typedef struct {
+    int32_t n;
+    char **tok;
+    size_t *len;
+} toyvocab;
+
+/* Every string of length 1-3 over alpha, plus a few longer ones: a vocabulary with deep
+ * shared prefixes, as a real one has. Token ids are scrambled against trie order. */
+static toyvocab toy(const char *alpha) {
+    toyvocab v = { 0 };
+    size_t na = strlen(alpha);
+    size_t cap = na + na * na + na * na * na + 16;
+    v.tok = calloc(cap, sizeof *v.tok);
+    v.len = calloc(cap, sizeof *v.len);
+    for (size_t len = 1; len <= 3; len++) {
+        size_t total = len == 1 ? na : len == 2 ? na * na : na * na * na;
+        for (size_t x = 0; x < total; x++) {
+            char *s = malloc(8);
+            size_t y = x;
+            for (size_t i = 0; i < len; i++, y /= na) s[i] = alpha[y % na];
+            v.tok[v.n] = s;
+            v.len[v.n] = len;
+            v.n++;
+        }
+    }
+    const char *extra[] = { "(((())))", "[[]]", "()()()", "([])", "]]]]" };
+    for (size_t i = 0; i < 5; i++) {
+        v.tok[v.n] = strdup(extra[i]);
+        v.len[v.n] = strlen(extra[i]);
+        v.n++;
+    }
+    v.tok[v.n] = NULL; /* a "control" token: never allowed */
+    v.n++;
+    /* scramble ids */
+    for (int32_t i = v.n - 1; i > 0; i--) {
+        int32_t j = (int32_t)((uint32_t)(i * 2654435761u) % (uint32_t)(i + 1));
+        char *t = v.tok[i]; v.tok[i] = v.tok[j]; v.tok[j] = t;
+        size_t l = v.len[i]; v.len[i] = v.len[j]; v.len[j] = l;
+    }
+    return v;
+}
+
+static void toy_free(toyvocab *v) {
+    for (int32_t i = 0; i < v->n; i++) free(v->tok[i]);
+    free(v->tok);
+    free(v->len);
+}
+
+/* The mask by brute force: each token fed alone to the byte-level matcher. */
+static void brute_mask(gr_matcher *m, const toyvocab *tv, int32_t eog, uint32_t *mask) {
+    memset(mask, 0, ((size_t)tv->n + 32) / 32 * 4);
+    for (int32_t i = 0; i < tv->n; i++) {
+        bool ok;
+        if (i == eog) ok = gr_matcher_is_complete(m);
+        else ok = tv->tok[i] && gr_matcher_accept_bytes(m, (const uint8_t *)tv->tok[i], tv->len[i]);
+        if (ok && i != eog) gr_matcher_rollback(m, 1, NULL);
+        if (ok) mask[i >> 5] |= 1u << (i & 31);
+    }
+}
+
+static void check_masks_along_random_walks(gr_grammar *g, const toyvocab *tv, int32_t eog, int walks, int steps) {
+    gr_vocab *v;
+    cn_error err = { 0 };
+    cr_assert_eq(gr_vocab_new(tv->n, (const char *const *)tv->tok, tv->len, &eog, 1, &v, &err), CN_STATUS_OK, "%s", err.msg);
+    gr_matcher *m;
+    cr_assert_eq(gr_matcher_new(g, v, &m, &err), CN_STATUS_OK);
+    size_t nw = ((size_t)tv->n + 31) / 32;
+    uint32_t *mask = calloc(nw + 1, 4), *want = calloc(nw + 1, 4);
+    uint64_t rng = 12345;
+    for (int w = 0; w < walks; w++) {
+        gr_matcher_reset(m);
+        for (int s = 0; s < steps; s++) {
+            cr_assert_eq(gr_matcher_mask(m, mask, &err), CN_STATUS_OK, "%s", err.msg);
+            brute_mask(m, tv, eog, want);
+            for (int32_t i = 0; i < tv->n; i++) {
+                bool a = (mask[i >> 5] >> (i & 31)) & 1, b = (want[i >> 5] >> (i & 31)) & 1;
+                cr_assert_eq(a, b, "walk %d step %d token %d '%.*s': mask %d, byte-level %d", w, s, i,
+                             (int)tv->len[i], tv->tok[i] ? tv->tok[i] : "", a, b);
+            }
+            /* pick a random allowed token (not EOG) */
+            int32_t cand[4096];
+            int nc = 0;
+            for (int32_t i = 0; i < tv->n && nc < 4096; i++)
+                if (i != eog && ((mask[i >> 5] >> (i & 31)) & 1)) cand[nc++] = i;
+            if (!nc) break;
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            cr_assert(gr_matcher_accept(m, cand[(rng >> 33) % (uint64_t)nc]));
+        }
+    }
+    free(mask);
+    free(want);
+    gr_matcher_free(m);
+    gr_vocab_free(v);
+}
+
+Test(grammar, masks_equal_brute_force_brackets) {
+    gr_grammar *g = brackets();
+    toyvocab tv = toy("()[]x");
+    check_masks_along_random_walks(g, &tv, tv.n - 1, 20, 12);
+    toy_free(&tv);
+    gr_grammar_free(g);
+}
+
+/* A JSON-like grammar: value ::= number | "[" (value ("," value)*)? "]"; number is a
+ * leaf rule (its entries go to the shared cache), so suffix tries and escapes across
+ * rules are exercised. */
+static gr_grammar *lists(void) {
+    gr_builder *b = gr_builder_new();
+    int32_t val = gr_rule(b, "value"), num = gr_rule(b, "number");
+    gr_rule_define(b, num, gr_seq2(b, gr_repeat(b, gr_literal(b, "-", 1), 0, 1), gr_repeat(b, gr_byte_range(b, '0', '9'), 1, GR_INF)));
+    int32_t more = gr_repeat(b, gr_seq2(b, gr_literal(b, ",", 1), gr_ref(b, val)), 0, GR_INF);
+    int32_t inner = gr_repeat(b, gr_seq2(b, gr_ref(b, val), more), 0, 1);
+    int32_t list = gr_seq(b, (int32_t[]){ gr_literal(b, "[", 1), inner, gr_literal(b, "]", 1) }, 3);
+    gr_rule_define(b, val, gr_alt2(b, gr_ref(b, num), list));
+    return compile_ok(b, val);
+}
+
+Test(grammar, masks_equal_brute_force_lists) {
+    gr_grammar *g = lists();
+    toyvocab tv = toy("[]1,-");
+    check_masks_along_random_walks(g, &tv, tv.n - 1, 30, 16);
+    /* a second grammar with the same number rule reuses the shared entries */
+    gr_grammar *g2 = lists();
+    check_masks_along_random_walks(g2, &tv, tv.n - 1, 10, 16);
+    toy_free(&tv);
+    gr_grammar_free(g);
+    gr_grammar_free(g2);
+}
+
+Test(grammar, rollback_restores_masks_and_done) {
+    gr_grammar *g = lists();
+    toyvocab tv = toy("[]1,-");
+    int32_t eog = tv.n - 1;
+    gr_vocab *v;
+    cr_assert_eq(gr_vocab_new(tv.n, (const char *const *)tv.tok, tv.len, &eog, 1, &v, NULL), CN_STATUS_OK);
+    gr_matcher *m;
+    cr_assert_eq(gr_matcher_new(g, v, &m, NULL), CN_STATUS_OK);
+    size_t nw = ((size_t)tv.n + 31) / 32;
+    uint32_t *m0 = calloc(nw, 4), *m1 = calloc(nw, 4);
+    cr_assert(gr_matcher_accept_bytes(m, (const uint8_t *)"[1,", 3));
+    cr_assert_eq(gr_matcher_mask(m, m0, NULL), CN_STATUS_OK);
+    cr_assert(gr_matcher_accept_bytes(m, (const uint8_t *)"[-2", 3));
+    cr_assert(gr_matcher_accept_bytes(m, (const uint8_t *)"]]", 2));
+    cr_assert(gr_matcher_is_complete(m));
+    cr_assert(gr_matcher_is_done(m));
+    cr_assert(!gr_matcher_accept_bytes(m, (const uint8_t *)",", 1));
+    cr_assert(gr_matcher_accept(m, eog));
+    cr_assert_eq(gr_matcher_n_steps(m), 4);
+    cr_assert_eq(gr_matcher_rollback(m, 3, NULL), CN_STATUS_OK);
+    cr_assert(!gr_matcher_is_complete(m));
+    cr_assert_eq(gr_matcher_mask(m, m1, NULL), CN_STATUS_OK);
+    cr_assert_eq(memcmp(m0, m1, nw * 4), 0);
+    cn_error err = { 0 };
+    cr_assert_eq(gr_matcher_rollback(m, 2, &err), CN_STATUS_INVALID_ARG);
+    /* a bare number is complete but not done: more digits may follow */
+    gr_matcher_reset(m);
+    cr_assert(gr_matcher_accept_bytes(m, (const uint8_t *)"12", 2));
+    cr_assert(gr_matcher_is_complete(m));
+    cr_assert(!gr_matcher_is_done(m));
+    free(m0);
+    free(m1);
+    gr_matcher_free(m);
+    gr_vocab_free(v);
+    toy_free(&tv);
+    gr_grammar_free(g);
+}
