@@ -635,8 +635,9 @@ class Model:
         g, err = c_void_p(), _Error()
         st = _grammar_compile(self._tok, ctypes.byref(p), ctypes.byref(g), ctypes.byref(err))
         if st != 0:
+            msg = err.msg.decode("utf-8", "replace")
             raise CinderError(STATUS[st] if 0 <= st < len(STATUS) else str(st),
-                              f"{name}: {err.msg.decode('utf-8', 'replace')}", name)
+                              msg if msg.startswith(f"{name}:") else f"{name}: {msg}", name)
         self._grammars[key] = g.value
         while len(self._grammars) > GRAMMAR_CACHE:
             _grammar_free(self._grammars.popitem(last=False)[1])

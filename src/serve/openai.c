@@ -1,7 +1,7 @@
 /* openai.c — OpenAI request bodies to engine requests, and the pieces of the responses.
  *
  * Every field the API defines either maps onto cinder's parameters, is accepted at its
- * neutral value (tools: [], response_format text, ...), or gets a 400 naming the field:
+ * neutral value (tools: [], tool_choice "none", ...), or gets a 400 naming the field:
  * nothing a client sends is silently ignored ("user" is the one field OpenAI itself says
  * is only for abuse tracking). Ranges are the engine's (cn_gen_validate), so a 400 carries
  * the same message `cinder run` prints. Structured output is compiled here, last (it is
