@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "grammar/grammar_impl.h"
+#include "text/utf8.h"
 
 #define GR_MAX_NODES (8u << 20)
 #define GR_MAX_RULES (1u << 20)
@@ -206,19 +207,6 @@ int32_t gr_ref(gr_builder *b, int32_t rule) {
 
 static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
 
-static void utf8_enc(uint32_t c, uint8_t *o) {
-    switch (utf8_len(c)) {
-    case 1: o[0] = (uint8_t)c; break;
-    case 2: o[0] = (uint8_t)(0xC0 | c >> 6); o[1] = (uint8_t)(0x80 | (c & 0x3F)); break;
-    case 3:
-        o[0] = (uint8_t)(0xE0 | c >> 12); o[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (c & 0x3F)); break;
-    default:
-        o[0] = (uint8_t)(0xF0 | c >> 18); o[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
-        o[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F)); o[3] = (uint8_t)(0x80 | (c & 0x3F)); break;
-    }
-}
-
 typedef struct { int32_t *v; size_t n, cap; bool oom; } ivec;
 
 static void ivec_push(ivec *a, int32_t x) {
@@ -255,8 +243,8 @@ static void utf8_split(gr_builder *b, uint32_t lo, uint32_t hi, int len, ivec *o
         }
     }
     uint8_t a[4], z[4];
-    utf8_enc(lo, a);
-    utf8_enc(hi, z);
+    cn_utf8_encode(lo, (char *)a);
+    cn_utf8_encode(hi, (char *)z);
     int32_t items[4];
     for (int i = 0; i < len; i++) items[i] = gr_byte_range(b, a[i], z[i]);
     ivec_push(out, gr_seq(b, items, (size_t)len));

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "grammar/json_schema_impl.h"
+#include "text/utf8.h"
 
 struct js_strc {
     uint32_t min, max;
@@ -470,40 +471,13 @@ static int32_t trie_child(js_trie *t, int32_t at, uint32_t cp) {
     return c;
 }
 
-/* Next code point of UTF-8 s[*i..n) (jansson's strings are valid UTF-8). */
-static uint32_t utf8_next(const char *s, size_t n, size_t *i) {
-    const unsigned char *u = (const unsigned char *)s;
-    uint32_t c = u[*i];
-    size_t k = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (*i + k > n) k = n - *i;
-    if (k > 1) c &= 0x3F >> (k - 1);
-    for (size_t j = 1; j < k; j++) c = (c << 6) | (u[*i + j] & 0x3F);
-    *i += k;
-    return c;
-}
-
 static bool cp_escaped(uint32_t c) { return c < 0x20 || c == '"' || c == '\\'; }
 
 static int32_t spell_cp(js_lex *x, uint32_t c) {
     char u[8];
     char *s = NULL;
     size_t len = 0, cap = 0;
-    size_t n = 0;
-    if (c < 0x80)
-        u[n++] = (char)c;
-    else if (c < 0x800) {
-        u[n++] = (char)(0xC0 | (c >> 6));
-        u[n++] = (char)(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-        u[n++] = (char)(0xE0 | (c >> 12));
-        u[n++] = (char)(0x80 | ((c >> 6) & 0x3F));
-        u[n++] = (char)(0x80 | (c & 0x3F));
-    } else {
-        u[n++] = (char)(0xF0 | (c >> 18));
-        u[n++] = (char)(0x80 | ((c >> 12) & 0x3F));
-        u[n++] = (char)(0x80 | ((c >> 6) & 0x3F));
-        u[n++] = (char)(0x80 | (c & 0x3F));
-    }
+    size_t n = cn_utf8_encode(c, u);
     if (js_spell_string(u, n, &s, &len, &cap) < 0) {
         free(s);
         oom(x);
@@ -592,7 +566,9 @@ int32_t js_key_not_in(js_lex *x, const char *const *names, const size_t *lens, s
     for (size_t k = 0; ok && k < n; k++) {
         int32_t at = root;
         for (size_t i = 0; ok && i < lens[k];) {
-            at = trie_child(&t, at, utf8_next(names[k], lens[k], &i));
+            uint32_t c;
+            i += cn_utf8_decode(names[k] + i, lens[k] - i, &c); /* jansson's strings are valid UTF-8 */
+            at = trie_child(&t, at, c);
             ok = at >= 0;
         }
         if (ok) t.n[at].term = true;

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "grammar/grammar_impl.h"
+#include "text/utf8.h"
 
 #define RX_MAX_DEPTH 200       /* nested groups */
 #define RX_NONE (-2)           /* an empty language (never passed to the builder) */
@@ -172,18 +173,6 @@ static void hexset_bits(uint8_t set[32], unsigned v) {
     }
 }
 
-static int utf8_enc(uint32_t c, char *o) {
-    if (c < 0x80) { o[0] = (char)c; return 1; }
-    if (c < 0x800) { o[0] = (char)(0xC0 | c >> 6); o[1] = (char)(0x80 | (c & 0x3F)); return 2; }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | c >> 12); o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | c >> 18); o[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((c >> 6) & 0x3F)); o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
 
 static bool json_escaped(uint32_t c) { return c < 0x20 || c == '"' || c == '\\'; }
 
@@ -255,7 +244,7 @@ static int32_t emit_set(rx *p, const cpset *s) {
 static int32_t emit_char(rx *p, uint32_t c) {
     if (!p->json || !json_escaped(c)) {
         char u[4];
-        return gr_literal(p->b, u, (size_t)utf8_enc(c, u));
+        return gr_literal(p->b, u, (size_t)cn_utf8_encode(c, u));
     }
     cpset s = { 0 };
     cs_add(&s, c, c);
@@ -266,22 +255,11 @@ static int32_t emit_char(rx *p, uint32_t c) {
 
 /* Decodes one UTF-8 scalar value at p->pos; false (error recorded) if malformed. */
 static bool next_cp(rx *p, uint32_t *out) {
-    const uint8_t *s = (const uint8_t *)p->src + p->pos;
-    size_t left = p->n - p->pos;
-    uint32_t c = s[0];
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > left) return fail(p, p->pos, "invalid UTF-8");
-    if (len > 1) {
-        c &= 0x3Fu >> (len - 1);
-        for (size_t i = 1; i < len; i++) {
-            if ((s[i] & 0xC0) != 0x80) return fail(p, p->pos, "invalid UTF-8");
-            c = c << 6 | (s[i] & 0x3F);
-        }
-        static const uint32_t min[] = { 0, 0, 0x80, 0x800, 0x10000 };
-        if (c < min[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return fail(p, p->pos, "invalid UTF-8");
-    }
-    p->pos += len;
-    *out = c;
+    size_t bad;
+    int len = cn_utf8_check((const uint8_t *)p->src + p->pos, p->n - p->pos, &bad);
+    if (len <= 0) return fail(p, p->pos, "invalid UTF-8");
+    cn_utf8_decode(p->src + p->pos, (size_t)len, out);
+    p->pos += (size_t)len;
     return true;
 }
 

@@ -10,6 +10,7 @@
 #define CN_TOKENIZER_IMPL_H
 
 #include "text/tokenizer.h"
+#include "text/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -124,19 +125,7 @@ static inline int32_t cn_tok_lookup(const cn_tokenizer *t, const char *s, size_t
     }
 }
 
-/* --- UTF-8 (tokenizer_utf8.c) --- */
-/* Length of the valid UTF-8 sequence at s[0..n): >0 complete and valid; 0 invalid, with
- * *bad the count of bytes to replace by one U+FFFD (the maximal invalid prefix, >= 1);
- * -1 a valid prefix cut short by n. */
-int cn_utf8_check(const uint8_t *s, size_t n, size_t *bad);
-/* Copies s[0..n) with each invalid sequence (and a truncated one at the end) replaced by
- * U+FFFD; *out is malloc'd (NUL-terminated). Returns false on out of memory. */
-bool cn_utf8_sanitize(const char *s, size_t n, char **out, size_t *n_out);
-/* Encodes cp (<= 0x10FFFF) into buf (4 bytes); returns the byte count. */
-size_t cn_utf8_encode(uint32_t cp, char *buf);
-/* Decodes one code point of valid UTF-8 at s (n bytes available); returns its length
- * (1 and U+FFFD for an invalid byte). */
-size_t cn_utf8_decode(const char *s, size_t n, uint32_t *cp);
+/* --- UTF-8: text/utf8.h --- */
 
 /* --- SentencePiece merge (tokenizer_spm.c) --- */
 /* Tokenizes one raw fragment (no special tokens in it). prefix_space: add the leading
