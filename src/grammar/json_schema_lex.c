@@ -286,6 +286,28 @@ int js_spell_string(const char *s, size_t n, char **buf, size_t *len, size_t *ca
     return buf_add(buf, len, cap, "\"", 1);
 }
 
+/* The shortest decimal digits that read back as v (finite): dig[0..*nd) (NUL-terminated,
+ * no trailing zeros but a lone "0"), the sign, and decpt: the decimal point comes after
+ * decpt digits (decpt <= 0: -decpt zeros after "0."). */
+static void shortest_digits(double v, char dig[24], size_t *nd, bool *neg, long *decpt) {
+    char e[48];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, v);
+        if (strtod(e, NULL) == v) break;
+    }
+    /* e: [-]d[.ddd]e[+-]XX */
+    const char *q = e;
+    *neg = *q == '-';
+    if (*neg) q++;
+    size_t n = 0;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.' && n < 23) dig[n++] = *q;
+    while (n > 1 && dig[n - 1] == '0') n--;
+    dig[n] = 0;
+    *nd = n;
+    *decpt = (*q == 'e' ? strtol(q + 1, NULL, 10) : 0) + 1;
+}
+
 void js_py_float(double v, char *out, size_t cap) {
     if (isnan(v)) {
         snprintf(out, cap, "NaN");
@@ -295,22 +317,11 @@ void js_py_float(double v, char *out, size_t cap) {
         snprintf(out, cap, v > 0 ? "Infinity" : "-Infinity");
         return;
     }
-    char e[48];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(e, sizeof e, "%.*e", p - 1, v);
-        if (strtod(e, NULL) == v) break;
-    }
-    /* e: [-]d[.ddd]e[+-]XX */
-    const char *q = e;
-    bool neg = *q == '-';
-    if (neg) q++;
     char dig[24];
-    size_t nd = 0;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.' && nd < sizeof dig - 1) dig[nd++] = *q;
-    while (nd > 1 && dig[nd - 1] == '0') nd--;
-    dig[nd] = 0;
-    int decpt = (*q == 'e' ? atoi(q + 1) : 0) + 1;
+    size_t nd;
+    bool neg;
+    long decpt;
+    shortest_digits(v, dig, &nd, &neg, &decpt);
     if (v == 0) decpt = 1;
     char o[400];
     size_t n = 0;
@@ -339,7 +350,7 @@ void js_py_float(double v, char *out, size_t cap) {
             o[n++] = '.';
             for (size_t i = 1; i < nd; i++) o[n++] = dig[i];
         }
-        int ex = decpt - 1;
+        int ex = (int)(decpt - 1);
         snprintf(o + n, sizeof o - n, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);
     }
     snprintf(out, cap, "%s", o);
@@ -633,19 +644,11 @@ int js_dec_from_json(js_lex *x, const json_t *v, js_dec *out) {
         return -1;
     }
     /* shortest digits that give d back, then placed by the decimal exponent */
-    char e[48];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(e, sizeof e, "%.*e", p - 1, d);
-        if (strtod(e, NULL) == d) break;
-    }
-    const char *q = e;
-    bool neg = *q == '-';
-    if (neg) q++;
     char dig[24];
-    size_t nd = 0;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.' && nd < sizeof dig - 1) dig[nd++] = *q;
-    long decpt = (*q == 'e' ? strtol(q + 1, NULL, 10) : 0) + 1;
+    size_t nd;
+    bool neg;
+    long decpt;
+    shortest_digits(d, dig, &nd, &neg, &decpt);
     if (decpt > JS_MAX_DIGITS || decpt < -JS_MAX_DIGITS) {
         gr_builder_fail(x->b, CN_STATUS_INVALID_ARG, "a numeric bound with more than %d digits at %s",
                         JS_MAX_DIGITS, x->n_path ? x->path : "the schema's root");
