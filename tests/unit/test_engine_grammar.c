@@ -11,10 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 
 #include "test_engine_util.h"
+#include "test_generate_util.h"
 
 static cn_model *model;
 static cn_tokenizer *tok;
@@ -43,24 +42,6 @@ static cn_grammar *compile(cn_grammar_kind kind, const char *src, const char *co
     /* against the engine's own tokenizer would do as well: the same vocabulary */
     cr_assert_eq(cn_grammar_compile(tok, &p, &g, &err), CN_STATUS_OK, "%s", err.msg);
     return g;
-}
-
-/* PCRE2: 1 a full match, 0 a valid prefix, -1 neither. */
-static int pcre_verdict(const char *re, const char *text, size_t n) {
-    int ec;
-    PCRE2_SIZE eo;
-    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
-    cr_assert(code, "PCRE2 cannot compile %s", re);
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
-    int rc = pcre2_match(code, (PCRE2_SPTR)text, n, 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, NULL);
-    int v = rc >= 0 ? 1 : -1;
-    if (v < 0) {
-        rc = pcre2_match(code, (PCRE2_SPTR)text, n, 0, PCRE2_ANCHORED | PCRE2_PARTIAL_HARD, md, NULL);
-        v = rc == PCRE2_ERROR_PARTIAL || rc >= 0 ? 0 : -1;
-    }
-    pcre2_match_data_free(md);
-    pcre2_code_free(code);
-    return v;
 }
 
 static cn_engine_request request(const char *prompt, cn_grammar *g, int32_t n, uint64_t seed, float temp,
@@ -157,7 +138,7 @@ Test(grammar_engine, regex_n2_mixed_batch) {
         run_and_compare(cn_engine_default_params(), reqs, 2, out, &g, 1, res[k]);
         for (int c = 0; c < 2; c++) {
             const te_result *r = &out[0].r[c];
-            const int v = pcre_verdict(res[k], r->text, r->n_text);
+            const int v = gt_pcre_verdict(res[k], r->text, r->n_text);
             cr_assert_geq(v, r->reason == CN_FINISH_STOP ? 1 : 0, "/%s/ completion %d: '%.*s' (%s)", res[k], c,
                           (int)r->n_text, r->text, cn_finish_reason_str(r->reason));
         }

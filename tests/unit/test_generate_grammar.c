@@ -20,8 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 
 #include "gen/sampling.h"
 #include "gen/spec.h"
@@ -148,24 +146,6 @@ Test(grammar_mask, nothing_left_is_an_error) {
 }
 
 /* ---- independent checks ---- */
-
-/* PCRE2 on the whole text: 1 a full match, 0 a valid prefix (partial match), -1 neither. */
-static int pcre_verdict(const char *re, const char *text, size_t n) {
-    int ec;
-    PCRE2_SIZE eo;
-    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
-    cr_assert(code, "PCRE2 cannot compile %s", re);
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
-    int rc = pcre2_match(code, (PCRE2_SPTR)text, n, 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, NULL);
-    int v = rc >= 0 ? 1 : -1;
-    if (v < 0) {
-        rc = pcre2_match(code, (PCRE2_SPTR)text, n, 0, PCRE2_ANCHORED | PCRE2_PARTIAL_HARD, md, NULL);
-        v = rc == PCRE2_ERROR_PARTIAL || rc >= 0 ? 0 : -1;
-    }
-    pcre2_match_data_free(md);
-    pcre2_code_free(code);
-    return v;
-}
 
 /* The schema of k_schema, checked by hand on the parsed document. */
 static const char k_schema[] =
@@ -308,7 +288,7 @@ static void regexes_hold(gt_env *e, const char *model) {
             cn_gen_params p = params(g, temp, seed, 64);
             outcome o;
             run_one(e, NULL, "Once upon a time", &p, &o);
-            const int v = pcre_verdict(k_regexes[r], o.text, o.n_text);
+            const int v = gt_pcre_verdict(k_regexes[r], o.text, o.n_text);
             cr_assert(o.finish == CN_FINISH_STOP || o.finish == CN_FINISH_LENGTH, "%s: finish %s", model,
                       cn_finish_reason_str(o.finish));
             if (o.finish == CN_FINISH_STOP) {
@@ -614,7 +594,7 @@ Test(grammar_gen, context_generate, .timeout = 120) {
         cn_gen_params p = params(g, 0.9f, seed, 48);
         cn_result a = {0}, b = {0};
         cr_assert_eq(cn_context_generate(c, &pr, &p, &a, &err), CN_STATUS_OK, "%s", err.msg);
-        cr_assert_geq(pcre_verdict(re, a.text, a.n_text), a.finish_reason == CN_FINISH_STOP ? 1 : 0, "'%s'", a.text);
+        cr_assert_geq(gt_pcre_verdict(re, a.text, a.n_text), a.finish_reason == CN_FINISH_STOP ? 1 : 0, "'%s'", a.text);
         p.lookup_n = 2;
         cr_assert_eq(cn_context_generate(c, &pr, &p, &b, &err), CN_STATUS_OK, "%s", err.msg);
         cr_assert_str_eq(a.text, b.text);

@@ -2,6 +2,8 @@
 #include "test_generate_util.h"
 
 #include <criterion/criterion.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,4 +131,21 @@ void gt_rec_attach(gt_rec *r, cn_gen_params *p) {
 void gt_onehot(float *row, int32_t n, int32_t id) {
     for (int32_t i = 0; i < n; i++) row[i] = -100.0f;
     row[id] = 10.0f;
+}
+
+int gt_pcre_verdict(const char *re, const char *text, size_t n) {
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+    cr_assert(code, "PCRE2 cannot compile %s", re);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
+    int rc = pcre2_match(code, (PCRE2_SPTR)text, n, 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED, md, NULL);
+    int v = rc >= 0 ? 1 : -1;
+    if (v < 0) {
+        rc = pcre2_match(code, (PCRE2_SPTR)text, n, 0, PCRE2_ANCHORED | PCRE2_PARTIAL_HARD, md, NULL);
+        v = rc == PCRE2_ERROR_PARTIAL || rc >= 0 ? 0 : -1;
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(code);
+    return v;
 }

@@ -45,4 +45,8 @@ bool gt_utf8_valid(const char *s, size_t n);
 /* A logits row (n) of -100 with 10 at id: the chain picks id whatever its settings. */
 void gt_onehot(float *row, int32_t n, int32_t id);
 
+/* PCRE2 as the independent check of a regex grammar's output, on the whole text: 1 a
+ * full match, 0 a valid prefix (a partial match: the output was cut short), -1 neither. */
+int gt_pcre_verdict(const char *re, const char *text, size_t n);
+
 #endif
