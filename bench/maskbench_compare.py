@@ -7,7 +7,7 @@ same files, the same vocabulary and the same token ids, in one run.
 
 PATH: MaskBench files or folders of them (default ../shared/testdata/maskbench). cinder
 runs as build/bench/maskbench --json; llguidance as ../shared/tools/maskbench_llg.py in
-the virtualenv DIR (default /work/venv-llg, made outside the repository with
+the virtualenv DIR (default ../venv-llg beside the checkout, made outside it with
 `python3 -m venv DIR && DIR/bin/pip install llguidance numpy`), importing cinder's
 Python package from python/ over build/libcinder.so for the tokenizer, so both engines
 see the same ids. --llg-results reads a stored run of that script instead of running it
@@ -108,7 +108,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*", default=[str(DEFAULT_DATA)])
     ap.add_argument("-m", "--model", default=str(DEFAULT_MODEL))
-    ap.add_argument("--venv", default="/work/venv-llg")
+    ap.add_argument("--venv", default=str(ROOT.parent / "venv-llg"))
     ap.add_argument("--llg-results", help="a stored maskbench_llg.py output instead of a run")
     ap.add_argument("--maskbench", default=str(ROOT / "build/bench/maskbench"))
     ap.add_argument("--save", help="folder to write cinder.jsonl and llguidance.jsonl into")
