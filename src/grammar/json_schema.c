@@ -1,0 +1,1340 @@
+/* json_schema.c — the JSON Schema front end (gr_json_schema, gr_json_object): walks a
+ * schema (parsed with jansson) and builds, with the gr_builder API, a grammar whose
+ * sentences are exactly the JSON documents the schema accepts, in the spelling a model
+ * is asked to write: properties in the schema's order, optional ones skippable,
+ * additional properties (when allowed) after the listed ones; compact separators, or
+ * [ \t\n\r]{0,CN_GRAMMAR_MAX_WS} wherever JSON allows whitespace.
+ *
+ * The rule of the front end: never accept a document the schema rejects. A keyword that
+ * changes the set of valid documents and that we cannot express exactly is an error
+ * naming the keyword and its JSON pointer; annotations (title, description, default,
+ * examples, ...) and keywords JSON Schema does not define are ignored, as validators do.
+ * Where we are narrower than the schema (one property order, one spelling of a listed
+ * name, numbers without exponents under a bound) a valid document may be refused; that
+ * is the price of a grammar a model can follow.
+ *
+ * What it owns: keyword dispatch, $ref resolution (local JSON pointers and anchors; each
+ * target becomes one rule, so recursion is a rule calling itself), allOf merging (and
+ * siblings of $ref / anyOf merged into every branch), objects, arrays, enum filtering.
+ * The lexical pieces (strings, numbers, ranges, formats, literals) are json_schema_lex.c.
+ * It must not compile or match anything: that is compile.c and pda.c. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/json_schema_impl.h"
+
+#define JS_MAX_BRANCHES 256    /* anyOf branches after distributing siblings and allOf */
+#define JS_MAX_EXPANSIONS 1024 /* $ref / allOf expansions inside one merge */
+#define JS_TAIL_CHUNK 16       /* optional-property tails become rules every this many */
+
+typedef struct {
+    const json_t *target;
+    int32_t rule;
+    char *ptr; /* for messages */
+} js_def;
+
+typedef struct {
+    js_lex x;
+    json_t *doc;
+    char *base; /* the root's $id without its fragment, or NULL */
+    js_def *defs;
+    size_t n_defs, cap_defs;
+    json_t *owned; /* schemas made by merging, kept alive until the end */
+    int depth;
+    const char *why; /* the keyword the enum checker could not decide */
+} js_ctx;
+
+/* ---- messages and paths ---- */
+
+static const char *where(const js_ctx *c) { return c->x.n_path ? c->x.path : "the schema's root"; }
+
+static int32_t fail(js_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int32_t fail(js_ctx *c, const char *fmt, ...) {
+    char msg[CN_ERROR_MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    gr_builder_fail(c->x.b, CN_STATUS_INVALID_ARG, "%s at %s", msg, where(c));
+    return -1;
+}
+
+static void oom(js_ctx *c) { gr_builder_fail(c->x.b, CN_STATUS_NO_MEMORY, "out of memory compiling the JSON schema"); }
+
+/* Appends "/seg" (escaped as a JSON pointer) to the path; returns the old length. A path
+ * too long for the buffer is cut (with "...") but stays consistent for popping. */
+static size_t push(js_ctx *c, const char *seg) {
+    size_t old = c->x.n_path;
+    char *p = c->x.path;
+    size_t n = old;
+    if (n + 1 < JS_MAX_PATH) p[n++] = '/';
+    for (const char *s = seg; *s && n + 3 < JS_MAX_PATH; s++) {
+        if (*s == '~' || *s == '/') {
+            p[n++] = '~';
+            p[n++] = *s == '~' ? '0' : '1';
+        } else
+            p[n++] = *s;
+    }
+    p[n] = 0;
+    c->x.n_path = n;
+    return old;
+}
+
+static size_t push_i(js_ctx *c, size_t i) {
+    char s[24];
+    snprintf(s, sizeof s, "%zu", i);
+    return push(c, s);
+}
+
+static void pop(js_ctx *c, size_t old) {
+    c->x.n_path = old;
+    c->x.path[old] = 0;
+}
+
+/* ---- keywords ---- */
+
+static const char *const annotations[] = {
+    "title", "description", "examples", "example", "$comment", "default", "deprecated", "readOnly", "writeOnly",
+    "$schema", "$id", "id", "$anchor", "$defs", "definitions", "$vocabulary", "contentEncoding", "contentMediaType",
+    "contentSchema", "$dynamicAnchor", "$recursiveAnchor", NULL,
+};
+
+/* Keywords that constrain what we build (everything not here and not unsupported is
+ * ignored). */
+static const char *const handled[] = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
+    "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "nullable", "uniqueItems", "multipleOf", "minProperties",
+    "patternProperties", "dependencies", "propertyNames", "if", NULL,
+};
+
+static bool in_list(const char *const *l, const char *k) {
+    for (; *l; l++)
+        if (strcmp(*l, k) == 0) return true;
+    return false;
+}
+
+static bool is_trivial_schema(const json_t *v) { return json_is_true(v) || (json_is_object(v) && json_object_size(v) == 0); }
+
+/* The first keyword of s that changes the valid set and that we do not support; NULL if
+ * none. Some are fine with a no-op value (uniqueItems: false, minProperties: 0, ...). */
+static const char *unsupported_keyword(const json_t *s) {
+    static const char *const never[] = {
+        "not", "dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "contains",
+        "minContains", "maxContains", "maxProperties", "$dynamicRef", "$recursiveRef", NULL,
+    };
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v) {
+        if (in_list(never, k)) {
+            if (strcmp(k, "unevaluatedProperties") == 0 || strcmp(k, "unevaluatedItems") == 0) {
+                if (is_trivial_schema(v)) continue;
+            }
+            return k;
+        }
+        if (strcmp(k, "uniqueItems") == 0 && json_is_true(v)) return k;
+        if (strcmp(k, "minProperties") == 0 && !(json_is_number(v) && json_number_value(v) <= 0)) return k;
+        if ((strcmp(k, "patternProperties") == 0 || strcmp(k, "dependencies") == 0) &&
+            !(json_is_object(v) && json_object_size(v) == 0))
+            return k;
+        if (strcmp(k, "propertyNames") == 0 && !is_trivial_schema(v)) return k;
+        if (strcmp(k, "if") == 0 && (json_object_get(s, "then") || json_object_get(s, "else"))) return k;
+        if (strcmp(k, "multipleOf") == 0 && !(json_is_number(v) && json_number_value(v) == 1.0)) return k;
+    }
+    return NULL;
+}
+
+/* ---- types ---- */
+
+enum { T_NULL = 1, T_BOOL = 2, T_INT = 4, T_NUM = 8, T_STR = 16, T_ARR = 32, T_OBJ = 64, T_ALL = 127 };
+
+static int type_bit(const char *t) {
+    static const struct {
+        const char *n;
+        int bit;
+    } names[] = { { "null", T_NULL },   { "boolean", T_BOOL }, { "integer", T_INT }, { "number", T_NUM | T_INT },
+                  { "string", T_STR }, { "array", T_ARR },    { "object", T_OBJ } };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(t, names[i].n) == 0) return names[i].bit;
+    return -1;
+}
+
+/* The types s allows (T_ALL when it says nothing); -1 with an error for a bad "type". */
+static int types_of(js_ctx *c, const json_t *s) {
+    const json_t *t = json_object_get(s, "type");
+    int m = T_ALL;
+    if (t) {
+        m = 0;
+        if (json_is_string(t)) {
+            m = type_bit(json_string_value(t));
+        } else if (json_is_array(t)) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(t, i, e) {
+                int bit = json_is_string(e) ? type_bit(json_string_value(e)) : -1;
+                if (bit < 0) {
+                    m = -1;
+                    break;
+                }
+                m |= bit;
+            }
+        } else
+            m = -1;
+        if (m < 0) {
+            char *d = json_dumps(t, JSON_COMPACT | JSON_ENCODE_ANY);
+            fail(c, "unknown type %.80s", d ? d : "?");
+            free(d);
+            return -1;
+        }
+    }
+    if (json_is_true(json_object_get(s, "nullable"))) m |= T_NULL;
+    return m;
+}
+
+/* ---- references ---- */
+
+static int hexval(int ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+static const json_t *find_anchor(const json_t *s, const char *name, int depth) {
+    if (depth > 64) return NULL;
+    if (json_is_object(s)) {
+        const json_t *a = json_object_get(s, "$anchor");
+        if (json_is_string(a) && strcmp(json_string_value(a), name) == 0) return s;
+        const json_t *id = json_object_get(s, "$id");
+        if (!id) id = json_object_get(s, "id");
+        if (json_is_string(id) && json_string_value(id)[0] == '#' && strcmp(json_string_value(id) + 1, name) == 0)
+            return s;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)s, k, v) {
+            const json_t *r = find_anchor(v, name, depth + 1);
+            if (r) return r;
+        }
+    } else if (json_is_array(s)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(s, i, v) {
+            const json_t *r = find_anchor(v, name, depth + 1);
+            if (r) return r;
+        }
+    }
+    return NULL;
+}
+
+/* The schema a $ref names, or NULL with an error. */
+static const json_t *resolve(js_ctx *c, const char *ref) {
+    const char *frag = strchr(ref, '#');
+    size_t nbase = frag ? (size_t)(frag - ref) : strlen(ref);
+    if (nbase > 0) {
+        bool same = c->base && strlen(c->base) == nbase && strncmp(ref, c->base, nbase) == 0;
+        if (!same) {
+            fail(c, "unsupported $ref '%.200s' (only references inside the schema)", ref);
+            return NULL;
+        }
+    }
+    if (!frag || !frag[1]) return c->doc;
+    frag++;
+    /* percent-decoding first, then the pointer's own ~ escapes */
+    size_t n = strlen(frag);
+    char *d = malloc(n + 1);
+    if (!d) {
+        oom(c);
+        return NULL;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (frag[i] == '%' && i + 2 < n && hexval(frag[i + 1]) >= 0 && hexval(frag[i + 2]) >= 0) {
+            d[m++] = (char)(hexval(frag[i + 1]) * 16 + hexval(frag[i + 2]));
+            i += 2;
+        } else
+            d[m++] = frag[i];
+    }
+    d[m] = 0;
+    const json_t *at = NULL;
+    if (d[0] != '/') {
+        at = find_anchor(c->doc, d, 0);
+    } else {
+        at = c->doc;
+        char *seg = d + 1;
+        while (at) {
+            char *end = strchr(seg, '/');
+            if (end) *end = 0;
+            /* unescape ~1 then ~0, in place */
+            char *w = seg;
+            for (char *r = seg; *r; r++) {
+                if (r[0] == '~' && r[1] == '1') {
+                    *w++ = '/';
+                    r++;
+                } else if (r[0] == '~' && r[1] == '0') {
+                    *w++ = '~';
+                    r++;
+                } else
+                    *w++ = *r;
+            }
+            *w = 0;
+            if (json_is_object(at))
+                at = json_object_get(at, seg);
+            else if (json_is_array(at)) {
+                char *e = NULL;
+                unsigned long i = strtoul(seg, &e, 10);
+                at = (*seg && !*e) ? json_array_get(at, i) : NULL;
+            } else
+                at = NULL;
+            if (!end) break;
+            seg = end + 1;
+        }
+    }
+    free(d);
+    if (!at) fail(c, "unresolvable $ref '%.200s'", ref);
+    return at;
+}
+
+/* The rule that target's schema compiles into (made on first use, built later). */
+static int32_t def_rule(js_ctx *c, const json_t *target, const char *label) {
+    for (size_t i = 0; i < c->n_defs; i++)
+        if (c->defs[i].target == target) return c->defs[i].rule;
+    if (c->n_defs == c->cap_defs) {
+        size_t nc = c->cap_defs ? 2 * c->cap_defs : 16;
+        js_def *p = realloc(c->defs, nc * sizeof *p);
+        if (!p) {
+            oom(c);
+            return -1;
+        }
+        c->defs = p;
+        c->cap_defs = nc;
+    }
+    /* a readable name: the last segment of the pointer */
+    const char *last = strrchr(label, '/');
+    last = last ? last + 1 : label;
+    char name[48];
+    size_t k = 0;
+    for (const char *s = last; *s && k < 32; s++)
+        name[k++] = ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+                     *s == '-')
+                        ? *s
+                        : '_';
+    name[k] = 0;
+    char full[64];
+    snprintf(full, sizeof full, "def-%s", k ? name : "root");
+    int32_t r = gr_rule_fresh(c->x.b, full);
+    char *ptr = strdup(label);
+    if (r < 0 || !ptr) {
+        free(ptr);
+        if (r >= 0) oom(c);
+        return -1;
+    }
+    c->defs[c->n_defs++] = (js_def){ target, r, ptr };
+    return r;
+}
+
+/* ---- allOf merging ----
+ * The parts are flattened ($ref resolved, allOf spliced in), anyOf / oneOf distributed
+ * (A and (B or C) = (A and B) or (A and C)), and the plain parts merged keyword by
+ * keyword. For objects the merge is exact: a property listed in one part is constrained
+ * in every other part by that part's additionalProperties (when it has one). */
+
+static json_t *keep(js_ctx *c, json_t *v) {
+    if (!v) {
+        oom(c);
+        return NULL;
+    }
+    if (json_array_append_new(c->owned, v) < 0) {
+        oom(c);
+        return NULL;
+    }
+    return v;
+}
+
+static json_t *all_of2(js_ctx *c, json_t *a, json_t *b) {
+    if (!a || is_trivial_schema(a)) return b;
+    if (!b || is_trivial_schema(b)) return a;
+    if (json_equal(a, b)) return a;
+    return keep(c, json_pack("{s:[OO]}", "allOf", a, b));
+}
+
+/* Draft 4's boolean exclusiveMinimum / exclusiveMaximum as the numeric form. */
+static void draft4_bounds(json_t *o) {
+    static const char *const pair[2][2] = { { "minimum", "exclusiveMinimum" }, { "maximum", "exclusiveMaximum" } };
+    for (int i = 0; i < 2; i++) {
+        json_t *e = json_object_get(o, pair[i][1]);
+        if (!json_is_boolean(e)) continue;
+        json_t *m = json_object_get(o, pair[i][0]);
+        if (json_is_true(e) && m) {
+            json_object_set(o, pair[i][1], m);
+            json_object_del(o, pair[i][0]);
+        } else
+            json_object_del(o, pair[i][1]);
+    }
+}
+
+typedef struct {
+    json_t **v;
+    size_t n, cap;
+} js_parts;
+
+static int parts_add(js_ctx *c, js_parts *p, json_t *s) {
+    if (p->n == p->cap) {
+        size_t nc = p->cap ? 2 * p->cap : 8;
+        json_t **q = realloc(p->v, nc * sizeof *q);
+        if (!q) {
+            oom(c);
+            return -1;
+        }
+        p->v = q;
+        p->cap = nc;
+    }
+    p->v[p->n++] = s;
+    return 0;
+}
+
+static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth);
+
+/* A copy of s without the keywords listed (kept alive by c). */
+static json_t *without(js_ctx *c, json_t *s, const char *const *keys) {
+    json_t *o = json_copy(s);
+    if (!o) {
+        oom(c);
+        return NULL;
+    }
+    for (; *keys; keys++) json_object_del(o, *keys);
+    return keep(c, o);
+}
+
+static int num_pick(json_t *r, const char *k, const json_t *v, bool bigger) {
+    json_t *cur = json_object_get(r, k);
+    if (!cur || (bigger ? json_number_value(v) > json_number_value(cur) : json_number_value(v) < json_number_value(cur)))
+        return json_object_set(r, k, (json_t *)v);
+    return 0;
+}
+
+/* Merges plain parts (no $ref / allOf / anyOf / oneOf). Returns a schema kept by c. */
+static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
+    json_t *r = keep(c, json_object());
+    if (!r) return NULL;
+    int types = T_ALL;
+    bool any_type = false;
+    json_t *en = NULL; /* the enum so far (a list), NULL: none */
+    /* properties: the names in order of first appearance */
+    json_t *names = keep(c, json_array());
+    if (!names) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *props = json_object_get(p[i], "properties");
+        const char *k;
+        json_t *v;
+        if (json_is_object(props)) json_object_foreach(props, k, v) {
+                bool seen = false;
+                size_t j;
+                json_t *e;
+                json_array_foreach(names, j, e) seen |= strcmp(json_string_value(e), k) == 0;
+                if (!seen) json_array_append_new(names, json_string(k));
+            }
+    }
+    bool has_obj = false;
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = p[i];
+        int t = types_of(c, s);
+        if (t < 0) return NULL;
+        if (json_object_get(s, "type") || json_object_get(s, "nullable")) {
+            types &= t;
+            any_type = true;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(s, k, v) {
+            if (in_list(annotations, k) || strcmp(k, "type") == 0 || strcmp(k, "nullable") == 0) continue;
+            if (strcmp(k, "properties") == 0 || strcmp(k, "additionalProperties") == 0) {
+                has_obj = true;
+                continue;
+            }
+            if (strcmp(k, "required") == 0) {
+                json_t *req = json_object_get(r, "required");
+                if (!req) {
+                    req = json_array();
+                    if (!req || json_object_set_new(r, "required", req) < 0) {
+                        oom(c);
+                        return NULL;
+                    }
+                }
+                size_t j;
+                json_t *e;
+                json_array_foreach(v, j, e) {
+                    bool seen = false;
+                    size_t q;
+                    json_t *f;
+                    json_array_foreach(req, q, f) seen |= json_equal(e, f);
+                    if (!seen) json_array_append(req, e);
+                }
+                continue;
+            }
+            if (strcmp(k, "enum") == 0 || strcmp(k, "const") == 0) {
+                json_t *list = strcmp(k, "const") == 0 ? keep(c, json_pack("[O]", v)) : v;
+                if (!list || !json_is_array(list)) return fail(c, "'enum' must be an array"), NULL;
+                if (!en) {
+                    en = list;
+                } else {
+                    json_t *x = keep(c, json_array());
+                    if (!x) return NULL;
+                    size_t a, bb;
+                    json_t *e, *f;
+                    json_array_foreach(en, a, e) {
+                        bool both = false;
+                        json_array_foreach(list, bb, f) both |= json_equal(e, f);
+                        if (both) json_array_append(x, e);
+                    }
+                    en = x;
+                }
+                continue;
+            }
+            if (!json_is_number(v) && (strcmp(k, "minimum") == 0 || strcmp(k, "maximum") == 0 ||
+                                       strcmp(k, "exclusiveMinimum") == 0 || strcmp(k, "exclusiveMaximum") == 0 ||
+                                       strcmp(k, "minLength") == 0 || strcmp(k, "maxLength") == 0 ||
+                                       strcmp(k, "minItems") == 0 || strcmp(k, "maxItems") == 0))
+                return fail(c, "'%s' must be a number", k), NULL;
+            if (strcmp(k, "minimum") == 0 || strcmp(k, "exclusiveMinimum") == 0 || strcmp(k, "minLength") == 0 ||
+                strcmp(k, "minItems") == 0) {
+                if (num_pick(r, k, v, true) < 0) return oom(c), NULL;
+                continue;
+            }
+            if (strcmp(k, "maximum") == 0 || strcmp(k, "exclusiveMaximum") == 0 || strcmp(k, "maxLength") == 0 ||
+                strcmp(k, "maxItems") == 0) {
+                if (num_pick(r, k, v, false) < 0) return oom(c), NULL;
+                continue;
+            }
+            if (strcmp(k, "items") == 0 && !json_is_array(v) && !json_object_get(s, "prefixItems")) {
+                json_t *cur = json_object_get(r, "items");
+                if (cur && json_is_array(cur)) return fail(c, "allOf: cannot merge 'items' arrays"), NULL;
+                json_t *m = all_of2(c, cur, v);
+                if (!m || json_object_set(r, "items", m) < 0) return oom(c), NULL;
+                continue;
+            }
+            json_t *cur = json_object_get(r, k);
+            if (cur && !json_equal(cur, v)) return fail(c, "allOf: cannot merge two different '%s'", k), NULL;
+            if (!cur && json_object_set(r, k, v) < 0) return oom(c), NULL;
+        }
+    }
+    if (has_obj) {
+        json_t *props = keep(c, json_object());
+        if (!props) return NULL;
+        size_t j;
+        json_t *e;
+        json_array_foreach(names, j, e) {
+            const char *name = json_string_value(e);
+            json_t *m = NULL;
+            for (size_t i = 0; i < n; i++) {
+                json_t *pp = json_object_get(p[i], "properties");
+                json_t *v = json_is_object(pp) ? json_object_get(pp, name) : NULL;
+                if (!v) v = json_object_get(p[i], "additionalProperties");
+                if (v) m = all_of2(c, m, v);
+                if (c->x.b && gr_builder_error(c->x.b)->status) return NULL;
+            }
+            if (json_object_set(props, name, m ? m : json_true()) < 0) return oom(c), NULL;
+        }
+        json_object_set(r, "properties", props);
+        json_t *add = NULL;
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_object_get(p[i], "additionalProperties");
+            if (v) add = all_of2(c, add, v);
+        }
+        if (add) json_object_set(r, "additionalProperties", add);
+    }
+    if (any_type) {
+        json_t *tl = json_array();
+        if (!tl || json_object_set_new(r, "type", tl) < 0) return oom(c), NULL;
+        static const char *const tn[] = { "null", "boolean", "integer", "number", "string", "array", "object" };
+        for (int i = 0; i < 7; i++) {
+            if (i == 2 && (types & T_NUM)) continue; /* number covers integer */
+            if (types & (1 << i)) json_array_append_new(tl, json_string(tn[i]));
+        }
+    }
+    if (en) json_object_set(r, "enum", en);
+    return r;
+}
+
+static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
+    if (depth > JS_MAX_DEPTH) return fail(c, "allOf / anyOf nested deeper than %d levels", JS_MAX_DEPTH), NULL;
+    js_parts p = { 0 };
+    json_t *res = NULL;
+    for (size_t i = 0; i < n_in; i++)
+        if (parts_add(c, &p, in[i]) < 0) goto done;
+    /* flatten $ref and allOf */
+    size_t expansions = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        json_t *s = p.v[i];
+        if (json_is_false(s)) {
+            res = json_false();
+            goto done;
+        }
+        if (!json_is_object(s)) continue; /* true (or junk, refused when compiled) */
+        json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
+        if (!ref && !all) continue;
+        if (++expansions > JS_MAX_EXPANSIONS) {
+            fail(c, "allOf: too many $ref expansions (a reference cycle through allOf?)");
+            goto done;
+        }
+        static const char *const drop[] = { "$ref", "allOf", NULL };
+        json_t *rest = without(c, s, drop);
+        if (!rest) goto done;
+        p.v[i] = rest;
+        if (ref) {
+            if (!json_is_string(ref)) {
+                fail(c, "$ref must be a string");
+                goto done;
+            }
+            const json_t *t = resolve(c, json_string_value(ref));
+            if (!t || parts_add(c, &p, (json_t *)t) < 0) goto done;
+        }
+        if (all) {
+            if (!json_is_array(all)) {
+                fail(c, "allOf must be an array");
+                goto done;
+            }
+            size_t j;
+            json_t *e;
+            json_array_foreach(all, j, e) if (parts_add(c, &p, e) < 0) goto done;
+        }
+        i = (size_t)-1; /* look again from the start: the new parts may hold more */
+    }
+    /* distribute the first anyOf / oneOf (oneOf as anyOf: see sch_any) */
+    for (size_t i = 0; i < p.n; i++) {
+        json_t *s = p.v[i];
+        if (!json_is_object(s)) continue;
+        const char *kw = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
+        if (!kw) continue;
+        json_t *br = json_object_get(s, kw);
+        if (!json_is_array(br) || json_array_size(br) == 0) {
+            fail(c, "%s must be a non-empty array", kw);
+            goto done;
+        }
+        const char *drop[] = { kw, NULL };
+        json_t *rest = without(c, s, drop);
+        if (!rest) goto done;
+        json_t *out = keep(c, json_array());
+        if (!out) goto done;
+        size_t j;
+        json_t *e;
+        json_array_foreach(br, j, e) {
+            json_t *saved = p.v[i];
+            p.v[i] = rest;
+            if (parts_add(c, &p, e) < 0) goto done;
+            json_t *m = merge(c, p.v, p.n, depth + 1);
+            p.n--;
+            p.v[i] = saved;
+            if (!m) goto done;
+            if (json_is_false(m)) continue;
+            if (json_is_object(m) && json_object_get(m, "anyOf") && json_object_size(m) == 1) {
+                size_t q;
+                json_t *f;
+                json_array_foreach(json_object_get(m, "anyOf"), q, f) json_array_append(out, f);
+            } else
+                json_array_append(out, m);
+            if (json_array_size(out) > JS_MAX_BRANCHES) {
+                fail(c, "allOf / anyOf: more than %d branches after merging", JS_MAX_BRANCHES);
+                goto done;
+            }
+        }
+        res = json_array_size(out) == 0 ? json_false() : keep(c, json_pack("{s:O}", "anyOf", out));
+        goto done;
+    }
+    {
+        json_t **plain = p.v;
+        size_t np = 0;
+        for (size_t i = 0; i < p.n; i++) {
+            if (!json_is_object(p.v[i])) {
+                if (json_is_true(p.v[i])) continue;
+                fail(c, "a schema must be an object or a boolean");
+                goto done;
+            }
+            json_t *cp = json_copy(p.v[i]);
+            if (!cp || !keep(c, cp)) goto done;
+            draft4_bounds(cp);
+            plain[np++] = cp;
+        }
+        res = np == 0 ? json_true() : merge_plain(c, plain, np);
+    }
+done:
+    free(p.v);
+    return res;
+}
+
+/* ---- the enum checker ----
+ * An enum / const value is offered only if the rest of the schema accepts it. 1 valid,
+ * 0 invalid, -1 undecidable here (c->why names the keyword). */
+
+static size_t utf8_len(const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
+static int check(js_ctx *c, const json_t *s, const json_t *v, int depth);
+
+static int check_list(js_ctx *c, const json_t *list, const json_t *v, int depth, int mode /* 0 all 1 any 2 one */) {
+    size_t i, n_ok = 0;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        int r = check(c, e, v, depth + 1);
+        if (r < 0) return -1;
+        n_ok += (size_t)r;
+        if (mode == 0 && !r) return 0;
+    }
+    return mode == 0 ? 1 : mode == 1 ? n_ok > 0 : n_ok == 1;
+}
+
+static int check(js_ctx *c, const json_t *s, const json_t *v, int depth) {
+    if (depth > JS_MAX_DEPTH) {
+        c->why = "$ref (too deep)";
+        return -1;
+    }
+    if (json_is_boolean(s)) return json_is_true(s);
+    if (!json_is_object(s)) return 0;
+    const char *uk = unsupported_keyword(s);
+    if (uk) {
+        c->why = uk;
+        return -1;
+    }
+    const char *k;
+    json_t *w;
+    json_object_foreach((json_t *)s, k, w) {
+        int ok = 1;
+        if (strcmp(k, "type") == 0 || strcmp(k, "nullable") == 0) {
+            int t = types_of(c, s);
+            if (t < 0) return -1;
+            int have = json_is_null(v) ? T_NULL : json_is_boolean(v) ? T_BOOL : json_is_integer(v) ? T_INT :
+                       json_is_real(v) ? (json_real_value(v) == floor(json_real_value(v)) ? T_INT : T_NUM) :
+                       json_is_string(v) ? T_STR : json_is_array(v) ? T_ARR : T_OBJ;
+            ok = (t & have) != 0;
+        } else if (strcmp(k, "enum") == 0) {
+            size_t i;
+            json_t *e;
+            ok = 0;
+            if (json_is_array(w)) json_array_foreach(w, i, e) ok |= json_equal(e, v);
+        } else if (strcmp(k, "const") == 0) {
+            ok = json_equal(w, v);
+        } else if (strcmp(k, "minLength") == 0 || strcmp(k, "maxLength") == 0) {
+            if (json_is_string(v)) {
+                double len = (double)utf8_len(json_string_value(v), json_string_length(v));
+                ok = k[1] == 'i' ? len >= json_number_value(w) : len <= json_number_value(w);
+            }
+        } else if (strcmp(k, "minItems") == 0 || strcmp(k, "maxItems") == 0) {
+            if (json_is_array(v)) {
+                double len = (double)json_array_size(v);
+                ok = k[1] == 'i' ? len >= json_number_value(w) : len <= json_number_value(w);
+            }
+        } else if (strcmp(k, "minimum") == 0 || strcmp(k, "maximum") == 0 || strcmp(k, "exclusiveMinimum") == 0 ||
+                   strcmp(k, "exclusiveMaximum") == 0) {
+            if (json_is_number(v) && json_is_number(w)) {
+                double x = json_number_value(v), b = json_number_value(w);
+                bool lo = strstr(k, "in") != NULL;
+                bool ex = k[0] == 'e' || json_is_true(json_object_get(s, lo ? "exclusiveMinimum" : "exclusiveMaximum"));
+                ok = lo ? (ex ? x > b : x >= b) : (ex ? x < b : x <= b);
+            }
+        } else if (strcmp(k, "required") == 0) {
+            if (json_is_object(v)) {
+                size_t i;
+                json_t *e;
+                json_array_foreach(w, i, e) ok &= json_is_string(e) && json_object_get(v, json_string_value(e)) != NULL;
+            }
+        } else if (strcmp(k, "properties") == 0 || strcmp(k, "additionalProperties") == 0) {
+            if (json_is_object(v)) {
+                const json_t *props = json_object_get(s, "properties"), *add = json_object_get(s, "additionalProperties");
+                const char *pk;
+                json_t *pv;
+                json_object_foreach((json_t *)v, pk, pv) {
+                    const json_t *ps = json_is_object(props) ? json_object_get(props, pk) : NULL;
+                    int r = ps ? check(c, ps, pv, depth + 1) : add ? check(c, add, pv, depth + 1) : 1;
+                    if (r < 0) return -1;
+                    ok &= r;
+                }
+            }
+        } else if (strcmp(k, "items") == 0 || strcmp(k, "prefixItems") == 0 || strcmp(k, "additionalItems") == 0) {
+            if (json_is_array(v)) {
+                const json_t *pre = json_object_get(s, "prefixItems"), *it = json_object_get(s, "items");
+                const json_t *rest = it;
+                if (!pre && json_is_array(it)) {
+                    pre = it;
+                    rest = json_object_get(s, "additionalItems");
+                }
+                size_t i;
+                json_t *e;
+                json_array_foreach(v, i, e) {
+                    const json_t *is = pre && i < json_array_size(pre) ? json_array_get(pre, i) : rest;
+                    int r = is ? check(c, is, e, depth + 1) : 1;
+                    if (r < 0) return -1;
+                    ok &= r;
+                }
+            }
+        } else if (strcmp(k, "allOf") == 0 || strcmp(k, "anyOf") == 0 || strcmp(k, "oneOf") == 0) {
+            if (!json_is_array(w)) return 0;
+            ok = check_list(c, w, v, depth, k[1] == 'l' ? 0 : k[1] == 'n' ? 1 : 2);
+        } else if (strcmp(k, "$ref") == 0) {
+            const json_t *t = json_is_string(w) ? resolve(c, json_string_value(w)) : NULL;
+            if (!t) return -1;
+            ok = check(c, t, v, depth + 1);
+        } else if (strcmp(k, "pattern") == 0 || strcmp(k, "format") == 0) {
+            if (json_is_string(v)) {
+                static const char *const known[] = { "date", "time", "date-time", "duration", "uuid", "email",
+                                                     "ipv4", "ipv6", "hostname", "uri", NULL };
+                if (strcmp(k, "pattern") == 0 || (json_is_string(w) && in_list(known, json_string_value(w)))) {
+                    c->why = k;
+                    return -1;
+                }
+            }
+        }
+        if (ok < 0) return -1;
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* ---- compiling a schema ---- */
+
+static int32_t sch(js_ctx *c, json_t *s);
+
+static bool has_assertions(const json_t *s, const char *const *skip) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v) {
+        if (in_list(skip, k)) continue;
+        if (in_list(handled, k)) return true;
+    }
+    return false;
+}
+
+static int32_t sch_enum(js_ctx *c, json_t *s, const json_t *list) {
+    static const char *const drop[] = { "enum", "const", NULL };
+    json_t *rest = without(c, s, drop);
+    if (!rest) return -1;
+    draft4_bounds(rest);
+    gr_builder *b = c->x.b;
+    int32_t r = gr_nothing(b);
+    size_t i, n_ok = 0;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        int ok = check(c, rest, e, 0);
+        if (gr_builder_error(b)->status) return -1;
+        if (ok < 0) return fail(c, "enum / const together with '%s' is not supported", c->why ? c->why : "?");
+        if (!ok) continue;
+        r = gr_alt2(b, r, js_json_literal(&c->x, e));
+        n_ok++;
+    }
+    if (n_ok == 0) return fail(c, "unsatisfiable schema: no enum / const value satisfies the schema");
+    int32_t rule = gr_rule_fresh(b, "enum");
+    if (gr_rule_define(b, rule, r) < 0) return -1;
+    return gr_ref(b, rule);
+}
+
+static int get_count(js_ctx *c, const json_t *s, const char *k, uint32_t dflt, uint32_t *out) {
+    const json_t *v = json_object_get(s, k);
+    *out = dflt;
+    if (!v) return 0;
+    if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) != floor(json_number_value(v))) {
+        fail(c, "'%s' must be a non-negative integer", k);
+        return -1;
+    }
+    double d = json_number_value(v);
+    if (d >= 1e9) {
+        if (dflt == GR_INF) return 0; /* a maximum this large bounds nothing we can write */
+        fail(c, "'%s' = %.0f is larger than supported", k, d);
+        return -1;
+    }
+    *out = (uint32_t)d;
+    return 0;
+}
+
+static int32_t sch_string(js_ctx *c, const json_t *s) {
+    uint32_t lo, hi;
+    if (get_count(c, s, "minLength", 0, &lo) < 0 || get_count(c, s, "maxLength", GR_INF, &hi) < 0) return -1;
+    if (lo > hi) return fail(c, "unsatisfiable schema: minLength %u > maxLength %u", lo, hi);
+    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    bool len = lo > 0 || hi != GR_INF;
+    if (pat && !json_is_string(pat)) return fail(c, "'pattern' must be a string");
+    int32_t f = -2;
+    if (json_is_string(fmt)) {
+        if (pat || len) {
+            /* only known formats constrain; an unknown one is an annotation */
+            static const char *const known[] = { "date", "time", "date-time", "duration", "uuid", "email",
+                                                 "ipv4", "ipv6", "hostname", "uri", NULL };
+            if (in_list(known, json_string_value(fmt)))
+                return fail(c, "'format' together with '%s' is not supported", pat ? "pattern" : "minLength/maxLength");
+        } else {
+            size_t old = push(c, "format");
+            f = js_string_format(&c->x, json_string_value(fmt));
+            pop(c, old);
+            if (f != -2) return f;
+        }
+    }
+    if (pat) {
+        if (len) return fail(c, "'pattern' together with minLength/maxLength is not supported");
+        size_t old = push(c, "pattern");
+        int32_t r = js_string_pattern(&c->x, json_string_value(pat), json_string_length(pat));
+        pop(c, old);
+        return r;
+    }
+    return js_string_len(&c->x, lo, hi);
+}
+
+static int32_t sch_number(js_ctx *c, const json_t *s, bool integer_only) {
+    const json_t *lo = json_object_get(s, "minimum"), *hi = json_object_get(s, "maximum");
+    const json_t *xlo = json_object_get(s, "exclusiveMinimum"), *xhi = json_object_get(s, "exclusiveMaximum");
+    const json_t *mo = json_object_get(s, "multipleOf");
+    if (mo) integer_only = true; /* only multipleOf: 1 gets here */
+    bool lx = false, hx = false;
+    /* draft 4: booleans modifying minimum / maximum; later: numbers of their own */
+    if (json_is_boolean(xlo)) {
+        lx = json_is_true(xlo);
+        xlo = NULL;
+    }
+    if (json_is_boolean(xhi)) {
+        hx = json_is_true(xhi);
+        xhi = NULL;
+    }
+    const json_t *vals[4] = { lo, xlo, hi, xhi };
+    for (int i = 0; i < 4; i++)
+        if (vals[i] && !json_is_number(vals[i])) return fail(c, "a numeric bound must be a number");
+    /* the tighter of minimum / exclusiveMinimum (and of the maxima) */
+    if (xlo && (!lo || json_number_value(xlo) >= json_number_value(lo))) {
+        lo = xlo;
+        lx = true;
+    }
+    if (xhi && (!hi || json_number_value(xhi) <= json_number_value(hi))) {
+        hi = xhi;
+        hx = true;
+    }
+    if (!lo && !hi) return integer_only ? js_integer(&c->x) : js_number(&c->x);
+    js_dec dl = { 0 }, dh = { 0 };
+    int32_t r = -1;
+    if ((lo && js_dec_from_json(&c->x, lo, &dl) < 0) || (hi && js_dec_from_json(&c->x, hi, &dh) < 0)) goto out;
+    if (lo && hi) {
+        int cmp = js_dec_cmp(&dl, &dh);
+        if (cmp > 0 || (cmp == 0 && (lx || hx))) {
+            fail(c, "unsatisfiable schema: minimum > maximum");
+            goto out;
+        }
+    }
+    gr_builder *b = c->x.b;
+    int32_t rule = gr_rule_fresh(b, integer_only ? "integer-range" : "number-range");
+    int32_t e = js_num_range(&c->x, lo ? &dl : NULL, lx, hi ? &dh : NULL, hx, integer_only);
+    if (gr_rule_define(b, rule, e) >= 0) r = gr_ref(b, rule);
+out:
+    js_dec_free(&dl);
+    js_dec_free(&dh);
+    return r;
+}
+
+/* An item list: prefix[0..k) then rest (rest_ok false: no more), min..max items. */
+static int32_t sch_array(js_ctx *c, const json_t *s) {
+    gr_builder *b = c->x.b;
+    uint32_t lo, hi;
+    if (get_count(c, s, "minItems", 0, &lo) < 0 || get_count(c, s, "maxItems", GR_INF, &hi) < 0) return -1;
+    if (lo > hi) return fail(c, "unsatisfiable schema: minItems %u > maxItems %u", lo, hi);
+    json_t *pre = json_object_get(s, "prefixItems"), *items = json_object_get(s, "items");
+    json_t *rest = items;
+    const char *pre_kw = "prefixItems", *rest_kw = "items";
+    if (!pre && json_is_array(items)) { /* drafts 4 to 2019-09 */
+        pre = items;
+        pre_kw = "items";
+        rest = json_object_get(s, "additionalItems");
+        rest_kw = "additionalItems";
+    } else if (json_is_array(items))
+        return fail(c, "'items' must be a schema when 'prefixItems' is given");
+    if (pre && !json_is_array(pre)) return fail(c, "'%s' must be an array", pre_kw);
+    size_t k = pre ? json_array_size(pre) : 0;
+    if (k > 4096) return fail(c, "'%s' has more than 4096 entries", pre_kw);
+    /* the prefix stops at the first unsatisfiable item (and so do the lengths) */
+    int32_t *px = malloc((k + 1) * sizeof *px);
+    if (!px) {
+        oom(c);
+        return -1;
+    }
+    size_t kk = 0;
+    for (; kk < k; kk++) {
+        json_t *it = json_array_get(pre, kk);
+        if (json_is_false(it)) break;
+        size_t o1 = push(c, pre_kw), o2 = push_i(c, kk);
+        (void)o2;
+        px[kk] = sch(c, it);
+        pop(c, o1);
+    }
+    bool rest_ok = kk == k && !json_is_false(rest);
+    int32_t rx = -1;
+    if (rest_ok) {
+        size_t old = push(c, rest_kw);
+        rx = rest ? sch(c, rest) : js_value(&c->x);
+        pop(c, old);
+    }
+    if (!rest_ok && hi > kk) hi = (uint32_t)kk;
+    if (lo > hi) {
+        free(px);
+        return fail(c, "unsatisfiable schema: minItems %u but at most %u items allowed", lo, hi);
+    }
+    /* build from the back: cont(i) = what may follow after i items */
+    int32_t sep = js_sep(&c->x);
+    int32_t tail;
+    uint32_t n_pre = hi < kk ? hi : (uint32_t)kk;
+    if (rest_ok && hi > n_pre) {
+        uint32_t rmin = lo > n_pre ? lo - n_pre : 0;
+        uint32_t rmax = hi == GR_INF ? GR_INF : hi - n_pre;
+        if (n_pre == 0) {
+            /* no prefix: item (sep item){rmin-1, rmax-1}, optional when rmin == 0 */
+            int32_t more = gr_repeat(b, gr_seq2(b, sep, rx), rmin ? rmin - 1 : 0, rmax == GR_INF ? GR_INF : rmax - 1);
+            tail = gr_seq2(b, rx, more);
+            if (rmin == 0) tail = gr_repeat(b, tail, 0, 1);
+        } else
+            tail = gr_repeat(b, gr_seq2(b, sep, rx), rmin, rmax);
+    } else
+        tail = gr_empty(b);
+    int32_t body = tail;
+    for (uint32_t i = n_pre; i-- > 0;) {
+        /* item i (0-based) present: required when i < lo */
+        int32_t one = i == 0 ? gr_seq2(b, px[0], body) : gr_seq(b, (int32_t[]){ sep, px[i], body }, 3);
+        body = i < lo ? one : gr_repeat(b, one, 0, 1);
+    }
+    free(px);
+    int32_t ws = js_ws(&c->x);
+    int32_t e = gr_seq(b, (int32_t[]){ js_lit(&c->x, "["), ws, body, js_ws(&c->x), js_lit(&c->x, "]") }, 5);
+    int32_t rule = gr_rule_fresh(b, "array");
+    if (gr_rule_define(b, rule, e) < 0) return -1;
+    return gr_ref(b, rule);
+}
+
+typedef struct {
+    const char *name;
+    json_t *schema;
+    bool required;
+} js_prop;
+
+static int32_t sch_object(js_ctx *c, const json_t *s) {
+    gr_builder *b = c->x.b;
+    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    json_t *add = json_object_get(s, "additionalProperties");
+    if (props && !json_is_object(props)) return fail(c, "'properties' must be an object");
+    if (req && !json_is_array(req)) return fail(c, "'required' must be an array");
+    size_t np = props ? json_object_size(props) : 0, nr = req ? json_array_size(req) : 0;
+    js_prop *p = calloc(np + nr + 1, sizeof *p);
+    const char **names = calloc(np + nr + 1, sizeof *names);
+    size_t *lens = calloc(np + nr + 1, sizeof *lens);
+    int32_t *kv = calloc(np + nr + 1, sizeof *kv);
+    int32_t result = -1;
+    if (!p || !names || !lens || !kv) {
+        oom(c);
+        goto out;
+    }
+    size_t n = 0;
+    const char *k;
+    json_t *v;
+    if (props) json_object_foreach(props, k, v) p[n++] = (js_prop){ k, v, false };
+    for (size_t i = 0; i < nr; i++) {
+        json_t *e = json_array_get(req, i);
+        if (!json_is_string(e)) {
+            fail(c, "'required' must list strings");
+            goto out;
+        }
+        size_t j = 0;
+        while (j < n && strcmp(p[j].name, json_string_value(e)) != 0) j++;
+        if (j == n) /* required but not listed: governed by additionalProperties */
+            p[n++] = (js_prop){ json_string_value(e), add ? add : json_true(), false };
+        p[j].required = true;
+    }
+    size_t n_names = 0;
+    for (size_t i = 0; i < n; i++) {
+        names[n_names] = p[i].name;
+        lens[n_names++] = strlen(p[i].name);
+    }
+    /* the members: "name" ws ":" ws value; NULL (-2) for a forbidden optional property */
+    for (size_t i = 0; i < n; i++) {
+        if (json_is_false(p[i].schema)) {
+            if (p[i].required) {
+                size_t old = push(c, "properties");
+                push(c, p[i].name);
+                fail(c, "unsatisfiable schema: required property '%.100s' is forbidden", p[i].name);
+                pop(c, old);
+                goto out;
+            }
+            kv[i] = -2;
+            continue;
+        }
+        char *ks = NULL;
+        size_t kl = 0, kc = 0;
+        if (js_spell_string(p[i].name, strlen(p[i].name), &ks, &kl, &kc) < 0) {
+            free(ks);
+            oom(c);
+            goto out;
+        }
+        size_t old = push(c, "properties");
+        push(c, p[i].name);
+        int32_t val = sch(c, p[i].schema);
+        pop(c, old);
+        kv[i] = gr_seq(b, (int32_t[]){ gr_literal(b, ks, kl), js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val }, 5);
+        free(ks);
+    }
+    /* additional members: a name other than the listed ones */
+    int32_t extra = -2;
+    if (!json_is_false(add)) {
+        size_t old = push(c, "additionalProperties");
+        int32_t val = add ? sch(c, add) : js_value(&c->x);
+        pop(c, old);
+        int32_t key = gr_seq(b, (int32_t[]){ js_lit(&c->x, "\""), js_key_not_in(&c->x, names, lens, n_names),
+                                             js_lit(&c->x, "\"") }, 3);
+        extra = gr_seq(b, (int32_t[]){ key, js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val }, 5);
+    }
+    /* A(i): members i.. with nothing before them; B(i): the same after a member (each
+     * with a leading separator). B is shared by A and by the B before it, so every
+     * JS_TAIL_CHUNK members it becomes a rule (keeps the tree linear in size). */
+    int32_t sep = js_sep(&c->x);
+    int32_t B = extra == -2 ? gr_empty(b) : gr_repeat(b, gr_seq2(b, sep, extra), 0, GR_INF);
+    int32_t A = extra == -2 ? gr_empty(b)
+                            : gr_repeat(b, gr_seq2(b, extra, gr_repeat(b, gr_seq2(b, sep, extra), 0, GR_INF)), 0, 1);
+    for (size_t i = n; i-- > 0;) {
+        if ((n - i) % JS_TAIL_CHUNK == 0) {
+            int32_t tr = gr_rule_fresh(b, "members");
+            if (gr_rule_define(b, tr, B) < 0) goto out;
+            B = gr_ref(b, tr);
+        }
+        if (kv[i] == -2) continue;
+        int32_t first = gr_seq2(b, kv[i], B);
+        if (p[i].required) {
+            B = gr_seq(b, (int32_t[]){ sep, kv[i], B }, 3);
+            A = first;
+        } else {
+            B = gr_seq2(b, gr_repeat(b, gr_seq2(b, sep, kv[i]), 0, 1), B);
+            A = gr_alt2(b, first, A);
+        }
+    }
+    int32_t e = gr_seq(b, (int32_t[]){ js_lit(&c->x, "{"), js_ws(&c->x), A, js_ws(&c->x), js_lit(&c->x, "}") }, 5);
+    int32_t rule = gr_rule_fresh(b, "object");
+    if (gr_rule_define(b, rule, e) >= 0) result = gr_ref(b, rule);
+out:
+    free(p);
+    free(names);
+    free(lens);
+    free(kv);
+    return result;
+}
+
+static bool has_any(const json_t *s, const char *const *keys) {
+    for (; *keys; keys++)
+        if (json_object_get(s, *keys)) return true;
+    return false;
+}
+
+/* A plain schema (no $ref / allOf; anyOf / oneOf handled by the caller). */
+static int32_t sch_typed(js_ctx *c, json_t *s) {
+    gr_builder *b = c->x.b;
+    const char *uk = unsupported_keyword(s);
+    if (uk) {
+        size_t old = push(c, uk);
+        fail(c, "unsupported keyword '%s'", uk);
+        pop(c, old);
+        return -1;
+    }
+    int t = types_of(c, s);
+    if (t < 0) return -1;
+    if (t == 0) return fail(c, "unsatisfiable schema: no type allowed");
+    json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (en || cn) {
+        if (en && !json_is_array(en)) return fail(c, "'enum' must be an array");
+        json_t *list = en;
+        if (cn) {
+            list = keep(c, json_array());
+            if (!list) return -1;
+            if (!en) json_array_append(list, cn);
+            else {
+                size_t i;
+                json_t *e;
+                json_array_foreach(en, i, e) if (json_equal(e, cn)) json_array_append(list, e);
+            }
+        }
+        if (json_array_size(list) == 0) return fail(c, "unsatisfiable schema: an empty enum");
+        return sch_enum(c, s, list);
+    }
+    static const char *const num_kw[] = { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", NULL };
+    static const char *const str_kw[] = { "minLength", "maxLength", "pattern", "format", NULL };
+    static const char *const arr_kw[] = { "items", "prefixItems", "additionalItems", "minItems", "maxItems", NULL };
+    static const char *const obj_kw[] = { "properties", "required", "additionalProperties", NULL };
+    bool cn_num = has_any(s, num_kw), cn_str = has_any(s, str_kw), cn_arr = has_any(s, arr_kw),
+         cn_obj = has_any(s, obj_kw);
+    if (t == T_ALL && !cn_num && !cn_str && !cn_arr && !cn_obj) return js_value(&c->x);
+    int32_t alts[7];
+    size_t n = 0;
+    if (t & T_NULL) alts[n++] = js_null(&c->x);
+    if (t & T_BOOL) alts[n++] = js_boolean(&c->x);
+    if (t & (T_INT | T_NUM)) alts[n++] = sch_number(c, s, !(t & T_NUM));
+    if (t & T_STR) alts[n++] = cn_str ? sch_string(c, s) : js_string(&c->x);
+    if (t & T_ARR) alts[n++] = cn_arr ? sch_array(c, s) : js_any_array(&c->x);
+    if (t & T_OBJ) alts[n++] = cn_obj ? sch_object(c, s) : js_any_object(&c->x);
+    return gr_alt(b, alts, n);
+}
+
+/* anyOf / oneOf: the branches as alternatives. oneOf is compiled as anyOf: a document
+ * matching two branches is accepted although oneOf rejects it (exclusivity is not
+ * expressible by a grammar without intersection); the usual oneOf branches are disjoint
+ * (different types, a discriminating const), where the two agree. */
+static int32_t sch_any(js_ctx *c, json_t *list, const char *kw) {
+    gr_builder *b = c->x.b;
+    if (!json_is_array(list) || json_array_size(list) == 0) return fail(c, "'%s' must be a non-empty array", kw);
+    int32_t r = gr_nothing(b);
+    size_t i, n_ok = 0;
+    json_t *e;
+    size_t old = push(c, kw);
+    json_array_foreach(list, i, e) {
+        if (json_is_false(e)) continue;
+        size_t o2 = push_i(c, i);
+        r = gr_alt2(b, r, sch(c, e));
+        pop(c, o2);
+        n_ok++;
+    }
+    pop(c, old);
+    if (n_ok == 0) return fail(c, "unsatisfiable schema: every '%s' branch is false", kw);
+    return r;
+}
+
+static int32_t sch(js_ctx *c, json_t *s) {
+    gr_builder *b = c->x.b;
+    if (gr_builder_error(b)->status) return -1;
+    if (json_is_true(s)) return js_value(&c->x);
+    if (json_is_false(s)) return gr_nothing(b);
+    if (!json_is_object(s)) return fail(c, "a schema must be an object or a boolean");
+    const char *uk = unsupported_keyword(s);
+    if (uk) {
+        size_t old = push(c, uk);
+        fail(c, "unsupported keyword '%s'", uk);
+        pop(c, old);
+        return -1;
+    }
+    if (++c->depth > JS_MAX_DEPTH) {
+        c->depth--;
+        return fail(c, "schema nested deeper than %d levels", JS_MAX_DEPTH);
+    }
+    int32_t r;
+    json_t *ref = json_object_get(s, "$ref");
+    json_t *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf");
+    static const char *const combinators[] = { "$ref", "anyOf", "oneOf", NULL };
+    bool siblings = has_assertions(s, combinators);
+    if (json_object_get(s, "allOf") || (ref && (siblings || any || one)) || ((any || one) && siblings) ||
+        (any && one)) {
+        json_t *m = merge(c, &s, 1, 0);
+        if (!m)
+            r = -1;
+        else if (json_is_false(m))
+            r = fail(c, "unsatisfiable schema: allOf / anyOf with no satisfiable combination");
+        else if (json_is_object(m) && json_object_get(m, "anyOf"))
+            r = sch_any(c, json_object_get(m, "anyOf"), "anyOf");
+        else
+            r = sch(c, m);
+    } else if (ref) {
+        if (!json_is_string(ref)) {
+            r = fail(c, "$ref must be a string");
+        } else {
+            const json_t *t = resolve(c, json_string_value(ref));
+            int32_t rule = t ? def_rule(c, t, json_string_value(ref)) : -1;
+            r = gr_ref(b, rule);
+        }
+    } else if (any || one) {
+        r = sch_any(c, any ? any : one, any ? "anyOf" : "oneOf");
+    } else
+        r = sch_typed(c, s);
+    c->depth--;
+    return r;
+}
+
+/* ---- entry points ---- */
+
+static void ctx_free(js_ctx *c) {
+    for (size_t i = 0; i < c->n_defs; i++) free(c->defs[i].ptr);
+    free(c->defs);
+    free(c->base);
+    json_decref(c->owned);
+    json_decref(c->doc);
+    js_lex_free(&c->x);
+}
+
+static void ctx_init(js_ctx *c, gr_builder *b, bool flex) {
+    *c = (js_ctx){ 0 };
+    c->x.b = b;
+    c->x.flex = flex;
+    c->x.r_string = c->x.r_number = c->x.r_integer = c->x.r_bool = c->x.r_null = c->x.r_value = c->x.r_object =
+        c->x.r_array = -1;
+}
+
+/* root: ws value ws with flexible whitespace (JSON allows it around the document) */
+static int32_t root_rule(js_ctx *c, int32_t value) {
+    gr_builder *b = c->x.b;
+    int32_t root = gr_rule(b, "root");
+    int32_t e = gr_seq(b, (int32_t[]){ js_ws(&c->x), value, js_ws(&c->x) }, 3);
+    if (gr_rule_define(b, root, e) < 0) return -1;
+    return root;
+}
+
+int32_t gr_json_schema(gr_builder *b, const char *schema, size_t n, bool flexible_ws) {
+    if (!b) return -1;
+    if (gr_builder_error(b)->status) return -1;
+    if (!schema) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "no JSON schema given");
+        return -1;
+    }
+    js_ctx c;
+    ctx_init(&c, b, flexible_ws);
+    json_error_t je;
+    c.doc = json_loadb(schema, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!c.doc && strstr(je.text, "too big")) /* integers beyond 64 bits: as reals */
+        c.doc = json_loadb(schema, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
+    if (!c.doc) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "the JSON schema is not valid JSON: %s (line %d, column %d)", je.text,
+                        je.line, je.column);
+        ctx_free(&c);
+        return -1;
+    }
+    c.owned = json_array();
+    if (!c.owned) {
+        oom(&c);
+        ctx_free(&c);
+        return -1;
+    }
+    if (!json_is_object(c.doc) && !json_is_boolean(c.doc)) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "a JSON schema must be an object or a boolean");
+        ctx_free(&c);
+        return -1;
+    }
+    if (json_is_false(c.doc)) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "unsatisfiable schema: false accepts no document");
+        ctx_free(&c);
+        return -1;
+    }
+    const json_t *id = json_is_object(c.doc) ? json_object_get(c.doc, "$id") : NULL;
+    if (!id && json_is_object(c.doc)) id = json_object_get(c.doc, "id");
+    if (json_is_string(id)) {
+        const char *s = json_string_value(id);
+        const char *h = strchr(s, '#');
+        c.base = strndup(s, h ? (size_t)(h - s) : strlen(s));
+        if (!c.base) oom(&c);
+    }
+    int32_t top = def_rule(&c, c.doc, "");
+    int32_t root = root_rule(&c, gr_ref(b, top));
+    /* every referenced definition, each at depth 0 with its pointer as the path */
+    for (size_t i = 0; i < c.n_defs && !gr_builder_error(b)->status; i++) {
+        snprintf(c.x.path, sizeof c.x.path, "%s", c.defs[i].ptr[0] == '#' ? c.defs[i].ptr + 1 : c.defs[i].ptr);
+        c.x.n_path = strlen(c.x.path);
+        c.depth = 0;
+        int32_t e = sch(&c, (json_t *)c.defs[i].target);
+        gr_rule_define(b, c.defs[i].rule, e);
+    }
+    ctx_free(&c);
+    return gr_builder_error(b)->status ? -1 : root;
+}
+
+int32_t gr_json_object(gr_builder *b, bool flexible_ws) {
+    if (!b || gr_builder_error(b)->status) return -1;
+    js_ctx c;
+    ctx_init(&c, b, flexible_ws);
+    int32_t root = root_rule(&c, js_any_object(&c.x));
+    ctx_free(&c);
+    return gr_builder_error(b)->status ? -1 : root;
+}
