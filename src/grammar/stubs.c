@@ -7,8 +7,6 @@ static int32_t missing(gr_builder *b, const char *what) {
     gr_builder_fail(b, CN_STATUS_INVALID_ARG, "the %s front end is not built yet", what);
     return -1;
 }
-int32_t gr_json_schema(gr_builder *b, const char *s, size_t n, bool ws) { (void)s; (void)n; (void)ws; return missing(b, "JSON Schema"); }
-int32_t gr_json_object(gr_builder *b, bool ws) { (void)ws; return missing(b, "JSON object"); }
 int32_t gr_gbnf(gr_builder *b, const char *s, size_t n, const char *root) { (void)s; (void)n; (void)root; return missing(b, "GBNF"); }
 int32_t gr_regex_expr(gr_builder *b, const char *s, size_t n) { (void)s; (void)n; return missing(b, "regex"); }
 int32_t gr_regex_expr_unanchored(gr_builder *b, const char *s, size_t n) { (void)s; (void)n; return missing(b, "regex"); }
