@@ -826,7 +826,10 @@ static int32_t sch_enum(js_ctx *c, json_t *s, const json_t *list) {
         r = gr_alt2(b, r, js_json_literal(&c->x, e));
         n_ok++;
     }
-    if (n_ok == 0) return fail(c, "unsatisfiable schema: no enum / const value satisfies the schema");
+    /* no value left (enum: ["a"] with type: array): this schema accepts nothing, which
+     * is no error where it may be left out (an optional property, one anyOf branch);
+     * where it may not, compile reports the rule that matches no text */
+    if (n_ok == 0) return gr_nothing(b);
     int32_t rule = gr_rule_fresh(b, "enum");
     if (gr_rule_define(b, rule, r) < 0) return -1;
     return gr_ref(b, rule);
