@@ -7,6 +7,8 @@
         print(piece, end="", flush=True)
     print(m.chat([{"role": "user", "content": "Name three prime numbers."}]).text)
     print(cinder.explain({"blue": 0.5, "gray": 0.25, "clear": 0.15, "dark": 0.10}, top_p=0.7))
+    m.generate("A user as JSON: ", json_schema={"type": "object", "properties": {"name": {"type": "string"}},
+                                                  "required": ["name"]}).text
 
 The bindings are ctypes over libcinder.so (include/cinder.h): no compiler is needed at
 install time beyond the one that builds the library. Generation runs in a worker thread
@@ -14,9 +16,16 @@ with the GIL released (ctypes drops it for the C call), so other Python threads 
 running; Ctrl-C (KeyboardInterrupt) cancels the request cleanly and re-raises. A Model
 runs one request at a time (a lock serializes calls from several threads). Errors raise
 CinderError with cinder's message and status.
+
+Structured output: generate/chat/stream take one of json_schema= (a dict or its JSON
+text), grammar= (llama.cpp's GBNF), regex= (matched in full) or choices= (a list of
+strings); the output is constrained token by token. Each distinct constraint is compiled
+once per Model and kept (the last GRAMMAR_CACHE of them).
 """
+import collections
 import ctypes
 import ctypes.util
+import json
 import math
 import os
 import queue
@@ -99,8 +108,18 @@ _CANCEL_FN = ctypes.CFUNCTYPE(c_bool, c_void_p)
 class _Gen(ctypes.Structure):
     _fields_ = [("sampling", _Sampling), ("max_tokens", c_int32), ("stop", ctypes.POINTER(c_char_p)),
                 ("n_stop", c_int32), ("logprobs_after_chain", c_bool), ("beam", _Beam), ("lookup_n", c_int32),
-                ("max_draft", c_int32), ("draft", c_bool), ("on_text", _TEXT_FN),
+                ("max_draft", c_int32), ("draft", c_bool), ("grammar", c_void_p), ("on_text", _TEXT_FN),
                 ("on_token", _TOKEN_FN), ("should_cancel", _CANCEL_FN), ("user", c_void_p)]
+
+
+GRAMMAR_JSON_SCHEMA, GRAMMAR_JSON_OBJECT, GRAMMAR_GBNF, GRAMMAR_REGEX, GRAMMAR_CHOICE = range(5)
+GRAMMAR_CACHE = 16  # compiled grammars a Model keeps
+
+
+class _GrammarParams(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("source", c_char_p), ("source_len", c_size_t),
+                ("choices", ctypes.POINTER(c_char_p)), ("n_choices", c_size_t), ("flexible_whitespace", c_bool),
+                ("max_states", c_size_t), ("max_compile_ms", c_double)]
 
 
 class _Timings(ctypes.Structure):
@@ -189,6 +208,9 @@ _eos = _fn("cn_tokenizer_eos", c_int32, c_void_p)
 _chat_name = _fn("cn_chat_template_name", c_char_p, c_void_p)
 _explain = _fn("cn_explain", ctypes.c_int, P(c_float), c_int32, P(_Sampling), P(c_int32), c_size_t, _STAGE_FN,
                c_void_p, P(_ExplainResult), P(_Error))
+_grammar_default = _fn("cn_grammar_default_params", _GrammarParams)
+_grammar_compile = _fn("cn_grammar_compile", ctypes.c_int, c_void_p, P(_GrammarParams), P(c_void_p), P(_Error))
+_grammar_free = _fn("cn_grammar_free", None, c_void_p)
 _libc_free = ctypes.CDLL(None).free
 _libc_free.argtypes = [c_void_p]
 
@@ -196,7 +218,10 @@ for _name, _cls in (("cn_error", _Error), ("cn_sampling_params", _Sampling), ("c
                     ("cn_gen_token", _GenToken), ("cn_gen_timings", _Timings), ("cn_model_params", _ModelParams),
                     ("cn_model_info", _ModelInfo), ("cn_chat_msg", _ChatMsg), ("cn_context_params", _ContextParams),
                     ("cn_prompt", _Prompt), ("cn_result", _Result), ("cn_candidate", _Candidate),
-                    ("cn_explain_result", _ExplainResult), ("cn_logit_bias", _LogitBias), ("cn_beam_params", _Beam)):
+                    ("cn_explain_result", _ExplainResult), ("cn_logit_bias", _LogitBias), ("cn_beam_params", _Beam),
+                    ("cn_grammar_params", _GrammarParams)):
+    if _name == "cn_grammar_params" and _abi_size(_name.encode()) == 0:
+        continue  # a library whose size table does not list it yet
     if _abi_size(_name.encode()) != ctypes.sizeof(_cls):
         raise ImportError(f"cinder: {_name} is {_abi_size(_name.encode())} bytes in libcinder "
                           f"{_version().decode()} but {ctypes.sizeof(_cls)} here: the bindings do not match the library")
@@ -330,6 +355,47 @@ def _explain_logits(vals, name, history, sampling, show=10):
     return Explanation(inp, name(res.greedy), stages, name(res.token), res.p, res.seed, show)
 
 
+# ---- structured output ----
+
+_CONSTRAINTS = ("json_schema", "grammar", "regex", "choices")
+
+
+def _constraint(kw) -> Optional[Tuple[str, int, Union[str, Tuple[str, ...]]]]:
+    """Pops json_schema / grammar / regex / choices from kw: None, or (argument, kind,
+    canonical source): a schema as compact JSON text in its own key order (key order orders
+    the output), choices as a tuple. Raises CinderError("invalid_arg") naming the argument."""
+    given = [(n, kw.pop(n)) for n in _CONSTRAINTS if n in kw]
+    given = [(n, v) for n, v in given if v is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise CinderError("invalid_arg", f"{given[0][0]} and {given[1][0]} both constrain the output: give at most one",
+                          given[1][0])
+    name, v = given[0]
+    if name == "json_schema":
+        if isinstance(v, (str, bytes)):
+            try:
+                v = json.loads(v)
+            except ValueError as e:
+                raise CinderError("invalid_arg", f"json_schema is not valid JSON: {e}", name) from None
+        if not isinstance(v, (dict, bool)):
+            raise CinderError("invalid_arg", "json_schema must be a JSON Schema: a dict, or its JSON text", name)
+        try:
+            src = json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise CinderError("invalid_arg", f"json_schema cannot be written as JSON: {e}", name) from None
+        return name, GRAMMAR_JSON_SCHEMA, src
+    if name in ("grammar", "regex"):
+        if not isinstance(v, str):
+            raise CinderError("invalid_arg", f"{name} must be a string", name)
+        return name, GRAMMAR_GBNF if name == "grammar" else GRAMMAR_REGEX, v
+    if not isinstance(v, (list, tuple)) or not v or not all(isinstance(c, str) for c in v):
+        raise CinderError("invalid_arg", "choices must be a non-empty list of strings", name)
+    if any("\0" in c for c in v):
+        raise CinderError("invalid_arg", "choices must not contain NUL", name)
+    return name, GRAMMAR_CHOICE, tuple(v)
+
+
 # ---- the model ----
 
 
@@ -349,6 +415,7 @@ class Model:
         self._m = c_void_p()
         self._c = c_void_p()
         self._lock = threading.Lock()
+        self._grammars: "collections.OrderedDict" = collections.OrderedDict()  # (kind, source) -> cn_grammar*
         err = _Error()
         mp = _model_default()
         mp.prefault = prefault
@@ -376,6 +443,10 @@ class Model:
 
     def close(self):
         """Frees the model (also done when it is garbage-collected)."""
+        for g in getattr(self, "_grammars", {}).values():  # before the tokenizer they were compiled for
+            _grammar_free(g)
+        if getattr(self, "_grammars", None):
+            self._grammars.clear()
         if getattr(self, "_c", None):
             _ctx_free(self._c)
             self._c = c_void_p()
@@ -490,7 +561,10 @@ class Model:
         temperature 0 is greedy; seed makes a sampled reply reproducible; stop strings are
         matched across tokens and cut; logprobs=k reports each token's log-probability and
         the k most likely. Also: typical_p, repetition_penalty, presence_penalty,
-        frequency_penalty, logit_bias ({token id: bias}), ignore_eos, n_beams (beam search)."""
+        frequency_penalty, logit_bias ({token id: bias}), ignore_eos, n_beams (beam search).
+        Structured output, at most one of: json_schema (a dict or its JSON text), grammar
+        (GBNF, start rule "root"), regex (the whole output matches it), choices (the output
+        is exactly one of the strings)."""
         return self._run(prompt, None, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                          min_p=min_p, seed=seed, stop=stop, logprobs=logprobs, **kw)
 
@@ -537,10 +611,43 @@ class Model:
         if "error" in box:
             raise box["error"]
 
+    def _grammar(self, constraint):
+        """The compiled grammar of a _constraint() result, from this model's cache or
+        compiled now (lock held)."""
+        name, kind, src = constraint
+        key = (kind, src)
+        g = self._grammars.get(key)
+        if g is not None:
+            self._grammars.move_to_end(key)
+            return g
+        p, keep = _grammar_default(), []
+        p.kind = kind
+        if kind == GRAMMAR_CHOICE:
+            arr = (c_char_p * len(src))(*[c.encode() for c in src])
+            keep.append(arr)
+            p.choices, p.n_choices = arr, len(src)
+        else:
+            b = src.encode()
+            keep.append(b)
+            p.source, p.source_len = b, len(b)
+        # JSON as llama.cpp's and vLLM's grammars allow it: whitespace between tokens
+        p.flexible_whitespace = kind == GRAMMAR_JSON_SCHEMA
+        g, err = c_void_p(), _Error()
+        st = _grammar_compile(self._tok, ctypes.byref(p), ctypes.byref(g), ctypes.byref(err))
+        if st != 0:
+            msg = err.msg.decode("utf-8", "replace")
+            raise CinderError(STATUS[st] if 0 <= st < len(STATUS) else str(st),
+                              msg if msg.startswith(f"{name}:") else f"{name}: {msg}", name)
+        self._grammars[key] = g.value
+        while len(self._grammars) > GRAMMAR_CACHE:
+            _grammar_free(self._grammars.popitem(last=False)[1])
+        return g.value
+
     def _run_cancellable(self, prompt, on_piece, stop_flag, **kw):
         """_run on this (worker) thread, cancelled when stop_flag is set."""
         keep = []
         kw = dict(kw)
+        constraint = _constraint(kw)
         max_tokens, stop, n_beams = kw.pop("max_tokens", 256), kw.pop("stop", None), kw.pop("n_beams", 1)
         gp = _gen_default()
         gp.sampling = _sampling(keep=keep, **kw)
@@ -559,6 +666,7 @@ class Model:
         with self._lock:
             if not self._c:
                 raise CinderError("invalid_arg", "the model is closed")
+            gp.grammar = self._grammar(constraint) if constraint else None
             st = _ctx_generate(self._c, ctypes.byref(pr), ctypes.byref(gp), ctypes.byref(res), ctypes.byref(err))
             _check(st, err)
             try:

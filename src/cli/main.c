@@ -97,6 +97,7 @@ static const command commands[] = {
     {"run", cn_cli_run, "generate text from a prompt (sampling, beams, stop strings) with timings"},
     {"chat", cn_cli_chat, "chat with a model interactively (its chat template, KV cache reuse)"},
     {"serve", cn_cli_serve, "an OpenAI-compatible HTTP server on the batched engine"},
+    {"grammar", cn_cli_grammar, "check a text against a JSON Schema, GBNF grammar, regex or choice list"},
     {"draft-from", cn_cli_draft_from, "cut a draft model (the first K layers) from a model, for --draft"},
     {"bench", cn_cli_bench, "measure prompt processing and generation speed (like llama-bench)"},
     {"perplexity", cn_cli_perplexity, "perplexity over a text; KV-cache type cost as KL divergence"},

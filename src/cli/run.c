@@ -3,8 +3,10 @@
  * (text, finish reason, token counts, timings, logprobs, beam and speculation figures
  * when asked) goes to stdout instead. --chat sends the prompt as a user message (the
  * context renders the chat template and stops at the end of turn); --beams N runs beam
- * search; --draft / --lookup speculate. Argument handling and output only: the loop,
- * stopping and sampling are the library's (cn_context_generate). */
+ * search; --draft / --lookup speculate; --json-schema, --json-object, --grammar, --regex
+ * and --choice constrain the output (grammar.c compiles them against the model's
+ * tokenizer). Argument handling and output only: the loop, stopping, sampling and
+ * grammars are the library's (cn_context_generate). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "cli.h"
 #include "genopts.h"
+#include "grammar.h"
 
 #define RUN_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_RUN | CLI_G_CHAT | CLI_G_GEN | CLI_G_SAMPLING | CLI_G_SPEC)
 
@@ -102,20 +105,30 @@ static int print_json(const cli_gen_opts *o, const cn_context *c, const cn_resul
 int cn_cli_run(int argc, char **argv) {
     cli_gen_opts o;
     cli_gen_opts_init(&o, "run");
+    cli_grammar_opts go;
+    memset(&go, 0, sizeof go);
+    const cli_flag_group grammar_group = cli_grammar_group(&go);
     size_t n_groups;
-    const cli_flag_group *groups = cli_gen_groups(&o, RUN_GROUPS, NULL, &n_groups);
+    const cli_flag_group *groups = cli_gen_groups(&o, RUN_GROUPS, &grammar_group, &n_groups);
     const int pr = cli_flags_parse("run", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
     if (pr) return CLI_FLAGS_EXIT(pr);
     if (!o.prompt) {
         cn_cli_errorf("run: no prompt: give -p PROMPT (see 'cinder run --help')");
         return 2;
     }
-    if (cli_gen_opts_check(&o, NULL, NULL)) return 2;
+    if (cli_gen_opts_check(&o, NULL, NULL) || cli_grammar_check_opts("run", &go)) return 2;
+    if (cli_grammar_given(&go) && o.gp.beam.n_beams > 1) {
+        cn_cli_errorf("run: a grammar does not combine with --beams");
+        return 2;
+    }
 
     cli_session s;
     cn_result r = {0};
+    cn_grammar *grammar = NULL;
     int rc = cli_session_open(&s, &o);
     if (rc) goto done;
+    if ((rc = cli_grammar_compile("run", &go, cn_context_tokenizer(s.ctx), &grammar))) goto done;
+    o.gp.grammar = grammar;
     cn_chat_msg msgs[2];
     cn_prompt prompt = {.text = o.prompt};
     if (o.chat) {
@@ -145,6 +158,7 @@ int cn_cli_run(int argc, char **argv) {
     }
 done:
     cn_result_free(&r);
+    cn_grammar_free(grammar); /* before the context: it borrows the context's tokenizer */
     cli_session_close(&s);
     return rc;
 }

@@ -19,6 +19,13 @@
  * through the completion's sampler in order for as long as the token chosen is the one
  * guessed (the rule of gen/spec.h, so the tokens are those made without it).
  *
+ * Grammars (cn_gen_params.grammar): each completion's cn_gen owns a matcher of its own
+ * (which holds a reference to the grammar for as long as the request lives), so n > 1
+ * completions are constrained independently and the other requests of a step not at
+ * all. A guessed row is masked by the matcher advanced along the guesses confirmed
+ * before it (they are pushed in order); the guesses themselves are made under the
+ * grammar and rolled back before the step (spec_plan.c).
+ *
  * Concurrency (see the engine section of cinder.h): one recursive lock held for a whole
  * step, so callbacks may call back into the engine. A cancel that arrives during a step
  * (from a callback) is recorded and carried out when the callback returns, before the

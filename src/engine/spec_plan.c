@@ -141,7 +141,9 @@ static cn_status draft_pass(cn_engine *e, cn_error *err) {
 /* The draft model's guesses for the completions in dc[0..n): the history each one's
  * draft cache lacks (within the step's rows; a longer one catches up over several
  * steps and guesses once it has), then one batched pass per further guess, k[i] each
- * (the longest K). Sets seq.draft / n_draft. */
+ * (the longest K). Sets seq.draft / n_draft. A completion under a grammar guesses the
+ * best token its grammar allows after its guesses so far (cn_gen_guess_next) and stops
+ * guessing when the grammar allows nothing; its matcher is rolled back at the end. */
 static void draft_guesses(cn_engine *e, engine_choice **dc, const int32_t *k, int32_t n, int32_t K) {
     cn_error err = {0};
     cn_batch_clear(&e->dbatch);
@@ -167,7 +169,12 @@ static void draft_guesses(cn_engine *e, engine_choice **dc, const int32_t *k, in
     int32_t row = 0;
     for (int32_t i = 0; i < n; i++) {
         if (!active[i]) continue;
-        dc[i]->seq.draft[0] = cn_argmax(e->dlogits + (size_t)row++ * (size_t)e->n_vocab, e->n_vocab);
+        const int32_t t = cn_gen_guess_next(dc[i]->gen, e->dlogits + (size_t)row++ * (size_t)e->n_vocab, e->n_vocab);
+        if (t < 0) {
+            active[i] = false;
+            continue;
+        }
+        dc[i]->seq.draft[0] = t;
         dc[i]->seq.n_draft = 1;
         dc[i]->d_base = dc[i]->seq.n_tokens;
     }
@@ -182,15 +189,24 @@ static void draft_guesses(cn_engine *e, engine_choice **dc, const int32_t *k, in
         row = 0;
         for (int32_t i = 0; i < n; i++) {
             if (!active[i] || k[i] <= j) continue;
-            dc[i]->seq.draft[j] = cn_argmax(e->dlogits + (size_t)row++ * (size_t)e->n_vocab, e->n_vocab);
+            dc[i]->d_guesses = j; /* draft[0..j) are in its draft cache now */
+            const int32_t t = cn_gen_guess_next(dc[i]->gen, e->dlogits + (size_t)row++ * (size_t)e->n_vocab, e->n_vocab);
+            if (t < 0) {
+                active[i] = false;
+                continue;
+            }
+            dc[i]->seq.draft[j] = t;
             dc[i]->seq.n_draft = j + 1;
-            dc[i]->d_guesses = j;
         }
     }
+    for (int32_t i = 0; i < n; i++) cn_gen_guess_undo(dc[i]->gen);
     return;
 fail:
     cn_log(CN_LOG_WARN, "engine: a draft pass failed, no guesses this step: %s", err.msg);
-    for (int32_t i = 0; i < n; i++) dc[i]->seq.n_draft = 0;
+    for (int32_t i = 0; i < n; i++) {
+        dc[i]->seq.n_draft = 0;
+        cn_gen_guess_undo(dc[i]->gen);
+    }
     draft_drop_all(e);
 }
 
@@ -255,6 +271,8 @@ void cn_engine_plan_guesses(cn_engine *e) {
                 c->n_found = k;
             } else if (q->lookup_n > 0) {
                 c->seq.n_draft = cn_spec_lookup(c->seq.tokens, (size_t)c->seq.n_tokens, q->lookup_n, k, c->seq.draft);
+                /* under a grammar: only the guesses it allows can be confirmed */
+                c->seq.n_draft = cn_gen_guess_filter(c->gen, c->seq.draft, c->seq.n_draft);
                 c->n_found = c->seq.n_draft;
                 n_guess += c->seq.n_draft;
             }

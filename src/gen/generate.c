@@ -10,12 +10,25 @@
  *          -> detokenizer (holds an incomplete UTF-8 character back)
  *          -> stop filter (holds back text that may still become a stop string)
  *          -> on_text, text buffer
- *          -> stop string matched? finish "stop"; max_tokens reached? finish "length"
+ *          -> stop string matched? finish "stop"; grammar done? finish "stop";
+ *             max_tokens reached? finish "length"
+ *
+ * With a grammar (p.grammar) the request owns one matcher: before each draw its mask
+ * becomes the sampler's first stage, and every token accepted (sampled here or chosen
+ * elsewhere) is committed to it; a token it refuses is an error, not output. An
+ * end-of-generation token is allowed by the mask only once the text is complete, and
+ * the request also ends ("stop") as soon as the matcher is done (nothing can follow).
+ * The matcher follows the tokens of the output and nothing else, so speculation stays
+ * exact for free: a verified row is masked after the tokens confirmed before it. What
+ * speculation adds is guessing under the grammar (cn_gen_guess_*): the guesses are
+ * committed to the matcher while they are made, so each is chosen among what the
+ * grammar allows after the ones before it, then rolled back before any row is pushed.
  *
  * Finishing flushes both hold-backs in that order, once. Timings: each accepted token's
  * time is kept; the inter-token latencies are their differences. */
 #include "gen/generate.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +42,11 @@ struct cn_gen {
     cn_gen_params p;             /* p.stop points at stops below */
     char *stops[CN_GEN_MAX_STOP];
     cn_sampler *sampler;
+    cn_grammar_matcher *gm;      /* p.grammar's matcher, or NULL */
+    uint32_t *mask;              /* (n_mask_words) its last mask */
+    size_t n_mask_words;
+    int32_t n_mask_bits;         /* the grammar's vocabulary */
+    size_t n_guessed;            /* guesses committed to gm (cn_gen_guess_next) */
     cn_detok *detok;
     cn_stop_filter *filter;
 
@@ -101,6 +119,15 @@ cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_error *err
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_beams",
                             "speculative decoding (lookup_n, draft) does not combine with beam search (n_beams = %d)",
                             (int)p->beam.n_beams);
+    /* A beam would need a matcher of its own, copied when it forks: not supported. */
+    if (p->grammar && p->beam.n_beams > 1)
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "grammar",
+                            "a grammar does not combine with beam search (n_beams = %d): use sampling or greedy",
+                            (int)p->beam.n_beams);
+    if (p->grammar && n_vocab > 0 && cn_grammar_n_vocab(p->grammar) > n_vocab)
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "grammar",
+                            "the grammar was compiled for a vocabulary of %d tokens, the logits have %d",
+                            (int)cn_grammar_n_vocab(p->grammar), (int)n_vocab);
     return CN_STATUS_OK;
 }
 
@@ -189,6 +216,20 @@ cn_status cn_gen_create_valid(const cn_tokenizer *tok, int32_t n_vocab, const cn
             goto fail;
         }
     }
+    if (p->grammar) {
+        g->n_mask_bits = cn_grammar_n_vocab(p->grammar);
+        if (g->n_mask_bits != n_tok_vocab) {
+            st = cn_err_param(err, CN_STATUS_INVALID_ARG, "grammar",
+                              "the grammar was compiled for a vocabulary of %d tokens, the tokenizer has %d: "
+                              "compile it with this model's tokenizer",
+                              (int)g->n_mask_bits, (int)n_tok_vocab);
+            goto fail;
+        }
+        if ((st = cn_grammar_matcher_new(p->grammar, &g->gm, err)) != CN_STATUS_OK) goto fail;
+        g->n_mask_words = ((size_t)g->n_mask_bits + 31) / 32;
+        g->mask = malloc(CN_MAX(g->n_mask_words, (size_t)1) * sizeof *g->mask);
+        if (!g->mask) goto oom;
+    }
     if (cn_detok_new(tok, false, &g->detok) != CN_STATUS_OK) goto oom;
     cn_detok_set_strip_space(g->detok, false); /* the output continues the prompt */
     if ((st = cn_stop_filter_new((const char *const *)g->stops, (size_t)p->n_stop, emit_text, g,
@@ -207,6 +248,8 @@ void cn_gen_free(cn_gen *g) {
     if (!g) return;
     for (int i = 0; i < CN_GEN_MAX_STOP; i++) free(g->stops[i]);
     cn_sampler_free(g->sampler);
+    cn_grammar_matcher_free(g->gm);
+    free(g->mask);
     cn_detok_free(g->detok);
     cn_stop_filter_free(g->filter);
     free(g->hist);
@@ -290,27 +333,43 @@ cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_
         return cn_err(err, CN_STATUS_INVALID_ARG, "token %d is outside the vocabulary [0, %d)", (int)id,
                       (int)CN_MIN(g->n_vocab, cn_tokenizer_n_vocab(g->tok)));
     if (t_ms < 0) t_ms = cn_time_ms();
+    if (g->gm && g->n_guessed > 0)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "generation: a token accepted while %zu guesses are still "
+                                                  "committed to the grammar (cn_gen_guess_undo first)", g->n_guessed);
+    const bool eog = cn_tokenizer_is_eog(g->tok, id);
+    /* A refused token leaves the request as it was; so does a failure after the grammar
+     * took it (it is rolled back). An end-of-generation token with ignore_eos is output
+     * like any other and ends nothing: the grammar does not see it. */
+    const bool to_grammar = g->gm && !(eog && g->p.sampling.ignore_eos);
+    if (to_grammar && !cn_grammar_matcher_accept(g->gm, id))
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "grammar", "token %d is not allowed by the grammar here%s",
+                            (int)id, eog ? " (end of generation before the text is complete)" : "");
 
-    if (!g->p.sampling.ignore_eos && cn_tokenizer_is_eog(g->tok, id)) {
+    if (!g->p.sampling.ignore_eos && eog) {
         cn_gen_finish(g, CN_FINISH_STOP);
         if (out) *out = (cn_gen_step){id, true, g->reason};
         return CN_STATUS_OK;
     }
+    cn_status st = CN_STATUS_OK;
     if (!grow_hist(g, g->n_hist + 1))
-        return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the token history");
-    if ((size_t)g->n_gen + 1 > g->cap_gen) {
+        st = cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the token history");
+    if (st == CN_STATUS_OK && (size_t)g->n_gen + 1 > g->cap_gen) {
         size_t cap = g->cap_gen ? g->cap_gen * 2 : 64;
         cn_gen_token *info = realloc(g->info, cap * sizeof *info);
         if (info) g->info = info;
         double *t = realloc(g->t_tok, cap * sizeof *t);
         if (t) g->t_tok = t;
-        if (!info || !t) return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for token %d", (int)g->n_gen);
-        g->cap_gen = cap;
+        if (!info || !t) st = cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for token %d", (int)g->n_gen);
+        else g->cap_gen = cap;
     }
-    const char *text;
-    size_t n_text;
-    cn_status st = cn_detok_push(g->detok, id, &text, &n_text);
-    if (st != CN_STATUS_OK) return cn_err(err, st, "detokenizer failed on token %d", (int)id);
+    const char *text = NULL;
+    size_t n_text = 0;
+    if (st == CN_STATUS_OK && (st = cn_detok_push(g->detok, id, &text, &n_text)) != CN_STATUS_OK)
+        st = cn_err(err, st, "detokenizer failed on token %d", (int)id);
+    if (st != CN_STATUS_OK) {
+        if (to_grammar) cn_grammar_matcher_rollback(g->gm, 1, NULL);
+        return st;
+    }
 
     g->hist[g->n_hist++] = id;
     cn_gen_token *ti = &g->info[g->n_gen];
@@ -326,7 +385,11 @@ cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_
     if (g->text_oom) return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the output text");
     if (stopped)
         set_done(g, CN_FINISH_STOP, &step);
-    else if (g->n_gen >= g->p.max_tokens) {
+    else if (g->gm && cn_grammar_matcher_is_done(g->gm)) {
+        cn_gen_finish(g, CN_FINISH_STOP); /* nothing can follow: not even a choice to stop */
+        step.done = true;
+        step.finish = g->reason;
+    } else if (g->n_gen >= g->p.max_tokens) {
         cn_gen_finish(g, CN_FINISH_LENGTH);
         step.done = true;
         step.finish = g->reason;
@@ -346,6 +409,14 @@ cn_status cn_gen_push_logits(cn_gen *g, const float *logits, cn_gen_step *out, c
         if (out) *out = (cn_gen_step){-1, true, g->reason};
         return CN_STATUS_OK;
     }
+    if (g->gm) {
+        cn_status st = CN_STATUS_OK;
+        if (g->n_guessed > 0) st = cn_err(err, CN_STATUS_INVALID_ARG, "generation: logits pushed while guesses are "
+                                                                      "committed to the grammar");
+        if (st == CN_STATUS_OK) st = cn_grammar_matcher_mask(g->gm, g->mask, g->n_mask_words, err);
+        if (st != CN_STATUS_OK) return st;
+        cn_sampler_set_mask(g->sampler, g->mask, g->n_mask_bits);
+    }
     const bool after_chain = g->p.logprobs_after_chain && g->p.sampling.n_logprobs >= 0;
     g->obs_seen = false;
     if (after_chain) cn_sampler_set_observer(g->sampler, observe_stage, g);
@@ -353,6 +424,7 @@ cn_status cn_gen_push_logits(cn_gen *g, const float *logits, cn_gen_step *out, c
     cn_sample_info si;
     cn_status st = cn_sampler_sample(g->sampler, logits, g->n_vocab, g->hist, g->n_hist, &id, &si, err);
     if (after_chain) cn_sampler_set_observer(g->sampler, NULL, NULL);
+    cn_sampler_set_mask(g->sampler, NULL, 0);
     if (st != CN_STATUS_OK) return st;
 
     cn_gen_token tok;
@@ -372,6 +444,50 @@ cn_status cn_gen_push_logits(cn_gen *g, const float *logits, cn_gen_step *out, c
         for (int32_t i = 0; i < si.n_top; i++) tok.top[i] = (cn_gen_logprob){si.top[i].id, si.top[i].logprob};
     }
     return cn_gen_accept(g, &tok, -1.0, out, err);
+}
+
+/* ---- guessing under the grammar (speculation) ---- */
+
+bool cn_gen_has_grammar(const cn_gen *g) { return g->gm != NULL; }
+
+int32_t cn_gen_guess_filter(cn_gen *g, const int32_t *draft, int32_t n) {
+    if (!g->gm || n <= 0) return CN_MAX(n, 0);
+    int32_t k = 0;
+    while (k < n && draft[k] >= 0 && draft[k] < g->n_mask_bits && cn_grammar_matcher_accept(g->gm, draft[k])) k++;
+    g->n_guessed += (size_t)k;
+    cn_gen_guess_undo(g);
+    return k;
+}
+
+int32_t cn_gen_guess_next(cn_gen *g, const float *logits, int32_t n_vocab) {
+    if (!g->gm) return cn_argmax(logits, n_vocab);
+    if (cn_grammar_matcher_is_done(g->gm)) return -1;
+    cn_error err = {0};
+    if (cn_grammar_matcher_mask(g->gm, g->mask, g->n_mask_words, &err) != CN_STATUS_OK) return -1;
+    /* the first id of the largest logit among the allowed ones, as cn_argmax picks */
+    int32_t best = -1;
+    const int32_t n = CN_MIN(n_vocab, g->n_mask_bits);
+    for (int32_t w = 0; w * 32 < n; w++) {
+        for (uint32_t bits = g->mask[w]; bits; bits &= bits - 1) {
+            const int32_t id = w * 32 + __builtin_ctz(bits);
+            if (id >= n) break;
+            if (best < 0 || logits[id] > logits[best]) best = id;
+        }
+    }
+    if (best < 0 || !cn_grammar_matcher_accept(g->gm, best)) return -1;
+    g->n_guessed++;
+    return best;
+}
+
+void cn_gen_guess_undo(cn_gen *g) {
+    if (!g->gm || g->n_guessed == 0) return;
+    cn_error err = {0};
+    /* The steps were committed just now and the matcher keeps every step: rolling them
+     * back cannot fail unless our own bookkeeping is wrong. */
+    const cn_status st = cn_grammar_matcher_rollback(g->gm, g->n_guessed, &err);
+    assert(st == CN_STATUS_OK);
+    (void)st;
+    g->n_guessed = 0;
 }
 
 /* ---- results ---- */

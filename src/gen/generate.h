@@ -35,7 +35,12 @@ typedef struct cn_gen cn_gen;
  * borrowed and must outlive g. n_vocab: the width of the logits rows that will be pushed
  * (the model's vocabulary; ids at or past the tokenizer's vocabulary are banned). With
  * p->sampling.ignore_eos every end-of-generation token gets a -inf bias (so the chain
- * must contain logit_bias). The arrival time is now (see cn_gen_set_arrival). */
+ * must contain logit_bias). The arrival time is now (see cn_gen_set_arrival). With
+ * p->grammar (compiled with tok's vocabulary, else INVALID_ARG naming "grammar"), g owns
+ * a matcher on it (which holds a reference to the grammar until cn_gen_free): every
+ * push is masked to what the grammar allows, every accepted token must be allowed, and
+ * the request ends with "stop" when the matcher is done or an end-of-generation token
+ * comes once the text is complete. Logprobs stay the raw model's (before the mask). */
 cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p,
                         cn_gen **out, cn_error *err);
 /* As cn_gen_create for a p that already passed cn_gen_validate(p, n_vocab) (tok non-NULL,
@@ -110,6 +115,25 @@ cn_sampler *cn_gen_sampler(cn_gen *g);
 const cn_tokenizer *cn_gen_tokenizer(const cn_gen *g);
 
 void cn_gen_get_timings(const cn_gen *g, cn_gen_timings *out);
+
+/* ---- guessing under the request's grammar (speculative decoding) ----
+ * A drafter's guesses are only worth a verify row while the grammar allows them: the
+ * sampler masks the row, so a refused guess is never confirmed. These let a drafter
+ * guess under the grammar; without one they change nothing. Guesses are committed to the
+ * matcher while they are made and must be undone (cn_gen_guess_undo) before the next
+ * cn_gen_push_logits / cn_gen_accept, which refuse to run while guesses are pending. */
+bool cn_gen_has_grammar(const cn_gen *g);
+/* How many of draft[0..n) the grammar allows, in order, after the output so far (n
+ * without a grammar): the ones after the first refused cannot be confirmed. The matcher
+ * is left as it was. */
+int32_t cn_gen_guess_filter(cn_gen *g, const int32_t *draft, int32_t n);
+/* A draft model's greedy guess from its logits row (n_vocab): the largest logit (the
+ * first on ties, as cn_argmax) among the tokens the grammar allows after the output and
+ * the guesses made since the last undo, which it commits as one more guess; cn_argmax
+ * without a grammar; -1 when the grammar allows nothing more (done) or the mask fails. */
+int32_t cn_gen_guess_next(cn_gen *g, const float *logits, int32_t n_vocab);
+/* Rolls the guesses back: the matcher is at the output again. */
+void cn_gen_guess_undo(cn_gen *g);
 
 
 /* ---- the single-request loop ---- */

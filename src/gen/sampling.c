@@ -2,8 +2,10 @@
  * logit biases merged and sorted), the seeded RNG and the scratch buffers, runs the chain
  * of sampling_stages.c in the order sampling_params.c validated, draws one token and
  * reports its log-probabilities; a one-pass greedy path gives the chain's answer without
- * building the candidate array. It must not know models, tokenizers or threads: one
- * logits row in, one token id out. */
+ * building the candidate array. A token mask (a grammar's, cn_sampler_set_mask) comes
+ * before every stage: a token outside it is gone before logit bias sees the row, and the
+ * reported log-probabilities stay the raw model's. It must not know models, tokenizers,
+ * grammars or threads: one logits row (and maybe a bit mask) in, one token id out. */
 #include "gen/sampling_impl.h"
 
 #include <stdatomic.h>
@@ -24,6 +26,8 @@ struct cn_sampler {
     cn_candidate *cand;        /* (n_vocab) the working set */
     cn_candidate *scratch;     /* (n_vocab) typical's order; NULL when typical is off */
     int32_t *counts;           /* (n_vocab) zeros between calls; NULL when penalties are off */
+    const uint32_t *mask;      /* ((n_mask + 31) / 32) borrowed, or NULL: every token allowed */
+    int32_t n_mask;            /* ids >= n_mask are outside the mask */
     cn_sampler_observer observer;
     void *observer_user;
 };
@@ -150,6 +154,15 @@ void cn_sampler_set_observer(cn_sampler *s, cn_sampler_observer fn, void *user) 
     s->observer_user = user;
 }
 
+void cn_sampler_set_mask(cn_sampler *s, const uint32_t *mask, int32_t n_bits) {
+    s->mask = mask;
+    s->n_mask = mask ? CN_MAX(0, n_bits) : 0;
+}
+
+static inline bool in_mask(const cn_sampler *s, int32_t id) {
+    return !s->mask || (id < s->n_mask && (s->mask[id >> 5] >> (id & 31) & 1u));
+}
+
 cn_status cn_sampler_add_bias(cn_sampler *s, int32_t token, float bias, cn_error *err) {
     if (token < 0 || token >= s->n_vocab)
         return cn_err(err, CN_STATUS_INVALID_ARG,
@@ -225,7 +238,15 @@ static void raw_logprobs(const float *logits, int32_t n_vocab, int32_t token, in
     }
 }
 
-static cn_status all_banned(cn_error *err) { return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token"); }
+static cn_status all_banned(const cn_sampler *s, cn_error *err) {
+    if (s->mask)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token the grammar allows");
+    return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token");
+}
+
+static cn_status mask_bans_all(cn_error *err) {
+    return cn_err(err, CN_STATUS_INVALID_ARG, "the grammar allows none of the tokens with a finite logit");
+}
 
 /* Whether the chain is greedy in a way one pass can answer: temperature 0, with before
  * it only logit bias (applied on the fly) and stages that always keep the canonical
@@ -245,13 +266,13 @@ static bool greedy_shortcut(const cn_sampler *s) {
     return greedy;
 }
 
-/* The chain's pick for greedy_shortcut, the slow way: one pass applying the bias on the
- * fly (walking the id-sorted list alongside), lowest id on ties; the chain's errors for
- * NaN or +inf logits, no finite logit, or a bias that bans every token. */
+/* The chain's pick for greedy_shortcut, the slow way: one pass applying the mask and the
+ * bias on the fly (walking the id-sorted list alongside), lowest id on ties; the chain's
+ * errors for NaN or +inf logits, no finite logit, a mask or a bias that bans every token. */
 static cn_status greedy_scan(const cn_sampler *s, const float *logits, int32_t n_vocab, cn_candidate *out,
                              cn_error *err) {
     const bool bias_on = cn_sampling_stage_on(&s->params, CN_SAMPLER_LOGIT_BIAS);
-    size_t k = 0, n_finite = 0;
+    size_t k = 0, n_finite = 0, n_allowed = 0;
     int32_t best = -1;
     float bl = -INFINITY;
     for (int32_t i = 0; i < n_vocab; i++) {
@@ -259,6 +280,8 @@ static cn_status greedy_scan(const cn_sampler *s, const float *logits, int32_t n
         if (isnan(l) || l == INFINITY) return cn_cands_bad_logit(err, i, l);
         if (l == -INFINITY) continue;
         n_finite++;
+        if (!in_mask(s, i)) continue;
+        n_allowed++;
         if (bias_on) {
             while (k < s->n_bias && s->bias[k].token < i) k++;
             if (k < s->n_bias && s->bias[k].token == i) l = cn_logit_add_sat(l, s->bias[k].bias);
@@ -269,7 +292,8 @@ static cn_status greedy_scan(const cn_sampler *s, const float *logits, int32_t n
         }
     }
     if (n_finite == 0) return cn_cands_no_finite_logit(err, n_vocab);
-    if (best < 0) return all_banned(err);
+    if (n_allowed == 0) return mask_bans_all(err);
+    if (best < 0) return all_banned(s, err);
     *out = (cn_candidate){best, bl, 1.0f};
     return CN_STATUS_OK;
 }
@@ -380,6 +404,14 @@ static cn_status run_chain(cn_sampler *s, const float *logits, int32_t n_vocab, 
     cn_cands c;
     cn_status st = cn_cands_init(&c, s->cand, logits, n_vocab, err);
     if (st != CN_STATUS_OK) return st;
+    if (s->mask) { /* the mask stage, before any other: what it drops no stage sees */
+        size_t j = 0;
+        for (size_t i = 0; i < c.n; i++)
+            if (in_mask(s, c.data[i].id)) c.data[j++] = c.data[i];
+        if (j == 0) return mask_bans_all(err);
+        c.by_id = c.by_id && j == c.n;
+        c.n = j;
+    }
 
     for (int32_t k = 0; k < p->n_chain; k++) {
         const cn_sampler_stage stage = p->chain[k];
@@ -387,7 +419,7 @@ static cn_status run_chain(cn_sampler *s, const float *logits, int32_t n_vocab, 
         switch (stage) {
         case CN_SAMPLER_LOGIT_BIAS:
             cn_stage_logit_bias(&c, s->bias, s->n_bias);
-            if (c.n == 0) return all_banned(err);
+            if (c.n == 0) return all_banned(s, err);
             break;
         case CN_SAMPLER_PENALTIES:
             if (n_window == 0) continue;
@@ -440,8 +472,9 @@ cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
     cn_status st;
     const bool shortcut = greedy_shortcut(s);
     if (shortcut) {
-        /* the chain's answer without building it: the canonical first candidate */
-        st = greedy_pick(s, logits, n_vocab, &greedy, err);
+        /* the chain's answer without building it: the canonical first candidate (with a
+         * mask, the scan that tests it on the way) */
+        st = s->mask ? greedy_scan(s, logits, n_vocab, &greedy, err) : greedy_pick(s, logits, n_vocab, &greedy, err);
         if (st != CN_STATUS_OK) return st;
         c.data = &greedy;
         c.n = 1;

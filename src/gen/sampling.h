@@ -131,6 +131,16 @@ void cn_sampler_reseed(cn_sampler *s, uint64_t seed);
  * each end-of-generation token when params.ignore_eos. Requires logit_bias in the chain. */
 cn_status cn_sampler_add_bias(cn_sampler *s, int32_t token, float bias, cn_error *err);
 
+/* Sets (or clears, with mask NULL) the token mask: bit (i % 32) of mask[i / 32] set when
+ * token i may be drawn; ids >= n_bits may not. It is the chain's first stage, always,
+ * whatever the order of the others: a token outside it cannot be drawn, and logit bias,
+ * penalties, temperature and the truncations see only the tokens inside it. Logprobs
+ * (cn_sample_info) stay those of the raw model (before the mask); an observer sees the
+ * candidates after it. Borrowed: mask must stay valid and unchanged until the sampler
+ * is given another one or NULL. A mask that, with the rest of the chain, leaves no token
+ * makes cn_sampler_sample fail (INVALID_ARG), like a bias that bans every token. */
+void cn_sampler_set_mask(cn_sampler *s, const uint32_t *mask, int32_t n_bits);
+
 /* Sets (or clears, with fn NULL) the per-stage observer. */
 void cn_sampler_set_observer(cn_sampler *s, cn_sampler_observer fn, void *user);
 
@@ -139,7 +149,8 @@ void cn_sampler_set_observer(cn_sampler *s, cn_sampler_observer fn, void *user);
  * first; the last penalty_last_n of them are used (all when -1). Consumes exactly one
  * uniform from the RNG per call that returns OK (none on error), so the k-th successful
  * call of a seeded sampler always uses the k-th draw. info may be NULL. Errors (CN_STATUS_INVALID_ARG): n_vocab differs from
- * creation, a NaN/+inf logit, a history token out of range, every token banned. */
+ * creation, a NaN/+inf logit, a history token out of range, every token banned (by the
+ * mask, the bias or the penalties). */
 cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
                             const int32_t *history, size_t n_history, int32_t *out_token,
                             cn_sample_info *info, cn_error *err);

@@ -139,8 +139,10 @@ static void planner_update(planner *pl, int32_t rows, double ms, int32_t nd, int
 }
 
 /* Up to k greedy tokens from the draft model continuing hist[0..n): it first takes in
- * the history it lacks (one batch), then one token per pass. */
-static cn_status draft_propose(draft_state *d, const int32_t *hist, int32_t n, int32_t k, int32_t *out,
+ * the history it lacks (one batch), then one token per pass. Under g's grammar each is
+ * the best the grammar allows after the ones before it (cn_gen_guess_next; the guesses
+ * are rolled back before returning), and drafting ends early when it allows nothing. */
+static cn_status draft_propose(draft_state *d, cn_gen *g, const int32_t *hist, int32_t n, int32_t k, int32_t *out,
                                int32_t *n_out, cn_spec_stats *st, cn_error *err) {
     *n_out = 0;
     const double t0 = cn_time_ms();
@@ -152,7 +154,8 @@ static cn_status draft_propose(draft_state *d, const int32_t *hist, int32_t n, i
     cn_batch b = {0};
     s = cn_batch_init(&b, 1, err);
     for (int32_t j = 0; s == CN_STATUS_OK && j < k; j++) {
-        out[j] = cn_argmax(d->logits, V);
+        out[j] = cn_gen_guess_next(g, d->logits, V);
+        if (out[j] < 0) break;
         *n_out = j + 1;
         if (j + 1 == k) break;
         cn_batch_clear(&b);
@@ -161,6 +164,7 @@ static cn_status draft_propose(draft_state *d, const int32_t *hist, int32_t n, i
         st->draft_evals++;
     }
     cn_batch_free(&b);
+    cn_gen_guess_undo(g);
     d->ms = cn_time_ms() - t0;
     return s;
 }
@@ -218,8 +222,13 @@ cn_status cn_generate_spec(const cn_gen_runner *r, const cn_spec_params *p, int3
         int32_t k = CN_MIN(p->adaptive ? plan(&pl, kmax) : kmax, CN_MIN(n_ctx - 2 - P, left - 1));
         int32_t nd = 0;
         d.ms = 0;
-        if (k > 0 && p->draft) s = draft_propose(&d, hist, (int32_t)n_hist, k, draft, &nd, st, err);
-        else if (k > 0) nd = cn_spec_lookup(hist, n_hist, p->lookup_n, k, draft);
+        if (k > 0 && p->draft) {
+            s = draft_propose(&d, g, hist, (int32_t)n_hist, k, draft, &nd, st, err);
+        } else if (k > 0) {
+            /* guesses the grammar refuses would only cost verify rows */
+            nd = cn_spec_lookup(hist, n_hist, p->lookup_n, k, draft);
+            nd = cn_gen_guess_filter(g, draft, nd);
+        }
         if (s != CN_STATUS_OK) break;
         const double t_pass = cn_time_ms();
         /* the verify pass: step.token and the drafts, every row's logits */

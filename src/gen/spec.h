@@ -17,6 +17,13 @@
  * seeded sampling alike, and so are stop strings, max_tokens and the context limit. Only
  * the work per token changes.
  *
+ * Under a grammar (cn_gen_params.grammar) the same holds: each row goes through
+ * cn_gen_push_logits, whose mask comes from the matcher advanced along the tokens
+ * confirmed before it, and a rejected guess never reaches the matcher. The drafters guess
+ * under the grammar (cn_gen_guess_*, rolled back before the verify pass): lookup's guesses
+ * are cut at the first one the grammar refuses, the draft model's are its best allowed
+ * token at each step.
+ *
  * KV: the target's cache gets the drafted positions in the verify pass, and the rejected
  * ones are truncated away (cn_kv_seq_truncate); the draft model's cache likewise keeps
  * only what the target accepted. Adaptive: the draft length grows while every guess is

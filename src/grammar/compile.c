@@ -321,7 +321,7 @@ static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
             if (!i32v_push(&trans, to)) goto done;
         }
         if (!i32v_push(&cfirst, (int32_t)(calls.n / 2))) goto done;
-        qsort(cp, n_cp, sizeof *cp, cmp_call);
+        if (n_cp) qsort(cp, n_cp, sizeof *cp, cmp_call);
         for (size_t i = 0; i < n_cp;) {
             size_t j = i;
             w.n = 0;

@@ -15,6 +15,7 @@
  *
  * History: every accepted step (token or text) keeps its stack set and the frame table's
  * mark, so rollback is a truncation. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,10 @@
 
 typedef struct {
     uint32_t *acc;  /* (n_words) */
-    gr_trie suf;    /* rests of the escaping tokens */
+    gr_trie suf;    /* rests of the escaping tokens, escapes after their first byte */
+    uint32_t *root; /* escapes at a token's first byte: those main-trie nodes (depth 1),
+                       whose whole subtrees the parent walks */
+    uint32_t n_root;
 } gr_entry;
 
 struct gr_cache {
@@ -40,6 +44,7 @@ struct gr_cache {
 static void entry_free(gr_entry *e) {
     if (!e) return;
     free(e->acc);
+    free(e->root);
     gr_trie_free(&e->suf);
     free(e);
 }
@@ -232,7 +237,8 @@ static const gr_step *cur(const gr_matcher *m) { return &m->steps[m->n_steps - 1
 /* Walks trie t from the stack set p.tops[at .. at + n): every token whose bytes the set
  * takes gets its bit in mask. With collect, records the nodes where a top escaped. The
  * pda's tops and frames are restored on return. */
-static void walk(gr_matcher *m, const gr_trie *t, size_t at, size_t n, uint32_t *mask, bool collect) {
+static void walk(gr_matcher *m, const gr_trie *t, uint32_t lo, uint32_t hi, size_t at, size_t n, uint32_t *mask,
+                 bool collect) {
     gr_pda *p = &m->p;
     size_t tops0 = p->n_tops;
     uint32_t fr0 = p->fr.n;
@@ -240,14 +246,28 @@ static void walk(gr_matcher *m, const gr_trie *t, size_t at, size_t n, uint32_t 
     m->lvl_n[0] = n;
     m->lvl_fr[0] = fr0;
     size_t top_end0 = tops0;
-    for (uint32_t i = 0; i < t->n_nodes && !p->oom;) {
+    for (uint32_t i = lo; i < hi && !p->oom;) {
         uint32_t d = t->depth[i];
         /* back to the parent level */
         p->n_tops = d == 1 ? top_end0 : m->lvl_at[d - 1] + m->lvl_n[d - 1];
         gr_frames_truncate(p, m->lvl_fr[d - 1]);
         p->escaped = false;
         size_t out_at = p->n_tops;
-        size_t k = gr_advance(p, m->lvl_at[d - 1], m->lvl_n[d - 1], t->byte[i]);
+        size_t k;
+        gr_top one = p->tops[m->lvl_at[d - 1]];
+        const gr_dfa *dd = &p->g->rules[one.rule];
+        if (m->lvl_n[d - 1] == 1 && !dd->accept[one.state] &&
+            dd->call_first[one.state] == dd->call_first[one.state + 1]) {
+            /* the common case, one top moving inside its rule: a table lookup */
+            int32_t ns = dd->trans[(size_t)one.state * dd->n_class + dd->cls[t->byte[i]]];
+            k = 0;
+            if (ns >= 0 && gr_tops_reserve(p, 1) == 0) {
+                p->tops[p->n_tops++] = (gr_top){ one.rule, ns, one.parent };
+                k = 1;
+            }
+        } else {
+            k = gr_advance(p, m->lvl_at[d - 1], m->lvl_n[d - 1], t->byte[i]);
+        }
         if (collect && p->escaped) {
             if (m->n_esc == m->cap_esc) {
                 size_t nc = m->cap_esc ? m->cap_esc * 2 : 256;
@@ -289,15 +309,22 @@ static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
     size_t at = p->n_tops;
     p->tops[p->n_tops++] = (gr_top){ rule, state, GR_SENT };
     m->n_esc = 0;
-    walk(m, &v->trie, at, 1, e->acc, true);
+    walk(m, &v->trie, 0, v->trie.n_nodes, at, 1, e->acc, true);
     p->n_tops = at;
     if (p->oom) goto fail;
     if (m->n_esc) {
         /* the rests of the escaping tokens that were not accepted outright */
-        size_t n_pairs = 0;
+        size_t n_pairs = 0, n_root = 0;
         for (size_t k = 0; k < m->n_esc; k++) {
             uint32_t i = m->esc[k];
-            n_pairs += v->trie.tok_first[v->trie.end[i]] - v->trie.tok_first[i];
+            if (v->trie.depth[i] == 1) n_root++;
+            else n_pairs += v->trie.tok_first[v->trie.end[i]] - v->trie.tok_first[i];
+        }
+        if (n_root) {
+            e->root = malloc(n_root * sizeof *e->root);
+            if (!e->root) goto fail;
+            for (size_t k = 0; k < m->n_esc; k++)
+                if (v->trie.depth[m->esc[k]] == 1) e->root[e->n_root++] = m->esc[k];
         }
         int32_t *ids = malloc((n_pairs + 1) * sizeof *ids);
         const uint8_t **bytes = malloc((n_pairs + 1) * sizeof *bytes);
@@ -306,6 +333,7 @@ static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
         size_t np = 0;
         for (size_t k = 0; ok && k < m->n_esc; k++) {
             uint32_t i = m->esc[k], off = v->trie.depth[i] - 1u;
+            if (off == 0) continue;
             for (uint32_t j = v->trie.tok_first[i]; j < v->trie.tok_first[v->trie.end[i]]; j++) {
                 int32_t id = v->trie.tok[j];
                 if ((e->acc[id >> 5] >> (id & 31)) & 1) continue;
@@ -335,8 +363,8 @@ static gr_entry *entry_get(gr_matcher *m, int32_t rule, int32_t state, bool *own
     gr_vocab *v = m->v;
     *owned = false;
     const gr_dfa *d = &g->rules[rule];
-    pthread_mutex_t *mu;
-    gr_cache **cp;
+    pthread_mutex_t *mu = &g->mu;
+    gr_cache **cp = &g->cache;
     uint64_t key;
     if (d->leaf) {
         mu = &v->mu;
@@ -384,14 +412,16 @@ cn_status gr_matcher_mask(gr_matcher *m, uint32_t *mask, cn_error *err) {
         gr_entry *e = entry_get(m, t.rule, t.state, &owned);
         if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
         for (size_t w = 0; w < m->n_words; w++) mask[w] |= e->acc[w];
-        if (e->suf.n_nodes && t.parent >= 0) {
+        if ((e->suf.n_nodes || e->n_root) && t.parent >= 0) {
             if (gr_tops_reserve(p, 1) != 0) {
                 if (owned) entry_free(e);
                 return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
             }
             size_t at = p->n_tops;
             p->tops[p->n_tops++] = p->fr.f[t.parent];
-            walk(m, &e->suf, at, 1, mask, false);
+            if (e->suf.n_nodes) walk(m, &e->suf, 0, e->suf.n_nodes, at, 1, mask, false);
+            const gr_trie *vt = &m->v->trie;
+            for (uint32_t k = 0; k < e->n_root; k++) walk(m, vt, e->root[k], vt->end[e->root[k]], at, 1, mask, false);
             p->n_tops = at;
         }
         if (owned) entry_free(e);

@@ -4,7 +4,8 @@
  * counts by endpoint and status, prompt and generation tokens, finished requests by
  * reason, prefix-cache queries and hits, preemptions; gauges of running and waiting
  * sequences and KV blocks; histograms of TTFT, inter-token latency, end-to-end latency,
- * queue, prefill and decode time. Everything under one mutex: a metric update is a few
+ * queue, prefill and decode time; the compiled-grammar cache's hits, misses and compile
+ * time. Everything under one mutex: a metric update is a few
  * additions, far below a decode step. */
 #include "serve/metrics.h"
 
@@ -174,7 +175,7 @@ static void gauge(sbuf *b, const char *name, const char *help, const char *model
     put(b, "# HELP %s %s\n# TYPE %s gauge\n%s{model_name=\"%s\"} %.17g\n", name, help, name, name, model, v);
 }
 
-char *cn_metrics_render(cn_metrics *m, const cn_engine_stats *st, const char *model) {
+char *cn_metrics_render(cn_metrics *m, const cn_engine_stats *st, const gcache_stats *gs, const char *model) {
     sbuf b = {malloc(16384), 0, 16384, false};
     if (!b.p) return NULL;
     b.p[0] = 0;
@@ -237,6 +238,22 @@ char *cn_metrics_render(cn_metrics *m, const cn_engine_stats *st, const char *mo
                 (uint64_t)st->n_accepted);
         counter(&b, "cinder:spec_steps_total", "Decode rows that carried guesses.", model,
                 (uint64_t)st->n_spec_steps);
+    }
+    if (gs) {
+        counter(&b, "cinder:grammar_cache_hits_total", "Structured-output grammars found compiled in the cache.",
+                model, gs->hits);
+        counter(&b, "cinder:grammar_cache_misses_total", "Structured-output grammars compiled (not in the cache).",
+                model, gs->misses);
+        counter(&b, "cinder:grammar_compile_errors_total", "Grammars that failed to compile (400s).", model,
+                gs->errors);
+        counter(&b, "cinder:grammar_cache_evictions_total", "Compiled grammars evicted from the cache.", model,
+                gs->evictions);
+        gauge(&b, "cinder:grammar_cache_entries", "Compiled grammars in the cache.", model, (double)gs->n_entries);
+        put(&b, "# HELP cinder:grammar_compile_seconds Time spent compiling grammars.\n"
+                "# TYPE cinder:grammar_compile_seconds summary\n"
+                "cinder:grammar_compile_seconds_sum{model_name=\"%s\"} %.17g\n"
+                "cinder:grammar_compile_seconds_count{model_name=\"%s\"} %llu\n",
+            model, gs->compile_s_sum, model, (unsigned long long)gs->n_compiles);
     }
     if (b.oom) {
         free(b.p);

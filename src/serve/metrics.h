@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "cinder.h"
+#include "serve/gcache.h"
 
 typedef struct cn_metrics cn_metrics;
 
@@ -23,7 +24,8 @@ void cn_metrics_itl(cn_metrics *m, double s);
 /* A client that went away before its request finished. */
 void cn_metrics_disconnect(cn_metrics *m);
 
-/* The whole exposition; caller frees. stats may be NULL (engine not loaded yet). */
-char *cn_metrics_render(cn_metrics *m, const cn_engine_stats *stats, const char *model);
+/* The whole exposition; caller frees. stats may be NULL (engine not loaded yet); grammars
+ * (the compiled-grammar cache's counters) may be NULL (none shown). */
+char *cn_metrics_render(cn_metrics *m, const cn_engine_stats *stats, const gcache_stats *grammars, const char *model);
 
 #endif

@@ -1,10 +1,12 @@
 /* openai.c — OpenAI request bodies to engine requests, and the pieces of the responses.
  *
  * Every field the API defines either maps onto cinder's parameters, is accepted at its
- * neutral value (tools: [], response_format text, ...), or gets a 400 naming the field:
+ * neutral value (tools: [], tool_choice "none", ...), or gets a 400 naming the field:
  * nothing a client sends is silently ignored ("user" is the one field OpenAI itself says
  * is only for abuse tracking). Ranges are the engine's (cn_gen_validate), so a 400 carries
- * the same message `cinder run` prints. Pure translation: no sockets, no threads. */
+ * the same message `cinder run` prints. Structured output is compiled here, last (it is
+ * the one costly check), through the server's grammar cache. Pure translation: no
+ * sockets, no threads. */
 #include "serve/openai.h"
 
 #include <math.h>
@@ -119,9 +121,11 @@ static int get_bool(json_t *o, const char *k, bool *v, oai_error *e) {
 static const char *const COMMON_FIELDS[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "typical_p", "repetition_penalty",
     "presence_penalty", "frequency_penalty", "logit_bias", "seed", "n", "stop", "stream", "stream_options",
-    "logprobs", "ignore_eos", "user", "speculative"};
+    "logprobs", "ignore_eos", "user", "speculative",
+    /* structured output: OpenAI's, llama-server's (json_schema, grammar), vLLM's (guided_*) */
+    "response_format", "json_schema", "grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
 static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                                          "response_format", "parallel_tool_calls"};
+                                          "parallel_tool_calls"};
 static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "best_of"};
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
@@ -147,13 +151,10 @@ static bool check_fields(oai_kind kind, json_t *body, oai_error *e) {
             (!strcmp(k, "tools") && json_is_array(v) && json_array_size(v) == 0) ||
             (!strcmp(k, "tool_choice") && json_is_string(v) && !strcmp(json_string_value(v), "none")) ||
             (!strcmp(k, "parallel_tool_calls") && json_is_boolean(v)) ||
-            (!strcmp(k, "response_format") && json_is_object(v) &&
-             json_is_string(json_object_get(v, "type")) &&
-             !strcmp(json_string_value(json_object_get(v, "type")), "text")) ||
             (!strcmp(k, "suffix") && json_is_string(v) && json_string_length(v) == 0) ||
             (!strcmp(k, "best_of") && json_is_integer(v) && json_integer_value(v) == 1);
         if (!neutral && (!strcmp(k, "tools") || !strcmp(k, "tool_choice") || !strcmp(k, "parallel_tool_calls") ||
-                         !strcmp(k, "response_format") || !strcmp(k, "suffix") || !strcmp(k, "best_of")))
+                         !strcmp(k, "suffix") || !strcmp(k, "best_of")))
             return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
                             "'%s' is not supported by this server (only its neutral value is accepted)", k);
     }
@@ -510,6 +511,255 @@ static bool parse_speculative(const oai_ctx *c, json_t *body, oai_request *r, oa
     return true;
 }
 
+/* ---- structured output ----
+ * One constraint per request, from whichever field the client's API spells it with:
+ * OpenAI's response_format ({"type": "json_object"} or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict", "description"}}; "text" is no constraint),
+ * llama-server's json_schema (the schema itself) and grammar (GBNF; "" is none, as there),
+ * and vLLM's guided_json (a schema, as an object or as JSON text), guided_regex,
+ * guided_choice (strings) and guided_grammar (GBNF). JSON is compiled with flexible
+ * whitespace (at most CN_GRAMMAR_MAX_WS bytes per gap), as llama.cpp's and vLLM's grammars
+ * allow it. The cache key of a schema is its compact JSON text in the client's key order:
+ * spacing and escapes do not matter, property order does (it orders the output). */
+
+typedef struct {
+    const char *field;           /* the request field */
+    cn_grammar_kind kind;
+    json_t *schema;              /* borrowed or owned (schema_owned): JSON Schema kinds */
+    bool schema_owned;
+    const char *text;            /* GBNF / regex source, borrowed from the body */
+    size_t text_len;
+    json_t *choices;             /* borrowed: an array of strings */
+} grammar_req;
+
+static bool is_schema_value(json_t *v) { return json_is_object(v) || json_is_boolean(v); }
+
+/* Only keys from allowed[] in o; else a 400 naming field.key. */
+static bool only_keys(json_t *o, const char *field, const char *const *allowed, size_t n, oai_error *e) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (!in_list(k, allowed, n))
+            return oai_fail(e, 400, "invalid_request_error", field, "unsupported_parameter",
+                            "unsupported field '%s.%.40s'", field, k);
+    }
+    return true;
+}
+
+/* response_format: 0 no constraint, 1 one (in g), -1 error. */
+static int response_format(json_t *v, grammar_req *g, oai_error *e) {
+    static const char *const F = "response_format";
+    if (!json_is_object(v)) return bad_type(e, F, "an object {\"type\": \"text\" | \"json_object\" | \"json_schema\"}"), -1;
+    json_t *type = json_object_get(v, "type");
+    const char *t = json_is_string(type) ? json_string_value(type) : "";
+    g->field = F;
+    if (!strcmp(t, "text")) {
+        static const char *const keys[] = {"type"};
+        return only_keys(v, F, keys, ARRAY_LEN(keys), e) ? 0 : -1;
+    }
+    if (!strcmp(t, "json_object")) {
+        /* llama-server also takes {"type": "json_object", "schema": {...}} */
+        static const char *const keys[] = {"type", "schema"};
+        if (!only_keys(v, F, keys, ARRAY_LEN(keys), e)) return -1;
+        json_t *schema = json_object_get(v, "schema");
+        if (schema && !json_is_null(schema)) {
+            if (!is_schema_value(schema)) return bad_type(e, F, "an object whose 'schema' is a JSON Schema object"), -1;
+            g->kind = CN_GRAMMAR_JSON_SCHEMA;
+            g->schema = schema;
+        } else {
+            g->kind = CN_GRAMMAR_JSON_OBJECT;
+        }
+        return 1;
+    }
+    if (!strcmp(t, "json_schema")) {
+        static const char *const keys[] = {"type", "json_schema"};
+        static const char *const inner[] = {"name", "description", "schema", "strict"};
+        if (!only_keys(v, F, keys, ARRAY_LEN(keys), e)) return -1;
+        json_t *js = json_object_get(v, "json_schema");
+        if (!json_is_object(js))
+            return oai_fail(e, 400, "invalid_request_error", F, NULL,
+                            "'response_format.json_schema' must be an object {\"name\", \"schema\", \"strict\"}"),
+                   -1;
+        const char *k;
+        json_t *x;
+        json_object_foreach(js, k, x) {
+            if (!in_list(k, inner, ARRAY_LEN(inner)))
+                return oai_fail(e, 400, "invalid_request_error", F, "unsupported_parameter",
+                                "unsupported field 'response_format.json_schema.%.40s'", k),
+                       -1;
+        }
+        json_t *name = json_object_get(js, "name"), *desc = json_object_get(js, "description"),
+               *strict = json_object_get(js, "strict"), *schema = json_object_get(js, "schema");
+        if ((name && !json_is_string(name)) || (desc && !json_is_null(desc) && !json_is_string(desc)))
+            return oai_fail(e, 400, "invalid_request_error", F, NULL,
+                            "'response_format.json_schema.name' and '.description' must be strings"),
+                   -1;
+        /* strict or not, the output follows the schema: a mask cannot half-follow it */
+        if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+            return oai_fail(e, 400, "invalid_request_error", F, NULL,
+                            "'response_format.json_schema.strict' must be a boolean"),
+                   -1;
+        if (!schema || json_is_null(schema))
+            return oai_fail(e, 400, "invalid_request_error", F, NULL,
+                            "'response_format.json_schema.schema' is required (for any JSON object use "
+                            "{\"type\": \"json_object\"})"),
+                   -1;
+        if (!is_schema_value(schema))
+            return oai_fail(e, 400, "invalid_request_error", F, NULL,
+                            "'response_format.json_schema.schema' must be a JSON Schema (an object)"),
+                   -1;
+        g->kind = CN_GRAMMAR_JSON_SCHEMA;
+        g->schema = schema;
+        return 1;
+    }
+    return oai_fail(e, 400, "invalid_request_error", F, NULL,
+                    "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\""),
+           -1;
+}
+
+/* A schema given as an object or as JSON text (guided_json, json_schema). */
+static int schema_field(json_t *v, const char *field, grammar_req *g, oai_error *e) {
+    g->field = field;
+    g->kind = CN_GRAMMAR_JSON_SCHEMA;
+    if (is_schema_value(v)) {
+        g->schema = v;
+        return 1;
+    }
+    if (!json_is_string(v)) return bad_type(e, field, "a JSON Schema (an object, or its JSON text)"), -1;
+    json_error_t je;
+    g->schema = json_loadb(json_string_value(v), json_string_length(v), 0, &je);
+    if (!g->schema) {
+        if (json_error_code(&je) == json_error_out_of_memory)
+            return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory"), -1;
+        return oai_fail(e, 400, "invalid_request_error", field, NULL,
+                        "'%s' is not valid JSON: %s (line %d, column %d)", field, je.text, je.line, je.column),
+               -1;
+    }
+    g->schema_owned = true;
+    if (!is_schema_value(g->schema)) return bad_type(e, field, "a JSON Schema (an object, or its JSON text)"), -1;
+    return 1;
+}
+
+static int text_field(json_t *v, const char *field, cn_grammar_kind kind, grammar_req *g, oai_error *e) {
+    if (!json_is_string(v)) return bad_type(e, field, kind == CN_GRAMMAR_REGEX ? "a regular expression (a string)"
+                                                                                 : "a GBNF grammar (a string)"), -1;
+    if (kind == CN_GRAMMAR_GBNF && json_string_length(v) == 0) return 0; /* llama-server: "" is none */
+    g->field = field;
+    g->kind = kind;
+    g->text = json_string_value(v);
+    g->text_len = json_string_length(v);
+    return 1;
+}
+
+static int choice_field(json_t *v, grammar_req *g, oai_error *e) {
+    static const char *const F = "guided_choice";
+    if (!json_is_array(v) || json_array_size(v) == 0) return bad_type(e, F, "a non-empty array of strings"), -1;
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+        if (!json_is_string(x)) return bad_type(e, F, "a non-empty array of strings"), -1;
+        if (memchr(json_string_value(x), 0, json_string_length(x)))
+            return oai_fail(e, 400, "invalid_request_error", F, NULL, "guided_choice[%zu] contains NUL", i), -1;
+    }
+    g->field = F;
+    g->kind = CN_GRAMMAR_CHOICE;
+    g->choices = v;
+    return 1;
+}
+
+/* Which constraint body asks for: 0 none, 1 one (in g), -1 error (two given, or a bad
+ * value). g->schema may be owned even on error (the caller frees it). */
+static int find_grammar(json_t *body, grammar_req *g, oai_error *e) {
+    static const char *const FIELDS[] = {"response_format", "json_schema", "grammar", "guided_json",
+                                         "guided_regex", "guided_choice", "guided_grammar"};
+    const char *given = NULL;
+    int found = 0;
+    for (size_t i = 0; i < ARRAY_LEN(FIELDS); i++) {
+        json_t *v = json_object_get(body, FIELDS[i]);
+        if (!v || json_is_null(v)) continue;
+        grammar_req one = {0};
+        int k;
+        switch (i) {
+        case 0: k = response_format(v, &one, e); break;
+        case 1: k = schema_field(v, FIELDS[i], &one, e); break;
+        case 2: k = text_field(v, FIELDS[i], CN_GRAMMAR_GBNF, &one, e); break;
+        case 3: k = schema_field(v, FIELDS[i], &one, e); break;
+        case 4: k = text_field(v, FIELDS[i], CN_GRAMMAR_REGEX, &one, e); break;
+        case 5: k = choice_field(v, &one, e); break;
+        default: k = text_field(v, FIELDS[i], CN_GRAMMAR_GBNF, &one, e); break;
+        }
+        if (k > 0 && given) {
+            if (one.schema_owned) json_decref(one.schema);
+            return oai_fail(e, 400, "invalid_request_error", FIELDS[i], NULL,
+                            "'%s' and '%s' both constrain the output: give at most one", given, FIELDS[i]),
+                   -1;
+        }
+        if (k < 0 || k == 0) {
+            if (one.schema_owned) json_decref(one.schema);
+            if (k < 0) return -1;
+            continue;
+        }
+        *g = one;
+        given = FIELDS[i];
+        found = 1;
+    }
+    return found;
+}
+
+/* Compiles what the request asks for (if anything) into r->grammar. */
+static bool parse_grammar(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e) {
+    grammar_req g = {0};
+    const int k = find_grammar(body, &g, e);
+    if (k <= 0) {
+        if (g.schema_owned) json_decref(g.schema);
+        return k == 0;
+    }
+    cn_grammar_params p = cn_grammar_default_params();
+    p.kind = g.kind;
+    p.max_states = c->grammar_max_states;
+    p.max_compile_ms = c->grammar_max_compile_ms;
+    p.flexible_whitespace = g.kind == CN_GRAMMAR_JSON_SCHEMA || g.kind == CN_GRAMMAR_JSON_OBJECT;
+    char *key = NULL;          /* owned canonical text (schema, choices), or NULL */
+    const char **choices = NULL;
+    const char *src = "";
+    size_t src_len = 0;
+    bool ok = true;
+    if (g.kind == CN_GRAMMAR_JSON_SCHEMA) {
+        key = json_dumps(g.schema, JSON_COMPACT | JSON_ENCODE_ANY);
+        ok = key != NULL;
+        if (ok) src = key, src_len = strlen(key);
+    } else if (g.kind == CN_GRAMMAR_GBNF || g.kind == CN_GRAMMAR_REGEX) {
+        src = g.text;
+        src_len = g.text_len;
+    } else if (g.kind == CN_GRAMMAR_CHOICE) {
+        const size_t n = json_array_size(g.choices);
+        key = json_dumps(g.choices, JSON_COMPACT);
+        choices = malloc(n * sizeof *choices);
+        ok = key && choices;
+        for (size_t i = 0; ok && i < n; i++) choices[i] = json_string_value(json_array_get(g.choices, i));
+        p.choices = choices;
+        p.n_choices = n;
+        if (ok) src = key, src_len = strlen(key);
+    }
+    if (g.kind != CN_GRAMMAR_CHOICE) {
+        p.source = src;
+        p.source_len = src_len;
+    }
+    cn_error err = {0};
+    const cn_status st = ok ? gcache_get(c->grammars, c->tok, &p, src, src_len, &r->grammar, &r->grammar_cached, &err)
+                            : CN_STATUS_NO_MEMORY;
+    free(key);
+    free(choices);
+    if (g.schema_owned) json_decref(g.schema);
+    if (st == CN_STATUS_NO_MEMORY) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    if (st != CN_STATUS_OK)
+        return oai_fail(e, 400, "invalid_request_error", g.field, NULL, "invalid '%s': %s", g.field,
+                        err.msg);
+    r->grammar_field = g.field;
+    r->gen.grammar = r->grammar;
+    return true;
+}
+
 bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oai_error *e) {
     memset(r, 0, sizeof *r);
     r->kind = kind;
@@ -586,7 +836,7 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
     if (cn_gen_validate(&r->gen, c->n_vocab, &err) != CN_STATUS_OK) {
         return oai_fail(e, 400, "invalid_request_error", err.param, NULL, "%s", err.msg);
     }
-    return true;
+    return parse_grammar(c, body, r, e);
 }
 
 void oai_request_free(oai_request *r) {
@@ -597,6 +847,7 @@ void oai_request_free(oai_request *r) {
     }
     for (int i = 0; i < CN_GEN_MAX_STOP; i++) free(r->stops[i]);
     free(r->bias);
+    cn_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 

@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "cinder.h"
+#include "serve/gcache.h"
 
 #define OAI_MAX_PROMPTS 16     /* prompts in one completions request (array form) */
 #define OAI_MAX_MESSAGES 1024  /* messages in one chat request */
@@ -42,6 +43,9 @@ typedef struct {
     int32_t max_n;                 /* the most completions per request (0: CN_ENGINE_MAX_N) */
     int32_t lookup_n, max_draft;   /* the server's speculation default (0: off) */
     bool has_draft;                /* a draft model is loaded (and is the default) */
+    gcache *grammars;              /* borrowed; NULL: every grammar is compiled afresh */
+    size_t grammar_max_states;     /* compile budget (cn_grammar_params); 0: the library's */
+    double grammar_max_compile_ms; /* 0: the library's */
 } oai_ctx;
 
 /* One parsed request: n_prompts engine requests of n completions each (choice index
@@ -61,11 +65,17 @@ typedef struct {
     bool max_tokens_given;
     int32_t lookup_n, max_draft;         /* speculation (cn_engine_request's fields) */
     bool draft;
+    cn_grammar *grammar;                 /* structured output (gen.grammar): a reference, or NULL */
+    const char *grammar_field;           /* the field it came from ("response_format", ...) */
+    bool grammar_cached;                 /* it came from c->grammars without compiling */
 } oai_request;
 
 /* Parses and validates body for kind, cn_gen_validate included (against c->n_vocab): the
- * result is what cn_engine_submit accepts. On failure: false and e filled (status 400 or
- * 404; 503 when memory ran out), e->param naming the field at fault. */
+ * result is what cn_engine_submit accepts. Structured output (response_format json_object /
+ * json_schema, json_schema, grammar, guided_json / _regex / _choice / _grammar; at most
+ * one) is compiled here, through c->grammars, against c->tok. On failure: false and e
+ * filled (status 400 or 404; 503 when memory ran out), e->param naming the field at
+ * fault. */
 bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *out, oai_error *e);
 void oai_request_free(oai_request *r);
 

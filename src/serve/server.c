@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/gcache.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/page.h"
@@ -54,7 +55,8 @@ static cn_status server_err(cn_error *err, cn_status s, const char *fmt, ...) {
 
 cn_server_params cn_server_default_params(void) {
     return (cn_server_params){.host = "127.0.0.1", .port = 8080, .request_timeout_s = 600, .idle_timeout_s = 30,
-                              .max_body_bytes = 8u << 20, .max_connections = 256, .max_draft = 8};
+                              .max_body_bytes = 8u << 20, .max_connections = 256, .max_draft = 8,
+                              .grammar_cache_entries = GCACHE_DEFAULT_ENTRIES, .grammar_compile_ms = 5000};
 }
 
 typedef struct job job;
@@ -64,6 +66,7 @@ struct cn_server {
     cn_server_params p;
     int port;
     cn_metrics *metrics;
+    gcache *grammars;          /* compiled grammars shared by requests (gcache.h) */
     pthread_mutex_t mu;        /* engine pointers, ready, draining, the job list */
     pthread_cond_t idle_cv;    /* a job left the list */
     cn_engine *e;
@@ -848,7 +851,9 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     if (!strcmp(url, "/metrics")) {
         cn_engine_stats st;
         if (ready) cn_engine_get_stats(e, &st);
-        char *text = cn_metrics_render(s->metrics, ready ? &st : NULL, s->p.model_id);
+        gcache_stats gs;
+        gcache_get_stats(s->grammars, &gs);
+        char *text = cn_metrics_render(s->metrics, ready ? &st : NULL, &gs, s->p.model_id);
         if (!text) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
         const enum MHD_Result res =
             send_bytes(s, conn, url, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL, NULL);
@@ -955,7 +960,8 @@ static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_co
 cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *err) {
     *out = NULL;
     if (!p->model_id || p->port < 0 || p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 ||
-        p->idle_timeout_s < 1 || p->max_body_bytes < 1)
+        p->idle_timeout_s < 1 || p->max_body_bytes < 1 || p->grammar_cache_entries < 1 ||
+        !(p->grammar_compile_ms > 0))
         return server_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -967,12 +973,15 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     if (!s) return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     s->p = *p;
     s->metrics = cn_metrics_new();
+    s->grammars = gcache_new((size_t)p->grammar_cache_entries, 0);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
     s->oc.model_id = p->model_id;
     s->oc.lookup_n = p->lookup_n;
     s->oc.max_draft = p->max_draft;
-    if (!s->metrics) {
+    s->oc.grammars = s->grammars;
+    s->oc.grammar_max_compile_ms = p->grammar_compile_ms;
+    if (!s->metrics || !s->grammars) {
         cn_server_free(s);
         return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     }
@@ -1026,6 +1035,7 @@ void cn_server_drain(cn_server *s, double deadline_s) {
 void cn_server_free(cn_server *s) {
     if (!s) return;
     if (s->d) MHD_stop_daemon(s->d);
+    gcache_free(s->grammars); /* after the jobs (their references) are gone */
     cn_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->idle_cv);

@@ -26,6 +26,10 @@ typedef struct {
     int32_t max_draft;         /* guesses per step (1..16); default 8. When the engine has a
                                   draft model, requests that do not say get speculation with
                                   it; "speculative": {"draft": ...} chooses */
+    int grammar_cache_entries; /* compiled grammars kept for reuse (structured output);
+                                  default 64; the cache is also bounded to 64 MiB of keys */
+    double grammar_compile_ms; /* one grammar's compile budget (a request over it gets 400);
+                                  default 5000 */
 } cn_server_params;
 
 cn_server_params cn_server_default_params(void);
