@@ -203,7 +203,7 @@ int32_t js_string_pattern(js_lex *x, const char *re, size_t n) {
 #define RX_H16 "[0-9a-fA-F]{1,4}"
 #define RX_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 #define RX_LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-#define RX_UNRES "A-Za-z0-9._~!$&'()*+,;=-"
+#define RX_UNRES "\\-A-Za-z0-9._~!$&'()*+,;="
 #define RX_PCHAR "([" RX_UNRES ":@]|%[0-9A-Fa-f]{2})"
 #define RX_ATEXT "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 
