@@ -354,6 +354,7 @@ static json_t *keep(js_ctx *c, json_t *v) {
 }
 
 static json_t *all_of2(js_ctx *c, json_t *a, json_t *b) {
+    if (json_is_false(a) || json_is_false(b)) return json_false();
     if (!a || is_trivial_schema(a)) return b;
     if (!b || is_trivial_schema(b)) return a;
     if (json_equal(a, b)) return a;
@@ -629,7 +630,7 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
             p.v[i] = saved;
             if (!m) goto done;
             if (json_is_false(m)) continue;
-            if (json_is_object(m) && json_object_get(m, "anyOf") && json_object_size(m) == 1) {
+            if (kw[0] == 'a' && json_is_object(m) && json_object_get(m, "anyOf") && json_object_size(m) == 1) {
                 size_t q;
                 json_t *f;
                 json_array_foreach(json_object_get(m, "anyOf"), q, f) json_array_append(out, f);
@@ -640,7 +641,7 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
                 goto done;
             }
         }
-        res = json_array_size(out) == 0 ? json_false() : keep(c, json_pack("{s:O}", "anyOf", out));
+        res = json_array_size(out) == 0 ? json_false() : keep(c, json_pack("{s:O}", kw, out));
         goto done;
     }
     {
@@ -825,7 +826,10 @@ static int32_t sch_enum(js_ctx *c, json_t *s, const json_t *list) {
         r = gr_alt2(b, r, js_json_literal(&c->x, e));
         n_ok++;
     }
-    if (n_ok == 0) return fail(c, "unsatisfiable schema: no enum / const value satisfies the schema");
+    /* no value left (enum: ["a"] with type: array): this schema accepts nothing, which
+     * is no error where it may be left out (an optional property, one anyOf branch);
+     * where it may not, compile reports the rule that matches no text */
+    if (n_ok == 0) return gr_nothing(b);
     int32_t rule = gr_rule_fresh(b, "enum");
     if (gr_rule_define(b, rule, r) < 0) return -1;
     return gr_ref(b, rule);
@@ -1083,7 +1087,12 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
         pop(c, old);
         int32_t key = gr_seq(b, (int32_t[]){ js_lit(&c->x, "\""), js_key_not_in(&c->x, names, lens, n_names),
                                              js_lit(&c->x, "\"") }, 3);
-        extra = gr_seq(b, (int32_t[]){ key, js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val }, 5);
+        /* its own rule: the object's rule copies it into every place a member may
+         * follow, and the name's complement is large */
+        int32_t er = gr_rule_fresh(b, "additional");
+        if (gr_rule_define(b, er, gr_seq(b, (int32_t[]){ key, js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val }, 5)) < 0)
+            goto out;
+        extra = gr_ref(b, er);
     }
     /* A(i): members i.. with nothing before them; B(i): the same after a member (each
      * with a leading separator). B is shared by A and by the B before it, so every
@@ -1173,17 +1182,176 @@ static int32_t sch_typed(js_ctx *c, json_t *s) {
     return gr_alt(b, alts, n);
 }
 
-/* anyOf / oneOf: the branches as alternatives. oneOf is compiled as anyOf: a document
- * matching two branches is accepted although oneOf rejects it (exclusivity is not
- * expressible by a grammar without intersection); the usual oneOf branches are disjoint
- * (different types, a discriminating const), where the two agree. */
+/* ---- oneOf ----
+ * oneOf is anyOf plus "not two at once". A grammar has no intersection or complement,
+ * so oneOf compiles as the alternation of its branches only where no document can match
+ * two of them: branches proven disjoint (types that do not meet, enum values the other
+ * branch rejects, a property one requires that the other forbids or constrains to a
+ * disjoint set), or branches that differ only in "required", where each branch is made
+ * exclusive by forbidding the names only the others require. Anything else is refused. */
+
+static bool required_has(const json_t *s, const char *name) {
+    const json_t *r = json_object_get(s, "required");
+    size_t i;
+    json_t *e;
+    if (json_is_array(r)) json_array_foreach(r, i, e) if (json_is_string(e) && strcmp(json_string_value(e), name) == 0) return true;
+    return false;
+}
+
+/* The schema s gives property name (NULL: unconstrained). */
+static json_t *prop_schema(const json_t *s, const char *name) {
+    json_t *p = json_object_get(s, "properties");
+    json_t *v = json_is_object(p) ? json_object_get(p, name) : NULL;
+    return v ? v : json_object_get(s, "additionalProperties");
+}
+
+static bool disjoint(js_ctx *c, json_t *a, json_t *b, int depth);
+
+static bool disjoint_branches(js_ctx *c, json_t *list, json_t *other, int depth) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        json_t *m = merge(c, &e, 1, 0);
+        if (!m || !disjoint(c, m, other, depth + 1)) return false;
+    }
+    return true;
+}
+
+static bool enum_outside(js_ctx *c, const json_t *a, const json_t *b) {
+    const json_t *en = json_object_get(a, "enum");
+    if (!json_is_array(en)) return false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(en, i, v) if (check(c, b, v, 0) != 0) return false;
+    return true;
+}
+
+static bool disjoint(js_ctx *c, json_t *a, json_t *b, int depth) {
+    if (json_is_false(a) || json_is_false(b)) return true;
+    if (!json_is_object(a) || !json_is_object(b) || depth > 16) return false;
+    for (int k = 0; k < 2; k++) {
+        json_t *x = k ? b : a, *y = k ? a : b;
+        json_t *l = json_object_get(x, "anyOf");
+        if (!l) l = json_object_get(x, "oneOf");
+        if (json_is_array(l)) return disjoint_branches(c, l, y, depth);
+    }
+    int ta = types_of(c, a), tb = types_of(c, b);
+    if (ta < 0 || tb < 0) return false;
+    if (!(ta & tb)) return true;
+    if (enum_outside(c, a, b) || enum_outside(c, b, a)) return true;
+    if ((ta & tb) != T_OBJ) return false;
+    for (int k = 0; k < 2; k++) {
+        json_t *x = k ? b : a, *y = k ? a : b;
+        const json_t *r = json_object_get(x, "required");
+        size_t i;
+        json_t *e;
+        if (!json_is_array(r)) continue;
+        json_array_foreach(r, i, e) {
+            if (!json_is_string(e)) continue;
+            const char *name = json_string_value(e);
+            json_t *py = prop_schema(y, name);
+            if (json_is_false(py)) return true;
+            if (!py || !required_has(y, name)) continue;
+            json_t *px = prop_schema(x, name);
+            if (!px) continue;
+            json_t *mx = merge(c, &px, 1, 0), *my = merge(c, &py, 1, 0);
+            if (mx && my && disjoint(c, mx, my, depth + 1)) return true;
+        }
+    }
+    return false;
+}
+
+/* Branches equal but for "required": branch i also forbids every name that only another
+ * branch j requires (one of them, when j requires several). NULL when not of that form. */
+static json_t *exclusive_required(js_ctx *c, json_t *const *m, size_t n) {
+    static const char *const req[] = { "required", NULL };
+    json_t *base = without(c, m[0], req);
+    if (!base) return NULL;
+    for (size_t i = 1; i < n; i++) {
+        json_t *o = without(c, m[i], req);
+        if (!o || !json_equal(o, base)) return NULL;
+    }
+    json_t *out = keep(c, json_array());
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        js_parts p = { 0 };
+        bool implied = false;
+        if (parts_add(c, &p, m[i]) < 0) return NULL;
+        for (size_t j = 0; j < n && !implied; j++) {
+            if (j == i) continue;
+            json_t *alts = keep(c, json_array());
+            const json_t *rj = json_object_get(m[j], "required");
+            size_t q;
+            json_t *e;
+            if (!alts) break;
+            if (json_is_array(rj)) json_array_foreach(rj, q, e) {
+                    if (!json_is_string(e) || required_has(m[i], json_string_value(e))) continue;
+                    json_array_append_new(alts, json_pack("{s:{s:b}}", "properties", json_string_value(e), 0));
+                }
+            if (json_array_size(alts) == 0) {
+                implied = true; /* every document of branch i matches branch j too */
+                break;
+            }
+            parts_add(c, &p, json_array_size(alts) == 1 ? json_array_get(alts, 0) : keep(c, json_pack("{s:O}", "anyOf", alts)));
+        }
+        if (!implied) {
+            json_t *r = merge(c, p.v, p.n, 0);
+            if (r && !json_is_false(r)) json_array_append(out, r);
+        }
+        free(p.v);
+        if (gr_builder_error(c->x.b)->status) return NULL;
+    }
+    return out;
+}
+
+/* anyOf / oneOf: the branches as alternatives (oneOf only when exclusive, above). */
 static int32_t sch_any(js_ctx *c, json_t *list, const char *kw) {
     gr_builder *b = c->x.b;
     if (!json_is_array(list) || json_array_size(list) == 0) return fail(c, "'%s' must be a non-empty array", kw);
+    size_t old = push(c, kw);
+    if (kw[0] == 'o' && json_array_size(list) > 1) {
+        size_t n = json_array_size(list);
+        json_t **m = calloc(n, sizeof *m);
+        if (!m) {
+            oom(c);
+            return -1;
+        }
+        bool ok = true;
+        for (size_t i = 0; i < n && ok; i++) {
+            json_t *e = json_array_get(list, i);
+            m[i] = merge(c, &e, 1, 0);
+            ok = m[i] != NULL;
+        }
+        for (size_t i = 0; ok && i < n; i++)
+            for (size_t j = i + 1; ok && j < n; j++) ok = disjoint(c, m[i], m[j], 0);
+        json_t *excl = NULL;
+        if (!ok && !gr_builder_error(b)->status) {
+            bool objects = true;
+            for (size_t i = 0; i < n; i++) objects &= m[i] && json_is_object(m[i]) && !json_object_get(m[i], "anyOf") &&
+                                                    !json_object_get(m[i], "oneOf");
+            if (objects) excl = exclusive_required(c, m, n);
+        }
+        free(m);
+        if (gr_builder_error(b)->status) {
+            pop(c, old);
+            return -1;
+        }
+        if (!ok && !excl) {
+            fail(c, "oneOf whose branches may overlap is not supported (a document matching two must be refused)");
+            pop(c, old);
+            return -1;
+        }
+        if (excl) {
+            if (json_array_size(excl) == 0) {
+                pop(c, old);
+                return fail(c, "unsatisfiable schema: no oneOf branch can hold alone");
+            }
+            list = excl;
+        }
+    }
     int32_t r = gr_nothing(b);
     size_t i, n_ok = 0;
     json_t *e;
-    size_t old = push(c, kw);
     json_array_foreach(list, i, e) {
         if (json_is_false(e)) continue;
         size_t o2 = push_i(c, i);
@@ -1227,6 +1395,8 @@ static int32_t sch(js_ctx *c, json_t *s) {
             r = fail(c, "unsatisfiable schema: allOf / anyOf with no satisfiable combination");
         else if (json_is_object(m) && json_object_get(m, "anyOf"))
             r = sch_any(c, json_object_get(m, "anyOf"), "anyOf");
+        else if (json_is_object(m) && json_object_get(m, "oneOf"))
+            r = sch_any(c, json_object_get(m, "oneOf"), "oneOf");
         else
             r = sch(c, m);
     } else if (ref) {
@@ -1261,7 +1431,7 @@ static void ctx_init(js_ctx *c, gr_builder *b, bool flex) {
     c->x.b = b;
     c->x.flex = flex;
     c->x.r_string = c->x.r_number = c->x.r_integer = c->x.r_bool = c->x.r_null = c->x.r_value = c->x.r_object =
-        c->x.r_array = -1;
+        c->x.r_array = c->x.r_krest = c->x.r_kna = c->x.r_kesc = c->x.r_ws = -1;
 }
 
 /* root: ws value ws with flexible whitespace (JSON allows it around the document) */

@@ -22,6 +22,7 @@ typedef struct {
     /* the shared rules, -1 until first used; always built the same way so that the
      * matcher's cross-grammar cache recognizes them */
     int32_t r_string, r_number, r_integer, r_bool, r_null, r_value, r_object, r_array;
+    int32_t r_krest, r_kna, r_kesc, r_ws; /* the tails of an unlisted property name */
     js_strc *strc;              /* length-constrained string rules made so far */
     size_t n_strc, cap_strc;
     char path[JS_MAX_PATH];     /* JSON pointer of the schema being compiled */

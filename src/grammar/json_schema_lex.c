@@ -38,21 +38,6 @@ static int32_t set_ranges(js_lex *x, const char *pairs) {
     return gr_byteset(x->b, set);
 }
 
-int32_t js_lit(js_lex *x, const char *s) { return gr_literal(x->b, s, strlen(s)); }
-
-int32_t js_ws(js_lex *x) {
-    if (!x->flex) return gr_empty(x->b);
-    return gr_repeat(x->b, set_chars(x, " \t\n\r"), 0, CN_GRAMMAR_MAX_WS);
-}
-
-int32_t js_sep(js_lex *x) {
-    if (!x->flex) return js_lit(x, ",");
-    return gr_seq(x->b, (int32_t[]){ js_ws(x), js_lit(x, ","), js_ws(x) }, 3);
-}
-
-static int32_t hex(js_lex *x) { return set_ranges(x, "09afAF"); }
-static int32_t digit(js_lex *x) { return gr_byte_range(x->b, '0', '9'); }
-
 /* A rule defined once on first use; *slot keeps its id. */
 static int32_t shared(js_lex *x, int32_t *slot, const char *name, int32_t (*body)(js_lex *)) {
     if (*slot < 0) {
@@ -63,6 +48,26 @@ static int32_t shared(js_lex *x, int32_t *slot, const char *name, int32_t (*body
     }
     return gr_ref(x->b, *slot);
 }
+
+int32_t js_lit(js_lex *x, const char *s) { return gr_literal(x->b, s, strlen(s)); }
+
+static int32_t body_ws(js_lex *x) { return gr_repeat(x->b, set_chars(x, " \t\n\r"), 0, CN_GRAMMAR_MAX_WS); }
+
+int32_t js_ws(js_lex *x) {
+    if (!x->flex) return gr_empty(x->b);
+    /* a rule of its own: inlined, its 21 counting states multiply the states of every
+     * rule around it (a 16-property object compiled 6x slower); called, it is one
+     * shared leaf whose masks the matcher caches across grammars */
+    return shared(x, &x->r_ws, "ws", body_ws);
+}
+
+int32_t js_sep(js_lex *x) {
+    if (!x->flex) return js_lit(x, ",");
+    return gr_seq(x->b, (int32_t[]){ js_ws(x), js_lit(x, ","), js_ws(x) }, 3);
+}
+
+static int32_t hex(js_lex *x) { return set_ranges(x, "09afAF"); }
+static int32_t digit(js_lex *x) { return gr_byte_range(x->b, '0', '9'); }
 
 /* A character of a JSON string, any spelling: unescaped (no ", \ or control), or an
  * escape (\uXXXX may be any code unit, as JSON allows). */
@@ -199,7 +204,7 @@ int32_t js_string_pattern(js_lex *x, const char *re, size_t n) {
 #define RX_H16 "[0-9a-fA-F]{1,4}"
 #define RX_OCTET "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 #define RX_LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-#define RX_UNRES "A-Za-z0-9._~!$&'()*+,;=-"
+#define RX_UNRES "\\-A-Za-z0-9._~!$&'()*+,;="
 #define RX_PCHAR "([" RX_UNRES ":@]|%[0-9A-Fa-f]{2})"
 #define RX_ATEXT "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 
@@ -514,63 +519,77 @@ static int32_t canon_char(js_lex *x) {
     return gr_alt2(x->b, gr_codepoints(x->b, raw, 3, false), canon_escape(x));
 }
 
+/* The shared tails of a name that left the trie: any canonical characters. */
+static int32_t body_krest(js_lex *x) { return gr_repeat(x->b, canon_char(x), 0, GR_INF); }
+
+static int32_t krest(js_lex *x) { return shared(x, &x->r_krest, "name-rest", body_krest); }
+
+static int32_t body_kna(js_lex *x) {
+    static const uint32_t na[] = { 0x80, 0x10FFFF };
+    return gr_seq2(x->b, gr_codepoints(x->b, na, 1, false), krest(x));
+}
+
+static int32_t body_kesc(js_lex *x) { return gr_seq2(x->b, canon_escape(x), krest(x)); }
+
 static int32_t not_in_node(js_lex *x, const js_trie *t, int32_t at, int depth) {
     gr_builder *b = x->b;
     if (depth > 4096) {
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "a property name longer than 4096 characters");
         return -1;
     }
-    size_t n_kids = 0, n_esc = 0;
-    for (int32_t e = t->n[at].first; e >= 0; e = t->e[e].next) {
-        n_kids++;
-        n_esc += cp_escaped(t->e[e].cp);
-    }
-    int32_t *alts = malloc((n_kids + 3) * sizeof *alts);
-    uint32_t *rng = malloc((2 * n_kids + 6) * sizeof *rng);
-    if (!alts || !rng) {
-        free(alts);
-        free(rng);
-        oom(x);
-        return -1;
-    }
-    size_t na = 0, nr = 0;
-    if (!t->n[at].term) alts[na++] = gr_empty(b);
-    rng[nr++] = 0;
-    rng[nr++] = 0x1F;
-    rng[nr++] = '"';
-    rng[nr++] = '"';
-    rng[nr++] = '\\';
-    rng[nr++] = '\\';
+    bool esc_kid = false, na_kid = false;
+    uint8_t ascii[32] = { 0 };
+    for (unsigned c = 0x20; c < 0x80; c++)
+        if (c != '"' && c != '\\') ascii[c >> 3] |= (uint8_t)(1u << (c & 7));
+    size_t n_na = 0;
     for (int32_t e = t->n[at].first; e >= 0; e = t->e[e].next) {
         uint32_t c = t->e[e].cp;
-        if (!cp_escaped(c)) {
-            rng[nr++] = c;
-            rng[nr++] = c;
-        }
+        esc_kid |= cp_escaped(c);
+        if (c >= 0x80) {
+            na_kid = true;
+            n_na++;
+        } else
+            ascii[c >> 3] &= (uint8_t)~(1u << (c & 7));
     }
-    int32_t other = gr_codepoints(b, rng, nr / 2, true);
-    if (n_esc == 0) {
-        other = gr_alt2(b, other, canon_escape(x));
+    /* leave the trie: another ASCII character, escape or non-ASCII character, then anything */
+    int32_t r = gr_seq2(b, gr_byteset(b, ascii), krest(x));
+    if (!esc_kid) {
+        r = gr_alt2(b, r, shared(x, &x->r_kesc, "name-escape-rest", body_kesc));
     } else {
-        /* a child is an escaped character: list the other escapes one by one */
         for (uint32_t c = 0; c < 0x80; c++) {
             if (!cp_escaped(c)) continue;
             bool kid = false;
             for (int32_t e = t->n[at].first; e >= 0; e = t->e[e].next) kid |= t->e[e].cp == c;
-            if (!kid) other = gr_alt2(b, other, spell_cp(x, c));
+            if (!kid) r = gr_alt2(b, r, gr_seq2(b, spell_cp(x, c), krest(x)));
         }
     }
-    alts[na++] = gr_seq2(b, other, gr_repeat(b, canon_char(x), 0, GR_INF));
-    free(rng);
-    int32_t r = gr_alt(b, alts, na);
-    free(alts);
+    if (!na_kid) {
+        r = gr_alt2(b, r, shared(x, &x->r_kna, "name-nonascii-rest", body_kna));
+    } else {
+        uint32_t *rng = malloc((2 * n_na + 2) * sizeof *rng);
+        if (!rng) {
+            oom(x);
+            return -1;
+        }
+        size_t nr = 0;
+        rng[nr++] = 0;
+        rng[nr++] = 0x7F;
+        for (int32_t e = t->n[at].first; e >= 0; e = t->e[e].next)
+            if (t->e[e].cp >= 0x80) {
+                rng[nr++] = t->e[e].cp;
+                rng[nr++] = t->e[e].cp;
+            }
+        r = gr_alt2(b, r, gr_seq2(b, gr_codepoints(b, rng, nr / 2, true), krest(x)));
+        free(rng);
+    }
+    if (!t->n[at].term) r = gr_alt2(b, r, gr_empty(b));
     for (int32_t e = t->n[at].first; e >= 0; e = t->e[e].next)
         r = gr_alt2(b, r, gr_seq2(b, spell_cp(x, t->e[e].cp), not_in_node(x, t, t->e[e].child, depth + 1)));
     return r;
 }
 
 int32_t js_key_not_in(js_lex *x, const char *const *names, const size_t *lens, size_t n) {
-    if (n == 0) return gr_repeat(x->b, canon_char(x), 0, GR_INF);
+    if (n == 0) return krest(x);
     js_trie t = { 0 };
     int32_t root = trie_node(&t);
     bool ok = root >= 0;
