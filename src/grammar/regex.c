@@ -350,8 +350,8 @@ static int parse_escape(rx *p, bool in_class, uint32_t *cp, cpset *set) {
         return fail(p, start, "\\c must be followed by a letter"), -1;
     case 'x': {
         size_t end;
-        int64_t v = at(&(rx){ .src = p->src, .n = p->n, .pos = p->pos + 1 }, '{') ? hex_at(p, p->pos + 2, 0, &end)
-                                                                                     : hex_at(p, p->pos + 1, 2, &end);
+        bool braced = p->pos + 1 < p->n && p->src[p->pos + 1] == '{';
+        int64_t v = braced ? hex_at(p, p->pos + 2, 0, &end) : hex_at(p, p->pos + 1, 2, &end);
         if (v < 0) return fail(p, start, "\\x needs two hex digits or {hex}"), -1;
         p->pos = end;
         *cp = (uint32_t)v;
@@ -359,8 +359,8 @@ static int parse_escape(rx *p, bool in_class, uint32_t *cp, cpset *set) {
     }
     case 'u': {
         size_t end;
-        int64_t v = at(&(rx){ .src = p->src, .n = p->n, .pos = p->pos + 1 }, '{') ? hex_at(p, p->pos + 2, 0, &end)
-                                                                                     : hex_at(p, p->pos + 1, 4, &end);
+        bool braced = p->pos + 1 < p->n && p->src[p->pos + 1] == '{';
+        int64_t v = braced ? hex_at(p, p->pos + 2, 0, &end) : hex_at(p, p->pos + 1, 4, &end);
         if (v < 0) return fail(p, start, "\\u needs four hex digits or {hex}"), -1;
         p->pos = end;
         if (v >= 0xD800 && v <= 0xDBFF && end + 1 < p->n && p->src[end] == '\\' && p->src[end + 1] == 'u') {
@@ -703,10 +703,10 @@ static bool parse_seq(rx *p, int depth, quad *out) {
             continue;
         }
         if (n_run) {
-            quad r = q_plain(run[0] == RX_NONE ? RX_NONE : gr_seq(p->b, run, n_run));
-            for (size_t i = 0; i < n_run; i++)
-                if (run[i] == RX_NONE) r.x[0] = RX_NONE;
-            r.eps = r.x[0] != RX_NONE && run_eps;
+            bool none = false;
+            for (size_t i = 0; i < n_run; i++) none = none || run[i] == RX_NONE;
+            quad r = q_plain(none ? RX_NONE : gr_seq(p->b, run, n_run));
+            r.eps = !none && run_eps;
             acc = q_seq(p, &acc, &r);
             n_run = 0;
             run_eps = true;
