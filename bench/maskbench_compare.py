@@ -3,7 +3,7 @@
 same files, the same vocabulary and the same token ids, in one run.
 
     bench/maskbench_compare.py [-m MODEL] [--venv DIR] [--llg-results FILE]
-                               [--save DIR] [--limit N] PATH...
+                               [--cinder-results FILE] [--save DIR] [--limit N] PATH...
 
 PATH: MaskBench files or folders of them (default ../shared/testdata/maskbench). cinder
 runs as build/bench/maskbench --json; llguidance as ../shared/tools/maskbench_llg.py in
@@ -11,7 +11,8 @@ the virtualenv DIR (default ../venv-llg beside the checkout, made outside it wit
 `python3 -m venv DIR && DIR/bin/pip install llguidance numpy`), importing cinder's
 Python package from python/ over build/libcinder.so for the tokenizer, so both engines
 see the same ids. --llg-results reads a stored run of that script instead of running it
-(llguidance does not change with our code; its results are kept outside the repository).
+(llguidance does not change with our code; bench/results keeps one); --cinder-results
+likewise for a stored `build/bench/maskbench --json` run.
 
 Prints a markdown table, both columns derived from the per-file lines the same way:
 files, passed (compiled, every valid instance accepted, every invalid one rejected),
@@ -110,6 +111,7 @@ def main():
     ap.add_argument("-m", "--model", default=str(DEFAULT_MODEL))
     ap.add_argument("--venv", default=str(ROOT.parent / "venv-llg"))
     ap.add_argument("--llg-results", help="a stored maskbench_llg.py output instead of a run")
+    ap.add_argument("--cinder-results", help="a stored build/bench/maskbench --json output instead of a run")
     ap.add_argument("--maskbench", default=str(ROOT / "build/bench/maskbench"))
     ap.add_argument("--save", help="folder to write cinder.jsonl and llguidance.jsonl into")
     ap.add_argument("--limit", type=int, help="the first N files only")
@@ -123,7 +125,10 @@ def main():
     ids = [os.path.basename(f) for f in files]
     load_before = os.getloadavg()[0]
 
-    cin_out = run([a.maskbench, "-m", a.model, "--json"] + files)
+    if a.cinder_results:
+        cin_out = Path(a.cinder_results).read_text()
+    else:
+        cin_out = run([a.maskbench, "-m", a.model, "--json"] + files)
     if a.llg_results:
         llg_out = Path(a.llg_results).read_text()
     else:
@@ -158,8 +163,9 @@ def main():
     print(f"cpu family: {cpu_family()} (cinder's kernels: {cin_sum.get('cpu', '?')}); "
           f"load (1 min) before {load_before:.2f}, after {load_after:.2f}; "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; one thread each")
-    if a.llg_results:
-        print(f"llguidance results read from {a.llg_results} (not run now)")
+    for who, f in (("cinder", a.cinder_results), ("llguidance", a.llg_results)):
+        if f:
+            print(f"{who} results read from {f} (not run now: the load figures are not its run's)")
 
 
 if __name__ == "__main__":
