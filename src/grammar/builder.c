@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "grammar/grammar_impl.h"
 #include "text/utf8.h"
 
@@ -180,6 +181,93 @@ int32_t gr_literal(gr_builder *b, const char *s, size_t n) {
     return r;
 }
 
+/* ---- long bounded repeats ----
+ * Unrolled, item{min,max} costs (max) copies of the item's automaton: a JSON string of
+ * maxLength 8192 is a million NFA states and a chain of DFA states whose token masks are
+ * each computed cold. Past REPEAT_CHUNK_AT states the repeat is cut into chunks of K
+ * items, two rules shared by every position: full := item{K}, less := item{0,K-1}, and
+ *
+ *   item{min,max} = full{min/K} item{min%K} tail,   r = max-min = q*K + s,
+ *   tail = full{0,q-1} less | full{q} item{0,s}
+ *
+ * (lengths aK+b, a < q, b < K, then qK..qK+s: every count 0..r exactly once, so the
+ * parse is unambiguous and at most two stacks are live inside a chunk: in full, or in
+ * less). Only for items that consume at least one byte and call no rule: otherwise the
+ * split points would be ambiguous and the stacks could multiply. */
+
+#define REPEAT_CHUNK_AT 65536u /* unrolled NFA states above which a repeat is chunked */
+#define REPEAT_CHUNK_STATES 16384u /* about this many NFA states per chunk */
+
+/* An estimate of the NFA states x unrolls to (saturating at cap); UINT64_MAX when x
+ * calls a rule or nests too deeply (not chunked). */
+static uint64_t expr_size(const gr_builder *b, int32_t x, uint64_t cap, int depth) {
+    if (depth > 64) return UINT64_MAX;
+    const gr_node *n = &b->nodes[x];
+    uint64_t s = 0;
+    switch (n->kind) {
+    case GR_N_EMPTY: case GR_N_NOTHING: return 1;
+    case GR_N_BYTES: return 1;
+    case GR_N_REF: return UINT64_MAX;
+    case GR_N_SEQ: case GR_N_ALT:
+        for (uint32_t i = 0; i < n->n; i++) {
+            uint64_t k = expr_size(b, b->kids[n->first + i], cap, depth + 1);
+            if (k == UINT64_MAX) return k;
+            s += k + (n->kind == GR_N_ALT);
+            if (s >= cap) return cap;
+        }
+        return s + 1;
+    case GR_N_REPEAT: {
+        uint64_t k = expr_size(b, (int32_t)n->first, cap, depth + 1);
+        if (k == UINT64_MAX) return k;
+        uint64_t copies = n->b == GR_INF ? (uint64_t)n->a + 1 : n->b;
+        return copies >= cap / (k + 1) ? cap : copies * (k + 1) + 1;
+    }
+    }
+    return UINT64_MAX;
+}
+
+/* The fewest bytes x matches (0 for a call: unknown). */
+static uint64_t expr_min_len(const gr_builder *b, int32_t x, int depth) {
+    if (depth > 64) return 0;
+    const gr_node *n = &b->nodes[x];
+    uint64_t s = 0;
+    switch (n->kind) {
+    case GR_N_BYTES: return 1;
+    case GR_N_NOTHING: return 1; /* never matches: no empty split either */
+    case GR_N_SEQ:
+        for (uint32_t i = 0; i < n->n; i++) s += expr_min_len(b, b->kids[n->first + i], depth + 1);
+        return s;
+    case GR_N_ALT:
+        s = UINT64_MAX;
+        for (uint32_t i = 0; i < n->n; i++) s = CN_MIN(s, expr_min_len(b, b->kids[n->first + i], depth + 1));
+        return n->n ? s : 1;
+    case GR_N_REPEAT: return n->a ? n->a * expr_min_len(b, (int32_t)n->first, depth + 1) : 0;
+    default: return 0;
+    }
+}
+
+static int32_t repeat_node(gr_builder *b, int32_t item, uint32_t min, uint32_t max) {
+    if (max == 0) return gr_empty(b);
+    if (min == 1 && max == 1) return item;
+    return node_new(b, GR_N_REPEAT, min, max, (uint32_t)item, 0);
+}
+
+static int32_t repeat_chunked(gr_builder *b, int32_t item, uint32_t min, uint32_t max, uint64_t item_states) {
+    uint32_t K = b->repeat_chunk_k ? b->repeat_chunk_k
+                                   : (uint32_t)CN_MAX(8, CN_MIN(256, REPEAT_CHUNK_STATES / (item_states + 1)));
+    int32_t full = gr_rule_fresh(b, "repeat");
+    if (gr_rule_define(b, full, repeat_node(b, item, K, K)) < 0) return -1;
+    int32_t head = gr_seq2(b, repeat_node(b, gr_ref(b, full), min / K, min / K), repeat_node(b, item, min % K, min % K));
+    if (max == GR_INF) return gr_seq2(b, head, repeat_node(b, item, 0, GR_INF));
+    uint32_t r = max - min, q = r / K, s = r % K;
+    if (q == 0) return gr_seq2(b, head, repeat_node(b, item, 0, s));
+    int32_t less = gr_rule_fresh(b, "repeat");
+    if (gr_rule_define(b, less, repeat_node(b, item, 0, K - 1)) < 0) return -1;
+    int32_t partial = gr_seq2(b, repeat_node(b, gr_ref(b, full), 0, q - 1), gr_ref(b, less));
+    int32_t last = gr_seq2(b, repeat_node(b, gr_ref(b, full), q, q), repeat_node(b, item, 0, s));
+    return gr_seq2(b, head, gr_alt2(b, partial, last));
+}
+
 int32_t gr_repeat(gr_builder *b, int32_t item, uint32_t min, uint32_t max) {
     if (b->err.status != CN_STATUS_OK || item < 0) return -1;
     if (min > max) {
@@ -188,6 +276,14 @@ int32_t gr_repeat(gr_builder *b, int32_t item, uint32_t min, uint32_t max) {
     }
     if (max == 0) return gr_empty(b);
     if (min == 1 && max == 1) return item;
+    uint64_t copies = max == GR_INF ? (uint64_t)min + 1 : max;
+    uint64_t at = b->repeat_chunk_at ? b->repeat_chunk_at : REPEAT_CHUNK_AT;
+    if (copies > 16 || b->repeat_chunk_at) {
+        uint64_t k = expr_size(b, item, REPEAT_CHUNK_AT, 0);
+        if (k < REPEAT_CHUNK_AT && copies * (k + 1) > at &&
+            expr_min_len(b, item, 0) > 0)
+            return repeat_chunked(b, item, min, max, k);
+    }
     return node_new(b, GR_N_REPEAT, min, max, (uint32_t)item, 0);
 }
 

@@ -273,13 +273,15 @@ static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
     if (!i32v_push(&S.set_first, 0) || !i32v_push(&w, 0) || !closure(&S, &w)) goto done;
     bool is_new;
     if (dfa_lookup(&S, &w, &is_new) < 0) goto done;
+    uint32_t work = 0; /* NFA states and classes visited since the clock was last read */
     for (uint32_t ds = 0; ds < n_dfa(&S); ds++) {
         if (++a->used_states > a->budget_states) {
             st = CN_STATUS_INVALID_ARG;
             cn_err(a->err, st, "compile budget: the grammar needs more automaton states than allowed (max_states)");
             goto done;
         }
-        if ((ds & 255) == 255 && cn_time_ms() > a->deadline_ms) {
+        work += (uint32_t)(S.set_first.v[ds + 1] - S.set_first.v[ds]) + n_class;
+        if (work > 65536 && (work = 0, cn_time_ms() > a->deadline_ms)) {
             st = CN_STATUS_INVALID_ARG;
             cn_err(a->err, st, "compile budget: compiling took longer than allowed (max_compile_ms)");
             goto done;
@@ -315,6 +317,7 @@ static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
                 for (uint32_t i = 0; i < bucket[c].n; i++)
                     if (!i32v_push(&w, bucket[c].v[i])) goto done;
                 if (!closure(&S, &w)) goto done;
+                work += w.n;
                 to = dfa_lookup(&S, &w, &is_new);
                 if (to < 0) goto done;
             }

@@ -35,6 +35,9 @@ struct gr_builder {
     gr_brule *rules;
     uint32_t n_rules, cap_rules;
     uint32_t n_fresh;
+    /* long repeats are cut into chunks (builder.c) past chunk_at unrolled NFA states, K
+     * items a chunk (0: the defaults; tests set them small to reach chunk borders) */
+    uint32_t repeat_chunk_at, repeat_chunk_k;
     cn_error err;
 };
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_impl.h"
 
 static gr_grammar *compile_ok(gr_builder *b, int32_t root) {
     gr_grammar *g = NULL;
@@ -110,7 +111,7 @@ Test(grammar, repeats_bounded_and_alternatives) {
 static void compile_fails(gr_builder *b, int32_t root, const char *needle) {
     gr_grammar *g = NULL;
     cn_error err = { 0 };
-    gr_limits lim = { .max_states = 5000 };
+    gr_limits lim = { .max_states = 500 };
     cn_status st = gr_compile(b, root, &lim, &g, &err);
     cr_assert_neq(st, CN_STATUS_OK);
     cr_assert_null(g);
@@ -147,7 +148,25 @@ Test(grammar, compile_errors_name_the_problem) {
     b = gr_builder_new();
     r = gr_rule(b, "root");
     gr_rule_define(b, r, gr_repeat(b, gr_byte_range(b, 'a', 'z'), 0, 100000));
-    compile_fails(b, r, "compile budget");
+    {
+        gr_grammar *g = NULL;
+        cn_error err = { 0 };
+        gr_limits lim = { .max_states = 500 };
+        cr_assert_neq(gr_compile(b, r, &lim, &g, &err), CN_STATUS_OK);
+        cr_assert(strstr(err.msg, "compile budget"), "%s", err.msg);
+        cr_assert_null(g);
+        /* chunked (200,001 unrolled states are over 65,536: 256 items a chunk), it fits
+         * the default budget and counts exactly */
+        cr_assert_eq(gr_compile(b, r, NULL, &g, &err), CN_STATUS_OK, "%s", err.msg);
+        char *s = malloc(100001);
+        memset(s, 'q', 100001);
+        const size_t yes[] = { 0, 1, 255, 256, 257, 99839, 99840, 99841, 99999, 100000 };
+        for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) cr_assert(gr_matches(g, s, yes[i]), "%zu", yes[i]);
+        cr_assert(!gr_matches(g, s, 100001));
+        free(s);
+        gr_grammar_free(g);
+        gr_builder_free(b);
+    }
 
     b = gr_builder_new();
     r = gr_rule(b, "root");
@@ -322,4 +341,53 @@ Test(grammar, rollback_restores_masks_and_done) {
     gr_vocab_free(v);
     toy_free(&tv);
     gr_grammar_free(g);
+}
+
+/* Long bounded repeats are cut into chunk rules (builder.c); forced here to chunks of 3
+ * items so that every count crosses chunk borders. Truth: the count of items, decoded by
+ * hand from the text ("a" and "bc" are the items), against {min,max}. */
+static gr_grammar *chunked(uint32_t min, uint32_t max, bool tail_c) {
+    gr_builder *b = gr_builder_new();
+    b->repeat_chunk_at = 1;
+    b->repeat_chunk_k = 3;
+    int32_t r = gr_rule(b, "root");
+    int32_t item = gr_alt2(b, gr_literal(b, "a", 1), gr_literal(b, "bc", 2));
+    int32_t body = gr_repeat(b, item, min, max);
+    if (tail_c) body = gr_seq2(b, body, gr_literal(b, "c", 1));
+    gr_rule_define(b, r, body);
+    return compile_ok(b, r);
+}
+
+Test(grammar, chunked_repeats_count_exactly) {
+    const uint32_t bounds[][2] = { { 0, 0 }, { 0, 1 }, { 0, 2 }, { 0, 3 }, { 0, 4 }, { 0, 5 }, { 0, 6 }, { 0, 7 },
+                                   { 1, 7 }, { 2, 9 }, { 3, 3 }, { 4, 4 }, { 5, 11 }, { 6, 6 }, { 7, 12 },
+                                   { 0, GR_INF }, { 4, GR_INF } };
+    for (size_t t = 0; t < sizeof bounds / sizeof *bounds; t++) {
+        uint32_t lo = bounds[t][0], hi = bounds[t][1];
+        gr_grammar *g = chunked(lo, hi, false);
+        char s[64];
+        /* every sequence of up to 13 items, as a bit pattern: bit i set = "bc" */
+        for (uint32_t n = 0; n <= 13; n++)
+            for (uint32_t bits = 0; bits < (1u << n); bits += 1 + (n > 9) * 7) {
+                size_t len = 0;
+                for (uint32_t i = 0; i < n; i++) {
+                    if ((bits >> i) & 1) { s[len++] = 'b'; s[len++] = 'c'; }
+                    else s[len++] = 'a';
+                }
+                bool want = n >= lo && n <= hi;
+                cr_assert_eq(gr_matches(g, s, len), want, "{%u,%u} '%.*s' (%u items)", lo, hi, (int)len, s, n);
+            }
+        gr_grammar_free(g);
+    }
+}
+
+Test(grammar, masks_equal_brute_force_chunked_repeats) {
+    toyvocab tv = toy("abc");
+    gr_grammar *g = chunked(2, 10, true);
+    check_masks_along_random_walks(g, &tv, tv.n - 1, 30, 10);
+    gr_grammar_free(g);
+    g = chunked(0, 17, false);
+    check_masks_along_random_walks(g, &tv, tv.n - 1, 30, 10);
+    gr_grammar_free(g);
+    toy_free(&tv);
 }

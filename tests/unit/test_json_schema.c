@@ -230,11 +230,11 @@ Test(json_schema, json_object) {
 
 /* The whole MaskBench sample at byte level: no wrong acceptance ever, and a pass-count
  * floor. Measured 2026-12-03 with build/tools/schema_bytes ../shared/testdata/maskbench
- * (default compile budget): 1,357 files, 1,078 passed, 263 refused at compile time, 16
+ * (default compile budget): 1,357 files, 1,095 passed, 246 refused at compile time, 16
  * wrongly rejected (property order, mostly), 0 wrong acceptances; llguidance 1.9.1 passes
  * 1,152 of them at the token level. The floor leaves a little room for a slower machine
  * hitting the compile-time budget; raise it when the count improves. */
-#define MASKBENCH_FLOOR 1070
+#define MASKBENCH_FLOOR 1085
 
 Test(json_schema, maskbench_sample_byte_level, .timeout = 1200) {
     const char *dir = getenv("CINDER_TESTDATA");
