@@ -1,6 +1,6 @@
 /* builder.c — the expression builder every front end writes into (grammar.h): rules by
- * name, and expression nodes (bytes, sequences, alternatives, repeats, rule calls) in
- * flat arrays. It only records; compile.c turns the rules into automata. The first error
+ * name, and expression nodes (bytes, sequences, alternatives, repeats, rule calls,
+ * intersections and complements) in flat arrays. It only records; compile.c turns the rules into automata. The first error
  * sticks: every later call returns -1, so a front end checks once at the end. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -160,6 +160,13 @@ static int32_t list_node(gr_builder *b, uint8_t kind, const int32_t *items, size
 
 int32_t gr_seq(gr_builder *b, const int32_t *items, size_t n) { return list_node(b, GR_N_SEQ, items, n); }
 int32_t gr_alt(gr_builder *b, const int32_t *items, size_t n) { return list_node(b, GR_N_ALT, items, n); }
+int32_t gr_and(gr_builder *b, int32_t x, int32_t y) { return list_node(b, GR_N_AND, (int32_t[]){ x, y }, 2); }
+
+int32_t gr_not(gr_builder *b, int32_t x) {
+    if (b->err.status != CN_STATUS_OK || x < 0) return -1;
+    return node_new(b, GR_N_NOT, 0, 0, (uint32_t)x, 0);
+}
+
 int32_t gr_seq2(gr_builder *b, int32_t x, int32_t y) { return gr_seq(b, (int32_t[]){ x, y }, 2); }
 int32_t gr_alt2(gr_builder *b, int32_t x, int32_t y) { return gr_alt(b, (int32_t[]){ x, y }, 2); }
 
@@ -207,7 +214,7 @@ static uint64_t expr_size(const gr_builder *b, int32_t x, uint64_t cap, int dept
     switch (n->kind) {
     case GR_N_EMPTY: case GR_N_NOTHING: return 1;
     case GR_N_BYTES: return 1;
-    case GR_N_REF: return UINT64_MAX;
+    case GR_N_REF: case GR_N_AND: case GR_N_NOT: return UINT64_MAX;
     case GR_N_SEQ: case GR_N_ALT:
         for (uint32_t i = 0; i < n->n; i++) {
             uint64_t k = expr_size(b, b->kids[n->first + i], cap, depth + 1);
@@ -242,6 +249,8 @@ static uint64_t expr_min_len(const gr_builder *b, int32_t x, int depth) {
         for (uint32_t i = 0; i < n->n; i++) s = CN_MIN(s, expr_min_len(b, b->kids[n->first + i], depth + 1));
         return n->n ? s : 1;
     case GR_N_REPEAT: return n->a ? n->a * expr_min_len(b, (int32_t)n->first, depth + 1) : 0;
+    case GR_N_AND:
+        return CN_MAX(expr_min_len(b, b->kids[n->first], depth + 1), expr_min_len(b, b->kids[n->first + 1], depth + 1));
     default: return 0;
     }
 }

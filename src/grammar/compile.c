@@ -4,6 +4,7 @@
  * Then the whole-grammar analyses the matcher relies on:
  *   - productive rules and states that can finish; edges into anything else are cut, so
  *     every live stack can still complete (a mask never leads into a dead end);
+ *   - minimization (equivalent states merged, unreachable ones dropped);
  *   - nullable rules and accept_n (accepting through calls of nullable rules);
  *   - left recursion (a rule reaching itself before a byte): refused, naming the rule;
  *   - leaf rules (no calls) and a hash of each table, the shared mask cache's key.
@@ -16,11 +17,15 @@
 
 #define GR_MAX_DEPTH 4000
 
-enum { E_EPS, E_BYTES, E_CALL };
+enum { E_EPS, E_BYTES, E_LBYTES, E_CALL }; /* E_LBYTES: a byte set of the compile's own */
 typedef struct { uint8_t kind; uint32_t arg; int32_t to, next; } nfa_edge;
 
-typedef struct {
+typedef struct nfa nfa;
+struct nfa {
     const gr_builder *b;
+    nfa *root;         /* the rule's NFA, whose table holds every E_LBYTES set */
+    gr_set *lsets;
+    uint32_t n_lsets, cap_lsets;
     int32_t *head;     /* (n_states) first edge */
     uint32_t n_states, cap_states;
     nfa_edge *e;
@@ -29,7 +34,7 @@ typedef struct {
     double deadline_ms;
     cn_error *err;
     cn_status st;      /* first failure */
-} nfa;
+};
 
 static bool fail(nfa *a, cn_status st, const char *msg) {
     if (a->st == CN_STATUS_OK) {
@@ -68,6 +73,31 @@ static void nfa_edge_add(nfa *a, int32_t from, uint8_t kind, uint32_t arg, int32
     a->e[a->n_e] = (nfa_edge){ kind, arg, to, a->head[from] };
     a->head[from] = (int32_t)a->n_e++;
 }
+
+static const uint8_t *edge_bits(const nfa *a, const nfa_edge *e) {
+    return e->kind == E_BYTES ? a->b->sets[e->arg].bits : a->root->lsets[e->arg].bits;
+}
+
+static bool is_bytes(const nfa_edge *e) { return e->kind == E_BYTES || e->kind == E_LBYTES; }
+
+/* A byte set of the compile's own (the automata intersections build); -1: no memory. */
+static int64_t lset_add(nfa *a, const uint8_t bits[32]) {
+    nfa *r = a->root;
+    if (r->n_lsets == r->cap_lsets) {
+        uint32_t nc = r->cap_lsets ? r->cap_lsets * 2 : 64;
+        gr_set *q = realloc(r->lsets, nc * sizeof *q);
+        if (!q) {
+            fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+            return -1;
+        }
+        r->lsets = q;
+        r->cap_lsets = nc;
+    }
+    memcpy(r->lsets[r->n_lsets].bits, bits, 32);
+    return r->n_lsets++;
+}
+
+static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth);
 
 /* Builds node x from state in; returns the state after it (or -1). */
 static int32_t frag(nfa *a, int32_t x, int32_t in, int depth) {
@@ -131,6 +161,8 @@ static int32_t frag(nfa *a, int32_t x, int32_t in, int depth) {
         nfa_edge_add(a, cur, E_EPS, 0, end);
         return end;
     }
+    case GR_N_AND:
+    case GR_N_NOT: return frag_dfa_ops(a, n, in, depth);
     }
     return -1;
 }
@@ -237,7 +269,6 @@ static int cmp_call(const void *x, const void *y) {
 
 /* One rule: NFA built by the caller (start 0 .. accept_nfa); fills d. */
 static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
-    const gr_builder *b = a->b;
     subset S = { .a = a, .accept_nfa = accept_nfa };
     i32v w = { 0 }, trans = { 0 }, acc = { 0 }, cfirst = { 0 }, calls = { 0 };
     i32v *bucket = NULL;
@@ -253,8 +284,8 @@ static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
     {
         int16_t map[256][2];
         for (uint32_t e = 0; e < a->n_e; e++) {
-            if (a->e[e].kind != E_BYTES) continue;
-            const uint8_t *bits = b->sets[a->e[e].arg].bits;
+            if (!is_bytes(&a->e[e])) continue;
+            const uint8_t *bits = edge_bits(a, &a->e[e]);
             for (unsigned i = 0; i < n_class; i++) map[i][0] = map[i][1] = -1;
             uint32_t nn = 0;
             for (unsigned c = 0; c < 256; c++) {
@@ -293,8 +324,8 @@ static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
             int32_t ns = S.pool.v[i];
             if (ns == accept_nfa) accepting = true;
             for (int32_t e = a->head[ns]; e >= 0; e = a->e[e].next) {
-                if (a->e[e].kind == E_BYTES) {
-                    const uint8_t *bits = b->sets[a->e[e].arg].bits;
+                if (is_bytes(&a->e[e])) {
+                    const uint8_t *bits = edge_bits(a, &a->e[e]);
                     for (uint32_t c = 0; c < n_class; c++)
                         if ((bits[rep[c] >> 3] >> (rep[c] & 7)) & 1)
                             if (!i32v_push(&bucket[c], a->e[e].to)) goto done;
@@ -369,6 +400,143 @@ done:
         for (uint32_t c = 0; c < n_class; c++) free(bucket[c].v);
     free(bucket);
     return st;
+}
+
+/* ---- intersections and complements ----
+ * Each operand is built as an NFA of its own (no calls: a lexical piece), made a DFA,
+ * and the product (AND), or the DFA completed with a sink and its acceptance flipped
+ * (NOT), is laid into the rule's NFA as states with byte-set edges; the rule's subset
+ * construction then treats it like any other fragment. */
+
+static bool operand_dfa(nfa *a, int32_t x, int depth, gr_dfa *d) {
+    nfa s = { .b = a->b, .root = a->root, .budget_states = a->budget_states, .used_states = a->used_states,
+              .deadline_ms = a->deadline_ms, .err = a->err };
+    int32_t s0 = nfa_state(&s);
+    int32_t fin = frag(&s, x, s0, depth + 1);
+    for (uint32_t e = 0; s.st == CN_STATUS_OK && e < s.n_e; e++)
+        if (s.e[e].kind == E_CALL) {
+            s.st = CN_STATUS_INVALID_ARG;
+            cn_err(s.err, s.st, "an intersection or complement cannot call a rule ('%s')", a->b->rules[s.e[e].arg].name);
+        }
+    cn_status st = s.st == CN_STATUS_OK ? determinize(&s, fin, d) : s.st;
+    a->used_states = s.used_states;
+    free(s.head);
+    free(s.e);
+    if (st != CN_STATUS_OK && a->st == CN_STATUS_OK) a->st = st; /* the message is in err already */
+    return st == CN_STATUS_OK;
+}
+
+typedef struct {
+    uint64_t *key;
+    int32_t *val;
+    uint32_t cap, n;
+} pairmap;
+
+/* The index of key, inserting `next` when new (*is_new); -1: no memory. */
+static int32_t pair_get(pairmap *m, uint64_t key, int32_t next, bool *is_new) {
+    *is_new = false;
+    if (2 * (m->n + 1) > m->cap) {
+        uint32_t nc = m->cap ? m->cap * 2 : 64;
+        uint64_t *k = malloc(nc * sizeof *k);
+        int32_t *v = malloc(nc * sizeof *v);
+        if (!k || !v) {
+            free(k);
+            free(v);
+            return -1;
+        }
+        for (uint32_t i = 0; i < nc; i++) v[i] = -1;
+        for (uint32_t i = 0; i < m->cap; i++)
+            if (m->val[i] >= 0) {
+                uint32_t j = (uint32_t)(m->key[i] * 0x9E3779B97F4A7C15ull >> 32) & (nc - 1);
+                while (v[j] >= 0) j = (j + 1) & (nc - 1);
+                k[j] = m->key[i];
+                v[j] = m->val[i];
+            }
+        free(m->key);
+        free(m->val);
+        m->key = k;
+        m->val = v;
+        m->cap = nc;
+    }
+    uint32_t j = (uint32_t)(key * 0x9E3779B97F4A7C15ull >> 32) & (m->cap - 1);
+    for (; m->val[j] >= 0; j = (j + 1) & (m->cap - 1))
+        if (m->key[j] == key) return m->val[j];
+    m->key[j] = key;
+    m->val[j] = next;
+    m->n++;
+    *is_new = true;
+    return next;
+}
+
+static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
+    bool neg = n->kind == GR_N_NOT;
+    gr_dfa d[2] = { 0 };
+    pairmap pm = { 0 };
+    i32v ids = { 0 }, ps = { 0 }, qs = { 0 };
+    int32_t out = -1;
+    if (!operand_dfa(a, neg ? (int32_t)n->first : a->b->kids[n->first], depth, &d[0])) goto done;
+    if (!neg && !operand_dfa(a, a->b->kids[n->first + 1], depth, &d[1])) goto done;
+    /* product states (p, q); for NOT, q is 0 and p == sink stands for "already outside" */
+    const int32_t sink = (int32_t)d[0].n_states;
+    out = nfa_state(a);
+    int32_t first = nfa_state(a);
+    nfa_edge_add(a, in, E_EPS, 0, first);
+    bool is_new;
+    if (pair_get(&pm, 0, 0, &is_new) < 0 || !i32v_push(&ids, first) || !i32v_push(&ps, 0) || !i32v_push(&qs, 0)) {
+        fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        goto done;
+    }
+    int32_t tgt[256];
+    for (uint32_t i = 0; i < ids.n && a->st == CN_STATUS_OK; i++) {
+        int32_t p = ps.v[i], q = qs.v[i];
+        bool acc = neg ? p == sink || !d[0].accept[p] : d[0].accept[p] && d[1].accept[q];
+        if (acc) nfa_edge_add(a, ids.v[i], E_EPS, 0, out);
+        for (int c = 0; c < 256; c++) {
+            int32_t tp = p == sink ? sink : d[0].trans[(size_t)p * d[0].n_class + d[0].cls[c]];
+            int32_t tq = 0;
+            if (neg) {
+                if (tp < 0) tp = sink;
+            } else {
+                tq = tp < 0 ? -1 : d[1].trans[(size_t)q * d[1].n_class + d[1].cls[c]];
+                if (tq < 0) {
+                    tgt[c] = -1;
+                    continue;
+                }
+            }
+            uint64_t key = (uint64_t)(uint32_t)tp << 32 | (uint32_t)tq;
+            int32_t t = pair_get(&pm, key, (int32_t)ids.n, &is_new);
+            if (t >= 0 && is_new &&
+                (!i32v_push(&ids, nfa_state(a)) || !i32v_push(&ps, tp) || !i32v_push(&qs, tq)))
+                t = -1;
+            if (t < 0) {
+                fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+                goto done;
+            }
+            tgt[c] = t;
+        }
+        /* one edge per target, with the set of bytes that go there */
+        for (int c = 0; c < 256 && a->st == CN_STATUS_OK; c++) {
+            if (tgt[c] < 0) continue;
+            int32_t t = tgt[c];
+            uint8_t bits[32] = { 0 };
+            for (int c2 = c; c2 < 256; c2++)
+                if (tgt[c2] == t) {
+                    bits[c2 >> 3] |= (uint8_t)(1u << (c2 & 7));
+                    tgt[c2] = -1;
+                }
+            int64_t set = lset_add(a, bits);
+            if (set >= 0) nfa_edge_add(a, ids.v[i], E_LBYTES, (uint32_t)set, ids.v[t]);
+        }
+    }
+done:
+    gr_dfa_free_tables(&d[0]);
+    gr_dfa_free_tables(&d[1]);
+    free(pm.key);
+    free(pm.val);
+    free(ids.v);
+    free(ps.v);
+    free(qs.v);
+    return a->st == CN_STATUS_OK ? out : -1;
 }
 
 void gr_dfa_free_tables(gr_dfa *d) {
@@ -454,6 +622,170 @@ out:
     free(fin);
     free(prod);
     return ok;
+}
+
+/* ---- minimization ----
+ * Equivalent states (same acceptance, same calls, each byte class and each call's return
+ * to equivalent states) are merged by Moore's refinement, and states the start no longer
+ * reaches after prune are dropped. It matters to the masks more than to the size: a
+ * property name's complement (json_schema_lex.c) leaves its trie the same way from every
+ * node, and without merging every node has its own copy of the rest, each with its own
+ * cache entry and walk. */
+
+typedef struct {
+    int32_t *sig;      /* (n_states, width) */
+    uint32_t width;
+    int32_t *slot;     /* (n_slot) hash table of signatures: the first state with it */
+    uint32_t n_slot;
+} sigtab;
+
+static uint64_t sig_hash(const int32_t *s, uint32_t w) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t i = 0; i < w; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ull;
+    return h ^ (h >> 31);
+}
+
+/* New block numbers from the signatures (states in order, so state 0 gets block 0);
+ * returns the block count. */
+static uint32_t sig_blocks(sigtab *t, uint32_t n, const uint8_t *live, int32_t *block) {
+    for (uint32_t i = 0; i < t->n_slot; i++) t->slot[i] = -1;
+    uint32_t nb = 0;
+    for (uint32_t s = 0; s < n; s++) {
+        if (!live[s]) {
+            block[s] = -1;
+            continue;
+        }
+        const int32_t *x = t->sig + (size_t)s * t->width;
+        uint32_t k = (uint32_t)sig_hash(x, t->width) & (t->n_slot - 1);
+        for (;; k = (k + 1) & (t->n_slot - 1)) {
+            int32_t o = t->slot[k];
+            if (o < 0) {
+                t->slot[k] = (int32_t)s;
+                block[s] = (int32_t)nb++;
+                break;
+            }
+            if (memcmp(t->sig + (size_t)o * t->width, x, t->width * sizeof *x) == 0) {
+                block[s] = block[o];
+                break;
+            }
+        }
+    }
+    return nb;
+}
+
+static bool minimize_rule(gr_dfa *d) {
+    uint32_t n = d->n_states, nc = d->n_class, max_calls = 0;
+    if (n <= 1) return true;
+    for (uint32_t s = 0; s < n; s++) max_calls = CN_MAX(max_calls, d->call_first[s + 1] - d->call_first[s]);
+    sigtab t = { .width = 1 + nc + 2 * max_calls };
+    t.n_slot = 16;
+    while (t.n_slot < 2 * n) t.n_slot *= 2;
+    t.sig = malloc((size_t)n * t.width * sizeof *t.sig);
+    t.slot = malloc(t.n_slot * sizeof *t.slot);
+    int32_t *block = malloc(n * sizeof *block), *nblock = malloc(n * sizeof *nblock), *work = malloc(n * sizeof *work);
+    uint8_t *live = calloc(n, 1);
+    int32_t *trans = NULL, *rep = NULL;
+    uint8_t *acc = NULL;
+    uint32_t *cf = NULL;
+    gr_call *calls = NULL;
+    bool ok = t.sig && t.slot && block && nblock && work && live;
+    if (!ok) goto out;
+    /* live: reached from the start through bytes and call returns */
+    uint32_t nw = 0;
+    live[0] = 1;
+    work[nw++] = 0;
+    while (nw) {
+        int32_t s = work[--nw];
+        for (uint32_t c = 0; c < nc; c++) {
+            int32_t x = d->trans[(size_t)s * nc + c];
+            if (x >= 0 && !live[x]) live[x] = 1, work[nw++] = x;
+        }
+        for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
+            int32_t x = d->calls[k].ret;
+            if (!live[x]) live[x] = 1, work[nw++] = x;
+        }
+    }
+    for (uint32_t s = 0; s < n; s++) block[s] = d->accept[s];
+    uint32_t nb = 0;
+    for (;;) {
+        for (uint32_t s = 0; s < n; s++) {
+            if (!live[s]) continue;
+            int32_t *x = t.sig + (size_t)s * t.width;
+            uint32_t w = 0;
+            x[w++] = block[s];
+            for (uint32_t c = 0; c < nc; c++) {
+                int32_t y = d->trans[(size_t)s * nc + c];
+                x[w++] = y >= 0 ? block[y] : -1;
+            }
+            for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
+                x[w++] = d->calls[k].rule;
+                x[w++] = block[d->calls[k].ret];
+            }
+            while (w < t.width) x[w++] = -2;
+        }
+        uint32_t nn = sig_blocks(&t, n, live, nblock);
+        memcpy(block, nblock, n * sizeof *block);
+        if (nn == nb) break;
+        nb = nn;
+    }
+    if (nb == n) goto out; /* nothing to merge */
+    trans = malloc((size_t)nb * nc * sizeof *trans);
+    rep = malloc(nb * sizeof *rep);
+    acc = malloc(nb);
+    cf = malloc((nb + 1) * sizeof *cf);
+    calls = malloc((d->call_first[n] + 1) * sizeof *calls);
+    ok = trans && rep && acc && cf && calls;
+    if (!ok) goto out;
+    for (uint32_t s = n; s-- > 0;)
+        if (block[s] >= 0) rep[block[s]] = (int32_t)s;
+    uint32_t o = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        uint32_t s = (uint32_t)rep[b];
+        acc[b] = d->accept[s];
+        for (uint32_t c = 0; c < nc; c++) {
+            int32_t y = d->trans[(size_t)s * nc + c];
+            trans[(size_t)b * nc + c] = y >= 0 ? block[y] : -1;
+        }
+        cf[b] = o;
+        for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++)
+            calls[o++] = (gr_call){ d->calls[k].rule, block[d->calls[k].ret] };
+    }
+    cf[nb] = o;
+    free(d->trans);
+    free(d->accept);
+    free(d->call_first);
+    free(d->calls);
+    d->trans = trans;
+    d->accept = acc;
+    d->call_first = cf;
+    d->calls = calls;
+    d->n_states = nb;
+    trans = NULL;
+    acc = NULL;
+    cf = NULL;
+    calls = NULL;
+out:
+    free(t.sig);
+    free(t.slot);
+    free(block);
+    free(nblock);
+    free(work);
+    free(live);
+    free(trans);
+    free(rep);
+    free(acc);
+    free(cf);
+    free(calls);
+    return ok;
+}
+
+static bool minimize(gr_grammar *g, cn_error *err) {
+    for (uint32_t r = 0; r < g->n_rules; r++)
+        if (!minimize_rule(&g->rules[r])) {
+            cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+            return false;
+        }
+    return true;
 }
 
 static void nullable(gr_grammar *g) {
@@ -595,12 +927,12 @@ static bool reachable(const gr_builder *b, int32_t root, uint8_t *reach, cn_erro
         while (nn) {
             const gr_node *x = &b->nodes[nodes[--nn]];
             if (x->kind == GR_N_REF && !reach[x->a]) reach[x->a] = 1, work[nw++] = (int32_t)x->a;
-            if (x->kind == GR_N_SEQ || x->kind == GR_N_ALT)
+            if (x->kind == GR_N_SEQ || x->kind == GR_N_ALT || x->kind == GR_N_AND)
                 for (uint32_t i = 0; i < x->n; i++) {
                     int32_t k = b->kids[x->first + i];
                     if (!nseen[k]) nseen[k] = 1, nodes[nn++] = k;
                 }
-            if (x->kind == GR_N_REPEAT && !nseen[x->first]) nseen[x->first] = 1, nodes[nn++] = (int32_t)x->first;
+            if ((x->kind == GR_N_REPEAT || x->kind == GR_N_NOT) && !nseen[x->first]) nseen[x->first] = 1, nodes[nn++] = (int32_t)x->first;
         }
     }
 out:
@@ -620,6 +952,7 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
     gr_grammar *g = calloc(1, sizeof *g);
     uint8_t *reach = calloc(b->n_rules, 1);
     nfa a = { .b = b, .err = err };
+    a.root = &a;
     cn_status st = CN_STATUS_NO_MEMORY;
     if (!g || !reach) {
         cn_err(err, st, "out of memory compiling the grammar");
@@ -653,6 +986,7 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
         }
         a.n_states = 0;
         a.n_e = 0;
+        a.n_lsets = 0;
         int32_t s0 = nfa_state(&a);
         int32_t fin = frag(&a, b->rules[r].expr, s0, 0);
         if (a.st != CN_STATUS_OK) {
@@ -666,6 +1000,7 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
         st = err ? err->status : CN_STATUS_INVALID_ARG;
         goto fail;
     }
+    if (!minimize(g, err)) goto fail;
     nullable(g);
     if (!left_recursion(g, err)) {
         st = err ? err->status : CN_STATUS_INVALID_ARG;
@@ -674,6 +1009,7 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
     finish_tables(g);
     free(a.head);
     free(a.e);
+    free(a.lsets);
     free(reach);
     *out = g;
     return CN_STATUS_OK;
@@ -681,6 +1017,7 @@ fail:
     if (st == CN_STATUS_OK) st = CN_STATUS_NO_MEMORY;
     free(a.head);
     free(a.e);
+    free(a.lsets);
     free(reach);
     gr_grammar_free(g);
     return st;

@@ -64,6 +64,11 @@ int32_t gr_alt2(gr_builder *b, int32_t x, int32_t y);
 /* item repeated min..max times (max GR_INF: unbounded). min > max: error. */
 int32_t gr_repeat(gr_builder *b, int32_t item, uint32_t min, uint32_t max);
 int32_t gr_ref(gr_builder *b, int32_t rule); /* a call of rule */
+/* The texts both x and y match; the texts x does not match (any bytes at all: intersect
+ * it with what may stand there). Neither may call a rule (compile says so, naming the
+ * rule being compiled); each operand becomes a DFA, so keep them to lexical pieces. */
+int32_t gr_and(gr_builder *b, int32_t x, int32_t y);
+int32_t gr_not(gr_builder *b, int32_t x);
 
 /* ---- front ends (each builds into b and returns the root rule, or -1 with the error
  * in b, or sets *err directly when they report before building) ---- */
@@ -148,6 +153,9 @@ bool gr_matcher_accept_bytes(gr_matcher *m, const uint8_t *s, size_t n);
 bool gr_matcher_is_complete(const gr_matcher *m);
 bool gr_matcher_is_done(const gr_matcher *m);
 cn_status gr_matcher_rollback(gr_matcher *m, size_t n, cn_error *err);
+/* Tests: the walk automaton's state budget (default GR_WALK_STATES in matcher.c), so
+ * that a small one makes walks keep only their path again and again. */
+void gr_matcher_set_walk_states(gr_matcher *m, uint32_t n);
 size_t gr_matcher_n_steps(const gr_matcher *m);
 void gr_matcher_reset(gr_matcher *m);
 

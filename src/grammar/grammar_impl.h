@@ -10,12 +10,12 @@
 
 /* ---- builder ---- */
 
-enum { GR_N_EMPTY, GR_N_NOTHING, GR_N_BYTES, GR_N_SEQ, GR_N_ALT, GR_N_REPEAT, GR_N_REF };
+enum { GR_N_EMPTY, GR_N_NOTHING, GR_N_BYTES, GR_N_SEQ, GR_N_ALT, GR_N_REPEAT, GR_N_REF, GR_N_AND, GR_N_NOT };
 
 typedef struct {
     uint8_t kind;
     uint32_t a, b;      /* BYTES: set index; REPEAT: min, max; REF: rule */
-    uint32_t first, n;  /* SEQ/ALT: kids[first..first+n); REPEAT: first = the item */
+    uint32_t first, n;  /* SEQ/ALT/AND: kids[first..first+n); REPEAT/NOT: first = the item */
 } gr_node;
 
 typedef struct { uint8_t bits[32]; } gr_set;
@@ -118,6 +118,7 @@ int gr_tops_reserve(gr_pda *p, size_t extra); /* 0 or -1 */
  * there are tok[tok_first[i] .. tok_first[i + 1]). */
 typedef struct {
     uint32_t n_nodes;
+    uint16_t max_depth;
     uint8_t *byte;
     uint16_t *depth;
     uint32_t *end;
@@ -134,6 +135,11 @@ struct gr_vocab {
     int32_t *eog;
     size_t n_eog;
     gr_trie trie;
+    /* the slice (walk.c): tokens of whole UTF-8 characters that JSON need not escape, of
+     * at most GR_SLICE_MAX_LEN bytes */
+    uint32_t *slice;     /* (n_words) its tokens' bits */
+    gr_trie rest;        /* every other token */
+    uint32_t root_of[256]; /* the main trie's depth-1 node of each byte; UINT32_MAX: none */
     uint64_t hash;       /* of every token's bytes: which grammars may share it */
     gr_cache *shared;    /* leaf rules' masks, keyed by (DFA hash, state) */
 };
@@ -143,6 +149,52 @@ void gr_trie_free(gr_trie *t);
 int gr_trie_build(gr_trie *t, const int32_t *ids, const uint8_t *const *bytes, const uint32_t *len, size_t n);
 
 void gr_cache_free(gr_cache *c);
+
+#define GR_SLICE_MAX_LEN 16
+
+/* ---- walks (walk.c) ----
+ * An automaton over the stack sets a walk meets: state i is the set tops[st[i].at ..
+ * + st[i].n), sorted; next[i * 256 + c] its successor by byte c (-1 dead, -2 not yet
+ * computed), esc[...] whether that byte popped GR_SENT. States reference p's frames, so
+ * whoever truncates p's frames resets the automaton first. */
+typedef struct {
+    size_t at;
+    uint32_t n;
+    uint64_t h;
+} gr_astate;
+
+typedef struct {
+    gr_pda *p;
+    gr_astate *st;
+    uint32_t n, cap, max_states; /* past max_states a walk keeps only its path */
+    int32_t *next;       /* (cap, 256) */
+    uint8_t *esc;        /* (cap, 256) */
+    int8_t *slice;       /* (cap) gr_auto_slice_ok's answer; -1 not asked */
+    int32_t *chain;      /* (cap) */
+    int32_t *head;       /* (n_head) */
+    uint32_t n_head;
+    gr_top *tops;
+    size_t n_tops, cap_tops;
+    int32_t *path;       /* (cap_path) a walk's state at each depth */
+    size_t cap_path;
+    size_t *found, *seen; /* the slice search's scratch */
+    uint32_t *found_depth;
+    uint32_t *esc_nodes; /* trie nodes where a collecting walk escaped */
+    size_t n_esc_nodes, cap_esc_nodes;
+} gr_auto;
+
+void gr_auto_init(gr_auto *a, gr_pda *p, uint32_t max_states);
+void gr_auto_free(gr_auto *a);
+void gr_auto_reset(gr_auto *a);
+/* The state of the set t[0..n) (sorted in place), made if new; -1: no memory. */
+int32_t gr_auto_intern(gr_auto *a, gr_top *t, size_t n);
+/* Whether state s takes every slice token without dying or escaping. */
+bool gr_auto_slice_ok(gr_auto *a, int32_t s);
+bool gr_slice_byte(uint8_t c);
+/* Walks trie t's nodes [lo, hi) (a subtree or the whole trie) from state s0: sets the
+ * bit of every token taken. collect: the nodes where a top escaped are appended to
+ * esc_nodes. Failure: p->oom. */
+void gr_walk(gr_auto *a, const gr_trie *t, uint32_t lo, uint32_t hi, int32_t s0, uint32_t *mask, bool collect);
 
 /* compile.c */
 void gr_dfa_free_tables(gr_dfa *d);

@@ -858,31 +858,13 @@ static int32_t sch_string(js_ctx *c, const json_t *s) {
     if (get_count(c, s, "minLength", 0, &lo) < 0 || get_count(c, s, "maxLength", GR_INF, &hi) < 0) return -1;
     if (lo > hi) return fail(c, "unsatisfiable schema: minLength %u > maxLength %u", lo, hi);
     const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    bool len = lo > 0 || hi != GR_INF;
     if (pat && !json_is_string(pat)) return fail(c, "'pattern' must be a string");
-    int32_t f = -2;
-    if (json_is_string(fmt)) {
-        if (pat || len) {
-            /* only known formats constrain; an unknown one is an annotation */
-            static const char *const known[] = { "date", "time", "date-time", "duration", "uuid", "email",
-                                                 "ipv4", "ipv6", "hostname", "uri", NULL };
-            if (in_list(known, json_string_value(fmt)))
-                return fail(c, "'format' together with '%s' is not supported", pat ? "pattern" : "minLength/maxLength");
-        } else {
-            size_t old = push(c, "format");
-            f = js_string_format(&c->x, json_string_value(fmt));
-            pop(c, old);
-            if (f != -2) return f;
-        }
-    }
-    if (pat) {
-        if (len) return fail(c, "'pattern' together with minLength/maxLength is not supported");
-        size_t old = push(c, "pattern");
-        int32_t r = js_string_pattern(&c->x, json_string_value(pat), json_string_length(pat));
-        pop(c, old);
-        return r;
-    }
-    return js_string_len(&c->x, lo, hi);
+    /* only known formats constrain; an unknown one is an annotation */
+    const char *f = json_is_string(fmt) && js_format_known(json_string_value(fmt)) ? json_string_value(fmt) : NULL;
+    size_t old = push(c, pat ? "pattern" : f ? "format" : "maxLength");
+    int32_t r = js_string_constrained(&c->x, lo, hi, pat ? json_string_value(pat) : NULL, pat ? json_string_length(pat) : 0, f);
+    pop(c, old);
+    return r;
 }
 
 static int32_t sch_number(js_ctx *c, const json_t *s, bool integer_only) {

@@ -47,10 +47,11 @@ int32_t js_any_array(js_lex *x);
 
 /* A JSON string of min..max characters (code points; max GR_INF: none), its own rule. */
 int32_t js_string_len(js_lex *x, uint32_t min, uint32_t max);
-/* A string whose content matches the ECMAScript pattern (unanchored), its own rule. */
-int32_t js_string_pattern(js_lex *x, const char *re, size_t n);
-/* A string in one of the supported formats; -2 (no error) when fmt is not one we know. */
-int32_t js_string_format(js_lex *x, const char *fmt);
+/* A JSON string whose content meets every constraint given, its own rule: min..max
+ * characters, the ECMAScript pattern re (unanchored; NULL: none), the format fmt (NULL,
+ * or one js_format_known does not know: none). */
+int32_t js_string_constrained(js_lex *x, uint32_t min, uint32_t max, const char *re, size_t n_re, const char *fmt);
+bool js_format_known(const char *fmt);
 /* The content (between the quotes) of a JSON string other than every name in
  * names[0..n) (UTF-8), in the canonical spelling (js_lit_string's escapes). */
 int32_t js_key_not_in(js_lex *x, const char *const *names, const size_t *lens, size_t n);

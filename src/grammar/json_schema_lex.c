@@ -181,14 +181,6 @@ int32_t js_string_len(js_lex *x, uint32_t min, uint32_t max) {
     return gr_ref(b, r);
 }
 
-int32_t js_string_pattern(js_lex *x, const char *re, size_t n) {
-    gr_builder *b = x->b;
-    int32_t r = gr_rule_fresh(b, "pattern");
-    int32_t body = gr_seq(b, (int32_t[]){ js_lit(x, "\""), gr_regex_expr_unanchored(b, re, n), js_lit(x, "\"") }, 3);
-    if (gr_rule_define(b, r, body) < 0) return -1;
-    return gr_ref(b, r);
-}
-
 /* ---- formats ----
  * Each regex accepts a subset of what the format's RFC allows (and of what Python's
  * jsonschema format checker accepts), never more: a date is a real calendar date (leap
@@ -227,19 +219,37 @@ static const struct {
              "(\\?(" RX_PCHAR "|[/?])*)?(#(" RX_PCHAR "|[/?])*)?" },
 };
 
-int32_t js_string_format(js_lex *x, const char *fmt) {
-    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
-        if (strcmp(fmt, formats[i].name) != 0) continue;
-        gr_builder *b = x->b;
-        char name[48];
-        snprintf(name, sizeof name, "format-%s", fmt);
-        int32_t r = gr_rule_fresh(b, name);
-        int32_t re = gr_regex_expr(b, formats[i].re, strlen(formats[i].re));
-        int32_t body = gr_seq(b, (int32_t[]){ js_lit(x, "\""), re, js_lit(x, "\"") }, 3);
-        if (gr_rule_define(b, r, body) < 0) return -1;
-        return gr_ref(b, r);
+static const char *format_regex(const char *fmt) {
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (strcmp(fmt, formats[i].name) == 0) return formats[i].re;
+    return NULL;
+}
+
+bool js_format_known(const char *fmt) { return format_regex(fmt) != NULL; }
+
+int32_t js_string_constrained(js_lex *x, uint32_t min, uint32_t max, const char *re, size_t n_re, const char *fmt) {
+    gr_builder *b = x->b;
+    const char *fre = fmt ? format_regex(fmt) : NULL;
+    bool len = min > 0 || max != GR_INF;
+    if (!re && !fre) return js_string_len(x, min, max);
+    /* the format's and the pattern's languages (formats never need escapes), then the
+     * count of characters: each a DFA, intersected (compile.c) */
+    int32_t content = -2;
+    if (fre) content = gr_regex_expr(b, fre, strlen(fre));
+    if (re) {
+        int32_t p = gr_regex_expr_unanchored(b, re, n_re);
+        content = content == -2 ? p : gr_and(b, content, p);
     }
-    return -2;
+    if (len) content = gr_and(b, content, gr_repeat(b, counted_char(x), min, max));
+    char name[48];
+    if (fre && !re && !len)
+        snprintf(name, sizeof name, "format-%.32s", fmt);
+    else
+        snprintf(name, sizeof name, "%s", re ? "pattern" : "format");
+    int32_t r = gr_rule_fresh(b, name);
+    int32_t body = gr_seq(b, (int32_t[]){ js_lit(x, "\""), content, js_lit(x, "\"") }, 3);
+    if (gr_rule_define(b, r, body) < 0) return -1;
+    return gr_ref(b, r);
 }
 
 /* ---- spelling JSON values ---- */

@@ -13,6 +13,12 @@
  * grammar with the same JSON string rule shares its masks. A cache entry is immutable
  * once inserted; the caches take a lock only to look up and insert.
  *
+ * Every walk runs on a pda of its own (ep) whose frames are kept from one walk to the
+ * next, so its automaton (walk.c) is kept too: the transitions one walk learned serve
+ * the next. Entries' walks start over GR_SENT; a mask's walk from a real parent first
+ * copies the parent's stack into ep (hash-consed there, so the same stack is the same
+ * frame every time).
+ *
  * History: every accepted step (token or text) keeps its stack set and the frame table's
  * mark, so rollback is a truncation. */
 #include <stdio.h>
@@ -23,6 +29,8 @@
 #include "grammar/grammar_impl.h"
 
 #define GR_CACHE_MAX_ENTRIES 8192
+#define GR_WALK_STATES 4096    /* a walk automaton's states (past it a walk keeps its path) */
+#define GR_ENTRY_FRAMES 65536  /* the entry pda's frames kept between entries */
 
 typedef struct {
     uint32_t *acc;  /* (n_words) */
@@ -174,11 +182,11 @@ struct gr_matcher {
     gr_step *steps;
     size_t n_steps, cap_steps;
     int32_t *shared_id;  /* (n_rules) -2: not resolved yet, -1: not shareable */
-    /* walk scratch, by trie depth */
-    size_t *lvl_at, *lvl_n;
-    uint32_t *lvl_fr;
-    uint32_t *esc;       /* escape nodes found by an entry walk */
-    size_t n_esc, cap_esc;
+    gr_pda ep;           /* the walks' pda: frames over GR_SENT, and copies of p's */
+    gr_auto ea;          /* the walks' automaton, over ep */
+    int32_t *imp;        /* (cap_imp) p's frame i copied into ep: a guess, checked on use */
+    uint32_t cap_imp;
+    int32_t *chain;      /* (cap_imp) import_frame's scratch */
 };
 
 static bool push_step(gr_matcher *m, gr_step s) {
@@ -201,14 +209,11 @@ cn_status gr_matcher_new(const gr_grammar *g, gr_vocab *v, gr_matcher **out, cn_
     m->v = v;
     m->n_words = ((size_t)v->n_vocab + 31) / 32;
     m->shared_id = malloc((g->n_rules + 1) * sizeof *m->shared_id);
-    m->lvl_at = malloc(65537 * sizeof *m->lvl_at);
-    m->lvl_n = malloc(65537 * sizeof *m->lvl_n);
-    m->lvl_fr = malloc(65537 * sizeof *m->lvl_fr);
-    if (!m->shared_id || !m->lvl_at || !m->lvl_n || !m->lvl_fr || gr_pda_init(&m->p, g) != 0 ||
-        gr_tops_reserve(&m->p, 1) != 0) {
+    if (!m->shared_id || gr_pda_init(&m->p, g) != 0 || gr_pda_init(&m->ep, g) != 0 || gr_tops_reserve(&m->p, 1) != 0) {
         gr_matcher_free(m);
         return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory creating a grammar matcher");
     }
+    gr_auto_init(&m->ea, &m->ep, GR_WALK_STATES);
     for (uint32_t r = 0; r < g->n_rules; r++) m->shared_id[r] = -2;
     m->p.tops[0] = (gr_top){ g->root, 0, GR_BOTTOM };
     m->p.n_tops = 1;
@@ -222,120 +227,73 @@ cn_status gr_matcher_new(const gr_grammar *g, gr_vocab *v, gr_matcher **out, cn_
 
 void gr_matcher_free(gr_matcher *m) {
     if (!m) return;
+    gr_auto_free(&m->ea);
+    free(m->imp);
+    free(m->chain);
     gr_pda_free(&m->p);
+    gr_pda_free(&m->ep);
     free(m->steps);
     free(m->shared_id);
-    free(m->lvl_at);
-    free(m->lvl_n);
-    free(m->lvl_fr);
-    free(m->esc);
     free(m);
 }
 
 static const gr_step *cur(const gr_matcher *m) { return &m->steps[m->n_steps - 1]; }
 
-/* Walks trie t from the stack set p.tops[at .. at + n): every token whose bytes the set
- * takes gets its bit in mask. With collect, records the nodes where a top escaped. The
- * pda's tops and frames are restored on return. */
-static void walk(gr_matcher *m, const gr_trie *t, uint32_t lo, uint32_t hi, size_t at, size_t n, uint32_t *mask,
-                 bool collect) {
-    gr_pda *p = &m->p;
-    size_t tops0 = p->n_tops;
-    uint32_t fr0 = p->fr.n;
-    m->lvl_at[0] = at;
-    m->lvl_n[0] = n;
-    m->lvl_fr[0] = fr0;
-    size_t top_end0 = tops0;
-    for (uint32_t i = lo; i < hi && !p->oom;) {
-        uint32_t d = t->depth[i];
-        /* back to the parent level */
-        p->n_tops = d == 1 ? top_end0 : m->lvl_at[d - 1] + m->lvl_n[d - 1];
-        gr_frames_truncate(p, m->lvl_fr[d - 1]);
-        p->escaped = false;
-        size_t out_at = p->n_tops;
-        size_t k;
-        gr_top one = p->tops[m->lvl_at[d - 1]];
-        const gr_dfa *dd = &p->g->rules[one.rule];
-        if (m->lvl_n[d - 1] == 1 && !dd->accept[one.state] &&
-            dd->call_first[one.state] == dd->call_first[one.state + 1]) {
-            /* the common case, one top moving inside its rule: a table lookup */
-            int32_t ns = dd->trans[(size_t)one.state * dd->n_class + dd->cls[t->byte[i]]];
-            k = 0;
-            if (ns >= 0 && gr_tops_reserve(p, 1) == 0) {
-                p->tops[p->n_tops++] = (gr_top){ one.rule, ns, one.parent };
-                k = 1;
-            }
-        } else {
-            k = gr_advance(p, m->lvl_at[d - 1], m->lvl_n[d - 1], t->byte[i]);
-        }
-        if (collect && p->escaped) {
-            if (m->n_esc == m->cap_esc) {
-                size_t nc = m->cap_esc ? m->cap_esc * 2 : 256;
-                uint32_t *q = realloc(m->esc, nc * sizeof *q);
-                if (!q) {
-                    p->oom = true;
-                    break;
-                }
-                m->esc = q;
-                m->cap_esc = nc;
-            }
-            m->esc[m->n_esc++] = i;
-        }
-        if (k == 0) {
-            i = t->end[i];
-            continue;
-        }
-        m->lvl_at[d] = out_at;
-        m->lvl_n[d] = k;
-        m->lvl_fr[d] = p->fr.n;
-        for (uint32_t j = t->tok_first[i]; j < t->tok_first[i + 1]; j++) {
-            uint32_t id = (uint32_t)t->tok[j];
-            mask[id >> 5] |= 1u << (id & 31);
-        }
-        i++;
-    }
-    p->n_tops = tops0;
-    gr_frames_truncate(p, fr0);
+/* Starts the entries' automaton and frames over (after a failure, or grown too big). */
+static void entry_pda_reset(gr_matcher *m) {
+    gr_auto_reset(&m->ea);
+    gr_frames_truncate(&m->ep, 0);
+    m->ep.n_tops = 0;
+    m->ep.oom = false;
 }
 
-/* The entry of top (rule, state), computed by a walk from it over GR_SENT. */
+/* The entry of top (rule, state): a walk from it over GR_SENT, of the rest trie alone
+ * when the state takes the whole slice. */
 static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
-    gr_pda *p = &m->p;
+    gr_pda *p = &m->ep;
+    gr_auto *a = &m->ea;
     const gr_vocab *v = m->v;
+    if (a->n >= a->max_states || p->fr.n >= GR_ENTRY_FRAMES) entry_pda_reset(m);
     gr_entry *e = calloc(1, sizeof *e);
     if (!e) return NULL;
     e->acc = calloc(m->n_words, sizeof *e->acc);
-    if (!e->acc || gr_tops_reserve(p, 1) != 0) goto fail;
-    size_t at = p->n_tops;
-    p->tops[p->n_tops++] = (gr_top){ rule, state, GR_SENT };
-    m->n_esc = 0;
-    walk(m, &v->trie, 0, v->trie.n_nodes, at, 1, e->acc, true);
-    p->n_tops = at;
+    if (!e->acc) goto fail;
+    gr_top t0 = { rule, state, GR_SENT };
+    int32_t s0 = gr_auto_intern(a, &t0, 1);
+    if (s0 < 0) goto fail;
+    const gr_trie *t = &v->trie;
+    if (gr_auto_slice_ok(a, s0)) {
+        memcpy(e->acc, v->slice, m->n_words * sizeof *e->acc);
+        t = &v->rest;
+    }
+    a->n_esc_nodes = 0;
+    gr_walk(a, t, 0, t->n_nodes, s0, e->acc, true);
     if (p->oom) goto fail;
-    if (m->n_esc) {
-        /* the rests of the escaping tokens that were not accepted outright */
+    if (a->n_esc_nodes) {
+        /* the rests of the escaping tokens that were not accepted outright; an escape at
+         * a first byte c keeps the main trie's subtree of c, walked from the parent */
         size_t n_pairs = 0, n_root = 0;
-        for (size_t k = 0; k < m->n_esc; k++) {
-            uint32_t i = m->esc[k];
-            if (v->trie.depth[i] == 1) n_root++;
-            else n_pairs += v->trie.tok_first[v->trie.end[i]] - v->trie.tok_first[i];
+        for (size_t k = 0; k < a->n_esc_nodes; k++) {
+            uint32_t i = a->esc_nodes[k];
+            if (t->depth[i] == 1) n_root++;
+            else n_pairs += t->tok_first[t->end[i]] - t->tok_first[i];
         }
         if (n_root) {
             e->root = malloc(n_root * sizeof *e->root);
             if (!e->root) goto fail;
-            for (size_t k = 0; k < m->n_esc; k++)
-                if (v->trie.depth[m->esc[k]] == 1) e->root[e->n_root++] = m->esc[k];
+            for (size_t k = 0; k < a->n_esc_nodes; k++)
+                if (t->depth[a->esc_nodes[k]] == 1) e->root[e->n_root++] = v->root_of[t->byte[a->esc_nodes[k]]];
         }
         int32_t *ids = malloc((n_pairs + 1) * sizeof *ids);
         const uint8_t **bytes = malloc((n_pairs + 1) * sizeof *bytes);
         uint32_t *len = malloc((n_pairs + 1) * sizeof *len);
         bool ok = ids && bytes && len;
         size_t np = 0;
-        for (size_t k = 0; ok && k < m->n_esc; k++) {
-            uint32_t i = m->esc[k], off = v->trie.depth[i] - 1u;
+        for (size_t k = 0; ok && k < a->n_esc_nodes; k++) {
+            uint32_t i = a->esc_nodes[k], off = t->depth[i] - 1u;
             if (off == 0) continue;
-            for (uint32_t j = v->trie.tok_first[i]; j < v->trie.tok_first[v->trie.end[i]]; j++) {
-                int32_t id = v->trie.tok[j];
+            for (uint32_t j = t->tok_first[i]; j < t->tok_first[t->end[i]]; j++) {
+                int32_t id = t->tok[j];
                 if ((e->acc[id >> 5] >> (id & 31)) & 1) continue;
                 ids[np] = id;
                 bytes[np] = v->bytes[id] + off;
@@ -351,7 +309,7 @@ static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
     }
     return e;
 fail:
-    p->oom = false;
+    entry_pda_reset(m);
     entry_free(e);
     return NULL;
 }
@@ -396,6 +354,40 @@ static gr_entry *entry_get(gr_matcher *m, int32_t rule, int32_t state, bool *own
     return e;
 }
 
+/* Frame f of p (and the stack below it) as a frame of ep; -1: no memory. */
+static int32_t import_frame(gr_matcher *m, int32_t f) {
+    gr_pda *p = &m->p, *ep = &m->ep;
+    if (f < 0) return f;
+    if (m->cap_imp < p->fr.n) {
+        uint32_t nc = m->cap_imp ? m->cap_imp : 256;
+        while (nc < p->fr.n) nc *= 2;
+        int32_t *q = realloc(m->imp, nc * sizeof *q);
+        if (q) m->imp = q;
+        int32_t *c = q ? realloc(m->chain, nc * sizeof *c) : NULL;
+        if (!c) return -1;
+        m->chain = c;
+        for (uint32_t i = m->cap_imp; i < nc; i++) m->imp[i] = -1;
+        m->cap_imp = nc;
+    }
+    /* the stack from f down is a chain of strictly smaller indices */
+    uint32_t n = 0;
+    for (int32_t x = f; x >= 0; x = p->fr.f[x].parent) m->chain[n++] = x;
+    int32_t below = GR_BOTTOM;
+    while (n--) {
+        int32_t x = m->chain[n];
+        gr_top want = { p->fr.f[x].rule, p->fr.f[x].state, below };
+        int32_t y = m->imp[x];
+        if (y < 0 || (uint32_t)y >= ep->fr.n || ep->fr.f[y].rule != want.rule || ep->fr.f[y].state != want.state ||
+            ep->fr.f[y].parent != want.parent) {
+            y = gr_frame_cons(ep, want);
+            if (y < 0) return -1;
+            m->imp[x] = y;
+        }
+        below = y;
+    }
+    return below;
+}
+
 cn_status gr_matcher_mask(gr_matcher *m, uint32_t *mask, cn_error *err) {
     memset(mask, 0, m->n_words * sizeof *mask);
     const gr_step *s = cur(m);
@@ -412,21 +404,29 @@ cn_status gr_matcher_mask(gr_matcher *m, uint32_t *mask, cn_error *err) {
         gr_entry *e = entry_get(m, t.rule, t.state, &owned);
         if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
         for (size_t w = 0; w < m->n_words; w++) mask[w] |= e->acc[w];
+        bool ok = true;
         if ((e->suf.n_nodes || e->n_root) && t.parent >= 0) {
-            if (gr_tops_reserve(p, 1) != 0) {
-                if (owned) entry_free(e);
-                return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
-            }
-            size_t at = p->n_tops;
-            p->tops[p->n_tops++] = p->fr.f[t.parent];
-            if (e->suf.n_nodes) walk(m, &e->suf, 0, e->suf.n_nodes, at, 1, mask, false);
+            /* the escaping tokens' rests, from the real parent */
+            gr_auto *a = &m->ea;
+            if (a->n >= a->max_states || m->ep.fr.n >= GR_ENTRY_FRAMES) entry_pda_reset(m);
+            int32_t pf = import_frame(m, t.parent);
+            ok = pf >= 0;
             const gr_trie *vt = &m->v->trie;
-            for (uint32_t k = 0; k < e->n_root; k++) walk(m, vt, e->root[k], vt->end[e->root[k]], at, 1, mask, false);
-            p->n_tops = at;
+            /* the start is interned again before each walk: a walk may have renumbered
+             * the automaton's states (walk.c, its state budget) */
+            for (uint32_t k = 0; ok && k <= e->n_root; k++) {
+                if (k == 0 && !e->suf.n_nodes) continue;
+                gr_top pt = m->ep.fr.f[pf];
+                int32_t s0 = gr_auto_intern(a, &pt, 1);
+                ok = s0 >= 0;
+                if (ok && k == 0) gr_walk(a, &e->suf, 0, e->suf.n_nodes, s0, mask, false);
+                if (ok && k > 0) gr_walk(a, vt, e->root[k - 1], vt->end[e->root[k - 1]], s0, mask, false);
+            }
+            if (m->ep.oom) ok = false;
         }
         if (owned) entry_free(e);
-        if (p->oom) {
-            p->oom = false;
+        if (!ok) {
+            entry_pda_reset(m);
             return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
         }
     }
@@ -507,6 +507,8 @@ cn_status gr_matcher_rollback(gr_matcher *m, size_t n, cn_error *err) {
     gr_frames_truncate(&m->p, s->frames);
     return CN_STATUS_OK;
 }
+
+void gr_matcher_set_walk_states(gr_matcher *m, uint32_t n) { m->ea.max_states = n; }
 
 size_t gr_matcher_n_steps(const gr_matcher *m) { return m->n_steps - 1; }
 

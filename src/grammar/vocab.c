@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 #include "grammar/grammar_impl.h"
+#include "text/utf8.h"
 
 void gr_trie_free(gr_trie *t) {
     free(t->byte);
@@ -77,10 +78,61 @@ int gr_trie_build(gr_trie *t, const int32_t *ids, const uint8_t *const *bytes, c
     }
     while (depth > 0) t->end[path[--depth]] = nn;
     t->tok_first[nn] = nt;
+    for (uint32_t i = 0; i < nn; i++)
+        if (t->depth[i] > t->max_depth) t->max_depth = t->depth[i];
     t->n_nodes = nn;
     free(ord);
     free(path);
     return 0;
+}
+
+/* ---- the slice (walk.c) ---- */
+
+/* At most GR_SLICE_MAX_LEN bytes of whole UTF-8 characters, each either a slice byte (printable ASCII but '"' and '\\')
+ * or a valid non-ASCII scalar. */
+static bool in_slice(const uint8_t *s, uint32_t n) {
+    if (n == 0 || n > GR_SLICE_MAX_LEN) return false;
+    for (size_t i = 0; i < n;) {
+        if (s[i] < 0x80) {
+            if (!gr_slice_byte(s[i])) return false;
+            i++;
+            continue;
+        }
+        size_t bad;
+        int k = cn_utf8_check(s + i, n - i, &bad);
+        if (k <= 0) return false;
+        i += (size_t)k;
+    }
+    return true;
+}
+
+/* The slice's bitset, the trie of the other tokens (ids: scratch of n_vocab), and the
+ * main trie's first-byte nodes. 0 or -1 (no memory). */
+static int build_slice(gr_vocab *v, int32_t *ids) {
+    size_t n_words = ((size_t)v->n_vocab + 31) / 32;
+    v->slice = calloc(n_words, sizeof *v->slice);
+    if (!v->slice) return -1;
+    size_t n_rest = 0;
+    for (int32_t i = 0; i < v->n_vocab; i++) {
+        if (!v->len[i]) continue;
+        if (in_slice(v->bytes[i], v->len[i]))
+            v->slice[i >> 5] |= 1u << (i & 31);
+        else
+            ids[n_rest++] = i;
+    }
+    const uint8_t **b = malloc((n_rest + 1) * sizeof *b);
+    uint32_t *l = malloc((n_rest + 1) * sizeof *l);
+    int r = b && l ? 0 : -1;
+    for (size_t k = 0; r == 0 && k < n_rest; k++) {
+        b[k] = v->bytes[ids[k]];
+        l[k] = v->len[ids[k]];
+    }
+    if (r == 0) r = gr_trie_build(&v->rest, ids, b, l, n_rest);
+    free(b);
+    free(l);
+    for (int c = 0; c < 256; c++) v->root_of[c] = UINT32_MAX;
+    for (uint32_t i = 0; i < v->trie.n_nodes; i = v->trie.end[i]) v->root_of[v->trie.byte[i]] = i;
+    return r;
 }
 
 /* ---- the registry ---- */
@@ -97,6 +149,8 @@ static void vocab_destroy(gr_vocab *v) {
     free(v->len);
     free(v->eog);
     gr_trie_free(&v->trie);
+    free(v->slice);
+    gr_trie_free(&v->rest);
     gr_cache_free(v->shared);
     pthread_mutex_destroy(&v->mu);
     free(v);
@@ -148,7 +202,9 @@ cn_status gr_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *
     v->hash = h;
     /* an end-of-generation token is never a text token */
     for (size_t k = 0; k < ne; k++) v->len[v->eog[k]] = 0;
-    if (gr_trie_build(&v->trie, ids, (const uint8_t *const *)v->bytes, v->len, (size_t)n_vocab) != 0) goto oom;
+    if (gr_trie_build(&v->trie, ids, (const uint8_t *const *)v->bytes, v->len, (size_t)n_vocab) != 0 ||
+        build_slice(v, ids) != 0)
+        goto oom;
     free(ids);
 
     pthread_mutex_lock(&reg_mu);

@@ -224,6 +224,9 @@ static void toy_free(toyvocab *v) {
     free(v->len);
 }
 
+/* When set, the walk automaton's state budget for the matchers the checks make. */
+static uint32_t walk_states_for_tests;
+
 /* The mask by brute force: each token fed alone to the byte-level matcher. */
 static void brute_mask(gr_matcher *m, const toyvocab *tv, int32_t eog, uint32_t *mask) {
     memset(mask, 0, ((size_t)tv->n + 32) / 32 * 4);
@@ -242,6 +245,7 @@ static void check_masks_along_random_walks(gr_grammar *g, const toyvocab *tv, in
     cr_assert_eq(gr_vocab_new(tv->n, (const char *const *)tv->tok, tv->len, &eog, 1, &v, &err), CN_STATUS_OK, "%s", err.msg);
     gr_matcher *m;
     cr_assert_eq(gr_matcher_new(g, v, &m, &err), CN_STATUS_OK);
+    if (walk_states_for_tests) gr_matcher_set_walk_states(m, walk_states_for_tests);
     size_t nw = ((size_t)tv->n + 31) / 32;
     uint32_t *mask = calloc(nw + 1, 4), *want = calloc(nw + 1, 4);
     uint64_t rng = 12345;
@@ -390,4 +394,151 @@ Test(grammar, masks_equal_brute_force_chunked_repeats) {
     check_masks_along_random_walks(g, &tv, tv.n - 1, 30, 10);
     gr_grammar_free(g);
     toy_free(&tv);
+}
+
+/* JSON Schema text through every walk path: the slice (string interiors and property
+ * names take every plain text token at once, walk.c), its length bound (a maxLength
+ * string near its end), escapes out of strings, merged states (minimize), masks from
+ * parents copied into the walks' pda, and the walk automaton kept to its path when its
+ * state budget is tiny. The vocabulary mixes plain text with quotes, backslashes,
+ * multi-byte and partial UTF-8, and slice-like tokens past the slice's length bound. */
+static toyvocab json_vocab(void) {
+    toyvocab v = toy("\"\\{}:, ab1");
+    const char *extra[] = { "name", "nam", "e\"", "\": \"", "é", "中文", "😀", "\xC3", "\xA9", "\xE4\xB8",
+                            "\xAD", "aaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababab\"", " \"name\": \"", "\\u00e9",
+                            "\\n", "ab\\", "\x7F", "\t", "\"}", "\"},", "null", "true", "12", "-3", "e5", ".5",
+                            "aaaaaaaaaaaaa", "bbbbbbbbbbbbbb", "ab ab ab ab ab", "abababababababab",
+                            "中中中中中", "é1é1é1é1é1é", "aaaaaaaaaaaaaaaaa" };
+    size_t ne = sizeof extra / sizeof *extra;
+    char **t = realloc(v.tok, (v.n + ne + 1) * sizeof *t);
+    size_t *l = realloc(v.len, (v.n + ne + 1) * sizeof *l);
+    cr_assert(t && l);
+    v.tok = t;
+    v.len = l;
+    /* the control token stays last (the EOG id the checks use) */
+    char *ctl = v.tok[v.n - 1];
+    size_t ctl_len = v.len[v.n - 1];
+    for (size_t i = 0; i < ne; i++) {
+        v.tok[v.n - 1 + i] = strdup(extra[i]);
+        v.len[v.n - 1 + i] = strlen(extra[i]);
+    }
+    v.n += (int32_t)ne;
+    v.tok[v.n - 1] = ctl;
+    v.len[v.n - 1] = ctl_len;
+    return v;
+}
+
+static gr_grammar *schema_grammar(const char *schema) {
+    gr_builder *b = gr_builder_new();
+    int32_t root = gr_json_schema(b, schema, strlen(schema), true);
+    cr_assert_geq(root, 0, "%s", gr_builder_error(b)->msg);
+    return compile_ok(b, root);
+}
+
+Test(grammar, masks_equal_brute_force_json_strings) {
+    const char *schema = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
+                         "\"nab\": {\"type\": \"string\", \"maxLength\": 5}, \"a1\": {\"type\": \"integer\"}}, "
+                         "\"required\": [\"name\"], \"additionalProperties\": {\"type\": \"string\", \"maxLength\": 20}}";
+    toyvocab tv = json_vocab();
+    gr_grammar *g = schema_grammar(schema);
+    check_masks_along_random_walks(g, &tv, tv.n - 1, 60, 24);
+    gr_grammar_free(g);
+    /* strings alone, long and bounded: whole walks inside a string */
+    g = schema_grammar("{\"type\": \"array\", \"items\": {\"type\": \"string\", \"maxLength\": 18}}");
+    check_masks_along_random_walks(g, &tv, tv.n - 1, 40, 24);
+    gr_grammar_free(g);
+    toy_free(&tv);
+}
+
+Test(grammar, masks_equal_brute_force_tiny_walk_budget) {
+    toyvocab tv = json_vocab();
+    gr_grammar *g = schema_grammar("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
+                                   "\"ab\": {\"type\": \"array\", \"items\": {\"type\": \"integer\"}}}}");
+    walk_states_for_tests = 3;
+    check_masks_along_random_walks(g, &tv, tv.n - 1, 30, 24);
+    walk_states_for_tests = 0;
+    gr_grammar_free(g);
+    toy_free(&tv);
+}
+
+/* Intersections and complements (compile.c lays the operands' product DFA into the
+ * rule), against direct checkers on every string over "abc" up to length 7. */
+static bool even_ab(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == 'c') return false;
+    return n % 2 == 0;
+}
+
+static bool a_star_b(const char *s, size_t n) {
+    if (n == 0 || s[n - 1] != 'b') return false;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (s[i] != 'a') return false;
+    return true;
+}
+
+static bool no_c_not_a_star_b_len_2_5(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == 'c') return false;
+    return !a_star_b(s, n) && n >= 2 && n <= 5;
+}
+
+static void check_all_strings(gr_grammar *g, bool (*want)(const char *, size_t), const char *what) {
+    char s[8];
+    int n_yes = 0;
+    for (size_t len = 0; len <= 7; len++) {
+        long total = 1;
+        for (size_t i = 0; i < len; i++) total *= 3;
+        for (long x = 0; x < total; x++) {
+            long y = x;
+            for (size_t i = 0; i < len; i++, y /= 3) s[i] = "abc"[y % 3];
+            bool w = want(s, len);
+            n_yes += w;
+            cr_assert_eq(gr_matches(g, s, len), w, "%s: '%.*s' want %d", what, (int)len, s, w);
+        }
+    }
+    cr_assert_gt(n_yes, 3, "%s", what);
+}
+
+Test(grammar, intersections_and_complements) {
+    gr_builder *b = gr_builder_new();
+    int32_t r = gr_rule(b, "root");
+    int32_t ab = gr_byte_range(b, 'a', 'b');
+    int32_t two = gr_repeat(b, gr_seq2(b, gr_byte_range(b, 'a', 'c'), gr_byte_range(b, 'a', 'c')), 0, GR_INF);
+    gr_rule_define(b, r, gr_and(b, gr_repeat(b, ab, 0, GR_INF), two));
+    gr_grammar *g = compile_ok(b, r);
+    check_all_strings(g, even_ab, "[ab]* & (..)*");
+    gr_grammar_free(g);
+
+    /* [ab]{2,5} minus a*b, as NOT nested in AND, inside a sequence */
+    b = gr_builder_new();
+    r = gr_rule(b, "root");
+    int32_t astar_b = gr_seq2(b, gr_repeat(b, gr_literal(b, "a", 1), 0, GR_INF), gr_literal(b, "b", 1));
+    int32_t inner = gr_and(b, gr_repeat(b, gr_byte_range(b, 'a', 'b'), 2, 5), gr_not(b, astar_b));
+    gr_rule_define(b, r, gr_seq2(b, inner, gr_empty(b)));
+    g = compile_ok(b, r);
+    check_all_strings(g, no_c_not_a_star_b_len_2_5, "[ab]{2,5} & !(a*b)");
+    gr_grammar_free(g);
+
+    /* an operand that calls a rule is refused, naming it */
+    b = gr_builder_new();
+    r = gr_rule(b, "root");
+    int32_t leaf = gr_rule(b, "leaf");
+    gr_rule_define(b, leaf, gr_literal(b, "a", 1));
+    gr_rule_define(b, r, gr_and(b, gr_ref(b, leaf), gr_literal(b, "a", 1)));
+    compile_fails(b, r, "cannot call a rule ('leaf')");
+}
+
+Test(grammar, masks_equal_brute_force_intersections) {
+    /* a leaf rule made of an intersection, called from a list: masks through the product */
+    gr_builder *b = gr_builder_new();
+    int32_t val = gr_rule(b, "value"), word = gr_rule(b, "word");
+    int32_t body = gr_and(b, gr_repeat(b, gr_byte_range(b, 'a', 'c'), 1, 6), gr_not(b, gr_literal(b, "abc", 3)));
+    gr_rule_define(b, word, body);
+    int32_t more = gr_repeat(b, gr_seq2(b, gr_literal(b, ",", 1), gr_ref(b, word)), 0, GR_INF);
+    gr_rule_define(b, val, gr_seq(b, (int32_t[]){ gr_literal(b, "[", 1), gr_ref(b, word), more, gr_literal(b, "]", 1) }, 4));
+    gr_grammar *g = compile_ok(b, val);
+    toyvocab tv = toy("abc,[]");
+    check_masks_along_random_walks(g, &tv, tv.n - 1, 30, 12);
+    toy_free(&tv);
+    gr_grammar_free(g);
 }

@@ -82,6 +82,33 @@ Test(json_schema, pattern_and_format) {
     check("{\"type\":\"string\",\"format\":\"my-own\"}", false, L("\"anything\""), L("1"));
 }
 
+/* Several string constraints at once: every one holds (compile.c intersects them). */
+Test(json_schema, pattern_format_and_length_together) {
+    /* pattern and length: characters, not bytes; escapes count once */
+    check("{\"type\":\"string\",\"pattern\":\"^[a-cé]+$\",\"minLength\":2,\"maxLength\":3}", false,
+          L("\"ab\"", "\"abc\"", "\"éé\"", "\"aéb\""), L("\"a\"", "\"abca\"", "\"é\"", "\"ad\"", "\"\""));
+    /* unanchored: the pattern may match anywhere, the length is the whole string's */
+    check("{\"type\":\"string\",\"pattern\":\"x\\\\d\",\"maxLength\":4}", false,
+          L("\"x1\"", "\"ax9b\"", "\"\\nx1\""), L("\"aax9b\"", "\"x\"", "\"abcd\""));
+    /* format and length */
+    check("{\"type\":\"string\",\"format\":\"email\",\"maxLength\":7}", false, L("\"a@b.cd\"", "\"ab@c.de\""),
+          L("\"abc@d.ef\"", "\"a@\""));
+    check("{\"type\":[\"string\",\"null\"],\"format\":\"date\",\"minLength\":11}", false, L("null"), L("\"2024-02-29\""));
+    /* format and pattern */
+    check("{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}", false, L("\"2024-02-29\""),
+          L("\"2023-01-01\"", "\"2024-13-01\"", "\"2024-\""));
+    /* a pattern no string of the length can meet: refused at compile time, by name */
+    gr_builder *b = gr_builder_new();
+    const char *s = "{\"type\":\"string\",\"pattern\":\"^abcd$\",\"maxLength\":3}";
+    int32_t root = gr_json_schema(b, s, strlen(s), false);
+    cr_assert_geq(root, 0);
+    gr_grammar *g = NULL;
+    cn_error err = { 0 };
+    cr_assert_neq(gr_compile(b, root, NULL, &g, &err), CN_STATUS_OK);
+    cr_assert(strstr(err.msg, "matches no text"), "%s", err.msg);
+    gr_builder_free(b);
+}
+
 Test(json_schema, integer_ranges) {
     check("{\"type\":\"integer\",\"minimum\":-12,\"maximum\":105}", false, L("-12", "-1", "0", "9", "10", "99", "100", "105"),
           L("-13", "106", "1000", "-100", "-0", "012"));
