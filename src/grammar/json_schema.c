@@ -29,6 +29,8 @@
 #define JS_MAX_BRANCHES 256    /* anyOf branches after distributing siblings and allOf */
 #define JS_MAX_EXPANSIONS 1024 /* $ref / allOf expansions inside one merge */
 #define JS_TAIL_CHUNK 16       /* optional-property tails become rules every this many */
+#define JS_MAX_PATTERNS 64     /* patternProperties of one object */
+#define JS_MAX_OVERLAP 3       /* patterns in one overlapping group (2^k - 1 key classes) */
 
 typedef struct {
     const json_t *target;
@@ -137,9 +139,7 @@ static const char *unsupported_keyword(const json_t *s) {
         }
         if (strcmp(k, "uniqueItems") == 0 && json_is_true(v)) return k;
         if (strcmp(k, "minProperties") == 0 && !(json_is_number(v) && json_number_value(v) <= 0)) return k;
-        if ((strcmp(k, "patternProperties") == 0 || strcmp(k, "dependencies") == 0) &&
-            !(json_is_object(v) && json_object_size(v) == 0))
-            return k;
+        if (strcmp(k, "dependencies") == 0 && !(json_is_object(v) && json_object_size(v) == 0)) return k;
         if (strcmp(k, "propertyNames") == 0 && !is_trivial_schema(v)) return k;
         if (strcmp(k, "if") == 0 && (json_object_get(s, "then") || json_object_get(s, "else"))) return k;
         if (strcmp(k, "multipleOf") == 0 && !(json_is_number(v) && json_number_value(v) == 1.0)) return k;
@@ -416,6 +416,12 @@ static int num_pick(json_t *r, const char *k, const json_t *v, bool bigger) {
     return 0;
 }
 
+static bool has_any(const json_t *s, const char *const *keys) {
+    for (; *keys; keys++)
+        if (json_object_get(s, *keys)) return true;
+    return false;
+}
+
 /* Merges plain parts (no $ref / allOf / anyOf / oneOf). Returns a schema kept by c. */
 static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
     json_t *r = keep(c, json_object());
@@ -439,6 +445,15 @@ static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
             }
     }
     bool has_obj = false;
+    /* patternProperties merge only when one part alone constrains objects: another part's
+     * additionalProperties would rule names the patterns rule */
+    size_t n_obj = 0, n_pat = 0;
+    for (size_t i = 0; i < n; i++) {
+        static const char *const okw[] = { "properties", "additionalProperties", "patternProperties", NULL };
+        n_obj += has_any(p[i], okw);
+        n_pat += json_object_get(p[i], "patternProperties") != NULL;
+    }
+    if (n_pat && n_obj > 1) return fail(c, "allOf: cannot merge 'patternProperties' with another object schema"), NULL;
     for (size_t i = 0; i < n; i++) {
         json_t *s = p[i];
         int t = types_of(c, s);
@@ -995,7 +1010,220 @@ typedef struct {
     const char *name;
     json_t *schema;
     bool required;
+    bool unlisted; /* required, not in properties: additionalProperties or patterns rule it */
 } js_prop;
+
+/* ---- patternProperties ----
+ * A name other than the listed ones falls in one key class per set of patterns it
+ * matches: patterns are grouped by overlap (two overlap when some unlisted name matches
+ * both: the intersection compiled on its own, empty when the compile says it matches no
+ * text), and a group of k patterns has 2^k - 1 classes, each a key content (all of its
+ * patterns, none of its group's others; js_key_content) with the value schema all of its
+ * patterns' schemas. Names matching none take additionalProperties. A listed name takes
+ * the schemas of the patterns it matches besides its own. */
+
+typedef struct {
+    const char **re;
+    size_t *n_re;
+    json_t **schema;
+    int *group;    /* (n) overlap group */
+    size_t n;
+} js_pats;
+
+static void pats_free(js_pats *q) {
+    free(q->re);
+    free(q->n_re);
+    free(q->schema);
+    free(q->group);
+}
+
+/* Compiles expr (built by the caller into b2) as a grammar on its own: *g, or NULL when
+ * it matches no text. -1: another error, reported at the current path. */
+static int side_compile(js_ctx *c, gr_builder *b2, int32_t expr, gr_grammar **g) {
+    *g = NULL;
+    int32_t r = gr_rule(b2, "side");
+    gr_rule_define(b2, r, expr);
+    cn_error err = { 0 };
+    cn_status st = gr_compile(b2, r, NULL, g, &err);
+    if (st == CN_STATUS_OK) return 0;
+    if (strstr(err.msg, "matches no text")) return 0;
+    if (st == CN_STATUS_NO_MEMORY) {
+        oom(c);
+        return -1;
+    }
+    fail(c, "%s", err.msg);
+    return -1;
+}
+
+/* Whether the listed name matches pattern re; -1: error. */
+static int name_matches(js_ctx *c, const char *re, size_t n_re, const char *name, bool *out) {
+    gr_builder *b2 = gr_builder_new();
+    char *ks = NULL;
+    size_t kl = 0, kc = 0;
+    if (!b2 || js_spell_string(name, strlen(name), &ks, &kl, &kc) < 0) {
+        gr_builder_free(b2);
+        free(ks);
+        oom(c);
+        return -1;
+    }
+    gr_grammar *g = NULL;
+    int rc = side_compile(c, b2, gr_regex_expr_unanchored(b2, re, n_re), &g);
+    *out = g && gr_matches(g, ks + 1, kl - 2);
+    gr_grammar_free(g);
+    gr_builder_free(b2);
+    free(ks);
+    return rc;
+}
+
+/* Whether some name, none of names[], matches both patterns i and j; -1: error. */
+static int patterns_overlap(js_ctx *c, const js_pats *q, size_t i, size_t j, const char *const *names,
+                            const size_t *lens, size_t n_names, bool *out) {
+    gr_builder *b2 = gr_builder_new();
+    uint8_t *want = malloc(q->n);
+    if (!b2 || !want) {
+        gr_builder_free(b2);
+        free(want);
+        oom(c);
+        return -1;
+    }
+    memset(want, 2, q->n);
+    want[i] = want[j] = 1;
+    js_lex t = { .b = b2 };
+    gr_grammar *g = NULL;
+    int rc = side_compile(c, b2, js_key_content(&t, names, lens, n_names, q->re, q->n_re, want, q->n), &g);
+    *out = g != NULL;
+    gr_grammar_free(g);
+    js_lex_free(&t);
+    gr_builder_free(b2);
+    free(want);
+    return rc;
+}
+
+/* Reads patternProperties into q, groups the patterns by overlap and adds their schemas
+ * to the listed names that match them. -1: error. */
+static int pats_read(js_ctx *c, const json_t *pp, js_prop *p, size_t n, const char *const *names, const size_t *lens,
+                     js_pats *q) {
+    size_t np = json_object_size(pp);
+    if (np > JS_MAX_PATTERNS) return fail(c, "more than %d patternProperties", JS_MAX_PATTERNS);
+    q->re = calloc(np + 1, sizeof *q->re);
+    q->n_re = calloc(np + 1, sizeof *q->n_re);
+    q->schema = calloc(np + 1, sizeof *q->schema);
+    q->group = calloc(np + 1, sizeof *q->group);
+    if (!q->re || !q->n_re || !q->schema || !q->group) {
+        oom(c);
+        return -1;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)pp, k, v) {
+        q->re[q->n] = k;
+        q->n_re[q->n] = strlen(k);
+        q->schema[q->n] = v;
+        q->group[q->n] = (int)q->n;
+        q->n++;
+    }
+    size_t old = push(c, "patternProperties");
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < q->n; i++) {
+        size_t o2 = push(c, q->re[i]);
+        for (size_t j = 0; rc == 0 && j < n; j++) {
+            bool m;
+            rc = name_matches(c, q->re[i], q->n_re[i], p[j].name, &m);
+            if (rc == 0 && m) {
+                p[j].schema = p[j].unlisted ? q->schema[i] : all_of2(c, p[j].schema, q->schema[i]);
+                p[j].unlisted = false;
+                if (!p[j].schema) rc = -1;
+            }
+        }
+        /* union-find by overlap, smallest index as the group's name */
+        for (size_t j = 0; rc == 0 && j < i; j++) {
+            if (q->group[i] == q->group[j]) continue;
+            bool ov;
+            rc = patterns_overlap(c, q, i, j, names, lens, n, &ov);
+            if (rc == 0 && ov) {
+                int from = q->group[i], to = q->group[j];
+                if (from < to) {
+                    int t = from;
+                    from = to;
+                    to = t;
+                }
+                for (size_t x = 0; x <= i; x++)
+                    if (q->group[x] == from) q->group[x] = to;
+            }
+        }
+        pop(c, o2);
+    }
+    for (size_t i = 0; rc == 0 && i < q->n; i++) {
+        size_t k2 = 0;
+        for (size_t j = 0; j < q->n; j++) k2 += q->group[j] == q->group[i];
+        if (k2 > JS_MAX_OVERLAP) rc = fail(c, "more than %d patternProperties that overlap", JS_MAX_OVERLAP);
+    }
+    pop(c, old);
+    return rc;
+}
+
+/* One member rule: "key content" ws ":" ws value. */
+static int32_t member_rule(js_ctx *c, int32_t content, int32_t val, const char *label) {
+    gr_builder *b = c->x.b;
+    int32_t r = gr_rule_fresh(b, label);
+    int32_t key = gr_seq(b, (int32_t[]){ js_lit(&c->x, "\""), content, js_lit(&c->x, "\"") }, 3);
+    if (gr_rule_define(b, r, gr_seq(b, (int32_t[]){ key, js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val }, 5)) < 0)
+        return -1;
+    return gr_ref(b, r);
+}
+
+/* The members for unlisted names under patterns: one per key class (see above), and the
+ * names that match no pattern with additionalProperties' value (add; NULL: any value;
+ * false: none). -2: no member at all. */
+static int32_t pattern_members(js_ctx *c, const js_pats *q, const char *const *names, const size_t *lens, size_t n,
+                               json_t *add) {
+    gr_builder *b = c->x.b;
+    uint8_t *want = malloc(q->n + 1);
+    size_t *in = malloc((q->n + 1) * sizeof *in);
+    int32_t *alts = malloc(((size_t)q->n * 8 + 2) * sizeof *alts);
+    size_t n_alt = 0;
+    int32_t r = -1;
+    if (!want || !in || !alts) {
+        oom(c);
+        goto out;
+    }
+    for (size_t gi = 0; gi < q->n; gi++) {
+        if (q->group[gi] != (int)gi) continue;
+        size_t k = 0;
+        for (size_t j = 0; j < q->n; j++)
+            if (q->group[j] == (int)gi) in[k++] = j;
+        for (uint32_t set = 1; set < (1u << k); set++) {
+            memset(want, 2, q->n);
+            json_t *vs = json_true();
+            for (size_t t = 0; t < k; t++) {
+                bool on = (set >> t) & 1;
+                want[in[t]] = on;
+                if (on) vs = all_of2(c, vs, q->schema[in[t]]);
+            }
+            if (!vs) goto out;
+            size_t old = push(c, "patternProperties");
+            push(c, q->re[in[__builtin_ctz(set)]]);
+            int32_t val = sch(c, vs);
+            pop(c, old);
+            int32_t content = js_key_content(&c->x, names, lens, n, q->re, q->n_re, want, q->n);
+            alts[n_alt++] = member_rule(c, content, val, "pattern-member");
+        }
+    }
+    if (!json_is_false(add)) {
+        memset(want, 0, q->n);
+        size_t old = push(c, "additionalProperties");
+        int32_t val = add ? sch(c, add) : js_value(&c->x);
+        pop(c, old);
+        int32_t content = js_key_content(&c->x, names, lens, n, q->re, q->n_re, want, q->n);
+        alts[n_alt++] = member_rule(c, content, val, "additional");
+    }
+    r = n_alt ? gr_alt(b, alts, n_alt) : -2;
+out:
+    free(want);
+    free(in);
+    free(alts);
+    return r;
+}
 
 static int32_t sch_object(js_ctx *c, const json_t *s) {
     gr_builder *b = c->x.b;
@@ -1008,6 +1236,7 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
     const char **names = calloc(np + nr + 1, sizeof *names);
     size_t *lens = calloc(np + nr + 1, sizeof *lens);
     int32_t *kv = calloc(np + nr + 1, sizeof *kv);
+    js_pats pats = { 0 };
     int32_t result = -1;
     if (!p || !names || !lens || !kv) {
         oom(c);
@@ -1016,7 +1245,7 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
     size_t n = 0;
     const char *k;
     json_t *v;
-    if (props) json_object_foreach(props, k, v) p[n++] = (js_prop){ k, v, false };
+    if (props) json_object_foreach(props, k, v) p[n++] = (js_prop){ k, v, false, false };
     for (size_t i = 0; i < nr; i++) {
         json_t *e = json_array_get(req, i);
         if (!json_is_string(e)) {
@@ -1025,8 +1254,8 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
         }
         size_t j = 0;
         while (j < n && strcmp(p[j].name, json_string_value(e)) != 0) j++;
-        if (j == n) /* required but not listed: governed by additionalProperties */
-            p[n++] = (js_prop){ json_string_value(e), add ? add : json_true(), false };
+        if (j == n) /* required but not listed: governed by additionalProperties (or patterns) */
+            p[n++] = (js_prop){ json_string_value(e), add ? add : json_true(), false, true };
         p[j].required = true;
     }
     size_t n_names = 0;
@@ -1034,6 +1263,12 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
         names[n_names] = p[i].name;
         lens[n_names++] = strlen(p[i].name);
     }
+    json_t *pp = json_object_get(s, "patternProperties");
+    if (pp && !json_is_object(pp)) {
+        fail(c, "'patternProperties' must be an object");
+        goto out;
+    }
+    if (pp && json_object_size(pp) && pats_read(c, pp, p, n, names, lens, &pats) < 0) goto out;
     /* the members: "name" ws ":" ws value; NULL (-2) for a forbidden optional property */
     for (size_t i = 0; i < n; i++) {
         if (json_is_false(p[i].schema)) {
@@ -1063,7 +1298,16 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
     }
     /* additional members: a name other than the listed ones */
     int32_t extra = -2;
-    if (!json_is_false(add)) {
+    if (pats.n) {
+        extra = pattern_members(c, &pats, names, lens, n_names, add);
+        if (extra == -1) goto out;
+        if (extra >= 0) {
+            /* its own rule, as below */
+            int32_t er = gr_rule_fresh(b, "additional");
+            if (gr_rule_define(b, er, extra) < 0) goto out;
+            extra = gr_ref(b, er);
+        }
+    } else if (!json_is_false(add)) {
         size_t old = push(c, "additionalProperties");
         int32_t val = add ? sch(c, add) : js_value(&c->x);
         pop(c, old);
@@ -1107,13 +1351,8 @@ out:
     free(names);
     free(lens);
     free(kv);
+    pats_free(&pats);
     return result;
-}
-
-static bool has_any(const json_t *s, const char *const *keys) {
-    for (; *keys; keys++)
-        if (json_object_get(s, *keys)) return true;
-    return false;
 }
 
 /* A plain schema (no $ref / allOf; anyOf / oneOf handled by the caller). */
@@ -1149,7 +1388,7 @@ static int32_t sch_typed(js_ctx *c, json_t *s) {
     static const char *const num_kw[] = { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", NULL };
     static const char *const str_kw[] = { "minLength", "maxLength", "pattern", "format", NULL };
     static const char *const arr_kw[] = { "items", "prefixItems", "additionalItems", "minItems", "maxItems", NULL };
-    static const char *const obj_kw[] = { "properties", "required", "additionalProperties", NULL };
+    static const char *const obj_kw[] = { "properties", "required", "additionalProperties", "patternProperties", NULL };
     bool cn_num = has_any(s, num_kw), cn_str = has_any(s, str_kw), cn_arr = has_any(s, arr_kw),
          cn_obj = has_any(s, obj_kw);
     if (t == T_ALL && !cn_num && !cn_str && !cn_arr && !cn_obj) return js_value(&c->x);

@@ -55,6 +55,10 @@ bool js_format_known(const char *fmt);
 /* The content (between the quotes) of a JSON string other than every name in
  * names[0..n) (UTF-8), in the canonical spelling (js_lit_string's escapes). */
 int32_t js_key_not_in(js_lex *x, const char *const *names, const size_t *lens, size_t n);
+/* The same kept to patterns re[0..n_pat) (ECMAScript, unanchored, matched against the
+ * name as JSON spells it): want[i] 1 must match, 0 must not, 2 either. No rule calls. */
+int32_t js_key_content(js_lex *x, const char *const *names, const size_t *lens, size_t n, const char *const *re,
+                       const size_t *n_re, const uint8_t *want, size_t n_pat);
 
 /* A decimal bound: the number's sign, integer digits (no leading zeros; "0" for zero)
  * and fraction digits (no trailing zeros; "" for none). */

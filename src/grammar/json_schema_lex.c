@@ -623,6 +623,43 @@ int32_t js_key_not_in(js_lex *x, const char *const *names, const size_t *lens, s
     return r;
 }
 
+/* The content of a property name kept to patterns: any canonical characters, none of
+ * the names, and for each pattern i (JSON spelling, unanchored) matching it (want[i] 1),
+ * not matching it (0), or either (2). Intersections of call-free expressions: compile.c
+ * makes the product DFA. */
+int32_t js_key_content(js_lex *x, const char *const *names, const size_t *lens, size_t n, const char *const *re,
+                       const size_t *n_re, const uint8_t *want, size_t n_pat) {
+    gr_builder *b = x->b;
+    int32_t r = gr_repeat(b, canon_char(x), 0, GR_INF);
+    if (n) {
+        int32_t *alts = malloc(n * sizeof *alts);
+        if (!alts) {
+            oom(x);
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            char *ks = NULL;
+            size_t kl = 0, kc = 0;
+            if (js_spell_string(names[i], lens[i], &ks, &kl, &kc) < 0) {
+                free(ks);
+                free(alts);
+                oom(x);
+                return -1;
+            }
+            alts[i] = gr_literal(b, ks + 1, kl - 2); /* without the quotes */
+            free(ks);
+        }
+        r = gr_and(b, r, gr_not(b, gr_alt(b, alts, n)));
+        free(alts);
+    }
+    for (size_t i = 0; i < n_pat; i++) {
+        if (want[i] == 2) continue;
+        int32_t p = gr_regex_expr_unanchored(b, re[i], n_re[i]);
+        r = gr_and(b, r, want[i] ? p : gr_not(b, p));
+    }
+    return r;
+}
+
 /* ---- decimal ranges ---- */
 
 void js_dec_free(js_dec *d) {

@@ -215,10 +215,37 @@ Test(json_schema, combinators) {
     expect_error("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "oneOf whose branches may overlap");
 }
 
+/* patternProperties: a name matching a pattern takes its schema (with its own when it is
+ * listed); names matching none take additionalProperties; overlapping patterns both
+ * apply (JSON Schema 2020-12, 10.3.2.2). */
+Test(json_schema, pattern_properties) {
+    check("{\"type\":\"object\",\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
+          false, L("{}", "{\"x-a\":1}", "{\"x-a\":1,\"x-\":2}"), L("{\"x-a\":\"s\"}", "{\"y\":1}", "{\"ax-\":1}"));
+    /* additionalProperties absent: other names take any value */
+    check("{\"patternProperties\":{\"^[a-z]+$\":{\"type\":\"string\"}}}", false,
+          L("{\"ab\":\"s\"}", "{\"A\":1}", "{\"a1\":[true]}", "{\"A\":1,\"b\":\"c\"}"), L("{\"ab\":1}", "{\"A\":1,\"b\":2}"));
+    /* a listed name matching a pattern must meet both */
+    check("{\"properties\":{\"size\":{\"type\":\"integer\"}},\"patternProperties\":{\"^s\":{\"minimum\":10}},"
+          "\"additionalProperties\":{\"type\":\"boolean\"}}",
+          false, L("{\"size\":10}", "{\"size\":12,\"so\":11.5,\"t\":true}"),
+          L("{\"size\":9}", "{\"size\":10.5}", "{\"so\":9}", "{\"t\":1}"));
+    /* overlapping patterns: a name matching both meets both */
+    check("{\"patternProperties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"minimum\":5}},\"additionalProperties\":false}",
+          false, L("{\"a\":1}", "{\"b\":5.5}", "{\"ab\":7}"), L("{\"ab\":4}", "{\"ab\":5.5}", "{\"c\":1}", "{\"b\":4}"));
+    /* a required name that is not listed follows the pattern it matches */
+    check("{\"required\":[\"x1\"],\"patternProperties\":{\"^x\\\\d$\":{\"type\":\"null\"}},\"additionalProperties\":false}",
+          false, L("{\"x1\":null}", "{\"x1\":null,\"x2\":null}"), L("{}", "{\"x1\":1}", "{\"x2\":null}"));
+    /* names with escapes match by their value */
+    check("{\"patternProperties\":{\"^a\\\"$\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
+          false, L("{\"a\\\"\":1}"), L("{\"a\\\"\":\"s\"}", "{\"a\":1}"));
+    expect_error("{\"patternProperties\":{\"(\":{}}}", "regex");
+    expect_error("{\"patternProperties\":{\"a\":{},\"b\":{},\"c\":{},\"d\":{}},\"additionalProperties\":false}",
+                 "more than 3 patternProperties that overlap");
+}
+
 Test(json_schema, errors_name_keyword_and_pointer) {
     expect_error("{\"properties\":{\"a\":{\"not\":{\"type\":\"string\"}}}}", "unsupported keyword 'not' at /properties/a/not");
     expect_error("{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'");
-    expect_error("{\"patternProperties\":{\"^x\":{}}}", "'patternProperties'");
     expect_error("{\"type\":\"integer\",\"multipleOf\":3}", "'multipleOf'");
     expect_error("false", "unsatisfiable");
     expect_error("{\"type\":\"strin\"}", "unknown type");
