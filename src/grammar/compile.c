@@ -271,6 +271,9 @@ static int cmp_call(const void *x, const void *y) {
 static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
     subset S = { .a = a, .accept_nfa = accept_nfa };
     i32v w = { 0 }, trans = { 0 }, acc = { 0 }, cfirst = { 0 }, calls = { 0 };
+    i32v set_cls = { 0 };  /* per byte set met: [count, class...] */
+    int32_t *set_at = NULL; /* (builder sets + local sets) offset in set_cls, -1: not yet */
+    uint32_t n_bsets = 0;
     i32v *bucket = NULL;
     call_pair *cp = NULL;
     size_t cp_cap = 0;
@@ -299,7 +302,10 @@ static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
     uint8_t rep[256];
     for (unsigned c = 256; c-- > 0;) rep[cls[c]] = (uint8_t)c;
     bucket = calloc(n_class, sizeof *bucket);
-    if (!bucket) goto done;
+    n_bsets = a->b->n_sets;
+    set_at = malloc(((size_t)n_bsets + a->root->n_lsets + 1) * sizeof *set_at);
+    if (!bucket || !set_at) goto done;
+    for (size_t i = 0; i < (size_t)n_bsets + a->root->n_lsets; i++) set_at[i] = -1;
 
     if (!i32v_push(&S.set_first, 0) || !i32v_push(&w, 0) || !closure(&S, &w)) goto done;
     bool is_new;
@@ -325,10 +331,22 @@ static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
             if (ns == accept_nfa) accepting = true;
             for (int32_t e = a->head[ns]; e >= 0; e = a->e[e].next) {
                 if (is_bytes(&a->e[e])) {
-                    const uint8_t *bits = edge_bits(a, &a->e[e]);
-                    for (uint32_t c = 0; c < n_class; c++)
-                        if ((bits[rep[c] >> 3] >> (rep[c] & 7)) & 1)
-                            if (!i32v_push(&bucket[c], a->e[e].to)) goto done;
+                    /* the classes of the edge's set, listed once per set */
+                    const nfa_edge *x = &a->e[e];
+                    int32_t *at = x->kind == E_BYTES ? &set_at[x->arg] : &set_at[n_bsets + x->arg];
+                    if (*at < 0) {
+                        const uint8_t *bits = edge_bits(a, x);
+                        *at = (int32_t)set_cls.n;
+                        if (!i32v_push(&set_cls, 0)) goto done;
+                        for (uint32_t c = 0; c < n_class; c++)
+                            if ((bits[rep[c] >> 3] >> (rep[c] & 7)) & 1) {
+                                if (!i32v_push(&set_cls, (int32_t)c)) goto done;
+                                set_cls.v[*at]++;
+                            }
+                    }
+                    const int32_t *L = set_cls.v + *at;
+                    for (int32_t k = 1; k <= L[0]; k++)
+                        if (!i32v_push(&bucket[L[k]], x->to)) goto done;
                 } else if (a->e[e].kind == E_CALL) {
                     if (n_cp == cp_cap) {
                         cp_cap = cp_cap ? cp_cap * 2 : 16;
@@ -395,6 +413,8 @@ done:
     free(acc.v);
     free(cfirst.v);
     free(calls.v);
+    free(set_cls.v);
+    free(set_at);
     free(cp);
     if (bucket)
         for (uint32_t c = 0; c < n_class; c++) free(bucket[c].v);
@@ -486,12 +506,28 @@ static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
         fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
         goto done;
     }
+    /* joint byte classes: bytes alike in both operands move alike in the product */
+    uint8_t jc[256], jrep[256];
+    uint32_t n_jc = 0;
+    {
+        int16_t seen[256][256];
+        memset(seen, 0xff, sizeof seen);
+        for (int c = 0; c < 256; c++) {
+            uint8_t c0 = d[0].cls[c], c1 = neg ? 0 : d[1].cls[c];
+            if (seen[c0][c1] < 0) {
+                seen[c0][c1] = (int16_t)n_jc;
+                jrep[n_jc++] = (uint8_t)c;
+            }
+            jc[c] = (uint8_t)seen[c0][c1];
+        }
+    }
     int32_t tgt[256];
     for (uint32_t i = 0; i < ids.n && a->st == CN_STATUS_OK; i++) {
         int32_t p = ps.v[i], q = qs.v[i];
         bool acc = neg ? p == sink || !d[0].accept[p] : d[0].accept[p] && d[1].accept[q];
         if (acc) nfa_edge_add(a, ids.v[i], E_EPS, 0, out);
-        for (int c = 0; c < 256; c++) {
+        for (uint32_t j = 0; j < n_jc; j++) {
+            int c = jrep[j];
             int32_t tp = p == sink ? sink : d[0].trans[(size_t)p * d[0].n_class + d[0].cls[c]];
             int32_t tq = 0;
             if (neg) {
@@ -499,7 +535,7 @@ static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
             } else {
                 tq = tp < 0 ? -1 : d[1].trans[(size_t)q * d[1].n_class + d[1].cls[c]];
                 if (tq < 0) {
-                    tgt[c] = -1;
+                    tgt[j] = -1;
                     continue;
                 }
             }
@@ -512,17 +548,18 @@ static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
                 fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
                 goto done;
             }
-            tgt[c] = t;
+            tgt[j] = t;
         }
-        /* one edge per target, with the set of bytes that go there */
-        for (int c = 0; c < 256 && a->st == CN_STATUS_OK; c++) {
-            if (tgt[c] < 0) continue;
-            int32_t t = tgt[c];
+        /* one edge per target, with the bytes of the joint classes that go there */
+        for (uint32_t j = 0; j < n_jc && a->st == CN_STATUS_OK; j++) {
+            if (tgt[j] < 0) continue;
+            int32_t t = tgt[j];
             uint8_t bits[32] = { 0 };
-            for (int c2 = c; c2 < 256; c2++)
-                if (tgt[c2] == t) {
-                    bits[c2 >> 3] |= (uint8_t)(1u << (c2 & 7));
-                    tgt[c2] = -1;
+            for (uint32_t j2 = j; j2 < n_jc; j2++)
+                if (tgt[j2] == t) {
+                    for (int c = 0; c < 256; c++)
+                        if (jc[c] == j2) bits[c >> 3] |= (uint8_t)(1u << (c & 7));
+                    if (j2 > j) tgt[j2] = -1;
                 }
             int64_t set = lset_add(a, bits);
             if (set >= 0) nfa_edge_add(a, ids.v[i], E_LBYTES, (uint32_t)set, ids.v[t]);
@@ -626,129 +663,207 @@ out:
 
 /* ---- minimization ----
  * Equivalent states (same acceptance, same calls, each byte class and each call's return
- * to equivalent states) are merged by Moore's refinement, and states the start no longer
- * reaches after prune are dropped. It matters to the masks more than to the size: a
- * property name's complement (json_schema_lex.c) leaves its trie the same way from every
- * node, and without merging every node has its own copy of the rest, each with its own
- * cache entry and walk. */
+ * to equivalent states) are merged, and states the start no longer reaches after prune
+ * are dropped. It matters to the masks more than to the size: a property name's
+ * complement (json_schema_lex.c) leaves its trie the same way from every node, and
+ * without merging every node has its own copy of the rest, each with its own cache
+ * entry and walk.
+ *
+ * Hopcroft's partition refinement, O(m log n) for m transitions: a call of rule r is one
+ * more symbol (to its return state), a missing transition goes to a dead state of its
+ * own. (Moore's refinement is simpler but takes as many rounds as the longest chain of
+ * distinguishing bytes, hundreds in an object of long literal names.) */
 
 typedef struct {
-    int32_t *sig;      /* (n_states, width) */
-    uint32_t width;
-    int32_t *slot;     /* (n_slot) hash table of signatures: the first state with it */
-    uint32_t n_slot;
-} sigtab;
+    uint32_t *elem;  /* (n) states, grouped by block */
+    uint32_t *loc;   /* (n) a state's index in elem */
+    uint32_t *blk;   /* (n) a state's block */
+    uint32_t *first, *end, *mid; /* (n) a block's range in elem; [first, mid) are marked */
+    uint32_t n_blk;
+} parts;
 
-static uint64_t sig_hash(const int32_t *s, uint32_t w) {
-    uint64_t h = 1469598103934665603ull;
-    for (uint32_t i = 0; i < w; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ull;
-    return h ^ (h >> 31);
-}
-
-/* New block numbers from the signatures (states in order, so state 0 gets block 0);
- * returns the block count. */
-static uint32_t sig_blocks(sigtab *t, uint32_t n, const uint8_t *live, int32_t *block) {
-    for (uint32_t i = 0; i < t->n_slot; i++) t->slot[i] = -1;
-    uint32_t nb = 0;
-    for (uint32_t s = 0; s < n; s++) {
-        if (!live[s]) {
-            block[s] = -1;
-            continue;
-        }
-        const int32_t *x = t->sig + (size_t)s * t->width;
-        uint32_t k = (uint32_t)sig_hash(x, t->width) & (t->n_slot - 1);
-        for (;; k = (k + 1) & (t->n_slot - 1)) {
-            int32_t o = t->slot[k];
-            if (o < 0) {
-                t->slot[k] = (int32_t)s;
-                block[s] = (int32_t)nb++;
-                break;
-            }
-            if (memcmp(t->sig + (size_t)o * t->width, x, t->width * sizeof *x) == 0) {
-                block[s] = block[o];
-                break;
-            }
-        }
-    }
-    return nb;
+static void mark(parts *P, uint32_t s, uint32_t *touched, uint32_t *n_touched) {
+    uint32_t b = P->blk[s], i = P->loc[s];
+    if (i < P->mid[b]) return; /* marked already */
+    if (P->mid[b] == P->first[b]) touched[(*n_touched)++] = b;
+    uint32_t j = P->mid[b]++;
+    uint32_t t = P->elem[j];
+    P->elem[j] = s;
+    P->loc[s] = j;
+    P->elem[i] = t;
+    P->loc[t] = i;
 }
 
 static bool minimize_rule(gr_dfa *d) {
-    uint32_t n = d->n_states, nc = d->n_class, max_calls = 0;
-    if (n <= 1) return true;
-    for (uint32_t s = 0; s < n; s++) max_calls = CN_MAX(max_calls, d->call_first[s + 1] - d->call_first[s]);
-    sigtab t = { .width = 1 + nc + 2 * max_calls };
-    t.n_slot = 16;
-    while (t.n_slot < 2 * n) t.n_slot *= 2;
-    t.sig = malloc((size_t)n * t.width * sizeof *t.sig);
-    t.slot = malloc(t.n_slot * sizeof *t.slot);
-    int32_t *block = malloc(n * sizeof *block), *nblock = malloc(n * sizeof *nblock), *work = malloc(n * sizeof *work);
-    uint8_t *live = calloc(n, 1);
+    uint32_t n0 = d->n_states, nc = d->n_class;
+    if (n0 <= 1) return true;
+    /* the live states, renumbered 0..n-1 (state 0 first); n is the dead state */
+    int32_t *idx = malloc(n0 * sizeof *idx);
+    uint32_t *live = malloc(n0 * sizeof *live);
+    int32_t *crule = NULL; /* the called rules, one symbol each after the classes */
+    uint32_t n_crule = 0;
+    uint32_t *inv_first = NULL, *inv = NULL, *work = NULL, *touched = NULL, *spl = NULL;
+    uint8_t *in_work = NULL;
+    parts P = { 0 };
     int32_t *trans = NULL, *rep = NULL;
     uint8_t *acc = NULL;
     uint32_t *cf = NULL;
     gr_call *calls = NULL;
-    bool ok = t.sig && t.slot && block && nblock && work && live;
+    bool ok = idx && live;
     if (!ok) goto out;
-    /* live: reached from the start through bytes and call returns */
-    uint32_t nw = 0;
-    live[0] = 1;
-    work[nw++] = 0;
-    while (nw) {
-        int32_t s = work[--nw];
+    for (uint32_t s = 0; s < n0; s++) idx[s] = -1;
+    uint32_t n = 0;
+    idx[0] = 0;
+    live[n++] = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t s = live[k];
         for (uint32_t c = 0; c < nc; c++) {
             int32_t x = d->trans[(size_t)s * nc + c];
-            if (x >= 0 && !live[x]) live[x] = 1, work[nw++] = x;
+            if (x >= 0 && idx[x] < 0) idx[x] = (int32_t)n, live[n++] = (uint32_t)x;
         }
-        for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
-            int32_t x = d->calls[k].ret;
-            if (!live[x]) live[x] = 1, work[nw++] = x;
+        for (uint32_t k2 = d->call_first[s]; k2 < d->call_first[s + 1]; k2++) {
+            int32_t x = d->calls[k2].ret;
+            if (idx[x] < 0) idx[x] = (int32_t)n, live[n++] = (uint32_t)x;
         }
     }
-    for (uint32_t s = 0; s < n; s++) block[s] = d->accept[s];
+    crule = malloc((d->call_first[n0] + 1) * sizeof *crule);
+    if (!crule) goto fail;
+    for (uint32_t k = 0; k < d->call_first[n0]; k++) {
+        uint32_t j = 0;
+        while (j < n_crule && crule[j] != d->calls[k].rule) j++;
+        if (j == n_crule) crule[n_crule++] = d->calls[k].rule;
+    }
+    uint32_t A = nc + n_crule, N = n + 1;
+    /* predecessors: inv[inv_first[a * N + t] ..] are the states going to t by symbol a */
+    inv_first = calloc((size_t)A * N + 1, sizeof *inv_first);
+    inv = malloc((size_t)A * N * sizeof *inv);
+    if (!inv_first || !inv) goto fail;
+#define TO(s, a, out)                                                                              \
+    do {                                                                                            \
+        out = n;                                                                                    \
+        if ((s) < n) {                                                                              \
+            uint32_t o_ = live[s];                                                                  \
+            if ((a) < nc) {                                                                         \
+                int32_t x_ = d->trans[(size_t)o_ * nc + (a)];                                       \
+                if (x_ >= 0) out = (uint32_t)idx[x_];                                               \
+            } else {                                                                                \
+                for (uint32_t k_ = d->call_first[o_]; k_ < d->call_first[o_ + 1]; k_++)            \
+                    if (d->calls[k_].rule == crule[(a) - nc]) out = (uint32_t)idx[d->calls[k_].ret]; \
+            }                                                                                       \
+        }                                                                                           \
+    } while (0)
+    for (uint32_t s = 0; s < N; s++)
+        for (uint32_t a = 0; a < A; a++) {
+            uint32_t t;
+            TO(s, a, t);
+            inv_first[(size_t)a * N + t + 1]++;
+        }
+    for (size_t i = 0; i < (size_t)A * N; i++) inv_first[i + 1] += inv_first[i];
+    {
+        uint32_t *fill = malloc((size_t)A * N * sizeof *fill);
+        if (!fill) goto fail;
+        memcpy(fill, inv_first, (size_t)A * N * sizeof *fill);
+        for (uint32_t s = 0; s < N; s++)
+            for (uint32_t a = 0; a < A; a++) {
+                uint32_t t;
+                TO(s, a, t);
+                inv[fill[(size_t)a * N + t]++] = s;
+            }
+        free(fill);
+    }
+#undef TO
+    /* the first partition: accepting, the other live states, the dead state */
+    P.elem = malloc(N * sizeof *P.elem);
+    P.loc = malloc(N * sizeof *P.loc);
+    P.blk = malloc(N * sizeof *P.blk);
+    P.first = malloc(N * sizeof *P.first);
+    P.end = malloc(N * sizeof *P.end);
+    P.mid = malloc(N * sizeof *P.mid);
+    work = malloc(N * sizeof *work);
+    touched = malloc(N * sizeof *touched);
+    spl = malloc(N * sizeof *spl);
+    in_work = calloc(N, 1);
+    if (!P.elem || !P.loc || !P.blk || !P.first || !P.end || !P.mid || !work || !touched || !spl || !in_work) goto fail;
+    uint32_t k = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        uint32_t start = k;
+        for (uint32_t s = 0; s < N; s++) {
+            int kind = s == n ? 2 : d->accept[live[s]] ? 0 : 1;
+            if (kind != pass) continue;
+            P.elem[k] = s;
+            P.loc[s] = k++;
+            P.blk[s] = P.n_blk;
+        }
+        if (k > start) {
+            P.first[P.n_blk] = P.mid[P.n_blk] = start;
+            P.end[P.n_blk] = k;
+            P.n_blk++;
+        }
+    }
+    uint32_t n_work = 0;
+    for (uint32_t b = 0; b < P.n_blk; b++) work[n_work++] = b, in_work[b] = 1;
+    while (n_work) {
+        uint32_t sp = work[--n_work];
+        in_work[sp] = 0;
+        /* the splitter as it is now: marking and splitting move states around */
+        uint32_t n_spl = P.end[sp] - P.first[sp];
+        memcpy(spl, P.elem + P.first[sp], n_spl * sizeof *spl);
+        for (uint32_t a = 0; a < A; a++) {
+            uint32_t n_touched = 0;
+            for (uint32_t i = 0; i < n_spl; i++) {
+                uint32_t t = spl[i];
+                for (uint32_t j = inv_first[(size_t)a * N + t]; j < inv_first[(size_t)a * N + t + 1]; j++)
+                    mark(&P, inv[j], touched, &n_touched);
+            }
+            for (uint32_t q = 0; q < n_touched; q++) {
+                uint32_t b = touched[q];
+                if (P.mid[b] == P.end[b]) {
+                    P.mid[b] = P.first[b]; /* all marked: no split */
+                    continue;
+                }
+                /* the marked part [first, mid) becomes a new block */
+                uint32_t nb = P.n_blk++;
+                P.first[nb] = P.first[b];
+                P.end[nb] = P.mid[b];
+                P.mid[nb] = P.first[nb];
+                P.first[b] = P.mid[b];
+                P.mid[b] = P.first[b];
+                for (uint32_t i = P.first[nb]; i < P.end[nb]; i++) P.blk[P.elem[i]] = nb;
+                if (in_work[b] || P.end[nb] - P.first[nb] <= P.end[b] - P.first[b]) {
+                    work[n_work++] = nb;
+                    in_work[nb] = 1;
+                } else {
+                    work[n_work++] = b;
+                    in_work[b] = 1;
+                }
+            }
+        }
+    }
+    /* blocks renumbered in order of their first live state (state 0's block is 0) */
     uint32_t nb = 0;
-    for (;;) {
-        for (uint32_t s = 0; s < n; s++) {
-            if (!live[s]) continue;
-            int32_t *x = t.sig + (size_t)s * t.width;
-            uint32_t w = 0;
-            x[w++] = block[s];
-            for (uint32_t c = 0; c < nc; c++) {
-                int32_t y = d->trans[(size_t)s * nc + c];
-                x[w++] = y >= 0 ? block[y] : -1;
-            }
-            for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
-                x[w++] = d->calls[k].rule;
-                x[w++] = block[d->calls[k].ret];
-            }
-            while (w < t.width) x[w++] = -2;
-        }
-        uint32_t nn = sig_blocks(&t, n, live, nblock);
-        memcpy(block, nblock, n * sizeof *block);
-        if (nn == nb) break;
-        nb = nn;
-    }
-    if (nb == n) goto out; /* nothing to merge */
+    int32_t *bmap = (int32_t *)touched; /* reused: (n_blk) new number of a block */
+    for (uint32_t b = 0; b < P.n_blk; b++) bmap[b] = -1;
+    for (uint32_t s = 0; s < n; s++)
+        if (bmap[P.blk[s]] < 0) bmap[P.blk[s]] = (int32_t)nb++;
+    if (nb == n0) goto out; /* nothing merged, nothing dropped */
     trans = malloc((size_t)nb * nc * sizeof *trans);
     rep = malloc(nb * sizeof *rep);
     acc = malloc(nb);
     cf = malloc((nb + 1) * sizeof *cf);
-    calls = malloc((d->call_first[n] + 1) * sizeof *calls);
-    ok = trans && rep && acc && cf && calls;
-    if (!ok) goto out;
-    for (uint32_t s = n; s-- > 0;)
-        if (block[s] >= 0) rep[block[s]] = (int32_t)s;
+    calls = malloc((d->call_first[n0] + 1) * sizeof *calls);
+    if (!trans || !rep || !acc || !cf || !calls) goto fail;
+    for (uint32_t s = n; s-- > 0;) rep[bmap[P.blk[s]]] = (int32_t)live[s];
     uint32_t o = 0;
     for (uint32_t b = 0; b < nb; b++) {
         uint32_t s = (uint32_t)rep[b];
         acc[b] = d->accept[s];
         for (uint32_t c = 0; c < nc; c++) {
             int32_t y = d->trans[(size_t)s * nc + c];
-            trans[(size_t)b * nc + c] = y >= 0 ? block[y] : -1;
+            trans[(size_t)b * nc + c] = y >= 0 ? bmap[P.blk[idx[y]]] : -1;
         }
         cf[b] = o;
-        for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++)
-            calls[o++] = (gr_call){ d->calls[k].rule, block[d->calls[k].ret] };
+        for (uint32_t k2 = d->call_first[s]; k2 < d->call_first[s + 1]; k2++)
+            calls[o++] = (gr_call){ d->calls[k2].rule, bmap[P.blk[idx[d->calls[k2].ret]]] };
     }
     cf[nb] = o;
     free(d->trans);
@@ -764,13 +879,25 @@ static bool minimize_rule(gr_dfa *d) {
     acc = NULL;
     cf = NULL;
     calls = NULL;
+    goto out;
+fail:
+    ok = false;
 out:
-    free(t.sig);
-    free(t.slot);
-    free(block);
-    free(nblock);
-    free(work);
+    free(idx);
     free(live);
+    free(crule);
+    free(inv_first);
+    free(inv);
+    free(work);
+    free(touched);
+    free(spl);
+    free(in_work);
+    free(P.elem);
+    free(P.loc);
+    free(P.blk);
+    free(P.first);
+    free(P.end);
+    free(P.mid);
     free(trans);
     free(rep);
     free(acc);

@@ -542,3 +542,39 @@ Test(grammar, masks_equal_brute_force_intersections) {
     toy_free(&tv);
     gr_grammar_free(g);
 }
+
+/* Minimization (compile.c, Hopcroft): rule DFAs have the textbook minimal state counts
+ * (no dead state: prune removed it), and the languages are unchanged (the byte-level
+ * checks above run on minimized automata). */
+static uint32_t states_of(const char *re) {
+    gr_builder *b = gr_builder_new();
+    int32_t r = gr_rule(b, "root");
+    gr_rule_define(b, r, gr_regex_expr(b, re, strlen(re)));
+    gr_grammar *g = compile_ok(b, r);
+    uint32_t n = g->rules[g->root].n_states;
+    gr_grammar_free(g);
+    return n;
+}
+
+Test(grammar, minimized_state_counts) {
+    cr_assert_eq(states_of("xab|yab|zab"), 4);        /* start, mid, after a, accept */
+    cr_assert_eq(states_of("(a|b)*abb"), 4);          /* the dragon book's example */
+    cr_assert_eq(states_of("a*|aa*"), 1);
+    cr_assert_eq(states_of("(a|b)*a(a|b)"), 4);       /* the second-to-last byte is a */
+    cr_assert_eq(states_of("(ab|ab)(c|c)(dd|d{2})"), 6);
+    /* a call is a symbol: the same call to the same return merges, another return does not */
+    gr_builder *b = gr_builder_new();
+    int32_t r = gr_rule(b, "root"), q = gr_rule(b, "q");
+    gr_rule_define(b, q, gr_literal(b, "q", 1));
+    int32_t x = gr_seq(b, (int32_t[]){ gr_literal(b, "x", 1), gr_ref(b, q), gr_literal(b, "!", 1) }, 3);
+    int32_t y = gr_seq(b, (int32_t[]){ gr_literal(b, "y", 1), gr_ref(b, q), gr_literal(b, "!", 1) }, 3);
+    int32_t z = gr_seq(b, (int32_t[]){ gr_literal(b, "z", 1), gr_ref(b, q), gr_literal(b, "?", 1) }, 3);
+    gr_rule_define(b, r, gr_alt(b, (int32_t[]){ x, y, z }, 3));
+    gr_grammar *g = compile_ok(b, r);
+    /* start; after x|y; after z; after x|y q; after z q; accept */
+    cr_assert_eq(g->rules[g->root].n_states, 6);
+    const char *yes[] = { "xq!", "yq!", "zq?" }, *no[] = { "xq?", "zq!", "q!", "xq" };
+    for (int i = 0; i < 3; i++) cr_assert(gr_matches(g, yes[i], 3), "%s", yes[i]);
+    for (int i = 0; i < 4; i++) cr_assert(!gr_matches(g, no[i], strlen(no[i])), "%s", no[i]);
+    gr_grammar_free(g);
+}
