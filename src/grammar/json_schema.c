@@ -398,6 +398,14 @@ static int parts_add(js_ctx *c, js_parts *p, json_t *s) {
 
 static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth);
 
+/* Inserts s before p->v[at]. */
+static int parts_insert(js_ctx *c, js_parts *p, size_t at, json_t *s) {
+    if (parts_add(c, p, s) < 0) return -1;
+    memmove(p->v + at + 1, p->v + at, (p->n - 1 - at) * sizeof *p->v);
+    p->v[at] = s;
+    return 0;
+}
+
 /* A copy of s without the keywords listed (kept alive by c). */
 static json_t *without(js_ctx *c, json_t *s, const char *const *keys) {
     json_t *o = json_copy(s);
@@ -598,14 +606,16 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
         static const char *const drop[] = { "$ref", "allOf", NULL };
         json_t *rest = without(c, s, drop);
         if (!rest) goto done;
-        p.v[i] = rest;
+        /* the referenced and allOf parts go before the siblings, in that order: a base
+         * schema's properties come before those a schema adds to it */
+        size_t at = i;
         if (ref) {
             if (!json_is_string(ref)) {
                 fail(c, "$ref must be a string");
                 goto done;
             }
             const json_t *t = resolve(c, json_string_value(ref));
-            if (!t || parts_add(c, &p, (json_t *)t) < 0) goto done;
+            if (!t || parts_insert(c, &p, at++, (json_t *)t) < 0) goto done;
         }
         if (all) {
             if (!json_is_array(all)) {
@@ -614,8 +624,9 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
             }
             size_t j;
             json_t *e;
-            json_array_foreach(all, j, e) if (parts_add(c, &p, e) < 0) goto done;
+            json_array_foreach(all, j, e) if (parts_insert(c, &p, at++, e) < 0) goto done;
         }
+        p.v[at] = rest;
         i = (size_t)-1; /* look again from the start: the new parts may hold more */
     }
     /* distribute the first anyOf / oneOf (oneOf as anyOf: see sch_any) */
@@ -637,10 +648,12 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
         size_t j;
         json_t *e;
         json_array_foreach(br, j, e) {
+            /* the branch stands where the anyOf stood, after its siblings */
             json_t *saved = p.v[i];
             p.v[i] = rest;
-            if (parts_add(c, &p, e) < 0) goto done;
+            if (parts_insert(c, &p, i + 1, e) < 0) goto done;
             json_t *m = merge(c, p.v, p.n, depth + 1);
+            memmove(p.v + i + 1, p.v + i + 2, (p.n - i - 2) * sizeof *p.v);
             p.n--;
             p.v[i] = saved;
             if (!m) goto done;

@@ -198,6 +198,18 @@ Test(json_schema, refs_and_recursion) {
     expect_error("{\"$ref\":\"http://example.com/other.json\"}", "unsupported $ref");
 }
 
+/* The one property order we write: a base schema's properties (allOf, $ref) before the
+ * ones its siblings add, and an anyOf branch's where the anyOf stands. */
+Test(json_schema, merged_property_order) {
+    check("{\"allOf\":[{\"properties\":{\"a\":{}}}],\"properties\":{\"b\":{}}}", false, L("{\"a\":1,\"b\":2}", "{\"b\":2}"),
+          L("{\"b\":2,\"a\":1}"));
+    check("{\"$defs\":{\"base\":{\"properties\":{\"a\":{}}}},\"$ref\":\"#/$defs/base\",\"properties\":{\"b\":{}}}", false,
+          L("{\"a\":1,\"b\":2}"), L("{\"b\":2,\"a\":1}"));
+    check("{\"allOf\":[{\"properties\":{\"a\":{}}},{\"anyOf\":[{\"properties\":{\"x\":{}}},{\"properties\":{\"y\":{}}}]},"
+          "{\"properties\":{\"b\":{}}}]}",
+          false, L("{\"a\":1,\"x\":1,\"b\":1}", "{\"a\":1,\"y\":1,\"b\":1}"), L("{\"b\":1,\"a\":1}", "{\"x\":1,\"a\":1}"));
+}
+
 Test(json_schema, combinators) {
     check("{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}]}", false, L("1", "\"a\""), L("\"ab\"", "null"));
     /* allOf merges objects exactly: b is additional in the first branch, so it must be a string there */
@@ -283,12 +295,12 @@ Test(json_schema, json_object) {
 }
 
 /* The whole MaskBench sample at byte level: no wrong acceptance ever, and a pass-count
- * floor. Measured 2026-12-03 with build/tools/schema_bytes ../shared/testdata/maskbench
- * (default compile budget): 1,357 files, 1,095 passed, 246 refused at compile time, 16
+ * floor. Measured 2026-12-04 with build/tools/schema_bytes ../shared/testdata/maskbench
+ * (default compile budget): 1,357 files, 1,169 passed, 170 refused at compile time, 18
  * wrongly rejected (property order, mostly), 0 wrong acceptances; llguidance 1.9.1 passes
  * 1,152 of them at the token level. The floor leaves a little room for a slower machine
  * hitting the compile-time budget; raise it when the count improves. */
-#define MASKBENCH_FLOOR 1085
+#define MASKBENCH_FLOOR 1160
 
 Test(json_schema, maskbench_sample_byte_level, .timeout = 1200) {
     const char *dir = getenv("CINDER_TESTDATA");
