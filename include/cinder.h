@@ -1047,6 +1047,67 @@ CN_API void cn_grammar_matcher_reset(cn_grammar_matcher *m);
 
 /* ==== end of structured output ============================================================ */
 
+/* ==== tool calls ==========================================================================
+ * How a chat model writes a function call, and reading calls back out of its reply as it
+ * streams (src/text/toolcall.c). A format names the text that starts a call and the shape
+ * of the call: a JSON object {"name": ..., "arguments": {...}} ("parameters" for Llama 3).
+ * The same table builds the grammar that constrains calls (CN_GRAMMAR_TOOLS), so what the
+ * grammar lets a model write, the reader reads. */
+
+typedef enum {
+    CN_TOOL_FORMAT_NONE = 0, /* no tools */
+    CN_TOOL_FORMAT_HERMES,   /* <tool_call>{"name": ..., "arguments": {...}}</tool_call>, anywhere
+                                in the reply, one or more (Qwen2.5, Qwen3, Hermes) */
+    CN_TOOL_FORMAT_LLAMA3,   /* {"name": ..., "parameters": {...}} as the whole reply, or after
+                                <|python_tag|> (Llama 3.1-3.3) */
+    CN_TOOL_FORMAT_MISTRAL,  /* [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] */
+    CN_TOOL_FORMAT_GENERIC,  /* a template that renders no tools: the prompt gets a system
+                                note describing them and asking for Hermes' tags, and the
+                                reply is read as Hermes */
+} cn_tool_format;
+
+/* The format a chat template's source text implies (its markers: "<tool_call>",
+ * "<|python_tag|>" or a "parameters" call shape, "[TOOL_CALLS]"); GENERIC when it
+ * mentions none, or when src is NULL. */
+CN_API cn_tool_format cn_tool_format_detect(const char *template_src);
+/* "none", "hermes", "llama3", "mistral", "generic"; NULL for an unknown value. */
+CN_API const char *cn_tool_format_name(cn_tool_format f);
+
+typedef struct cn_tool_reader cn_tool_reader;
+
+typedef enum {
+    CN_TOOL_EV_CONTENT = 0, /* text for the user */
+    CN_TOOL_EV_REASONING,   /* text between <think> and </think> */
+    CN_TOOL_EV_CALL,        /* a call starts: index, name */
+    CN_TOOL_EV_ARGS,        /* the next bytes of call index's arguments, as JSON text */
+    CN_TOOL_EV_BROKEN,      /* the reply ended inside call index: text is all of that
+                               call's text, trigger included (give it to the user as text) */
+} cn_tool_event_kind;
+
+typedef struct {
+    cn_tool_event_kind kind;
+    int32_t index;    /* the call's number in the reply, from 0 (CALL, ARGS, BROKEN) */
+    const char *name; /* CALL: the function's name, NUL-terminated */
+    const char *text; /* CONTENT, REASONING, ARGS, BROKEN: text[0..len) */
+    size_t len;
+} cn_tool_event;
+
+/* A reader for one reply in format f. think: split <think>...</think> at the reply's
+ * start into REASONING; in_think: the reply starts inside a thought (the generation
+ * prompt ended with "<think>"). Text that may still become a trigger is held back until
+ * it cannot. */
+CN_API cn_status cn_tool_reader_new(cn_tool_format f, bool think, bool in_think, cn_tool_reader **out,
+                                    cn_error *err);
+CN_API void cn_tool_reader_free(cn_tool_reader *r); /* NULL is a no-op */
+/* Feeds the reply's next text (any split, even inside a UTF-8 character); final: the
+ * reply ended, so everything held back comes out. *ev / *n_ev: the events this text
+ * completed, in order; views valid until the next feed or free. Adjacent CONTENT (or
+ * ARGS) events may come split. Errors: a call longer than 1 MiB (LIMIT), NO_MEMORY. */
+CN_API cn_status cn_tool_reader_feed(cn_tool_reader *r, const char *text, size_t n, bool final,
+                                     const cn_tool_event **ev, size_t *n_ev, cn_error *err);
+
+/* ==== end of tool calls =================================================================== */
+
 #ifdef __cplusplus
 }
 #endif
