@@ -989,7 +989,17 @@ typedef enum {
     CN_GRAMMAR_GBNF,            /* source: llama.cpp's GBNF; start rule "root" */
     CN_GRAMMAR_REGEX,           /* source: a regular expression matched in full */
     CN_GRAMMAR_CHOICE,          /* choices[0..n_choices): exactly one of the strings */
+    CN_GRAMMAR_TOOLS,           /* source: an OpenAI tools array; a reply in tool_format that
+                                   may (auto), must (required) or must call tool_name: the
+                                   calls' arguments follow each tool's parameters schema, free
+                                   text before them (auto) holds no call trigger */
 } cn_grammar_kind;
+
+typedef enum {
+    CN_TOOL_CHOICE_AUTO = 0, /* text, or text then calls */
+    CN_TOOL_CHOICE_REQUIRED, /* one or more calls, nothing else */
+    CN_TOOL_CHOICE_NAMED,    /* calls of tool_name only */
+} cn_tool_choice;
 
 typedef struct {
     cn_grammar_kind kind;
@@ -1002,6 +1012,10 @@ typedef struct {
                                       form ("," and ":" with no spaces); default false */
     size_t max_states;             /* compile budget in automaton states; 0: 1,000,000 */
     double max_compile_ms;         /* compile budget in milliseconds; 0: 10,000 */
+    int tool_format;               /* CN_GRAMMAR_TOOLS: a cn_tool_format (tool calls, below) */
+    cn_tool_choice tool_choice;
+    const char *tool_name;         /* CN_TOOL_CHOICE_NAMED: borrowed during compile */
+    bool parallel_tool_calls;      /* more than one call in a reply */
 } cn_grammar_params;
 
 #define CN_GRAMMAR_MAX_WS 20

@@ -101,6 +101,15 @@ static int32_t build(gr_builder *b, const cn_grammar_params *p, cn_error *err) {
         for (size_t i = 0; i < p->n_choices; i++)
             if (!p->choices[i]) return cn_err_param(err, CN_STATUS_INVALID_ARG, "choices", "choice %zu is NULL", i), -1;
         return gr_choice(b, p->choices, p->n_choices);
+    case CN_GRAMMAR_TOOLS:
+        if (!p->source) return cn_err_param(err, CN_STATUS_INVALID_ARG, "source", "a tools grammar needs the tools"), -1;
+        if (p->tool_choice < CN_TOOL_CHOICE_AUTO || p->tool_choice > CN_TOOL_CHOICE_NAMED)
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "tool_choice", "unknown tool_choice %d", (int)p->tool_choice), -1;
+        if (p->tool_choice == CN_TOOL_CHOICE_NAMED && !p->tool_name)
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "tool_name", "a named tool_choice needs the name"), -1;
+        if (!cn_tool_format_name((cn_tool_format)p->tool_format) || p->tool_format == CN_TOOL_FORMAT_NONE)
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "tool_format", "unknown tool format %d", p->tool_format), -1;
+        return gr_tools(b, p->tool_format, p->source, n, (int)p->tool_choice, p->tool_name, p->parallel_tool_calls);
     }
     cn_err_param(err, CN_STATUS_INVALID_ARG, "kind", "unknown grammar kind %d", (int)p->kind);
     return -1;

@@ -93,6 +93,18 @@ int32_t gr_gbnf(gr_builder *b, const char *src, size_t n, const char *root);
  * between tokens instead of nothing. Returns the root rule. */
 int32_t gr_json_schema(gr_builder *b, const char *schema, size_t n, bool flexible_ws);
 int32_t gr_json_object(gr_builder *b, bool flexible_ws);
+/* Several schemas' values (as rule calls, without the document's surrounding whitespace)
+ * into one builder, sharing the string / number / value rules: values[i] is schemas[i]
+ * (lens[i] bytes); paths[i] (or NULL) starts the JSON pointer of its error messages
+ * ("/tools/2/function/parameters"). 0, or -1 with the error in b. */
+int gr_json_schema_values(gr_builder *b, const char *const *schemas, const size_t *lens, const char *const *paths,
+                          size_t n, bool flexible_ws, int32_t *values);
+
+/* A reply that may call tools (tools.c): format a cn_tool_format, tools_json the OpenAI
+ * tools array (n bytes), choice 0 auto, 1 required, 2 the function called name;
+ * parallel: more than one call. Returns the root rule. */
+int32_t gr_tools(gr_builder *b, int format, const char *tools_json, size_t n, int choice, const char *name,
+                 bool parallel);
 
 /* One of the strings, exactly. */
 int32_t gr_choice(gr_builder *b, const char *const *choices, size_t n);

@@ -139,7 +139,6 @@ struct gr_vocab {
      * at most GR_SLICE_MAX_LEN bytes */
     uint32_t *slice;     /* (n_words) its tokens' bits */
     gr_trie rest;        /* every other token */
-    uint32_t root_of[256]; /* the main trie's depth-1 node of each byte; UINT32_MAX: none */
     uint64_t hash;       /* of every token's bytes: which grammars may share it */
     gr_cache *shared;    /* leaf rules' masks, keyed by (DFA hash, state) */
 };
@@ -188,7 +187,7 @@ void gr_auto_free(gr_auto *a);
 void gr_auto_reset(gr_auto *a);
 /* The state of the set t[0..n) (sorted in place), made if new; -1: no memory. */
 int32_t gr_auto_intern(gr_auto *a, gr_top *t, size_t n);
-/* Whether state s takes every slice token without dying or escaping. */
+/* Whether state s takes every slice token (staying inside its own frame). */
 bool gr_auto_slice_ok(gr_auto *a, int32_t s);
 bool gr_slice_byte(uint8_t c);
 /* Walks trie t's nodes [lo, hi) (a subtree or the whole trie) from state s0: sets the

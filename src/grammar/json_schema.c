@@ -1677,61 +1677,90 @@ static int32_t root_rule(js_ctx *c, int32_t value) {
     return root;
 }
 
-int32_t gr_json_schema(gr_builder *b, const char *schema, size_t n, bool flexible_ws) {
-    if (!b) return -1;
-    if (gr_builder_error(b)->status) return -1;
+/* One schema into c (made by ctx_init): its value rule, or -1 with the error in the
+ * builder. The path of messages starts with c->x.path as the caller set it. */
+static int32_t one_schema(js_ctx *c, const char *schema, size_t n) {
+    gr_builder *b = c->x.b;
     if (!schema) {
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "no JSON schema given");
         return -1;
     }
-    js_ctx c;
-    ctx_init(&c, b, flexible_ws);
     json_error_t je;
-    c.doc = json_loadb(schema, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-    if (!c.doc && strstr(je.text, "too big")) /* integers beyond 64 bits: as reals */
-        c.doc = json_loadb(schema, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
-    if (!c.doc) {
+    c->doc = json_loadb(schema, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!c->doc && strstr(je.text, "too big")) /* integers beyond 64 bits: as reals */
+        c->doc = json_loadb(schema, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
+    if (!c->doc) {
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "the JSON schema is not valid JSON: %s (line %d, column %d)", je.text,
                         je.line, je.column);
-        ctx_free(&c);
         return -1;
     }
-    c.owned = json_array();
-    if (!c.owned) {
-        oom(&c);
-        ctx_free(&c);
+    c->owned = json_array();
+    if (!c->owned) {
+        oom(c);
         return -1;
     }
-    if (!json_is_object(c.doc) && !json_is_boolean(c.doc)) {
+    if (!json_is_object(c->doc) && !json_is_boolean(c->doc)) {
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "a JSON schema must be an object or a boolean");
-        ctx_free(&c);
         return -1;
     }
-    if (json_is_false(c.doc)) {
+    if (json_is_false(c->doc)) {
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "unsatisfiable schema: false accepts no document");
-        ctx_free(&c);
         return -1;
     }
-    const json_t *id = json_is_object(c.doc) ? json_object_get(c.doc, "$id") : NULL;
-    if (!id && json_is_object(c.doc)) id = json_object_get(c.doc, "id");
+    const json_t *id = json_is_object(c->doc) ? json_object_get(c->doc, "$id") : NULL;
+    if (!id && json_is_object(c->doc)) id = json_object_get(c->doc, "id");
     if (json_is_string(id)) {
         const char *s = json_string_value(id);
         const char *h = strchr(s, '#');
-        c.base = strndup(s, h ? (size_t)(h - s) : strlen(s));
-        if (!c.base) oom(&c);
+        c->base = strndup(s, h ? (size_t)(h - s) : strlen(s));
+        if (!c->base) oom(c);
     }
-    int32_t top = def_rule(&c, c.doc, "");
-    int32_t root = root_rule(&c, gr_ref(b, top));
+    char prefix[JS_MAX_PATH];
+    snprintf(prefix, sizeof prefix, "%s", c->x.path);
+    int32_t top = def_rule(c, c->doc, "");
     /* every referenced definition, each at depth 0 with its pointer as the path */
-    for (size_t i = 0; i < c.n_defs && !gr_builder_error(b)->status; i++) {
-        snprintf(c.x.path, sizeof c.x.path, "%s", c.defs[i].ptr[0] == '#' ? c.defs[i].ptr + 1 : c.defs[i].ptr);
-        c.x.n_path = strlen(c.x.path);
-        c.depth = 0;
-        int32_t e = sch(&c, (json_t *)c.defs[i].target);
-        gr_rule_define(b, c.defs[i].rule, e);
+    for (size_t i = 0; i < c->n_defs && !gr_builder_error(b)->status; i++) {
+        snprintf(c->x.path, sizeof c->x.path, "%s%s", prefix, c->defs[i].ptr[0] == '#' ? c->defs[i].ptr + 1 : c->defs[i].ptr);
+        c->x.n_path = strlen(c->x.path);
+        c->depth = 0;
+        int32_t e = sch(c, (json_t *)c->defs[i].target);
+        gr_rule_define(b, c->defs[i].rule, e);
     }
+    return gr_builder_error(b)->status ? -1 : top;
+}
+
+int32_t gr_json_schema(gr_builder *b, const char *schema, size_t n, bool flexible_ws) {
+    if (!b) return -1;
+    if (gr_builder_error(b)->status) return -1;
+    js_ctx c;
+    ctx_init(&c, b, flexible_ws);
+    int32_t top = one_schema(&c, schema, n);
+    int32_t root = top < 0 ? -1 : root_rule(&c, gr_ref(b, top));
     ctx_free(&c);
     return gr_builder_error(b)->status ? -1 : root;
+}
+
+int gr_json_schema_values(gr_builder *b, const char *const *schemas, const size_t *lens, const char *const *paths,
+                          size_t n, bool flexible_ws, int32_t *values) {
+    if (!b || gr_builder_error(b)->status) return -1;
+    js_ctx c;
+    ctx_init(&c, b, flexible_ws);
+    js_lex lex = c.x; /* the shared rules, passed from one schema to the next */
+    for (size_t i = 0; i < n; i++) {
+        ctx_init(&c, b, flexible_ws);
+        c.x = lex;
+        snprintf(c.x.path, sizeof c.x.path, "%s", paths && paths[i] ? paths[i] : "");
+        c.x.n_path = strlen(c.x.path);
+        int32_t top = one_schema(&c, schemas[i], lens[i]);
+        values[i] = top < 0 ? -1 : gr_ref(b, top);
+        lex = c.x;
+        c.x.strc = NULL; /* kept by lex */
+        c.x.n_strc = c.x.cap_strc = 0;
+        ctx_free(&c);
+        if (top < 0) break;
+    }
+    js_lex_free(&lex);
+    return gr_builder_error(b)->status ? -1 : 0;
 }
 
 int32_t gr_json_object(gr_builder *b, bool flexible_ws) {

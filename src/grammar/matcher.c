@@ -35,8 +35,10 @@
 typedef struct {
     uint32_t *acc;  /* (n_words) */
     gr_trie suf;    /* rests of the escaping tokens, escapes after their first byte */
-    uint32_t *root; /* escapes at a token's first byte: those main-trie nodes (depth 1),
-                       whose whole subtrees the parent walks */
+    uint32_t *root; /* escapes at a token's first byte: those nodes (depth 1) of
+                       root_trie, whose whole subtrees the parent walks */
+    const gr_trie *root_trie; /* the rest trie when the entry took the slice (its
+                                 tokens are in acc already), else the main trie */
     uint32_t n_root;
 } gr_entry;
 
@@ -271,7 +273,7 @@ static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
     if (p->oom) goto fail;
     if (a->n_esc_nodes) {
         /* the rests of the escaping tokens that were not accepted outright; an escape at
-         * a first byte c keeps the main trie's subtree of c, walked from the parent */
+         * a first byte c keeps the walked trie's subtree of c, walked from the parent */
         size_t n_pairs = 0, n_root = 0;
         for (size_t k = 0; k < a->n_esc_nodes; k++) {
             uint32_t i = a->esc_nodes[k];
@@ -282,7 +284,8 @@ static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
             e->root = malloc(n_root * sizeof *e->root);
             if (!e->root) goto fail;
             for (size_t k = 0; k < a->n_esc_nodes; k++)
-                if (t->depth[a->esc_nodes[k]] == 1) e->root[e->n_root++] = v->root_of[t->byte[a->esc_nodes[k]]];
+                if (t->depth[a->esc_nodes[k]] == 1) e->root[e->n_root++] = a->esc_nodes[k];
+            e->root_trie = t;
         }
         int32_t *ids = malloc((n_pairs + 1) * sizeof *ids);
         const uint8_t **bytes = malloc((n_pairs + 1) * sizeof *bytes);
@@ -411,7 +414,7 @@ cn_status gr_matcher_mask(gr_matcher *m, uint32_t *mask, cn_error *err) {
             if (a->n >= a->max_states || m->ep.fr.n >= GR_ENTRY_FRAMES) entry_pda_reset(m);
             int32_t pf = import_frame(m, t.parent);
             ok = pf >= 0;
-            const gr_trie *vt = &m->v->trie;
+            const gr_trie *vt = e->root_trie;
             /* the start is interned again before each walk: a walk may have renumbered
              * the automaton's states (walk.c, its state budget) */
             for (uint32_t k = 0; ok && k <= e->n_root; k++) {

@@ -106,8 +106,8 @@ static bool in_slice(const uint8_t *s, uint32_t n) {
     return true;
 }
 
-/* The slice's bitset, the trie of the other tokens (ids: scratch of n_vocab), and the
- * main trie's first-byte nodes. 0 or -1 (no memory). */
+/* The slice's bitset and the trie of the other tokens (ids: scratch of n_vocab). 0 or
+ * -1 (no memory). */
 static int build_slice(gr_vocab *v, int32_t *ids) {
     size_t n_words = ((size_t)v->n_vocab + 31) / 32;
     v->slice = calloc(n_words, sizeof *v->slice);
@@ -130,8 +130,6 @@ static int build_slice(gr_vocab *v, int32_t *ids) {
     if (r == 0) r = gr_trie_build(&v->rest, ids, b, l, n_rest);
     free(b);
     free(l);
-    for (int c = 0; c < 256; c++) v->root_of[c] = UINT32_MAX;
-    for (uint32_t i = 0; i < v->trie.n_nodes; i = v->trie.end[i]) v->root_of[v->trie.byte[i]] = i;
     return r;
 }
 

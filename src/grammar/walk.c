@@ -11,7 +11,7 @@
  *
  * The slice: most of a vocabulary (94% of Qwen2.5's) is plain string text of at most
  * GR_SLICE_MAX_LEN bytes, tokens made of whole UTF-8 characters none of which JSON must
- * escape. A state that takes every such text without dying or escaping
+ * escape. A state that takes every such text without dying
  * (gr_auto_slice_ok: a search over the automaton to that depth, byte by byte through
  * UTF-8's structure) takes the whole slice, one bitset OR, and only the other tokens
  * need walking (the vocabulary's rest trie). The length bound lets a string with a
@@ -196,11 +196,13 @@ static void utf8_next(int u, uint8_t lo[4], uint8_t hi[4], uint8_t to[4], int *n
 #undef R
 }
 
-/* Whether state s takes byte b into a state that neither died nor escaped; a new
- * (state, UTF-8 position nu) pair is queued at depth+1. -1: no, or the search's budget. */
+/* Whether state s takes byte b into a live state; a new (state, UTF-8 position nu) pair
+ * is queued at depth+1. -1: no, or the search's budget. An escape on the way does not
+ * matter: the state after it is the tops that stayed, so a token that lives through the
+ * search was taken without escaping (whatever else it may also do below the frame). */
 static int visit(gr_auto *a, int32_t s, uint8_t b, int nu, uint32_t depth, size_t *n_found) {
     int32_t ns = step(a, s, b);
-    if (ns < 0 || a->esc[(size_t)s * 256 + b]) return -1;
+    if (ns < 0) return -1;
     size_t key = (size_t)ns * U_N + (size_t)nu;
     uint32_t k = (uint32_t)(key * 0x9E3779B97F4A7C15ull >> 40) & (W_SLICE_SLOTS - 1);
     while (a->seen[k] != SIZE_MAX) {

@@ -578,3 +578,35 @@ Test(grammar, minimized_state_counts) {
     for (int i = 0; i < 4; i++) cr_assert(!gr_matches(g, no[i], strlen(no[i])), "%s", no[i]);
     gr_grammar_free(g);
 }
+
+/* The tool-call grammar (tools.c): free text inline in the root (any text without the
+ * trigger), calls after it; and a required call from the first byte. */
+Test(grammar, masks_equal_brute_force_tool_calls) {
+    toyvocab tv = json_vocab();
+    const char *extra[] = { "<tool_call>", "</tool_call>", "<tool", "_call>", "</", "\"name\"", "\"arguments\"", "ab\"",
+                            "\": {\"", "\n", "<tool_call>\n{\"", "ping", "\"ping\"", "call>", "<" };
+    size_t ne = sizeof extra / sizeof *extra;
+    tv.tok = realloc(tv.tok, (tv.n + ne) * sizeof *tv.tok);
+    tv.len = realloc(tv.len, (tv.n + ne) * sizeof *tv.len);
+    char *ctl = tv.tok[tv.n - 1];
+    size_t ctl_len = tv.len[tv.n - 1];
+    for (size_t i = 0; i < ne; i++) {
+        tv.tok[tv.n - 1 + i] = strdup(extra[i]);
+        tv.len[tv.n - 1 + i] = strlen(extra[i]);
+    }
+    tv.n += (int32_t)ne;
+    tv.tok[tv.n - 1] = ctl;
+    tv.len[tv.n - 1] = ctl_len;
+    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"ab\", \"parameters\": {\"type\": \"object\", "
+                        "\"properties\": {\"a\": {\"type\": \"string\", \"maxLength\": 3}, \"b\": {\"type\": \"integer\"}}}}},"
+                        " {\"type\": \"function\", \"function\": {\"name\": \"ping\"}}]";
+    for (int choice = 0; choice < 2; choice++) {
+        gr_builder *b = gr_builder_new();
+        int32_t root = gr_tools(b, CN_TOOL_FORMAT_HERMES, tools, strlen(tools), choice, NULL, true);
+        cr_assert_geq(root, 0, "%s", gr_builder_error(b)->msg);
+        gr_grammar *g = compile_ok(b, root);
+        check_masks_along_random_walks(g, &tv, tv.n - 1, 40, 30);
+        gr_grammar_free(g);
+    }
+    toy_free(&tv);
+}
