@@ -245,6 +245,21 @@ CN_API const char *cn_chat_template_end_of_turn(const cn_chat_template *t);
 CN_API cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *msgs, size_t n_msgs,
                                 bool add_generation_prompt, char **out, size_t *out_len, cn_error *err);
 
+/* Renders an OpenAI-style conversation: messages_json is a JSON array of messages (role
+ * "system" | "user" | "assistant" | "tool"; content a string, null, or a list of parts
+ * {"type":"text","text":...}; assistant "tool_calls": [{"id","type":"function","function":{"name","arguments"}}]
+ * with arguments a JSON string or an object; tool "tool_call_id" and "name";
+ * "reasoning_content"); tools_json a JSON array of OpenAI tools or NULL; vars_json a JSON
+ * object of extra template variables (e.g. {"enable_thinking": false}) or NULL. Tool-call
+ * arguments given as JSON strings are parsed into objects before rendering, as Hugging
+ * Face passes them. Hand-written templates render role/content only and refuse tools
+ * (UNSUPPORTED). Errors name the field or the template line. */
+CN_API cn_status cn_chat_render_json(const cn_chat_template *t, const char *messages_json, const char *tools_json,
+                                     bool add_generation_prompt, const char *vars_json, char **out, size_t *out_len,
+                                     cn_error *err);
+/* The template's source text when it is the model's Jinja template, else NULL. View valid until free. */
+CN_API const char *cn_chat_template_source(const cn_chat_template *t);
+
 /* ==== end of chat templates =============================================================== */
 
 /* ==== sampling ============================================================================

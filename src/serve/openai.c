@@ -125,7 +125,7 @@ static const char *const COMMON_FIELDS[] = {
     /* structured output: OpenAI's, llama-server's (json_schema, grammar), vLLM's (guided_*) */
     "response_format", "json_schema", "grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
 static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                                          "parallel_tool_calls"};
+                                          "parallel_tool_calls", "chat_template_kwargs", "reasoning_format"};
 static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "best_of"};
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
@@ -147,14 +147,9 @@ static bool check_fields(oai_kind kind, json_t *body, oai_error *e) {
                             "unsupported field '%s' for %s", k,
                             kind == OAI_CHAT ? "/v1/chat/completions" : "/v1/completions");
         if (json_is_null(v)) continue;
-        const bool neutral =
-            (!strcmp(k, "tools") && json_is_array(v) && json_array_size(v) == 0) ||
-            (!strcmp(k, "tool_choice") && json_is_string(v) && !strcmp(json_string_value(v), "none")) ||
-            (!strcmp(k, "parallel_tool_calls") && json_is_boolean(v)) ||
-            (!strcmp(k, "suffix") && json_is_string(v) && json_string_length(v) == 0) ||
-            (!strcmp(k, "best_of") && json_is_integer(v) && json_integer_value(v) == 1);
-        if (!neutral && (!strcmp(k, "tools") || !strcmp(k, "tool_choice") || !strcmp(k, "parallel_tool_calls") ||
-                         !strcmp(k, "suffix") || !strcmp(k, "best_of")))
+        const bool neutral = (!strcmp(k, "suffix") && json_is_string(v) && json_string_length(v) == 0) ||
+                             (!strcmp(k, "best_of") && json_is_integer(v) && json_integer_value(v) == 1);
+        if (!neutral && (!strcmp(k, "suffix") || !strcmp(k, "best_of")))
             return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
                             "'%s' is not supported by this server (only its neutral value is accepted)", k);
     }
@@ -249,102 +244,26 @@ static bool parse_prompt(const oai_ctx *c, json_t *p, oai_request *r, oai_error 
     return true;
 }
 
-/* A message's content: a string, or an array of {"type": "text", "text": ...} parts
- * joined with newlines (as vLLM does). *out is malloc'ed. */
-static bool message_content(json_t *m, size_t i, char **out, oai_error *e) {
-    char param[96];
-    snprintf(param, sizeof param, "messages[%zu].content", i);
-    json_t *ct = json_object_get(m, "content");
-    if (!ct || json_is_null(ct)) return oai_fail(e, 400, "invalid_request_error", param, NULL, "'%s' is required", param);
-    if (json_is_string(ct)) {
-        *out = strndup(json_string_value(ct), json_string_length(ct));
-        return *out ? true : oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
-    }
-    if (!json_is_array(ct)) return bad_type(e, param, "a string or an array of text parts");
-    size_t total = 1, j;
-    json_t *part;
-    json_array_foreach(ct, j, part) {
-        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-        if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0 ||
-            !json_is_string(text)) {
-            snprintf(param, sizeof param, "messages[%zu].content[%zu]", i, j);
-            return oai_fail(e, 400, "invalid_request_error", param, "unsupported_content",
-                            "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-        }
-        total += json_string_length(text) + 1;
-    }
-    char *s = malloc(total), *w = s;
-    if (!s) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
-    json_array_foreach(ct, j, part) {
-        json_t *text = json_object_get(part, "text");
-        if (j > 0) *w++ = '\n';
-        memcpy(w, json_string_value(text), json_string_length(text));
-        w += json_string_length(text);
-    }
-    *w = 0;
-    *out = s;
-    return true;
-}
-
-static bool parse_messages(const oai_ctx *c, json_t *msgs, oai_request *r, oai_error *e) {
-    if (!c->chat)
-        return oai_fail(e, 400, "invalid_request_error", "messages", NULL,
-                        "this model has no chat template cinder can render: use /v1/completions "
-                        "or start the server with --chat-template NAME");
-    if (!msgs) return oai_fail(e, 400, "invalid_request_error", "messages", NULL, "'messages' is required");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-        return bad_type(e, "messages", "a non-empty array of messages");
-    const size_t n = json_array_size(msgs);
-    if (n > OAI_MAX_MESSAGES)
-        return oai_fail(e, 400, "invalid_request_error", "messages", NULL, "at most %d messages", OAI_MAX_MESSAGES);
-    cn_chat_msg *cm = calloc(n, sizeof *cm);
-    char **texts = calloc(n, sizeof *texts);
-    bool ok = cm && texts;
-    if (!ok) oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; ok && i < n; i++) {
-        json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
-        char param[96];
-        snprintf(param, sizeof param, "messages[%zu].role", i);
-        if (!json_is_object(m)) {
-            snprintf(param, sizeof param, "messages[%zu]", i);
-            ok = bad_type(e, param, "an object");
-            break;
-        }
-        const char *rs = json_is_string(role) ? json_string_value(role) : NULL;
-        if (rs && !strcmp(rs, "developer")) rs = "system";
-        if (!rs || (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))) {
-            ok = oai_fail(e, 400, "invalid_request_error", param, NULL,
-                          "'%s' must be \"system\", \"developer\", \"user\" or \"assistant\"", param);
-            break;
-        }
-        const char *k;
-        json_t *v;
-        json_object_foreach(m, k, v) {
-            if (strcmp(k, "role") && strcmp(k, "content") && strcmp(k, "name")) {
-                snprintf(param, sizeof param, "messages[%zu].%.40s", i, k);
-                ok = oai_fail(e, 400, "invalid_request_error", param, "unsupported_parameter",
-                              "unsupported message field '%s'", param);
-                break;
-            }
-        }
-        if (!ok) break;
-        ok = message_content(m, i, &texts[i], e);
-        cm[i].role = rs;
-        cm[i].content = texts[i];
+/* The chat: tools, then the messages rendered through the template (oai_tools.c). */
+static bool parse_messages(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e) {
+    if (!oai_parse_tools(c, body, r, e)) return false;
+    json_t *vars = json_object_get(body, "chat_template_kwargs");
+    if (vars && !json_is_null(vars) && !json_is_object(vars))
+        return bad_type(e, "chat_template_kwargs", "an object of template variables");
+    if (json_is_null(vars)) vars = NULL;
+    json_t *rf = json_object_get(body, "reasoning_format");
+    if (rf && !json_is_null(rf)) {
+        const char *v = json_is_string(rf) ? json_string_value(rf) : "";
+        if (strcmp(v, "none") && strcmp(v, "auto") && strcmp(v, "deepseek"))
+            return bad_type(e, "reasoning_format", "\"none\", \"auto\" or \"deepseek\"");
     }
     char *prompt = NULL;
     size_t len = 0;
-    if (ok) {
-        cn_error err = {0};
-        const cn_status st = cn_chat_render(c->chat, cm, n, true, &prompt, &len, &err);
-        if (st != CN_STATUS_OK) ok = status_fail(e, st, "messages", &err);
-    }
+    bool ok = oai_render_chat(c, json_object_get(body, "messages"), vars, r, &prompt, &len, e);
+    if (ok && json_is_string(rf) && !strcmp(json_string_value(rf), "none")) r->think = r->in_think = false;
     if (ok) ok = tokenize_text(c, prompt, len, &r->prompt[0], &r->n_prompt[0], "messages", e);
     if (ok) r->n_prompts = 1;
     free(prompt);
-    for (size_t i = 0; texts && i < n; i++) free(texts[i]);
-    free(texts);
-    free(cm);
     return ok;
 }
 
@@ -817,7 +736,7 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
                             "'echo' with 'logprobs' (prompt log-probabilities) is not supported");
         if (!parse_prompt(c, json_object_get(body, "prompt"), r, e)) return false;
     } else {
-        if (!parse_messages(c, json_object_get(body, "messages"), r, e)) return false;
+        if (!parse_messages(c, body, r, e)) return false;
         if (!add_end_of_turn(c, r, e)) return false;
     }
     r->gen.stop = (const char *const *)r->stops;
@@ -836,7 +755,8 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
     if (cn_gen_validate(&r->gen, c->n_vocab, &err) != CN_STATUS_OK) {
         return oai_fail(e, 400, "invalid_request_error", err.param, NULL, "%s", err.msg);
     }
-    return parse_grammar(c, body, r, e);
+    if (!parse_grammar(c, body, r, e)) return false;
+    return kind != OAI_CHAT || oai_tools_grammar(c, r, e);
 }
 
 void oai_request_free(oai_request *r) {
@@ -848,6 +768,8 @@ void oai_request_free(oai_request *r) {
     for (int i = 0; i < CN_GEN_MAX_STOP; i++) free(r->stops[i]);
     free(r->bias);
     cn_grammar_free(r->grammar);
+    json_decref(r->tools);
+    free(r->tool_name);
     memset(r, 0, sizeof *r);
 }
 

@@ -44,6 +44,8 @@ typedef struct {
     int32_t lookup_n, max_draft;   /* the server's speculation default (0: off) */
     bool has_draft;                /* a draft model is loaded (and is the default) */
     gcache *grammars;              /* borrowed; NULL: every grammar is compiled afresh */
+    int tool_format;               /* the template's cn_tool_format (cn_tool_format_detect) */
+    bool think;                    /* the template writes <think>: replies are read for one */
     size_t grammar_max_states;     /* compile budget (cn_grammar_params); 0: the library's */
     double grammar_max_compile_ms; /* 0: the library's */
 } oai_ctx;
@@ -68,6 +70,14 @@ typedef struct {
     cn_grammar *grammar;                 /* structured output (gen.grammar): a reference, or NULL */
     const char *grammar_field;           /* the field it came from ("response_format", ...) */
     bool grammar_cached;                 /* it came from c->grammars without compiling */
+    /* tools (oai_tools.c) */
+    json_t *tools;                       /* the request's tools array (a reference), or NULL */
+    bool tools_none;                     /* tool_choice "none": tools shown, never called */
+    cn_tool_choice tool_choice;
+    char *tool_name;                     /* CN_TOOL_CHOICE_NAMED */
+    bool parallel_tool_calls;
+    int tool_format;                     /* the format the reply is read in */
+    bool think, in_think;                /* the reply is read for <think> (and starts inside one) */
 } oai_request;
 
 /* Parses and validates body for kind, cn_gen_validate included (against c->n_vocab): the
@@ -77,6 +87,48 @@ typedef struct {
  * filled (status 400 or 404; 503 when memory ran out), e->param naming the field at
  * fault. */
 bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *out, oai_error *e);
+
+/* ---- tools (oai_tools.c) ----
+ * For the chat-shaped APIs: oai_parse does these for /v1/chat/completions; the Anthropic
+ * and Responses mappings call them with their requests turned into OpenAI's shapes. */
+
+/* tools, tool_choice, parallel_tool_calls of body into r (checked; the tools kept). */
+bool oai_parse_tools(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e);
+/* Checks messages (roles, tool_calls, tool results answering earlier calls) and renders
+ * them with r's tools and the template variables vars (a JSON object, or NULL) into
+ * *prompt (malloc'ed, *len bytes); sets r->think / r->in_think. */
+bool oai_render_chat(const oai_ctx *c, json_t *msgs, json_t *vars, oai_request *r, char **prompt, size_t *len,
+                     oai_error *e);
+/* The calls' grammar into r->grammar when r has tools (400 with another grammar). */
+bool oai_tools_grammar(const oai_ctx *c, oai_request *r, oai_error *e);
+
+/* One choice's reply read back: content, reasoning and calls. rd is NULL when the
+ * request has neither tools nor thinking (the text is the content as it comes). */
+typedef struct {
+    char id[32];
+    char *name;
+    char *args;
+    size_t n_args, cap_args;
+    bool broken;          /* the reply ended inside it: its text went to content */
+} oai_call;
+
+typedef struct {
+    cn_tool_reader *rd;
+    char *content, *reasoning;
+    size_t n_content, cap_content, n_reasoning, cap_reasoning;
+    oai_call *calls;
+    int32_t n_calls;
+} oai_reply;
+
+bool oai_reply_init(oai_reply *rp, const oai_request *r, oai_error *e);
+void oai_reply_free(oai_reply *rp);
+/* Reads the next text of the reply (final: it ended). deltas (a JSON array, or NULL when
+ * not streaming) gets one chat-completion "delta" object per event. false: no memory. */
+bool oai_reply_feed(oai_reply *rp, const char *text, size_t n, bool final, json_t *deltas);
+int32_t oai_reply_n_calls(const oai_reply *rp); /* whole calls */
+/* The non-streamed "message": content (null beside calls when it is only whitespace),
+ * reasoning_content, tool_calls. */
+json_t *oai_reply_message(const oai_reply *rp);
 void oai_request_free(oai_request *r);
 
 /* Appends to a JSON array the OpenAI logprobs entries of a token (chat form:

@@ -150,6 +150,7 @@ typedef struct {
     cn_finish_reason finish;
     cn_gen_timings timings;
     double t_last_token;
+    oai_reply reply;           /* read for tool calls and reasoning (reply.rd NULL: not) */
 } job_choice;
 
 struct job {
@@ -210,6 +211,7 @@ static void job_free(job *j) {
     for (int32_t i = 0; j->ch && i < j->n_choices; i++) {
         free(j->ch[i].text.p);
         free(j->ch[i].toks);
+        oai_reply_free(&j->ch[i].reply);
     }
     free(j->ch);
     free(j->out.p);
@@ -313,6 +315,34 @@ static void stream_delta(job *j, int32_t idx, const char *text, size_t n, bool r
     sse_emit(j, chunk);
 }
 
+/* A chunk with one chat delta object (a tool call's, reasoning's or content's). */
+static void stream_delta_obj(job *j, int32_t idx, json_t *delta, const char *finish) {
+    job_choice *c = &j->ch[idx];
+    json_t *chunk = chunk_base(j);
+    json_t *choice = json_pack("{s:i,s:O,s:o,s:s?}", "index", idx, "delta", delta, "logprobs", pending_logprobs(j, c),
+                               "finish_reason", finish);
+    if (finish) json_object_set_new(choice, "timings", oai_timings_json(&c->timings));
+    json_object_set_new(chunk, "choices", json_pack("[o]", choice));
+    if (j->r.include_usage) json_object_set_new(chunk, "usage", json_null());
+    sse_emit(j, chunk);
+}
+
+/* Reads text of choice idx for calls and reasoning; streaming, sends what it completed. */
+static void reply_feed(job *j, int32_t idx, const char *text, size_t n, bool final) {
+    json_t *deltas = j->r.stream ? json_array() : NULL;
+    if (!oai_reply_feed(&j->ch[idx].reply, text, n, final, deltas)) j->oom = true;
+    size_t i;
+    json_t *d;
+    if (deltas) json_array_foreach(deltas, i, d) stream_delta_obj(j, idx, d, NULL);
+    json_decref(deltas);
+}
+
+/* The finish_reason of choice c: "tool_calls" when a reply that made calls stopped. */
+static const char *finish_of(const job_choice *c) {
+    if (c->reply.rd && c->finish == CN_FINISH_STOP && oai_reply_n_calls(&c->reply) > 0) return "tool_calls";
+    return oai_finish_str(c->finish);
+}
+
 static json_t *usage_json(const job *j) {
     int64_t prompt = 0, gen = 0, cached = 0;
     for (int p = 0; p < j->r.n_prompts; p++) {
@@ -357,7 +387,8 @@ static void on_text(void *user, uint64_t id, int32_t index, const char *text, si
     job *j = sub->j;
     pthread_mutex_lock(&j->mu);
     const int32_t idx = sub->prompt * j->r.n + index;
-    if (j->r.stream) stream_delta(j, idx, text, n, false, NULL);
+    if (j->ch[idx].reply.rd) reply_feed(j, idx, text, n, false);
+    else if (j->r.stream) stream_delta(j, idx, text, n, false, NULL);
     else if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -375,8 +406,9 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     c->timings = *t;
     j->n_open--;
     if (reason == CN_FINISH_CANCELLED && !j->cancelling) j->engine_failed = true;
+    if (c->reply.rd) reply_feed(j, idx, NULL, 0, true);
     if (j->r.stream) {
-        stream_delta(j, idx, NULL, 0, false, oai_finish_str(reason));
+        stream_delta(j, idx, NULL, 0, false, finish_of(c));
         if (j->n_open == 0) {
             if (j->r.include_usage) {
                 json_t *chunk = chunk_base(j);
@@ -491,7 +523,11 @@ static json_t *completion_json(job *j) {
         if (!text) text = json_string("");
         json_t *lp = pending_logprobs(j, c);
         json_t *choice;
-        if (j->r.kind == OAI_CHAT)
+        if (j->r.kind == OAI_CHAT && c->reply.rd) {
+            json_decref(text);
+            choice = json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message", oai_reply_message(&c->reply), "logprobs", lp,
+                               "finish_reason", finish_of(c));
+        } else if (j->r.kind == OAI_CHAT)
             choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message", "role", "assistant", "content",
                                text, "logprobs", lp, "finish_reason", oai_finish_str(c->finish));
         else
@@ -611,6 +647,11 @@ static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, o
         job_free(j);
         return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     }
+    for (int32_t i = 0; kind == OAI_CHAT && i < j->n_choices; i++)
+        if (!oai_reply_init(&j->ch[i].reply, &j->r, oe)) {
+            job_free(j);
+            return NULL;
+        }
     snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
     j->created = (long long)time(NULL);
@@ -1011,6 +1052,11 @@ void cn_server_set_engine(cn_server *s, cn_engine *e) {
     s->oc.tok = cn_engine_tokenizer(e);
     s->oc.chat = cn_engine_chat_template(e);
     s->oc.eot_stop = cn_engine_end_of_turn_stop(e);
+    {
+        const char *src = s->oc.chat ? cn_chat_template_source(s->oc.chat) : NULL;
+        s->oc.tool_format = cn_tool_format_detect(src);
+        s->oc.think = src && strstr(src, "<think>");
+    }
     s->oc.n_ctx = cn_engine_n_ctx(e);
     s->oc.n_vocab = cn_engine_n_vocab(e);
     s->oc.has_draft = cn_engine_has_draft(e);

@@ -320,3 +320,22 @@ done:
     free(lens);
     return st;
 }
+
+/* Until the Jinja renderer: hand-written families render no tools, calls or variables. */
+cn_status cn_chat_render_json(const cn_chat_template *t, const char *messages_json, const char *tools_json,
+                              bool add_generation_prompt, const char *vars_json, char **out, size_t *out_len,
+                              cn_error *err) {
+    (void)t;
+    (void)messages_json;
+    (void)tools_json;
+    (void)add_generation_prompt;
+    (void)vars_json;
+    if (out) *out = NULL;
+    if (out_len) *out_len = 0;
+    return cn_err(err, CN_STATUS_UNSUPPORTED, "this chat template renders no tools, tool calls or template variables");
+}
+
+const char *cn_chat_template_source(const cn_chat_template *t) {
+    (void)t;
+    return NULL;
+}

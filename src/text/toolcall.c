@@ -22,11 +22,17 @@
 /* ---- formats ---- */
 
 static const cn_tool_spec SPECS[] = {
-    [CN_TOOL_FORMAT_HERMES] = { "hermes", "arguments", { { "<tool_call>", "</tool_call>", false, false } }, 1 },
+    /* Hermes' tags anywhere; and at the reply's start what small models write instead of
+     * them: the bare call object, or the object in a fenced JSON block */
+    [CN_TOOL_FORMAT_HERMES] = { "hermes", "arguments",
+                                { { "<tool_call>", "</tool_call>", false, false }, { "```json", "```", true, false },
+                                  { "", "", true, false } }, 3 },
     [CN_TOOL_FORMAT_LLAMA3] = { "llama3", "parameters",
                                 { { "<|python_tag|>", "", true, false }, { "", "", true, false } }, 2 },
     [CN_TOOL_FORMAT_MISTRAL] = { "mistral", "arguments", { { "[TOOL_CALLS]", "", false, true } }, 1 },
-    [CN_TOOL_FORMAT_GENERIC] = { "generic", "arguments", { { "<tool_call>", "</tool_call>", false, false } }, 1 },
+    [CN_TOOL_FORMAT_GENERIC] = { "generic", "arguments",
+                                 { { "<tool_call>", "</tool_call>", false, false }, { "```json", "```", true, false },
+                                   { "", "", true, false } }, 3 },
 };
 
 const cn_tool_spec *cn_tool_spec_of(int f) {

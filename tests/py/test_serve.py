@@ -355,8 +355,8 @@ def test_error_classes(stories):
     assert e.value.code == "context_length_exceeded"
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model="stories260K", messages=[{"role": "user", "content": "x"}],
-                                  tools=[{"type": "function", "function": {"name": "f"}}])
-    assert e.value.body["param"] == "tools"
+                                  tools=[{"type": "function", "function": {"name": "f f"}}])
+    assert e.value.body["param"] == "tools[0].function.name"
     with pytest.raises(openai.BadRequestError) as e:
         c.completions.create(model="stories260K", prompt="x", n=17)
     assert e.value.body["param"] == "n"

@@ -66,8 +66,11 @@ Test(grammar_tools, hermes_auto) {
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
             "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>\n"
             "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":-2}}\n</tool_call>",
-            "<tool_call>{\"name\": \"ping\", \"arguments\": {\"any\": [1, {}]}}</tool_call>"),
-          (const int[]){ 0, 0, 0, 1, 2, 1 },
+            "<tool_call>{\"name\": \"ping\", \"arguments\": {\"any\": [1, {}]}}</tool_call>",
+            /* what small models write instead, at the start: the bare object, or fenced */
+            "{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}", "\n```json\n{\"name\": \"ping\", \"arguments\": {}}\n```",
+            "Text, then ```json\n[1]\n``` is fine"),
+          (const int[]){ 0, 0, 0, 1, 2, 1, 1, 1, 0 },
           L("<tool_call>hello</tool_call>",                                                /* not a call */
             "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>",            /* unknown function */
             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>",     /* city required */
@@ -77,7 +80,9 @@ Test(grammar_tools, hermes_auto) {
             "<tool_call>\n{\"arguments\": {}, \"name\": \"ping\"}\n</tool_call>",          /* name first */
             "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call> and then text", /* nothing after calls */
             "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}",                        /* unclosed */
-            "a <tool_call> b"));
+            "a <tool_call> b",
+            "{\"name\": \"add\", \"arguments\": {\"a\": 1}}",                            /* b required */
+            " {not json}", "```json\n{}\n```"));
     gr_grammar_free(g);
     /* one call only */
     g = tools_grammar(CN_TOOL_FORMAT_HERMES, 0, NULL, false);

@@ -143,6 +143,27 @@ Test(toolcall, hermes_tolerates_order_string_args_and_missing_close) {
     cr_assert_str_eq(p.args[0], "12");
 }
 
+/* What small models write for Hermes instead of the tags, at the reply's start: the bare
+ * call object, or the object in a fenced JSON block. */
+Test(toolcall, hermes_bare_and_fenced_calls_at_the_start) {
+    parsed p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "{\"name\": \"f\", \"arguments\": {\"a\": 1}}");
+    cr_assert_eq(p.n_calls, 1);
+    cr_assert_str_eq(p.args[0], "{\"a\": 1}");
+    cr_assert_str_eq(p.content, "");
+    p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "\n```json\n{\"name\": \"f\", \"arguments\": {}}\n```\n");
+    cr_assert_eq(p.n_calls, 1);
+    cr_assert_str_eq(p.name[0], "f");
+    cr_assert_str_eq(p.content, "\n");
+    /* later in the reply they are text */
+    p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "Here: ```json\n{\"name\": \"f\", \"arguments\": {}}\n```");
+    cr_assert_eq(p.n_calls, 0);
+    cr_assert_str_eq(p.content, "Here: ```json\n{\"name\": \"f\", \"arguments\": {}}\n```");
+    /* a fenced block of other JSON is text */
+    p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "```json\n[1, 2]\n```");
+    cr_assert_eq(p.n_calls, 0);
+    cr_assert_str_eq(p.content, "```json\n[1, 2]\n```");
+}
+
 Test(toolcall, a_reply_cut_inside_a_call_is_broken) {
     const char *t = "Sure. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": [1, 2";
     parsed p = read_all(CN_TOOL_FORMAT_HERMES, false, false, t);
