@@ -1135,6 +1135,29 @@ CN_API void cn_tool_reader_free(cn_tool_reader *r); /* NULL is a no-op */
 CN_API cn_status cn_tool_reader_feed(cn_tool_reader *r, const char *text, size_t n, bool final,
                                      const cn_tool_event **ev, size_t *n_ev, cn_error *err);
 
+/* A chat turn that may call tools, made ready to generate (src/gen/chat_turn.c): the
+ * messages checked (roles, fields, a tool result must answer a call an earlier
+ * assistant message made: INVALID_ARG with err->param such as
+ * "messages[3].tool_call_id") and rendered with the template, the tools in it; a
+ * template that renders no tools (GENERIC) gets a system note describing them and asking
+ * for Hermes' tags, with calls and results written as tags in plain turns. Constrain the
+ * reply with CN_GRAMMAR_TOOLS in info.format and read it with a cn_tool_reader. */
+typedef struct {
+    const char *messages_json; /* OpenAI chat messages (JSON array); borrowed */
+    const char *tools_json;    /* OpenAI tools (JSON array) or NULL */
+    const char *vars_json;     /* extra template variables (JSON object) or NULL */
+} cn_chat_turn;
+
+typedef struct {
+    cn_tool_format format;     /* how calls are written; NONE when the turn has no tools */
+    bool think, in_think;      /* read the reply for <think>; it starts inside one */
+} cn_chat_turn_info;
+
+/* *prompt: the rendered text (malloc'ed, *len bytes, may be NULL), with the generation
+ * prompt; tokenize it with add_special and parse_special. */
+CN_API cn_status cn_chat_turn_prepare(const cn_chat_template *t, const cn_chat_turn *turn, char **prompt, size_t *len,
+                                      cn_chat_turn_info *info, cn_error *err);
+
 /* ==== end of tool calls =================================================================== */
 
 #ifdef __cplusplus

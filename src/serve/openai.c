@@ -246,7 +246,7 @@ static bool parse_prompt(const oai_ctx *c, json_t *p, oai_request *r, oai_error 
 
 /* The chat: tools, then the messages rendered through the template (oai_tools.c). */
 static bool parse_messages(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e) {
-    if (!oai_parse_tools(c, body, r, e)) return false;
+    if (!oai_parse_tools(body, r, e)) return false;
     json_t *vars = json_object_get(body, "chat_template_kwargs");
     if (vars && !json_is_null(vars) && !json_is_object(vars))
         return bad_type(e, "chat_template_kwargs", "an object of template variables");

@@ -44,8 +44,6 @@ typedef struct {
     int32_t lookup_n, max_draft;   /* the server's speculation default (0: off) */
     bool has_draft;                /* a draft model is loaded (and is the default) */
     gcache *grammars;              /* borrowed; NULL: every grammar is compiled afresh */
-    int tool_format;               /* the template's cn_tool_format (cn_tool_format_detect) */
-    bool think;                    /* the template writes <think>: replies are read for one */
     size_t grammar_max_states;     /* compile budget (cn_grammar_params); 0: the library's */
     double grammar_max_compile_ms; /* 0: the library's */
 } oai_ctx;
@@ -93,7 +91,7 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *out, 
  * and Responses mappings call them with their requests turned into OpenAI's shapes. */
 
 /* tools, tool_choice, parallel_tool_calls of body into r (checked; the tools kept). */
-bool oai_parse_tools(const oai_ctx *c, json_t *body, oai_request *r, oai_error *e);
+bool oai_parse_tools(json_t *body, oai_request *r, oai_error *e);
 /* Checks messages (roles, tool_calls, tool results answering earlier calls) and renders
  * them with r's tools and the template variables vars (a JSON object, or NULL) into
  * *prompt (malloc'ed, *len bytes); sets r->think / r->in_think. */

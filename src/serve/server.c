@@ -1052,11 +1052,6 @@ void cn_server_set_engine(cn_server *s, cn_engine *e) {
     s->oc.tok = cn_engine_tokenizer(e);
     s->oc.chat = cn_engine_chat_template(e);
     s->oc.eot_stop = cn_engine_end_of_turn_stop(e);
-    {
-        const char *src = s->oc.chat ? cn_chat_template_source(s->oc.chat) : NULL;
-        s->oc.tool_format = cn_tool_format_detect(src);
-        s->oc.think = src && strstr(src, "<think>");
-    }
     s->oc.n_ctx = cn_engine_n_ctx(e);
     s->oc.n_vocab = cn_engine_n_vocab(e);
     s->oc.has_draft = cn_engine_has_draft(e);

@@ -4,7 +4,7 @@
  * Input: a flags byte (bit 0: the JSON-string search mode, gr_regex_expr_unanchored),
  * the pattern up to the first NUL, then a text (at most 64 bytes used). A pattern is
  * either refused with a message (INVALID_ARG or NO_MEMORY, never an empty one) or built
- * and compiled under a small budget (5,000 states, 50 ms; running out is a refusal
+ * and compiled under a small budget (2,000 states, 10 ms; running out is a refusal
  * too). A compiled grammar must give gr_matches's verdict again when the text is fed to a
  * gr_state one byte at a time (no byte refused on the way to a match, and can_end at the
  * end exactly when it matches). Built by `make fuzz`; the unit tests replay its corpus. */
@@ -52,7 +52,7 @@ int fuzz_regex_one(const uint8_t *data, size_t size) {
     }
     gr_grammar *g = NULL;
     cn_error err = { 0 };
-    const gr_limits lim = { .max_states = 5000, .max_compile_ms = 50 };
+    const gr_limits lim = { .max_states = 2000, .max_compile_ms = 10 };
     const cn_status st = gr_compile(b, root, &lim, &g, &err);
     gr_builder_free(b);
     if (st != CN_STATUS_OK) {

@@ -23,7 +23,7 @@ int fuzz_schema_one(const uint8_t *data, size_t size) {
             gr_builder_free(b);
             continue;
         }
-        gr_limits lim = { .max_states = 20000, .max_compile_ms = 200 };
+        gr_limits lim = { .max_states = 5000, .max_compile_ms = 20 };
         gr_grammar *g = NULL;
         cn_error err = { 0 };
         if (gr_compile(b, root, &lim, &g, &err) == CN_STATUS_OK) {
