@@ -32,7 +32,7 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 __all__ = ["Model", "Completion", "TokenLogprob", "Explanation", "CinderError", "explain", "default_model_path",
            "version"]
@@ -112,14 +112,29 @@ class _Gen(ctypes.Structure):
                 ("on_token", _TOKEN_FN), ("should_cancel", _CANCEL_FN), ("user", c_void_p)]
 
 
-GRAMMAR_JSON_SCHEMA, GRAMMAR_JSON_OBJECT, GRAMMAR_GBNF, GRAMMAR_REGEX, GRAMMAR_CHOICE = range(5)
+GRAMMAR_JSON_SCHEMA, GRAMMAR_JSON_OBJECT, GRAMMAR_GBNF, GRAMMAR_REGEX, GRAMMAR_CHOICE, GRAMMAR_TOOLS = range(6)
+TOOL_CHOICE_AUTO, TOOL_CHOICE_REQUIRED, TOOL_CHOICE_NAMED = range(3)
+TOOL_EV_CONTENT, TOOL_EV_REASONING, TOOL_EV_CALL, TOOL_EV_ARGS, TOOL_EV_BROKEN = range(5)
 GRAMMAR_CACHE = 16  # compiled grammars a Model keeps
 
 
 class _GrammarParams(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("source", c_char_p), ("source_len", c_size_t),
                 ("choices", ctypes.POINTER(c_char_p)), ("n_choices", c_size_t), ("flexible_whitespace", c_bool),
-                ("max_states", c_size_t), ("max_compile_ms", c_double)]
+                ("max_states", c_size_t), ("max_compile_ms", c_double), ("tool_format", ctypes.c_int),
+                ("tool_choice", ctypes.c_int), ("tool_name", c_char_p), ("parallel_tool_calls", c_bool)]
+
+
+class _ChatTurn(ctypes.Structure):
+    _fields_ = [("messages_json", c_char_p), ("tools_json", c_char_p), ("vars_json", c_char_p)]
+
+
+class _ChatTurnInfo(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int), ("think", c_bool), ("in_think", c_bool)]
+
+
+class _ToolEvent(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("index", c_int32), ("name", c_char_p), ("text", c_void_p), ("len", c_size_t)]
 
 
 class _Timings(ctypes.Structure):
@@ -211,6 +226,12 @@ _explain = _fn("cn_explain", ctypes.c_int, P(c_float), c_int32, P(_Sampling), P(
 _grammar_default = _fn("cn_grammar_default_params", _GrammarParams)
 _grammar_compile = _fn("cn_grammar_compile", ctypes.c_int, c_void_p, P(_GrammarParams), P(c_void_p), P(_Error))
 _grammar_free = _fn("cn_grammar_free", None, c_void_p)
+_turn_prepare = _fn("cn_chat_turn_prepare", ctypes.c_int, c_void_p, P(_ChatTurn), P(c_void_p), P(c_size_t),
+                    P(_ChatTurnInfo), P(_Error))
+_reader_new = _fn("cn_tool_reader_new", ctypes.c_int, ctypes.c_int, c_bool, c_bool, P(c_void_p), P(_Error))
+_reader_free = _fn("cn_tool_reader_free", None, c_void_p)
+_reader_feed = _fn("cn_tool_reader_feed", ctypes.c_int, c_void_p, ctypes.c_char_p, c_size_t, c_bool,
+                   P(P(_ToolEvent)), P(c_size_t), P(_Error))
 _libc_free = ctypes.CDLL(None).free
 _libc_free.argtypes = [c_void_p]
 
@@ -219,7 +240,8 @@ for _name, _cls in (("cn_error", _Error), ("cn_sampling_params", _Sampling), ("c
                     ("cn_model_info", _ModelInfo), ("cn_chat_msg", _ChatMsg), ("cn_context_params", _ContextParams),
                     ("cn_prompt", _Prompt), ("cn_result", _Result), ("cn_candidate", _Candidate),
                     ("cn_explain_result", _ExplainResult), ("cn_logit_bias", _LogitBias), ("cn_beam_params", _Beam),
-                    ("cn_grammar_params", _GrammarParams)):
+                    ("cn_grammar_params", _GrammarParams), ("cn_chat_turn", _ChatTurn),
+                    ("cn_chat_turn_info", _ChatTurnInfo), ("cn_tool_event", _ToolEvent)):
     if _name == "cn_grammar_params" and _abi_size(_name.encode()) == 0:
         continue  # a library whose size table does not list it yet
     if _abi_size(_name.encode()) != ctypes.sizeof(_cls):
@@ -276,6 +298,10 @@ class Completion:
     n_prompt_tokens: int
     logprobs: Optional[List[TokenLogprob]] = None
     stop_index: int = -1        # which stop string ended it, -1 if none
+    # chat(tools=...): the reply taken apart (text is the whole reply as the model wrote it)
+    content: Optional[str] = None           # the text for the user, calls and thoughts taken out
+    reasoning: Optional[str] = None         # between <think> and </think>, for templates that think
+    tool_calls: Optional[List[Dict[str, Any]]] = None  # [{"id", "type": "function", "function": {"name", "arguments"}}]
 
 
 @dataclass
@@ -364,8 +390,11 @@ def _constraint(kw) -> Optional[Tuple[str, int, Union[str, Tuple[str, ...]]]]:
     """Pops json_schema / grammar / regex / choices from kw: None, or (argument, kind,
     canonical source): a schema as compact JSON text in its own key order (key order orders
     the output), choices as a tuple. Raises CinderError("invalid_arg") naming the argument."""
+    tools = kw.pop("_tools", None)
     given = [(n, kw.pop(n)) for n in _CONSTRAINTS if n in kw]
     given = [(n, v) for n, v in given if v is not None]
+    if tools is not None:
+        return "tools", GRAMMAR_TOOLS, tools
     if not given:
         return None
     if len(given) > 1:
@@ -568,13 +597,100 @@ class Model:
         return self._run(prompt, None, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                          min_p=min_p, seed=seed, stop=stop, logprobs=logprobs, **kw)
 
-    def chat(self, messages: Sequence[Dict[str, str]], **kw) -> Completion:
+    def chat(self, messages: Sequence[Dict[str, Any]], tools: Optional[Sequence[Dict[str, Any]]] = None,
+             tool_choice: Union[str, Dict[str, Any]] = "auto", parallel_tool_calls: bool = True, **kw) -> Completion:
         """A reply to a conversation ([{"role": "user", "content": "..."}, ...]), rendered with
         the model's chat template; generation stops at the end of the assistant's turn.
-        Keyword arguments as generate()."""
+        Keyword arguments as generate().
+
+        Tools as OpenAI's chat API takes them: tools=[{"type": "function", "function":
+        {"name", "description", "parameters"}}], tool_choice "auto" / "none" / "required" /
+        {"type": "function", "function": {"name": ...}}. A call's arguments follow its
+        parameters schema (constrained as they are written). The Completion then also has
+        .content, .reasoning and .tool_calls ([{"id", "type", "function": {"name",
+        "arguments"}}], arguments as JSON text). Messages may hold assistant tool_calls and
+        {"role": "tool", "tool_call_id", "content"} results."""
         if not messages:
             raise CinderError("invalid_arg", "chat: no messages")
-        return self.generate(list(messages), **kw)
+        toolish = any(m.get("tool_calls") or m.get("role") == "tool" or m.get("reasoning_content")
+                      for m in messages if isinstance(m, dict))
+        if tools is None and not toolish:
+            return self.generate(list(messages), **kw)
+        if tool_choice not in ("auto", "none", "required") and not isinstance(tool_choice, dict):
+            raise CinderError("invalid_arg", 'tool_choice must be "auto", "none", "required" or a function',
+                              "tool_choice")
+        prompt, info = self._prepare_turn(messages, tools)
+        if tools and tool_choice != "none":
+            if any(n in kw and kw[n] is not None for n in _CONSTRAINTS):
+                raise CinderError("invalid_arg", "tools with another constraint on the output is not supported", "tools")
+            choice, name = TOOL_CHOICE_AUTO, None
+            if tool_choice == "required":
+                choice = TOOL_CHOICE_REQUIRED
+            elif isinstance(tool_choice, dict):
+                choice, name = TOOL_CHOICE_NAMED, (tool_choice.get("function") or {}).get("name")
+                if name not in [(t.get("function") or {}).get("name") for t in tools]:
+                    raise CinderError("invalid_arg", f"tool_choice names {name!r}, which is not among the tools",
+                                      "tool_choice")
+            elif tool_choice != "auto":
+                raise CinderError("invalid_arg", 'tool_choice must be "auto", "none", "required" or a function',
+                                  "tool_choice")
+            kw["_tools"] = (json.dumps(list(tools), separators=(",", ":"), ensure_ascii=False), info.format, choice, name,
+                            bool(parallel_tool_calls))
+        c = self.generate(prompt, **kw)
+        c.content, c.reasoning, c.tool_calls = self._read_reply(c.text, info if tools and tool_choice != "none"
+                                                                else _ChatTurnInfo(0, info.think, info.in_think))
+        return c
+
+    def _prepare_turn(self, messages, tools):
+        """cn_chat_turn_prepare: the rendered prompt and how to read the reply."""
+        try:
+            ms = json.dumps(list(messages), ensure_ascii=False)
+            ts = json.dumps(list(tools), ensure_ascii=False) if tools is not None else None
+        except (TypeError, ValueError) as e:
+            raise CinderError("invalid_arg", f"messages and tools must be JSON: {e}", "messages") from None
+        turn = _ChatTurn(ms.encode(), ts.encode() if ts is not None else None, None)
+        info, err, out, n = _ChatTurnInfo(), _Error(), c_void_p(), c_size_t()
+        with self._lock:
+            chat = _ctx_chat(self._c) if self._c else None
+            if not chat:
+                raise CinderError("invalid_arg", "this model has no chat template", "messages")
+            st = _turn_prepare(chat, ctypes.byref(turn), ctypes.byref(out), ctypes.byref(n), ctypes.byref(info),
+                               ctypes.byref(err))
+        _check(st, err)
+        try:
+            return ctypes.string_at(out, n.value).decode("utf-8"), info
+        finally:
+            _libc_free(out)
+
+    @staticmethod
+    def _read_reply(text, info):
+        """The reply through cn_tool_reader: (content, reasoning or None, tool_calls or None)."""
+        rd, err = c_void_p(), _Error()
+        _check(_reader_new(info.format, info.think, info.in_think, ctypes.byref(rd), ctypes.byref(err)), err)
+        try:
+            ev, n = P(_ToolEvent)(), c_size_t()
+            b = text.encode()
+            _check(_reader_feed(rd, b, len(b), True, ctypes.byref(ev), ctypes.byref(n), ctypes.byref(err)), err)
+            content, reasoning, calls = [], [], []
+            for i in range(n.value):
+                e = ev[i]
+                t = ctypes.string_at(e.text, e.len).decode("utf-8", "replace") if e.text else ""
+                if e.kind in (TOOL_EV_CONTENT, TOOL_EV_BROKEN):
+                    content.append(t)
+                    if e.kind == TOOL_EV_BROKEN and e.index < len(calls):
+                        calls[e.index]["broken"] = True
+                elif e.kind == TOOL_EV_REASONING:
+                    reasoning.append(t)
+                elif e.kind == TOOL_EV_CALL:
+                    calls.append({"id": "call_" + os.urandom(12).hex(), "type": "function",
+                                  "function": {"name": e.name.decode(), "arguments": ""}})
+                elif e.kind == TOOL_EV_ARGS and e.index < len(calls):
+                    calls[e.index]["function"]["arguments"] += t
+        finally:
+            _reader_free(rd)
+        calls = [c for c in calls if not c.get("broken")]
+        body = "".join(content)
+        return (None if calls and not body.strip() else body), ("".join(reasoning) or None), (calls or None)
 
     def stream(self, prompt, **kw) -> Iterator[str]:
         """generate() as an iterator of text pieces as they are final. Leaving the loop early
@@ -622,7 +738,17 @@ class Model:
             return g
         p, keep = _grammar_default(), []
         p.kind = kind
-        if kind == GRAMMAR_CHOICE:
+        if kind == GRAMMAR_TOOLS:
+            tools, fmt, choice, tool_name, parallel = src
+            b = tools.encode()
+            keep.append(b)
+            p.source, p.source_len = b, len(b)
+            p.tool_format, p.tool_choice, p.parallel_tool_calls = fmt, choice, parallel
+            if tool_name:
+                nb = tool_name.encode()
+                keep.append(nb)
+                p.tool_name = nb
+        elif kind == GRAMMAR_CHOICE:
             arr = (c_char_p * len(src))(*[c.encode() for c in src])
             keep.append(arr)
             p.choices, p.n_choices = arr, len(src)

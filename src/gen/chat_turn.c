@@ -18,6 +18,7 @@
 #include "cinder.h"
 
 #define CN_CHAT_TURN_MAX_MESSAGES 4096
+#define CN_CHAT_TURN_MAX_TOOLS 128
 
 /* ---- checks ---- */
 
@@ -113,6 +114,48 @@ static cn_status check_messages(json_t *msgs, bool *uses_tools, cn_error *err) {
             if (!found) return bad(err, param, "'%s' answers no tool call of an earlier assistant message", param);
             *uses_tools = true;
         }
+    }
+    return CN_STATUS_OK;
+}
+
+/* OpenAI's rule for a function's name. */
+static bool valid_name(const char *s, size_t n) {
+    if (n == 0 || n > 64) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.'))
+            return false;
+    }
+    return true;
+}
+
+static cn_status check_tools(json_t *tools, cn_error *err) {
+    if (!json_is_array(tools))
+        return bad(err, "tools", "'%s' must be an array of {\"type\": \"function\", \"function\": {...}}", "tools");
+    if (json_array_size(tools) > CN_CHAT_TURN_MAX_TOOLS)
+        return cn_err_param(err, CN_STATUS_LIMIT, "tools", "at most %d tools", CN_CHAT_TURN_MAX_TOOLS);
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        char param[64];
+        snprintf(param, sizeof param, "tools[%zu]", i);
+        json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
+        if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function") != 0 ||
+            !json_is_object(fn))
+            return bad(err, param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
+        json_t *nm = json_object_get(fn, "name"), *ps = json_object_get(fn, "parameters"),
+               *desc = json_object_get(fn, "description");
+        snprintf(param, sizeof param, "tools[%zu].function.name", i);
+        if (!json_is_string(nm) || !valid_name(json_string_value(nm), json_string_length(nm)))
+            return bad(err, param, "'%s' must be 1 to 64 of a-z, A-Z, 0-9, _, - and .", param);
+        for (size_t j = 0; j < i; j++)
+            if (json_equal(json_object_get(json_object_get(json_array_get(tools, j), "function"), "name"), nm))
+                return bad(err, param, "two tools are called '%s'", json_string_value(nm));
+        snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        if (ps && !json_is_null(ps) && !json_is_object(ps)) return bad(err, param, "'%s' must be a JSON Schema object", param);
+        snprintf(param, sizeof param, "tools[%zu].function.description", i);
+        if (desc && !json_is_null(desc) && !json_is_string(desc)) return bad(err, param, "'%s' must be a string", param);
     }
     return CN_STATUS_OK;
 }
@@ -303,8 +346,10 @@ cn_status cn_chat_turn_prepare(const cn_chat_template *t, const cn_chat_turn *tu
     bool uses_tools = false;
     cn_status st = CN_STATUS_OK;
     if (!msgs) st = bad(err, "messages", "'%s' must be a JSON array of messages", "messages");
-    else if (turn->tools_json && !json_is_array(tools)) st = bad(err, "tools", "'%s' must be a JSON array", "tools");
-    else if (turn->vars_json && !json_is_object(vars)) st = bad(err, "vars", "'%s' must be a JSON object", "vars");
+    else if (turn->tools_json && !tools) st = bad(err, "tools", "'%s' must be a JSON array", "tools");
+    else if (tools) st = check_tools(tools, err);
+    if (st == CN_STATUS_OK && turn->vars_json && !json_is_object(vars))
+        st = bad(err, "vars", "'%s' must be a JSON object", "vars");
     if (st == CN_STATUS_OK) st = check_messages(msgs, &uses_tools, err);
     if (st != CN_STATUS_OK) goto out;
     bool has_tools = tools && json_array_size(tools) > 0;

@@ -452,7 +452,8 @@ size_t cn_abi_size(const char *type_name) {
         ABI(cn_gen_logprob), ABI(cn_gen_token), ABI(cn_gen_timings), ABI(cn_model_params), ABI(cn_model_info),
         ABI(cn_chat_msg), ABI(cn_context_params), ABI(cn_prompt), ABI(cn_result), ABI(cn_candidate),
         ABI(cn_explain_result), ABI(cn_engine_params), ABI(cn_engine_request), ABI(cn_engine_callbacks),
-        ABI(cn_engine_stats), ABI(cn_batch_row), ABI(cn_batch),
+        ABI(cn_engine_stats), ABI(cn_batch_row), ABI(cn_batch), ABI(cn_grammar_params), ABI(cn_chat_turn),
+        ABI(cn_chat_turn_info), ABI(cn_tool_event),
     };
 #undef ABI
     for (size_t i = 0; type_name && i < sizeof types / sizeof types[0]; i++)

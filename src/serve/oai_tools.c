@@ -14,8 +14,6 @@
 
 #include "serve/openai.h"
 
-#define OAI_MAX_TOOLS 128
-
 static bool fail400(oai_error *e, const char *param, const char *fmt, const char *a) {
     return oai_fail(e, 400, "invalid_request_error", param, NULL, fmt, a);
 }
@@ -23,17 +21,6 @@ static bool fail400(oai_error *e, const char *param, const char *fmt, const char
 static bool oom(oai_error *e) { return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory"); }
 
 /* ---- tools and tool_choice ---- */
-
-static bool valid_name(const char *s, size_t n) {
-    if (n == 0 || n > 64) return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-              c == '.'))
-            return false;
-    }
-    return true;
-}
 
 bool oai_parse_tools(json_t *body, oai_request *r, oai_error *e) {
     json_t *tools = json_object_get(body, "tools"), *choice = json_object_get(body, "tool_choice");
@@ -48,30 +35,9 @@ bool oai_parse_tools(json_t *body, oai_request *r, oai_error *e) {
     bool have = tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0);
     if (tools && !json_is_null(tools) && !json_is_array(tools))
         return fail400(e, "tools", "'%s' must be an array of {\"type\": \"function\", \"function\": {...}}", "tools");
-    if (have && json_array_size(tools) > OAI_MAX_TOOLS)
-        return oai_fail(e, 400, "invalid_request_error", "tools", NULL, "at most %d tools", OAI_MAX_TOOLS);
+    /* the tools themselves are checked where the turn is rendered (cn_chat_turn_prepare) */
     size_t i;
     json_t *t;
-    if (have) json_array_foreach(tools, i, t) {
-            char param[64];
-            snprintf(param, sizeof param, "tools[%zu]", i);
-            json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
-            if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function") != 0 ||
-                !json_is_object(fn))
-                return fail400(e, param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
-            json_t *nm = json_object_get(fn, "name"), *ps = json_object_get(fn, "parameters"),
-                   *desc = json_object_get(fn, "description");
-            snprintf(param, sizeof param, "tools[%zu].function.name", i);
-            if (!json_is_string(nm) || !valid_name(json_string_value(nm), json_string_length(nm)))
-                return fail400(e, param, "'%s' must be 1 to 64 of a-z, A-Z, 0-9, _, - and .", param);
-            for (size_t j = 0; j < i; j++)
-                if (json_equal(json_object_get(json_object_get(json_array_get(tools, j), "function"), "name"), nm))
-                    return fail400(e, param, "two tools are called '%s'", json_string_value(nm));
-            snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
-            if (ps && !json_is_null(ps) && !json_is_object(ps)) return fail400(e, param, "'%s' must be a JSON Schema object", param);
-            snprintf(param, sizeof param, "tools[%zu].function.description", i);
-            if (desc && !json_is_null(desc) && !json_is_string(desc)) return fail400(e, param, "'%s' must be a string", param);
-        }
     if (choice && !json_is_null(choice)) {
         if (json_is_string(choice)) {
             const char *s = json_string_value(choice);

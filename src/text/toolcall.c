@@ -526,11 +526,13 @@ static void call_byte(cn_tool_reader *r, char c) {
         object_byte(r, c);
         return;
     case C_CLOSE: {
+        /* after a call, another may follow (as the grammar lets calls follow calls): the
+         * reply is at a start again */
         const char *cl = r->trig->close;
         size_t cn = strlen(cl);
         if (cn == 0) {
             r->mode = M_TEXT;
-            r->at_start = false;
+            r->at_start = true;
             text_byte(r, c);
             return;
         }
@@ -538,7 +540,7 @@ static void call_byte(cn_tool_reader *r, char c) {
         if (c == cl[r->close_at]) {
             if (++r->close_at == cn) {
                 r->mode = M_TEXT;
-                r->at_start = false;
+                r->at_start = true;
             }
             return;
         }

@@ -84,3 +84,32 @@ def test_chat_keeps_the_conversation():
     turns = [line for line in r.stderr.splitlines() if "turn" in line]
     assert len(turns) == 2 and "finish stop" in turns[0] and "finish stop" in turns[1], r.stderr
     assert "reused" in turns[1] and "(0 reused)" not in turns[1], r.stderr
+
+
+def test_chat_with_tools_calls_and_reads_the_result(tmp_path):
+    """`cinder chat --tools FILE`: the call goes to stderr with arguments that validate
+    against the tool's schema (the grammar promises it), the next stdin line is taken as its
+    result, and the chat ends cleanly at EOF. A tools file that is not an array is a clear
+    error with a non-zero exit."""
+    import jsonschema
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                       "additionalProperties": False}}}]
+    f = tmp_path / "tools.json"
+    f.write_text(json.dumps(tools))
+    r = subprocess.run([str(cinder_bin()), "chat", "-m", model("0.5b"), "-t", "2", "--temp", "0", "-n", "60",
+                        "--tools", str(f)], input="What is the weather in Rome?\n{\"temperature_c\": 17}\n",
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    calls = [l for l in r.stderr.splitlines() if l.startswith("call ")]
+    assert calls, r.stderr
+    name, _, args = calls[0].split(" ", 2)[2].partition("(")
+    assert name == "get_weather"
+    jsonschema.validate(json.loads(args[:-1]), tools[0]["function"]["parameters"])
+    # a bad tools file is a clear error
+    bad = tmp_path / "bad.json"
+    bad.write_text("{\"not\": \"an array\"}")
+    r = subprocess.run([str(cinder_bin()), "chat", "-m", model("0.5b"), "-t", "2", "--tools", str(bad)],
+                       input="hi\n", capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "not a JSON array of tools" in r.stderr

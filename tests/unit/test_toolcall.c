@@ -154,6 +154,11 @@ Test(toolcall, hermes_bare_and_fenced_calls_at_the_start) {
     cr_assert_eq(p.n_calls, 1);
     cr_assert_str_eq(p.name[0], "f");
     cr_assert_str_eq(p.content, "\n");
+    /* calls may follow calls, as the grammar lets them */
+    p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "{\"name\": \"f\", \"arguments\": {}}\n{\"name\": \"g\", \"arguments\": {}}\n");
+    cr_assert_eq(p.n_calls, 2);
+    cr_assert_str_eq(p.name[1], "g");
+    cr_assert_str_eq(p.content, "\n");
     /* later in the reply they are text */
     p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "Here: ```json\n{\"name\": \"f\", \"arguments\": {}}\n```");
     cr_assert_eq(p.n_calls, 0);
