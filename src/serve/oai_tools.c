@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve/json_mem.h"
 #include "serve/openai.h"
 
 #define OAI_MAX_TOOLS 128
@@ -243,7 +244,7 @@ static json_t *template_messages(json_t *msgs, bool generic) {
                 if (!json_is_object(tc)) continue;
                 if (!json_object_get(tc, "type")) json_object_set_new(tc, "type", json_string("function"));
                 if (json_is_string(args)) {
-                    json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL);
+                    json_t *parsed = json_mem_load(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL);
                     if (parsed) json_object_set_new(fn, "arguments", parsed);
                 }
             }

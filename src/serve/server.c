@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "serve/gcache.h"
+#include "serve/json_mem.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/page.h"
@@ -88,29 +89,8 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* ---- jansson's allocations ----
- * jansson reports few of its allocation failures: inside its lexer one reads as a syntax
- * error, or even as a shorter string (found by tests/alloc/alloc_fail.c), and
- * json_object_set_new's result is rarely checked. So its allocator is ours, and a
- * failure marks the thread: whatever JSON that thread parsed or built since it last
- * asked is not trusted (json_failed). */
-static __thread bool json_oom;
-
-static void *json_alloc(size_t n) {
-    void *p = malloc(n);
-    if (!p) json_oom = true;
-    return p;
-}
-
-static pthread_once_t json_once = PTHREAD_ONCE_INIT;
-static void json_init(void) { json_set_alloc_funcs(json_alloc, free); }
-
-/* True if a jansson allocation failed on this thread since the last call. */
-static bool json_failed(void) {
-    const bool f = json_oom;
-    json_oom = false;
-    return f;
-}
+/* jansson's allocations go through json_mem (json_mem.h): a failure marks the thread. */
+static bool json_failed(void) { return json_mem_failed(); }
 
 /* ---- growable byte buffers ---- */
 
@@ -386,6 +366,7 @@ static void on_text(void *user, uint64_t id, int32_t index, const char *text, si
     job_sub *sub = user;
     job *j = sub->j;
     pthread_mutex_lock(&j->mu);
+    json_failed(); /* a mark left by another job's JSON work is not this one's */
     const int32_t idx = sub->prompt * j->r.n + index;
     if (j->ch[idx].reply.rd) reply_feed(j, idx, text, n, false);
     else if (j->r.stream) stream_delta(j, idx, text, n, false, NULL);
@@ -400,6 +381,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     job *j = sub->j;
     cn_metrics_finish(j->s->metrics, t, reason);
     pthread_mutex_lock(&j->mu);
+    json_failed(); /* as in on_text */
     const int32_t idx = sub->prompt * j->r.n + index;
     job_choice *c = &j->ch[idx];
     c->finish = reason;
@@ -636,7 +618,12 @@ static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, o
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->s = s;
-    if (!oai_parse(&s->oc, kind, body, &j->r, oe)) {
+    const bool ok = oai_parse(&s->oc, kind, body, &j->r, oe);
+    if (ok && json_failed()) { /* the mapping's JSON may have lost a field */
+        job_free(j);
+        return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
+    }
+    if (!ok) {
         job_free(j);
         return NULL;
     }
@@ -917,7 +904,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
     json_error_t je;
     json_failed();
-    json_t *body = json_loadb(cs->body.p ? cs->body.p : "", cs->body.n, 0, &je);
+    json_t *body = json_mem_load(cs->body.p ? cs->body.p : "", cs->body.n, 0, &je);
     if (json_failed() || (!body && json_error_code(&je) == json_error_out_of_memory)) {
         json_decref(body);
         return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
@@ -1009,7 +996,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     addr.sin_port = htons((uint16_t)p->port);
     if (inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1)
         return server_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
-    pthread_once(&json_once, json_init);
+    json_mem_init();
     cn_server *s = calloc(1, sizeof *s);
     if (!s) return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     s->p = *p;
