@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "serve/json_mem.h"
 #include "serve/openai.h"
 
 static bool fail400(oai_error *e, const char *param, const char *fmt, const char *a) {

@@ -9,11 +9,15 @@
  * sockets, no threads. */
 #include "serve/openai.h"
 
+#include "serve/json_mem.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "serve/json_mem.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -546,7 +550,7 @@ static int schema_field(json_t *v, const char *field, grammar_req *g, oai_error 
     }
     if (!json_is_string(v)) return bad_type(e, field, "a JSON Schema (an object, or its JSON text)"), -1;
     json_error_t je;
-    g->schema = json_loadb(json_string_value(v), json_string_length(v), 0, &je);
+    g->schema = json_mem_load(json_string_value(v), json_string_length(v), 0, &je);
     if (!g->schema) {
         if (json_error_code(&je) == json_error_out_of_memory)
             return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory"), -1;

@@ -1,5 +1,12 @@
 /* server.c — HTTP (libmicrohttpd) to the engine: routing, auth, bodies, jobs, SSE.
  *
+ * Four APIs share one job: OpenAI's chat completions and completions, Anthropic's
+ * Messages and OpenAI's Responses. A job knows its dialect (api_kind): it decides only
+ * how the request is parsed (oai_parse, ant_parse, resp_parse: all end in oai_parse) and
+ * how the engine's callbacks write the output (OpenAI chunks here; the other two through
+ * their writers, apis.h) and the errors; submit, cancel, timeouts, disconnects and
+ * metrics are the same code for all.
+ *
  * DESIGN. One thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a request may
  * block its own thread: a non-streaming completion waits in the access handler, a
  * streaming one in its content-reader callback. A completion is a *job*: n_prompts
@@ -33,7 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/apis.h"
 #include "serve/gcache.h"
+#include "serve/json_mem.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/page.h"
@@ -88,29 +97,8 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* ---- jansson's allocations ----
- * jansson reports few of its allocation failures: inside its lexer one reads as a syntax
- * error, or even as a shorter string (found by tests/alloc/alloc_fail.c), and
- * json_object_set_new's result is rarely checked. So its allocator is ours, and a
- * failure marks the thread: whatever JSON that thread parsed or built since it last
- * asked is not trusted (json_failed). */
-static __thread bool json_oom;
-
-static void *json_alloc(size_t n) {
-    void *p = malloc(n);
-    if (!p) json_oom = true;
-    return p;
-}
-
-static pthread_once_t json_once = PTHREAD_ONCE_INIT;
-static void json_init(void) { json_set_alloc_funcs(json_alloc, free); }
-
-/* True if a jansson allocation failed on this thread since the last call. */
-static bool json_failed(void) {
-    const bool f = json_oom;
-    json_oom = false;
-    return f;
-}
+/* jansson's allocations go through json_mem (json_mem.h): a failure marks the thread. */
+static bool json_failed(void) { return json_mem_failed(); }
 
 /* ---- growable byte buffers ---- */
 
@@ -151,13 +139,18 @@ typedef struct {
     cn_gen_timings timings;
     double t_last_token;
     oai_reply reply;           /* read for tool calls and reasoning (reply.rd NULL: not) */
+    api_writer w;              /* Anthropic / Responses: the reply as items */
+    buf tok_text;              /* Anthropic with stop_sequences: the tokens' text */
+    int32_t stop_index;        /* the stop sequence that ended it, or -1 */
 } job_choice;
 
 struct job {
     cn_server *s;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    api_kind api;              /* the dialect its output is written in */
     oai_request r;
+    api_request ar;            /* Anthropic / Responses: what the request keeps besides r */
     job_sub subs[OAI_MAX_PROMPTS];
     job_choice *ch;            /* (n_prompts * n) */
     int32_t n_choices, n_open;
@@ -166,8 +159,9 @@ struct job {
     bool engine_failed;        /* a completion ended "cancelled" when the server had not asked */
     buf out;                   /* streaming: SSE bytes not yet written */
     size_t out_sent;
-    bool stream_done;          /* out is all there is; then SSE_DONE or SSE_OOM_DONE */
+    bool stream_done;          /* out is all there is; then the tail (sse_tail) */
     size_t tail_sent;          /* bytes of that tail sent */
+    char tail[320];            /* a tail made for this job (Responses' error event) */
     bool gone;                 /* the reader saw the client go (counted once) */
     int fd;                    /* the client's socket, to notice a disconnect */
     double t_deadline;
@@ -211,11 +205,14 @@ static void job_free(job *j) {
     for (int32_t i = 0; j->ch && i < j->n_choices; i++) {
         free(j->ch[i].text.p);
         free(j->ch[i].toks);
+        free(j->ch[i].tok_text.p);
         oai_reply_free(&j->ch[i].reply);
+        api_writer_free(&j->ch[i].w);
     }
     free(j->ch);
     free(j->out.p);
     oai_request_free(&j->r);
+    api_request_free(&j->ar);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -223,18 +220,31 @@ static void job_free(job *j) {
 
 /* ---- streaming chunks (job lock held) ---- */
 
-/* Appends one chunk. Once memory ran out the stream sends nothing more but, at its end,
- * an error event (sse_end). */
-static void sse_emit(job *j, json_t *chunk) {
+/* Appends one event: "event: NAME" (when named: Anthropic and Responses name each
+ * event by its type) and "data: JSON". Once memory ran out the stream sends nothing more
+ * but, at its end, an error event (sse_tail). */
+static void sse_event(job *j, const char *name, json_t *chunk) {
     char *s = chunk && !j->oom ? json_dumps(chunk, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     if (json_failed() || !s) j->oom = true;
     const size_t n0 = j->out.n;
-    if (!j->oom && (!buf_add(&j->out, "data: ", 6) || !buf_add(&j->out, s, strlen(s)) || !buf_add(&j->out, "\n\n", 2))) {
+    if (!j->oom && ((name && (!buf_add(&j->out, "event: ", 7) || !buf_add(&j->out, name, strlen(name)) ||
+                              !buf_add(&j->out, "\n", 1))) ||
+                    !buf_add(&j->out, "data: ", 6) || !buf_add(&j->out, s, strlen(s)) || !buf_add(&j->out, "\n\n", 2))) {
         j->oom = true;
         j->out.n = n0; /* no half event */
     }
     free(s);
     json_decref(chunk);
+}
+
+static void sse_emit(job *j, json_t *chunk) { sse_event(j, NULL, chunk); }
+
+/* Every event of a writer's array (NULL: none), each named by its type. */
+static void sse_events(job *j, json_t *events) {
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev) sse_event(j, json_string_value(json_object_get(ev, "type")), json_incref(ev));
+    json_decref(events);
 }
 
 /* The stream's last bytes, sent by stream_reader after out (static, so they need no
@@ -246,10 +256,43 @@ static const char SSE_FAILED_DONE[] =
     "data: {\"error\":{\"message\":\"the engine could not finish the request (out of memory, or a failed step: "
     "see the server log)\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n";
 
+/* Anthropic's stream has no [DONE]: a failed one ends with an error event. */
+static const char ANT_OOM[] = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":"
+                              "\"out of memory: the reply is incomplete\"}}\n\n";
+static const char ANT_FAILED[] =
+    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the engine could not "
+    "finish the request (out of memory, or a failed step: see the server log)\"}}\n\n";
+static const char ANT_CANCELLED[] =
+    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the request was "
+    "cancelled: it ran past the server's request timeout, or the server is shutting down\"}}\n\n";
+
 static void sse_end(job *j) { j->stream_done = true; }
 
-static const char *sse_tail(const job *j, size_t *n) {
-    const char *t = j->oom ? SSE_OOM_DONE : j->engine_failed ? SSE_FAILED_DONE : SSE_DONE;
+/* The stream's last bytes (they need no memory): [DONE] for OpenAI's chunks, after an
+ * error event when the reply is incomplete; Anthropic's and the Responses stream end
+ * with their last event, or an error event. */
+static const char *sse_tail(job *j, size_t *n) {
+    const char *t;
+    const bool cancelled = j->n_choices > 0 && j->ch[0].finish == CN_FINISH_CANCELLED;
+    if (j->api == API_ANTHROPIC) {
+        t = j->oom ? ANT_OOM : j->engine_failed ? ANT_FAILED : cancelled ? ANT_CANCELLED : "";
+    } else if (j->api == API_RESPONSES) {
+        const char *msg = j->oom            ? "out of memory: the reply is incomplete"
+                          : j->engine_failed ? "the engine could not finish the request (see the server log)"
+                          : cancelled        ? "the request was cancelled: it ran past the server's request timeout, or "
+                                               "the server is shutting down"
+                                             : NULL;
+        if (msg)
+            snprintf(j->tail, sizeof j->tail,
+                     "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"%s\","
+                     "\"param\":null,\"sequence_number\":%lld}\n\n",
+                     msg, (long long)j->ch[0].w.seq);
+        else
+            j->tail[0] = 0;
+        t = j->tail;
+    } else {
+        t = j->oom ? SSE_OOM_DONE : j->engine_failed ? SSE_FAILED_DONE : SSE_DONE;
+    }
     *n = strlen(t);
     return t;
 }
@@ -337,6 +380,37 @@ static void reply_feed(job *j, int32_t idx, const char *text, size_t n, bool fin
     json_decref(deltas);
 }
 
+/* What the Anthropic and Responses writers know of choice c. */
+static api_meta job_meta(const job *j, const job_choice *c) {
+    return (api_meta){.id = j->id, .model = j->s->oc.model_id, .created = j->created, .n_prompt = j->r.n_prompt[0],
+                      .n_cached = c->timings.n_cached_tokens, .n_generated = c->timings.n_generated_tokens,
+                      .finish = c->finish, .stop_index = c->stop_index, .tok = j->s->oc.tok};
+}
+
+/* Anthropic / Responses: text of choice idx read (for calls and reasoning when the reply
+ * has a reader) into the writer's items; streaming, their events go out. */
+static void api_feed(job *j, int32_t idx, const char *text, size_t n, bool final) {
+    job_choice *c = &j->ch[idx];
+    json_t *deltas = json_array();
+    if (!deltas) {
+        j->oom = true;
+        return;
+    }
+    if (c->reply.rd) {
+        if (!oai_reply_feed(&c->reply, text, n, final, deltas)) j->oom = true;
+    } else if (n) {
+        json_array_append_new(deltas, json_pack("{s:s%}", "content", text, n));
+    }
+    json_t *events = j->r.stream ? json_array() : NULL;
+    const api_meta m = job_meta(j, c);
+    size_t i;
+    json_t *d;
+    json_array_foreach(deltas, i, d) api_writer_feed(&c->w, &m, d, c->reply.rd ? &c->reply : NULL, events);
+    if (c->w.oom || json_failed()) j->oom = true; /* a delta or an event may be missing */
+    sse_events(j, events);
+    json_decref(deltas);
+}
+
 /* The finish_reason of choice c: "tool_calls" when a reply that made calls stopped. */
 static const char *finish_of(const job_choice *c) {
     if (c->reply.rd && c->finish == CN_FINISH_STOP && oai_reply_n_calls(&c->reply) > 0) return "tool_calls";
@@ -366,6 +440,11 @@ static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token 
     job_choice *c = &j->ch[sub->prompt * j->r.n + index];
     if (c->t_last_token > 0) cn_metrics_itl(j->s->metrics, t - c->t_last_token);
     c->t_last_token = t;
+    if (j->ar.n_stops > 0) {
+        char piece[256];
+        const size_t n = cn_token_to_piece(j->s->oc.tok, tok->id, false, piece, sizeof piece);
+        if (n <= sizeof piece && !buf_add(&c->tok_text, piece, n)) j->oom = true;
+    }
     if (j->r.n_logprobs >= 0) {
         if (c->n_toks == c->cap_toks) {
             const int32_t cap = c->cap_toks ? c->cap_toks * 2 : 64;
@@ -386,8 +465,10 @@ static void on_text(void *user, uint64_t id, int32_t index, const char *text, si
     job_sub *sub = user;
     job *j = sub->j;
     pthread_mutex_lock(&j->mu);
+    json_failed(); /* a mark left by another job's JSON work is not this one's */
     const int32_t idx = sub->prompt * j->r.n + index;
-    if (j->ch[idx].reply.rd) reply_feed(j, idx, text, n, false);
+    if (j->api >= API_ANTHROPIC) api_feed(j, idx, text, n, false);
+    else if (j->ch[idx].reply.rd) reply_feed(j, idx, text, n, false);
     else if (j->r.stream) stream_delta(j, idx, text, n, false, NULL);
     else if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
     pthread_cond_broadcast(&j->cv);
@@ -400,14 +481,27 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     job *j = sub->j;
     cn_metrics_finish(j->s->metrics, t, reason);
     pthread_mutex_lock(&j->mu);
+    json_failed(); /* as in on_text */
     const int32_t idx = sub->prompt * j->r.n + index;
     job_choice *c = &j->ch[idx];
     c->finish = reason;
     c->timings = *t;
     j->n_open--;
     if (reason == CN_FINISH_CANCELLED && !j->cancelling) j->engine_failed = true;
-    if (c->reply.rd) reply_feed(j, idx, NULL, 0, true);
-    if (j->r.stream) {
+    if (j->api >= API_ANTHROPIC) {
+        if (c->reply.rd) api_feed(j, idx, NULL, 0, true);
+        if (reason == CN_FINISH_STOP && j->ar.n_stops > 0)
+            c->stop_index = ant_stop_match(&j->ar, c->tok_text.p ? c->tok_text.p : "", c->tok_text.n);
+        json_t *events = j->r.stream ? json_array() : NULL;
+        const api_meta m = job_meta(j, c);
+        api_writer_close(&c->w, &m, events);
+        if (c->w.oom || json_failed()) j->oom = true;
+        sse_events(j, events);
+        if (j->r.stream) sse_end(j);
+    } else if (c->reply.rd) {
+        reply_feed(j, idx, NULL, 0, true);
+    }
+    if (j->r.stream && j->api < API_ANTHROPIC) {
         stream_delta(j, idx, NULL, 0, false, finish_of(c));
         if (j->n_open == 0) {
             if (j->r.include_usage) {
@@ -425,8 +519,14 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
 
 /* ---- answering ---- */
 
+/* The API a URL belongs to (its errors take that API's shape). */
+static api_kind api_of_url(const char *url) {
+    return !strncmp(url, "/v1/messages", 12) ? API_ANTHROPIC : !strcmp(url, "/v1/responses") ? API_RESPONSES : API_CHAT;
+}
+
 static const char *endpoint_of(const char *url) {
-    static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+    static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages",
+                                        "/v1/messages/count_tokens", "/v1/responses", "/v1/models", "/health",
                                         "/metrics", "/tokenize", "/detokenize", "/"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(url, known[i])) return known[i];
@@ -454,7 +554,11 @@ static enum MHD_Result send_json(cn_server *s, struct MHD_Connection *conn, cons
         free(body);
         static const char oom[] =
             "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        return send_bytes(s, conn, url, 503, "application/json", oom, sizeof oom - 1, "Retry-After", "1");
+        static const char ant_oom[] =
+            "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"out of memory\"}}";
+        const bool ant = api_of_url(url) == API_ANTHROPIC;
+        return send_bytes(s, conn, url, 503, "application/json", ant ? ant_oom : oom, ant ? sizeof ant_oom - 1 : sizeof oom - 1,
+                          "Retry-After", "1");
     }
     const enum MHD_Result r =
         send_bytes(s, conn, url, status, "application/json", body, strlen(body), extra_hdr, extra_val);
@@ -462,11 +566,13 @@ static enum MHD_Result send_json(cn_server *s, struct MHD_Connection *conn, cons
     return r;
 }
 
+/* An error in the shape of the API the URL belongs to. */
 static enum MHD_Result send_error(cn_server *s, struct MHD_Connection *conn, const char *url, const oai_error *e) {
     const char *hdr = NULL, *val = NULL;
     if (e->http_status == 429 || e->http_status == 503) hdr = "Retry-After", val = "1";
     if (e->http_status == 401) hdr = "WWW-Authenticate", val = "Bearer";
-    return send_json(s, conn, url, e->http_status, oai_error_json(e), hdr, val);
+    return send_json(s, conn, url, e->http_status,
+                     api_of_url(url) == API_ANTHROPIC ? ant_error_json(e) : oai_error_json(e), hdr, val);
 }
 
 static enum MHD_Result fail(cn_server *s, struct MHD_Connection *conn, const char *url, int status, const char *type,
@@ -506,6 +612,10 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
 
 /* The whole non-streaming response of a finished job. */
 static json_t *completion_json(job *j) {
+    if (j->api >= API_ANTHROPIC) {
+        const api_meta m = job_meta(j, &j->ch[0]);
+        return api_writer_response(&j->ch[0].w, &m);
+    }
     json_t *choices = json_array();
     for (int32_t i = 0; i < j->n_choices; i++) {
         job_choice *c = &j->ch[i];
@@ -611,11 +721,15 @@ static void stream_free(void *cls) {
     job_free(j);
 }
 
+/* The key in 'Authorization: Bearer KEY', or in 'x-api-key: KEY' (Anthropic's
+ * clients), compared in constant time. */
 static bool authorized(cn_server *s, struct MHD_Connection *conn) {
     if (!s->p.api_key) return true;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-    const char *k = h + 7, *want = s->p.api_key;
+    const char *x = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+    const char *k = h && !strncmp(h, "Bearer ", 7) ? h + 7 : x;
+    if (!k) return false;
+    const char *want = s->p.api_key;
     const size_t nk = strlen(k), nw = strlen(want);
     unsigned diff = (unsigned)(nk != nw);
     for (size_t i = 0; i < nw; i++) diff |= (unsigned)(unsigned char)want[i] ^ (unsigned)(unsigned char)(i < nk ? k[i] : 0);
@@ -629,14 +743,22 @@ static bool authorized(cn_server *s, struct MHD_Connection *conn) {
 
 /* Parse: a job for body, registered, its stream opened (role or echo chunks); NULL with
  * *oe filled. */
-static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, oai_kind kind, uint64_t seq,
+static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, api_kind api, uint64_t seq,
                       oai_error *oe) {
     job *j = calloc(1, sizeof *j);
     if (!j) return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->s = s;
-    if (!oai_parse(&s->oc, kind, body, &j->r, oe)) {
+    j->api = api;
+    const bool ok = api == API_ANTHROPIC   ? ant_parse(&s->oc, body, false, &j->r, &j->ar, oe)
+                    : api == API_RESPONSES ? resp_parse(&s->oc, body, &j->r, &j->ar, oe)
+                                           : oai_parse(&s->oc, api == API_CHAT ? OAI_CHAT : OAI_COMPLETION, body, &j->r, oe);
+    if (ok && json_failed()) { /* the mapping's JSON may have lost a field */
+        job_free(j);
+        return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
+    }
+    if (!ok) {
         job_free(j);
         return NULL;
     }
@@ -647,12 +769,16 @@ static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, o
         job_free(j);
         return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     }
-    for (int32_t i = 0; kind == OAI_CHAT && i < j->n_choices; i++)
-        if (!oai_reply_init(&j->ch[i].reply, &j->r, oe)) {
+    for (int32_t i = 0; i < j->n_choices; i++) {
+        j->ch[i].stop_index = -1;
+        api_writer_init(&j->ch[i].w, &j->ar);
+        if (api != API_COMPLETION && !oai_reply_init(&j->ch[i].reply, &j->r, oe)) {
             job_free(j);
             return NULL;
         }
-    snprintf(j->id, sizeof j->id, "%s-%016llx%08llx", kind == OAI_CHAT ? "chatcmpl" : "cmpl",
+    }
+    static const char *const prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_"};
+    snprintf(j->id, sizeof j->id, "%s%016llx%08llx", prefix[api],
              (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
     j->created = (long long)time(NULL);
     j->t_deadline = now_s() + s->p.request_timeout_s;
@@ -660,8 +786,17 @@ static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, o
     j->fd = ci ? ci->connect_fd : -1;
     for (int32_t i = 0; j->r.stream && i < j->n_choices; i++) {
         const char *et = j->r.echo ? j->r.echo_text[i / j->r.n] : NULL;
-        if (kind == OAI_CHAT) stream_delta(j, i, NULL, 0, true, NULL);
-        else if (et) stream_delta(j, i, et, strlen(et), false, NULL);
+        if (api >= API_ANTHROPIC) {
+            json_t *events = json_array();
+            const api_meta m = job_meta(j, &j->ch[i]);
+            api_writer_open(&j->ch[i].w, &m, events);
+            if (j->ch[i].w.oom || json_failed()) j->oom = true;
+            sse_events(j, events);
+        } else if (api == API_CHAT) {
+            stream_delta(j, i, NULL, 0, true, NULL);
+        } else if (et) {
+            stream_delta(j, i, et, strlen(et), false, NULL);
+        }
     }
     job_register(s, j);
     return j;
@@ -766,7 +901,7 @@ static enum MHD_Result respond_whole(cn_server *s, struct MHD_Connection *conn, 
 }
 
 static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body,
-                                         oai_kind kind) {
+                                         api_kind api) {
     pthread_mutex_lock(&s->mu);
     const bool ready = s->ready, draining = s->draining;
     const uint64_t seq = ++s->next_id;
@@ -774,7 +909,7 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
     if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
     if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
     oai_error oe = {0};
-    job *j = job_parse(s, conn, body, kind, seq, &oe);
+    job *j = job_parse(s, conn, body, api, seq, &oe);
     if (!j) return send_error(s, conn, url, &oe);
     if (!job_submit(j, &oe)) {
         job_unregister(s, j);
@@ -782,6 +917,20 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
         return send_error(s, conn, url, &oe);
     }
     return j->r.stream ? respond_stream(s, conn, url, j) : respond_whole(s, conn, url, j);
+}
+
+/* Anthropic's count_tokens: the prompt the same /v1/messages body would make. */
+static enum MHD_Result handle_count_tokens(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
+    oai_request r;
+    api_request ar;
+    oai_error oe = {0};
+    bool ok = ant_parse(&s->oc, body, true, &r, &ar, &oe);
+    if (ok && json_failed()) ok = oai_fail(&oe, 503, "server_error", NULL, NULL, "out of memory");
+    const int32_t n = r.n_prompt[0];
+    oai_request_free(&r);
+    api_request_free(&ar);
+    if (!ok) return send_error(s, conn, url, &oe);
+    return send_json(s, conn, url, 200, json_pack("{s:i}", "input_tokens", n), NULL, NULL);
 }
 
 static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
@@ -853,7 +1002,8 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
                              conn_state *cs) {
     const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     struct { const char *path; bool post; } routes[] = {
-        {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/tokenize", true}, {"/detokenize", true},
+        {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/v1/messages", true},
+        {"/v1/messages/count_tokens", true}, {"/v1/responses", true}, {"/tokenize", true}, {"/detokenize", true},
         {"/v1/models", false},          {"/health", false},        {"/metrics", false},
         {"/", false}};
     int r = -1;
@@ -864,7 +1014,8 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
         oai_error e = {0};
         oai_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%s does not accept %s (use %s)", url,
                  method, routes[r].post ? "POST" : "GET");
-        return send_json(s, conn, url, 405, oai_error_json(&e), "Allow", routes[r].post ? "POST" : "GET, HEAD");
+        return send_json(s, conn, url, 405, api_of_url(url) == API_ANTHROPIC ? ant_error_json(&e) : oai_error_json(&e),
+                         "Allow", routes[r].post ? "POST" : "GET, HEAD");
     }
     pthread_mutex_lock(&s->mu);
     const bool ready = s->ready;
@@ -903,7 +1054,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     }
     if (!authorized(s, conn))
         return fail(s, conn, url, 401, "authentication_error", NULL, "invalid_api_key",
-                    "a valid API key is required: 'Authorization: Bearer KEY'");
+                    "a valid API key is required: 'Authorization: Bearer KEY' (or 'x-api-key: KEY')");
     if (!strcmp(url, "/v1/models")) {
         json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->p.model_id, "object", "model", "created",
                               (json_int_t)time(NULL), "owned_by", "cinder");
@@ -917,7 +1068,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
     json_error_t je;
     json_failed();
-    json_t *body = json_loadb(cs->body.p ? cs->body.p : "", cs->body.n, 0, &je);
+    json_t *body = json_mem_load(cs->body.p ? cs->body.p : "", cs->body.n, 0, &je);
     if (json_failed() || (!body && json_error_code(&je) == json_error_out_of_memory)) {
         json_decref(body);
         return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
@@ -930,8 +1081,11 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
         return fail(s, conn, url, 400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
     }
     enum MHD_Result res;
-    if (!strcmp(url, "/v1/chat/completions")) res = handle_completion(s, conn, url, body, OAI_CHAT);
-    else if (!strcmp(url, "/v1/completions")) res = handle_completion(s, conn, url, body, OAI_COMPLETION);
+    if (!strcmp(url, "/v1/chat/completions")) res = handle_completion(s, conn, url, body, API_CHAT);
+    else if (!strcmp(url, "/v1/completions")) res = handle_completion(s, conn, url, body, API_COMPLETION);
+    else if (!strcmp(url, "/v1/messages")) res = handle_completion(s, conn, url, body, API_ANTHROPIC);
+    else if (!strcmp(url, "/v1/messages/count_tokens")) res = handle_count_tokens(s, conn, url, body);
+    else if (!strcmp(url, "/v1/responses")) res = handle_completion(s, conn, url, body, API_RESPONSES);
     else if (!strcmp(url, "/tokenize")) res = handle_tokenize(s, conn, url, body);
     else res = handle_detokenize(s, conn, url, body);
     json_decref(body);
@@ -1009,7 +1163,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     addr.sin_port = htons((uint16_t)p->port);
     if (inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1)
         return server_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
-    pthread_once(&json_once, json_init);
+    json_mem_init();
     cn_server *s = calloc(1, sizeof *s);
     if (!s) return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     s->p = *p;

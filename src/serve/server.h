@@ -1,4 +1,5 @@
-/* server.h — `cinder serve`'s HTTP server: the OpenAI API over the batched engine.
+/* server.h — `cinder serve`'s HTTP server: the OpenAI API (and Anthropic's Messages and
+ * OpenAI's Responses API) over the batched engine.
  *
  * It owns the HTTP side only (libmicrohttpd, one thread per connection), and talks to the
  * engine through the public engine API: submit, cancel, stats, and the engine's own

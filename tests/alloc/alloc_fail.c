@@ -14,9 +14,10 @@
  * vocabularies from ../shared/testdata: load, encode with special tokens, decode), engine
  * create, submit and steps (n = 2, stop strings, logprobs), the public context API
  * (create, then a greedy request with logprobs), and HTTP requests to an
- * in-process server (a completion with n = 2 and logprobs, a streamed one, /tokenize).
- * Over HTTP the rule is: a 200 is the reference reply, else a 503 that says why, or, for
- * a stream whose headers are out, an error event before [DONE].
+ * in-process server (a completion with n = 2 and logprobs, a streamed one, /tokenize,
+ * Anthropic's /v1/messages streamed with a stop sequence, /v1/responses whole and
+ * streamed). Over HTTP the rule is: a 200 is the reference reply, else a 503 that says
+ * why, or, for a stream whose headers are out, its API's error event.
  *
  *   build-san/tests/alloc_fail [TESTDATA]     exit 0 when every sweep holds */
 #include <arpa/inet.h>
@@ -441,18 +442,56 @@ static bool run_context(void *ctx) {
 
 /* ---- HTTP ---- */
 
+#define N_HTTP 6
+
 typedef struct {
     int port;
     int which;             /* the request of HTTP_BODIES that the sweep runs */
-    char ref[3][8192];
+    char ref[N_HTTP][8192];
 } http_case;
 
-static const char *const HTTP_BODIES[3][2] = {
+/* path, body, and for a stream the start of the error event that may end it */
+static const char *const HTTP_BODIES[N_HTTP][3] = {
     {"/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 6, \"temperature\": 0, \"n\": 2, "
-                        "\"logprobs\": 2, \"stop\": [\"park\"]}"},
-    {"/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 6, \"temperature\": 0, \"stream\": true}"},
-    {"/tokenize", "{\"content\": \"Once upon a time\", \"with_pieces\": true}"},
+                        "\"logprobs\": 2, \"stop\": [\"park\"]}", NULL},
+    {"/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 6, \"temperature\": 0, \"stream\": true}",
+     "data: {\"error\":{\"message\":"},
+    {"/tokenize", "{\"content\": \"Once upon a time\", \"with_pieces\": true}", NULL},
+    {"/v1/messages", "{\"max_tokens\": 6, \"temperature\": 0, \"stream\": true, \"stop_sequences\": [\"park\"],"
+                     " \"system\": \"Tell a story.\", \"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}]}",
+     "event: error\ndata: {\"type\":\"error\",\"error\":{"},
+    {"/v1/responses", "{\"max_output_tokens\": 6, \"temperature\": 0, \"input\": \"Once upon a time\"}", NULL},
+    {"/v1/responses", "{\"max_output_tokens\": 6, \"temperature\": 0, \"stream\": true, \"input\": \"Once upon a time\"}",
+     "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\""},
 };
+
+/* A chunked body joined in place (where the chunks fall depends on timing: a chunk
+ * line inside a field would hide it from essence). */
+static void dechunk(char *resp) {
+    char *body = strstr(resp, "\r\n\r\n");
+    if (!body || !strstr(resp, "Transfer-Encoding: chunked")) return;
+    body += 4;
+    char *r = body, *w = body;
+    for (;;) {
+        char *end = NULL;
+        const unsigned long n = strtoul(r, &end, 16);
+        if (end == r || strncmp(end, "\r\n", 2)) break; /* cut short: keep what was joined */
+        r = end + 2;
+        if (n == 0 || strlen(r) < n) {
+            if (n) { /* a last chunk that did not all arrive */
+                memmove(w, r, strlen(r));
+                w += strlen(r);
+            }
+            break;
+        }
+        memmove(w, r, n);
+        w += n;
+        r += n;
+        if (strncmp(r, "\r\n", 2)) break;
+        r += 2;
+    }
+    *w = 0;
+}
 
 /* The response: status, and the body with its volatile fields ("created", "id",
  * "timings", durations) cut, so two runs compare equal. */
@@ -486,6 +525,7 @@ static int http_call(int port, int which, char *out, size_t cap) {
     close(fd);
     int status = -1;
     if (sscanf(out, "HTTP/1.1 %d", &status) != 1) return -1;
+    dechunk(out);
     return status;
 }
 
@@ -494,7 +534,8 @@ static int http_call(int port, int which, char *out, size_t cap) {
 static void essence(const char *resp, char *out, size_t cap) {
     size_t used = 0;
     out[0] = 0;
-    const char *keys[] = {"\"text\":", "\"tokens\":", "\"finish_reason\":"};
+    const char *keys[] = {"\"text\":", "\"tokens\":", "\"finish_reason\":", "\"stop_reason\":", "\"stop_sequence\":",
+                          "\"status\":"};
     for (const char *p = resp; *p; p++) {
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
             const size_t kl = strlen(keys[k]);
@@ -526,12 +567,12 @@ static bool run_http(void *ctx) {
         essence(resp, ess, sizeof ess);
         /* a 200 reply is whole and right; a stream whose headers were out may end in an
          * error event instead */
-        if (strcmp(ess, c->ref[w]) && !(w == 1 && strstr(resp, "data: {\"error\":{\"message\":")))
+        if (strcmp(ess, c->ref[w]) && !(HTTP_BODIES[w][2] && strstr(resp, HTTP_BODIES[w][2])))
             bad("%s: a 200 that is not the reference:\n  got  %s\n  want %s", HTTP_BODIES[w][0], ess, c->ref[w]);
     } else if (st == 503) {
         if (!strstr(resp, "out of memory") && !strstr(resp, "could not finish"))
             bad("%s: a 503 that does not say why: %.300s", HTTP_BODIES[w][0], resp);
-    } else if (st != -1 || w != 1) {
+    } else if (st != -1 || !HTTP_BODIES[w][2]) {
         /* -1: the connection was closed without a reply; only allowed for a stream whose
          * headers went out before the failure */
         bad("%s: status %d: %.300s", HTTP_BODIES[w][0], st, resp);
@@ -588,6 +629,7 @@ int main(int argc, char **argv) {
     cn_server_params sp = cn_server_default_params();
     sp.port = 0;
     sp.model_id = "stories260K";
+    ep.chat_template = "chatml"; /* stories260K has none; /v1/messages and /v1/responses need one */
     if (cn_engine_create(m, &ep, &e, &err) != CN_STATUS_OK || cn_engine_start(e, &err) != CN_STATUS_OK ||
         cn_server_start(&sp, &srv, &err) != CN_STATUS_OK) {
         fprintf(stderr, "alloc_fail: server: %s\n", err.msg);
@@ -597,16 +639,17 @@ int main(int argc, char **argv) {
     static http_case hc;
     hc.port = cn_server_port(srv);
     static char resp[65536];
-    for (int w = 0; w < 3; w++) {
+    for (int w = 0; w < N_HTTP; w++) {
         if (http_call(hc.port, w, resp, sizeof resp) != 200) {
             fprintf(stderr, "alloc_fail: reference %s: %.300s\n", HTTP_BODIES[w][0], resp);
             return 1;
         }
         essence(resp, hc.ref[w], sizeof hc.ref[w]);
     }
-    static const char *const names[3] = {"HTTP: completions (n = 2, logprobs)", "HTTP: completions, streamed",
-                                         "HTTP: /tokenize"};
-    for (hc.which = 0; hc.which < 3; hc.which++) sweep(names[hc.which], run_http, &hc, 100000);
+    static const char *const names[N_HTTP] = {"HTTP: completions (n = 2, logprobs)", "HTTP: completions, streamed",
+                                              "HTTP: /tokenize", "HTTP: /v1/messages, streamed, stop_sequences",
+                                              "HTTP: /v1/responses", "HTTP: /v1/responses, streamed"};
+    for (hc.which = 0; hc.which < N_HTTP; hc.which++) sweep(names[hc.which], run_http, &hc, 100000);
     cn_server_drain(srv, 5);
     cn_server_free(srv);
     cn_engine_free(e);

@@ -1,6 +1,7 @@
 /* fuzz_openai.c — fuzz entry for the HTTP request body → engine request mapping
- * (src/serve/openai.c): the bytes a client POSTs, parsed as JSON and mapped for
- * /v1/chat/completions or /v1/completions (the first byte chooses), with stories260K's
+ * (src/serve/openai.c, anthropic.c, responses.c): the bytes a client POSTs, parsed as JSON
+ * and mapped for /v1/chat/completions or /v1/completions (bit 0 of the first byte), or,
+ * when bits 1-2 say 1 or 2, for /v1/messages (bit 0: count_tokens) or /v1/responses, with stories260K's
  * vocabulary (../shared/testdata/models) and the ChatML template, a 256-position context.
  *
  * Checked: a body that is not JSON is refused before mapping (as the server does); a
@@ -16,7 +17,7 @@
 
 #include "fuzz_util.h"
 #include "gguf/gguf.h"
-#include "serve/openai.h"
+#include "serve/apis.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 
@@ -52,21 +53,29 @@ int fuzz_openai_one(const uint8_t *data, size_t size) {
     if (size < 1) return -1;
     const oai_ctx *c = fuzz_oai_ctx();
     const oai_kind kind = data[0] & 1 ? OAI_CHAT : OAI_COMPLETION;
+    const int api = (data[0] >> 1) & 3; /* 1: Anthropic, 2: Responses, else OpenAI's */
     json_error_t jerr;
     json_t *body = json_loadb((const char *)data + 1, size - 1, JSON_REJECT_DUPLICATES, &jerr);
     if (!body) return -1;
     oai_request r;
+    api_request ar;
+    memset(&ar, 0, sizeof ar);
     oai_error e = {0};
-    const bool ok = oai_parse(c, kind, body, &r, &e);
+    const bool ok = api == 1   ? ant_parse(c, body, data[0] & 1, &r, &ar, &e)
+                    : api == 2 ? resp_parse(c, body, &r, &ar, &e)
+                               : oai_parse(c, kind, body, &r, &e);
     json_decref(body);
     if (!ok) {
         if (e.http_status < 400 || e.http_status > 404 || !e.message[0]) abort();
-        json_t *ej = oai_error_json(&e);
+        json_t *ej = api == 1 ? ant_error_json(&e) : oai_error_json(&e);
         if (!ej || !json_is_object(json_object_get(ej, "error"))) abort();
         json_decref(ej);
         oai_request_free(&r);
+        api_request_free(&ar);
         return -1;
     }
+    if (api == 2 && !json_is_object(ar.echo)) abort();
+    api_request_free(&ar);
     if (r.n_prompts < 1 || r.n_prompts > OAI_MAX_PROMPTS || r.n < 1 || r.n > CN_ENGINE_MAX_N) abort();
     int32_t longest = 0;
     for (int32_t i = 0; i < r.n_prompts; i++) {
