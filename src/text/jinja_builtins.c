@@ -1454,7 +1454,7 @@ static bool select_like(jr *r, jv v, const jargs *a, bool attr, bool want, jv *o
         off = 1;
     }
     jv test = a->n_pos > off ? a->pos[off] : jv_missing();
-    jargs rest = {.pos = a->pos + CN_MIN(a->n_pos, off + 1), .n_pos = a->n_pos > off + 1 ? a->n_pos - off - 1 : 0,
+    jargs rest = {.pos = a->n_pos > off + 1 ? a->pos + off + 1 : NULL, .n_pos = a->n_pos > off + 1 ? a->n_pos - off - 1 : 0,
                   .kw_names = a->kw_names, .kw = a->kw, .n_kw = a->n_kw};
     jlist *items, *kept;
     if (!jr_iterate(r, v, &items)) return false;
@@ -1621,10 +1621,9 @@ static bool filter_minmax(jr *r, jv v, jv case_sensitive, jv attr, bool max, jv 
         *out = jr_undef_msg(r, "No aggregated item, sequence was empty.");
         return true;
     }
-    bool ok = true;
     size_t best = 0;
-    jv bestk;
-    ok = key_of(r, items->v[0], attr, false, is_true_arg(case_sensitive), &bestk);
+    jv bestk = jv_undef();
+    bool ok = key_of(r, items->v[0], attr, false, is_true_arg(case_sensitive), &bestk);
     for (size_t i = 1; ok && i < items->n; i++) {
         jv k;
         if (!(ok = key_of(r, items->v[i], attr, false, is_true_arg(case_sensitive), &k))) break;
@@ -1645,12 +1644,8 @@ static bool filter_minmax(jr *r, jv v, jv case_sensitive, jv attr, bool max, jv 
             jv_unref(k);
         }
     }
-    if (ok) {
-        jv_unref(bestk);
-        *out = jv_ref(items->v[best]);
-    } else if (bestk.kind != JV_UNDEF) {
-        jv_unref(bestk);
-    }
+    jv_unref(bestk);
+    if (ok) *out = jv_ref(items->v[best]);
     jv_unref(jv_list(items, false));
     return ok;
 }

@@ -217,6 +217,15 @@ static bool capture(jr *r, jscope *s) {
     return true;
 }
 
+static bool scope_set(jr *r, jscope *s, int32_t atom, jv v);
+
+/* A frame's names that start as missing (jnode.undef), bound so in its new scope. */
+static bool frame_start(jr *r, jscope *s, const int32_t *undef, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+        if (!scope_set(r, s, undef[i], jv_missing())) return false;
+    return true;
+}
+
 /* Sets atom in s to v (consumed). */
 static bool scope_set(jr *r, jscope *s, int32_t atom, jv v) {
     for (uint32_t i = 0; i < s->n; i++)
@@ -243,7 +252,8 @@ static bool scope_set(jr *r, jscope *s, int32_t atom, jv v) {
 static jv lookup(jr *r, jscope *s, int32_t atom) {
     for (; s; s = s->parent)
         for (uint32_t i = 0; i < s->n; i++)
-            if (s->v[i].atom == atom) return jv_ref(s->v[i].val);
+            if (s->v[i].atom == atom)
+                return jv_is_missing(s->v[i].val) ? jr_undef_name(r, r->t->atoms[atom]) : jv_ref(s->v[i].val);
     if (!jv_is_missing(r->globals[atom])) return jv_ref(r->globals[atom]);
     if (r->t->atom_global[atom] >= 0) return (jv){.kind = JV_FUNC, .sub = (uint16_t)r->t->atom_global[atom]};
     return jr_undef_name(r, r->t->atoms[atom]);
@@ -1038,11 +1048,17 @@ static bool format_percent(jr *r, jv fmt, jv args, jv *out) {
         while (i < n && strchr("-+ #0", s[i]) && nfl < 7) flags[nfl++] = s[i++];
         flags[nfl] = 0;
         int width = -1, prec = -1;
-        while (i < n && s[i] >= '0' && s[i] <= '9') width = (width < 0 ? 0 : width) * 10 + (s[i++] - '0');
+        while (i < n && s[i] >= '0' && s[i] <= '9') {
+            if (width < 100000) width = (width < 0 ? 0 : width) * 10 + (s[i] - '0');
+            i++;
+        }
         if (i < n && s[i] == '.') {
             i++;
             prec = 0;
-            while (i < n && s[i] >= '0' && s[i] <= '9') prec = prec * 10 + (s[i++] - '0');
+            while (i < n && s[i] >= '0' && s[i] <= '9') {
+                if (prec < 100000) prec = prec * 10 + (s[i] - '0');
+                i++;
+            }
         }
         if (width > 4096 || prec > 4096) {
             jbuf_free(&o);
@@ -1182,6 +1198,10 @@ static bool call_macro(jr *r, jv fn, const jargs *a, jv *out) {
     const uint32_t np = def->n_kids2;
     jscope *ms = scope_new(r, m->closure);
     if (!ms) return false;
+    if (!frame_start(r, ms, def->undef, def->n_undef)) {
+        scope_end(r, ms);
+        return false;
+    }
     bool ok = true;
     bool *bound = calloc(np ? np : 1, sizeof *bound);
     if (!bound) {
@@ -1533,9 +1553,15 @@ static bool eval(jr *r, const jnode *n, jscope *s, jv *out) {
 /* ---- statements ---- */
 
 /* Renders body in a child scope of s into a new string. */
-static bool render_to_str(jr *r, jnode *const *body, uint32_t n, jscope *s, jv *out) {
+static bool render_to_str(jr *r, const jnode *frame, jscope *s, jv *out) {
     jscope *c = scope_new(r, s);
     if (!c) return false;
+    if (!frame_start(r, c, frame->undef, frame->n_undef)) {
+        scope_end(r, c);
+        return false;
+    }
+    jnode *const *body = frame->kids;
+    const uint32_t n = frame->n_kids;
     jbuf b;
     jr_buf_init(r, &b);
     const xres x = exec_body(r, body, n, c, &b);
@@ -1605,7 +1631,8 @@ static xres run_for(jr *r, const jnode *n, jv iterable, jscope *s, int64_t depth
             break;
         }
         jscope *is = scope_new(r, s);
-        if (!is || !assign(r, n->a, jv_ref(items->v[i]), is) || !scope_set(r, is, r->t->atom_loop, jv_ref(lv))) {
+        if (!is || !frame_start(r, is, n->undef, n->n_undef) || !assign(r, n->a, jv_ref(items->v[i]), is) ||
+            !scope_set(r, is, r->t->atom_loop, jv_ref(lv))) {
             scope_end(r, is);
             res = X_ERR;
             break;
@@ -1620,12 +1647,9 @@ static xres run_for(jr *r, const jnode *n, jv iterable, jscope *s, int64_t depth
     }
     if (res == X_OK && items->n == 0 && n->n_kids2) {
         jscope *es = scope_new(r, s);
-        if (!es) res = X_ERR;
-        else {
-            const xres x = exec_body(r, n->kids2, n->n_kids2, es, out);
-            scope_end(r, es);
-            res = x == X_ERR ? X_ERR : X_OK;
-        }
+        const xres x = es && frame_start(r, es, n->undef2, n->n_undef2) ? exec_body(r, n->kids2, n->n_kids2, es, out) : X_ERR;
+        scope_end(r, es);
+        res = x == X_ERR ? X_ERR : X_OK;
     }
     jv_unref(lv);
     return res;
@@ -1668,7 +1692,7 @@ static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
         return assign(r, n->a, v, s) ? X_OK : X_ERR;
     case N_SETBLOCK: {
         jv body, res;
-        if (!render_to_str(r, n->kids, n->n_kids, s, &body)) return X_ERR;
+        if (!render_to_str(r, n, s, &body)) return X_ERR;
         if (!apply_filter(r, n->b, s, body, &res)) return X_ERR;
         r->line = n->line;
         return assign(r, n->a, res, s) ? X_OK : X_ERR;
@@ -1732,7 +1756,7 @@ static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
     }
     case N_FILTERBLOCK: {
         jv body, res;
-        if (!render_to_str(r, n->kids, n->n_kids, s, &body)) return X_ERR;
+        if (!render_to_str(r, n, s, &body)) return X_ERR;
         if (!apply_filter(r, n->a, s, body, &res)) return X_ERR;
         const bool ok = write_value(r, out, res);
         jv_unref(res);
@@ -1742,7 +1766,7 @@ static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
         /* the values are evaluated where the with stands, not seeing each other */
         jscope *ws = scope_new(r, s);
         if (!ws) return X_ERR;
-        bool ok = true;
+        bool ok = frame_start(r, ws, n->undef, n->n_undef);
         for (uint32_t i = 0; i < n->n_kids2 && ok; i++) ok = eval(r, n->defs[i], s, &v) && assign(r, n->kids2[i], v, ws);
         const xres x = ok ? exec_body(r, n->kids, n->n_kids, ws, out) : X_ERR;
         scope_end(r, ws);
@@ -1754,7 +1778,7 @@ static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
         if (n->flags == 1) return exec_body(r, n->kids, n->n_kids, s, out);
         jscope *c = scope_new(r, s);
         if (!c) return X_ERR;
-        const xres x = exec_body(r, n->kids, n->n_kids, c, out);
+        const xres x = frame_start(r, c, n->undef, n->n_undef) ? exec_body(r, n->kids, n->n_kids, c, out) : X_ERR;
         scope_end(r, c);
         return x;
     }
@@ -1805,7 +1829,8 @@ cn_status cn_jinja_render(const cn_jinja *t, const char *vars_json, size_t n, co
         const int32_t a = jatom_find(t, k->b, k->len);
         if (a >= 0) r.globals[a] = vars.u.d->v[i]; /* borrowed from vars */
     }
-    const xres x = exec_body(&r, t->body, t->n_body, r.root, &o);
+    const xres x = frame_start(&r, r.root, t->root_undef, t->n_root_undef) ? exec_body(&r, t->body, t->n_body, r.root, &o)
+                                                                           : X_ERR;
     if (x == X_ERR || r.failed) {
         if (!r.failed) jr_fail(&r, "rendering failed");
         st = cn_err(err, r.status, "template line %d: %s", r.line, r.msg);

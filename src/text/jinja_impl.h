@@ -322,6 +322,11 @@ struct jnode {
     jnode **kids2; /* else body, dict values, keyword args, macro parameters */
     jnode **defs;  /* macro / with: defaults or values aligned with kids2 (entries may be NULL) */
     uint32_t n_kids, n_kids2;
+    /* Frames (for bodies, macros, call / filter / set blocks, with, scopes): the names
+     * jinja2's compiler starts as missing there, bound so when the frame is entered;
+     * undef2: a for loop's else frame. See frames() in jinja_parse.c. */
+    int32_t *undef, *undef2;
+    uint32_t n_undef, n_undef2;
 };
 
 struct cn_jinja {
@@ -332,6 +337,8 @@ struct cn_jinja {
     int32_t *atom_global; /* per atom: the builtin global function id, or -1 */
     struct jarena *arena;
     int32_t atom_loop, atom_caller, atom_varargs, atom_kwargs;
+    int32_t *root_undef;  /* the root frame's names that start as missing (see jnode.undef) */
+    uint32_t n_root_undef;
 };
 
 int32_t jatom_find(const cn_jinja *t, const char *s, size_t n); /* -1 if the template never names it */

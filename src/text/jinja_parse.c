@@ -1238,6 +1238,135 @@ static void check_names(parser *P, const jnode *n, bool soft) {
     }
 }
 
+/* ---- frames: which names start as missing ----
+ *
+ * jinja2 compiles each frame (the template, a for body, a macro, a call / filter / set
+ * block body, a with body) to Python locals whose first value is decided statically, in
+ * statement order: a name whose first use in the frame is a load is looked up in the
+ * context when the frame starts; a name first stored unconditionally (not inside an if)
+ * starts as missing, unless an enclosing frame uses it (then it starts as that frame's
+ * value). Frames nested inside see an enclosing frame's names as they are at that moment
+ * (closures). So a macro called before the template's own `set x` sees no x at all, even
+ * when a render variable is named x. The evaluator's dynamic scopes give the same values
+ * everywhere else; the names that start as missing are found here and bound as missing
+ * when the frame is entered. */
+
+enum { FS_NONE, FS_LOAD, FS_STORE, FS_BRANCH };
+
+static void fs_expr(const jnode *e, uint8_t *f, int depth) {
+    if (!e || depth > 8 * CN_JINJA_MAX_PARSE_DEPTH) return;
+    if ((e->kind == N_NAME || e->kind == N_NSREF) && !f[e->atom]) f[e->atom] = FS_LOAD;
+    fs_expr(e->a, f, depth + 1);
+    fs_expr(e->b, f, depth + 1);
+    fs_expr(e->c, f, depth + 1);
+    for (uint32_t i = 0; i < e->n_kids; i++) fs_expr(e->kids[i], f, depth + 1);
+    for (uint32_t i = 0; i < e->n_kids2; i++) fs_expr(e->kids2[i], f, depth + 1);
+}
+
+static void fs_target(const jnode *t, uint8_t *f, bool branch) {
+    if (t->kind == N_NAME && !f[t->atom]) f[t->atom] = branch ? FS_BRANCH : FS_STORE;
+    else if (t->kind == N_NSREF && !f[t->atom]) f[t->atom] = FS_LOAD;
+    else if (t->kind == N_TUPLE)
+        for (uint32_t i = 0; i < t->n_kids; i++) fs_target(t->kids[i], f, branch);
+}
+
+/* The frame's own uses of names, statement by statement (what jinja2's
+ * FrameSymbolVisitor sees: not the bodies of nested frames). */
+static void fs_stmts(jnode *const *body, uint32_t n, uint8_t *f, bool branch) {
+    for (uint32_t i = 0; i < n; i++) {
+        const jnode *s = body[i];
+        switch (s->kind) {
+        case N_PRINT: fs_expr(s->a, f, 0); break;
+        case N_SET:
+            fs_expr(s->b, f, 0);
+            fs_target(s->a, f, branch);
+            break;
+        case N_SETBLOCK: fs_target(s->a, f, branch); break;
+        case N_IF:
+            fs_expr(s->a, f, 0);
+            fs_stmts(s->kids, s->n_kids, f, true);
+            fs_stmts(s->kids2, s->n_kids2, f, true);
+            break;
+        case N_FOR: fs_expr(s->b, f, 0); break;
+        case N_MACRO:
+            if (!f[s->atom]) f[s->atom] = branch ? FS_BRANCH : FS_STORE;
+            break;
+        case N_CALLBLOCK: fs_expr(s->a, f, 0); break;
+        case N_FILTERBLOCK: fs_expr(s->a, f, 0); break;
+        case N_WITH:
+            for (uint32_t k = 0; k < s->n_kids2; k++) fs_expr(s->defs[k], f, 0);
+            break;
+        case N_SCOPE:
+            if (s->flags == 1) fs_stmts(s->kids, s->n_kids, f, branch);
+            break;
+        default: break;
+        }
+    }
+}
+
+static void frame(parser *P, jnode *const *body, uint32_t n, jnode *const *params, uint32_t n_params,
+                  const uint8_t *outer, int32_t **undef, uint32_t *n_undef, int depth);
+
+/* The frames nested in a frame's statements (if bodies belong to the frame itself). */
+static void fs_children(parser *P, jnode *const *body, uint32_t n, const uint8_t *outer, int depth) {
+    for (uint32_t i = 0; i < n && !P->failed; i++) {
+        jnode *s = body[i];
+        switch (s->kind) {
+        case N_IF:
+            fs_children(P, s->kids, s->n_kids, outer, depth + 1);
+            fs_children(P, s->kids2, s->n_kids2, outer, depth + 1);
+            break;
+        case N_FOR: {
+            jnode *target = s->a;
+            frame(P, s->kids, s->n_kids, &target, 1, outer, &s->undef, &s->n_undef, depth + 1);
+            frame(P, s->kids2, s->n_kids2, NULL, 0, outer, &s->undef2, &s->n_undef2, depth + 1);
+            break;
+        }
+        case N_MACRO:
+        case N_CALLBLOCK:
+        case N_WITH: frame(P, s->kids, s->n_kids, s->kids2, s->n_kids2, outer, &s->undef, &s->n_undef, depth + 1); break;
+        case N_SETBLOCK:
+        case N_FILTERBLOCK: frame(P, s->kids, s->n_kids, NULL, 0, outer, &s->undef, &s->n_undef, depth + 1); break;
+        case N_SCOPE:
+            if (s->flags == 1) fs_children(P, s->kids, s->n_kids, outer, depth + 1);
+            else frame(P, s->kids, s->n_kids, NULL, 0, outer, &s->undef, &s->n_undef, depth + 1);
+            break;
+        default: break;
+        }
+    }
+}
+
+/* One frame: its names first stored unconditionally that no enclosing frame uses start
+ * as missing; then its nested frames, with this frame's names among the enclosing ones. */
+static void frame(parser *P, jnode *const *body, uint32_t n, jnode *const *params, uint32_t n_params,
+                  const uint8_t *outer, int32_t **undef, uint32_t *n_undef, int depth) {
+    const uint32_t na = P->t->n_atoms;
+    if (P->failed || depth > 4 * CN_JINJA_MAX_PARSE_DEPTH) return;
+    uint8_t *f = calloc(na ? na : 1, 1);
+    if (!f) {
+        perr(P, 0, "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < n_params; i++) fs_target(params[i], f, true); /* parameters: bound on entry */
+    fs_stmts(body, n, f, false);
+    uint32_t k = 0;
+    for (uint32_t a = 0; a < na; a++) k += f[a] == FS_STORE && !(outer && outer[a]);
+    if (k) {
+        *undef = jarena_alloc(P->a, k * sizeof **undef);
+        if (!*undef) {
+            free(f);
+            perr(P, 0, "out of memory");
+            return;
+        }
+        *n_undef = 0;
+        for (uint32_t a = 0; a < na; a++)
+            if (f[a] == FS_STORE && !(outer && outer[a])) (*undef)[(*n_undef)++] = (int32_t)a;
+    }
+    for (uint32_t a = 0; outer && a < na; a++) f[a] |= outer[a];
+    fs_children(P, body, n, f, depth);
+    free(f);
+}
+
 cn_status cn_jinja_parse(const char *src, size_t n, cn_jinja **out, cn_error *err) {
     if (out) *out = NULL;
     if (!out || (!src && n)) return cn_err(err, CN_STATUS_INVALID_ARG, "jinja: NULL argument");
@@ -1274,6 +1403,7 @@ cn_status cn_jinja_parse(const char *src, size_t n, cn_jinja **out, cn_error *er
     if (!P.failed) t->body = nv_done(&P, &body, &t->n_body);
     free(body.v);
     for (uint32_t i = 0; !P.failed && i < t->n_body; i++) check_names(&P, t->body[i], false);
+    if (!P.failed) frame(&P, t->body, t->n_body, NULL, 0, NULL, &t->root_undef, &t->n_root_undef, 0);
     if (!P.failed && t->n_atoms) {
         t->atom_global = jarena_alloc(a, t->n_atoms * sizeof *t->atom_global);
         if (!t->atom_global) perr(&P, 0, "out of memory");

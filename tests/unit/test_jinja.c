@@ -152,6 +152,59 @@ Test(jinja, scoping) {
           NULL, "12A1B");
     check("{% with a = 5 %}{{ a }}{% endwith %}{{ a is defined }}", NULL, "5False");
     check_error("{% set x = 1 %}{% set x.a = 2 %}", NULL, CN_STATUS_INVALID_ARG, "non-namespace", NULL);
+    /* jinja2 compiles each frame's names statically: a name the template stores (before
+     * any load of it) starts as missing in that frame, hiding a render variable of that
+     * name from macros called before the store; one first loaded, or first stored inside
+     * an if, starts as the render variable */
+    check("{% macro m() %}[{{ xs }}]{% endmacro %}{{ m() }}{% set xs = 1 %}{{ m() }}", XS, "[][1]");
+    check("{% macro m() %}[{{ xs }}]{% endmacro %}{{ m() }}{{ xs|length }}{% set xs = 1 %}{{ m() }}", XS,
+          "[[1, 2, 3]]3[1]");
+    check("{% macro m() %}[{{ xs }}]{% endmacro %}{% if false %}{% set xs = 1 %}{% endif %}{{ m() }}", XS,
+          "[[1, 2, 3]]");
+    check("{% for i in [1, 2] %}{% macro m() %}<{{ v }}>{% endmacro %}{{ m() }}{% set v = i %}{{ m() }}{% endfor %}", NULL,
+          "<><1><><2>");
+}
+
+/* One parsed template rendered from several threads at once gives every thread the
+ * same text (the template is immutable; its constants are never reference-counted). */
+#include <pthread.h>
+
+static const char THREADED_TEMPLATE[] =
+    "{% set ns = namespace(s='') %}{% for m in messages %}{% set ns.s = ns.s ~ m.role[0] %}"
+    "{{ m.role|upper }}: {{ m.content|trim }} {{ m|tojson }}{{ 'é'.upper() }}{{ ('ab' * 3)[1:4] }}\n{% endfor %}{{ ns.s }}";
+static const char THREADED_VARS[] = "{\"messages\": [{\"role\": \"user\", \"content\": \" hi \"}, "
+                                    "{\"role\": \"assistant\", \"content\": \"yo\"}]}";
+
+static void *render_many(void *arg) {
+    const cn_jinja *t = arg;
+    char *first = NULL;
+    for (int i = 0; i < 200; i++) {
+        char *out = NULL;
+        size_t n = 0;
+        cn_error e;
+        if (cn_jinja_render(t, THREADED_VARS, strlen(THREADED_VARS), NULL, &out, &n, &e) != CN_STATUS_OK) return (void *)1;
+        if (first && strcmp(first, out) != 0) return (void *)1;
+        if (!first) first = out;
+        else free(out);
+    }
+    return first;
+}
+
+Test(jinja, renders_from_many_threads) {
+    cn_jinja *t = NULL;
+    cn_error e;
+    cr_assert_eq(cn_jinja_parse(THREADED_TEMPLATE, strlen(THREADED_TEMPLATE), &t, &e), CN_STATUS_OK, "%s", e.msg);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) cr_assert_eq(pthread_create(&th[i], NULL, render_many, t), 0);
+    for (int i = 0; i < 4; i++) {
+        void *res = NULL;
+        pthread_join(th[i], &res);
+        cr_assert(res && res != (void *)1, "thread %d: a render failed or differed", i);
+        cr_assert_str_eq(res, "USER: hi {\"role\": \"user\", \"content\": \" hi \"}Ébab\n"
+                              "ASSISTANT: yo {\"role\": \"assistant\", \"content\": \"yo\"}Ébab\nua");
+        free(res);
+    }
+    cn_jinja_free(t);
 }
 
 Test(jinja, macros) {
