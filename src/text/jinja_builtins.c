@@ -1514,7 +1514,10 @@ static bool filter_map(jr *r, jv v, const jargs *a, jv *out) {
     for (size_t i = 0; i < items->n && ok; i++) {
         jv y;
         if (fid < 0) ok = attr_get(r, items->v[i], attrname, def, &y);
-        else ok = jb_filter(r, fid, items->v[i], &rest, &y);
+        else if ((ok = jr_enter(r))) { /* map('map', ...) recurses */
+            ok = jb_filter(r, fid, items->v[i], &rest, &y);
+            jr_leave(r);
+        }
         if (ok) ok = push(r, res, y);
     }
     jv_unref(jv_list(items, false));

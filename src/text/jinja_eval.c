@@ -264,13 +264,17 @@ static jv lookup(jr *r, jscope *s, int32_t atom) {
 static bool eval(jr *r, const jnode *n, jscope *s, jv *out);
 static xres exec_body(jr *r, jnode *const *body, uint32_t n, jscope *s, jbuf *out);
 
-static bool enter(jr *r, const jnode *n) {
-    r->line = n->line;
+bool jr_enter(jr *r) {
     if (++r->depth > r->lim.max_depth) {
         r->depth--;
         return jr_limit(r, "the depth budget (%d) is spent: macros or blocks nest too deeply", r->lim.max_depth);
     }
-    return jr_steps(r, 1);
+    return true;
+}
+
+static bool enter(jr *r, const jnode *n) {
+    r->line = n->line;
+    return jr_enter(r) && jr_steps(r, 1);
 }
 
 static void args_free(jargs *a) {

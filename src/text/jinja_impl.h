@@ -381,6 +381,10 @@ bool jr_limit(jr *r, const char *fmt, ...) CN_PRINTF(2, 3);
 bool jr_oom(jr *r);
 /* Charges n steps; false when the budget is spent. */
 bool jr_steps(jr *r, uint64_t n);
+/* One more level of recursion (a builtin calling a builtin, as map('map', ...) does);
+ * false when the depth budget is spent. jr_leave undoes it. */
+bool jr_enter(jr *r);
+static inline void jr_leave(jr *r) { r->depth--; }
 /* A new string of b's bytes, the buffer's budget checked; false on error (recorded). */
 bool jr_buf_to_str(jr *r, jbuf *b, jv *out);
 bool jr_str(jr *r, const char *s, size_t n, jv *out);

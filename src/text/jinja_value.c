@@ -545,12 +545,14 @@ static bool equal_at(jv a, jv b, int depth, bool *deep) {
 
 bool jv_equal(jv a, jv b, bool *too_deep) { return equal_at(a, b, 0, too_deep); }
 
-bool jv_hashable(jv v) {
+/* Tuples nested deeper than JV_MAX_NEST count as unhashable (their hash would need
+ * unbounded stack). */
+static bool hashable_at(jv v, int depth) {
     switch (v.kind) {
     case JV_LIST:
-        if (!(v.flags & JF_TUPLE)) return false;
+        if (!(v.flags & JF_TUPLE) || depth > JV_MAX_NEST) return false;
         for (size_t i = 0; i < v.u.l->n; i++)
-            if (!jv_hashable(v.u.l->v[i])) return false;
+            if (!hashable_at(v.u.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
     case JV_NS: return false;
@@ -559,6 +561,8 @@ bool jv_hashable(jv v) {
     }
 }
 
+bool jv_hashable(jv v) { return hashable_at(v, 0); }
+
 static uint64_t mix(uint64_t h) {
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
@@ -566,7 +570,7 @@ static uint64_t mix(uint64_t h) {
     return h;
 }
 
-uint64_t jv_hash(jv v) {
+static uint64_t hash_at(jv v, int depth) {
     switch (v.kind) {
     case JV_BOOL:
     case JV_INT: return mix((uint64_t)v.u.i);
@@ -585,7 +589,7 @@ uint64_t jv_hash(jv v) {
     }
     case JV_LIST: {
         uint64_t h = 0x345678;
-        for (size_t i = 0; i < v.u.l->n && i < 64; i++) h = mix(h ^ jv_hash(v.u.l->v[i]));
+        for (size_t i = 0; i < v.u.l->n && i < 64 && depth < JV_MAX_NEST; i++) h = mix(h ^ hash_at(v.u.l->v[i], depth + 1));
         return h;
     }
     case JV_NONE: return 0x9e3779b97f4a7c15ull;
@@ -593,6 +597,8 @@ uint64_t jv_hash(jv v) {
     default: return mix((uint64_t)(uintptr_t)v.u.o);
     }
 }
+
+uint64_t jv_hash(jv v) { return hash_at(v, 0); }
 
 static bool compare_at(jv a, jv b, int *cmp, const char **why, int depth) {
     if (depth > JV_MAX_NEST) {

@@ -408,6 +408,23 @@ Test(jinja, bad_input_never_crashes) {
     cr_assert_eq(cn_jinja_parse(deep, strlen(deep), &t, &e), CN_STATUS_INVALID_ARG);
     cr_assert(strstr(e.msg, "nested too deeply"), "%s", e.msg);
     cr_assert_null(t);
+    /* values nested far deeper than any stack allows are refused, not recursed into, and
+     * freed without recursion */
+    check_error("{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = [ns.t] %}{% endfor %}"
+                "{{ ns.t }}", NULL, CN_STATUS_INVALID_ARG, "nested too deeply", NULL);
+    check_error("{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = [ns.t] %}{% endfor %}"
+                "{{ ns.t == ns.t }}", NULL, CN_STATUS_INVALID_ARG, "nested too deeply", NULL);
+    check_error("{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = (ns.t,) %}{% endfor %}"
+                "{{ {ns.t: 1} }}", NULL, CN_STATUS_INVALID_ARG, "unhashable", NULL);
+    check("{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = [ns.t] %}{% endfor %}{{ ns.t|length }}",
+          NULL, "1");
+    /* a filter calling a filter by name counts against the depth budget */
+    char maps[9000];
+    size_t mk = (size_t)sprintf(maps, "{%% set ns = namespace(t=[1]) %%}{%% for i in range(1000) %%}{%% set ns.t = [ns.t] %%}"
+                                      "{%% endfor %%}{{ ns.t|map(");
+    for (int i = 0; i < 1000; i++) mk += (size_t)sprintf(maps + mk, "'map', ");
+    strcpy(maps + mk, "'string')|list }}");
+    check_error(maps, NULL, CN_STATUS_LIMIT, "depth budget", NULL);
     /* a length stops the read; NULL arguments are refused */
     cr_assert_eq(cn_jinja_parse("{{ 1 }}xyz", 7, &t, &e), CN_STATUS_OK);
     char *out = NULL;
