@@ -212,7 +212,8 @@ check-layers:
 	$(Q)python3 tools/check_layers.py
 
 # libFuzzer: every harness in tests/fuzz (the GGUF reader, tokenizer encode/decode, chat
-# templates, the HTTP body -> engine request mapping, the stop-string stream filter),
+# templates, the Jinja interpreter, the HTTP body -> engine request mapping, the stop-string
+# stream filter),
 # linked against a clang build of the library with ASan + UBSan in $(FUZZ_BUILD). Not part
 # of `all`: the unit tests replay every committed corpus file and the GGUF seeds under
 # the sanitizers (tests/unit/test_fuzz_corpus.c, test_gguf_fuzz.c).

@@ -213,11 +213,13 @@ CN_API cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t
 /* ==== end of tokenizer ==================================================================== */
 
 /* ==== chat templates ======================================================================
- * A list of {role, content} messages rendered into the prompt text a chat model was
- * trained on (src/text/chat.c): cinder recognizes the family of the GGUF's
- * tokenizer.chat_template (ChatML, Gemma, Llama-3) or takes one by name, and renders it
- * byte for byte as the reference template does. The rendered text never contains BOS:
- * tokenize it with add_special and parse_special. Immutable once made; thread-safe. */
+ * A conversation rendered into the prompt text a chat model was trained on
+ * (src/text/chat.c): the model's own tokenizer.chat_template run by cinder's Jinja
+ * interpreter, byte for byte as Hugging Face's apply_chat_template renders it with jinja2
+ * (src/text/jinja.h); or, for files without one and by name, hand-written renderers of
+ * three families (ChatML, Gemma, Llama-3). The rendered text never contains the BOS the
+ * tokenizer adds: tokenize it with add_special and parse_special (the BOS rule in full:
+ * src/text/chat.h). Immutable once made (set_clock aside); thread-safe. */
 
 typedef struct {
     const char *role;    /* "system", "user" or "assistant" */
@@ -226,22 +228,40 @@ typedef struct {
 
 typedef struct cn_chat_template cn_chat_template;
 
-/* The model's template (tokenizer.chat_template). UNSUPPORTED when it has none or one
- * of a family cinder does not render (the message suggests a name). */
+/* The model's template (tokenizer.chat_template), rendered by the Jinja interpreter; a
+ * template it cannot parse falls back to the hand-written renderer of its family when
+ * one is recognized. UNSUPPORTED when the model has none, or one that neither parses nor
+ * is recognized (the message says why and suggests a name). */
 CN_API cn_status cn_chat_template_from_model(const cn_model *m, cn_chat_template **out, cn_error *err);
 /* By name: "chatml", "gemma", "llama3" (any case). INVALID_ARG lists the names. */
 CN_API cn_status cn_chat_template_from_name(const char *name, cn_chat_template **out, cn_error *err);
+/* A Jinja template from its text src[0..n) (borrowed; copied), as a model's would be but
+ * with no tokenizer: bos_token and eos_token are "" unless the variables of
+ * cn_chat_render_json give them. Errors: a syntax error ("line N: ...", INVALID_ARG), a
+ * template over 4 MiB (LIMIT). */
+CN_API cn_status cn_chat_template_from_jinja(const char *src, size_t n, cn_chat_template **out, cn_error *err);
 CN_API void cn_chat_template_free(cn_chat_template *t); /* NULL is a no-op */
-/* "chatml", "gemma", "llama3". View valid until cn_chat_template_free. */
+/* "jinja" for the model's own or a text template; "chatml", "gemma", "llama3" for the
+ * hand-written ones. View valid until cn_chat_template_free. */
 CN_API const char *cn_chat_template_name(const cn_chat_template *t);
-/* The text that ends a turn ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"). View valid
- * until cn_chat_template_free. */
+/* The text that ends a turn ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"; for a Jinja
+ * template of another family the EOS text, or "" when there is none). View valid until
+ * cn_chat_template_free. */
 CN_API const char *cn_chat_template_end_of_turn(const cn_chat_template *t);
+/* The template's source text when it is the model's Jinja template, else NULL. View valid until free. */
+CN_API const char *cn_chat_template_source(const cn_chat_template *t);
+/* strftime_now's clock for this template: unix_seconds since the epoch, read as UTC; 0
+ * (the default) is the real clock in local time, as Hugging Face's. For reproducible
+ * renders (tests, `cinder template render --now`). Set it before the template is shared
+ * between threads. */
+CN_API void cn_chat_template_set_clock(cn_chat_template *t, int64_t unix_seconds);
 
 /* Renders msgs[0..n_msgs) and, if add_generation_prompt, the opening of an assistant
  * turn. *out is NUL-terminated, freed by the caller with free(); *out_len (may be NULL)
- * its length. Errors (nothing allocated): no messages, a NULL field or an unknown role,
- * Gemma turns that do not alternate (INVALID_ARG); too many or too long (LIMIT). */
+ * its length. Errors (nothing allocated): no messages, a NULL field (INVALID_ARG); for
+ * the hand-written templates an unknown role or Gemma turns that do not alternate
+ * (INVALID_ARG); for a Jinja template whatever it raises (INVALID_ARG, with its message
+ * and line); too many or too long (LIMIT). */
 CN_API cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *msgs, size_t n_msgs,
                                 bool add_generation_prompt, char **out, size_t *out_len, cn_error *err);
 
@@ -257,8 +277,6 @@ CN_API cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *ms
 CN_API cn_status cn_chat_render_json(const cn_chat_template *t, const char *messages_json, const char *tools_json,
                                      bool add_generation_prompt, const char *vars_json, char **out, size_t *out_len,
                                      cn_error *err);
-/* The template's source text when it is the model's Jinja template, else NULL. View valid until free. */
-CN_API const char *cn_chat_template_source(const cn_chat_template *t);
 
 /* ==== end of chat templates =============================================================== */
 

@@ -22,7 +22,7 @@ if [ "$(uname -m)" = x86_64 ]; then
     APT_PKGS+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi
 PIP_PKGS=(numpy==2.4.6 gguf==0.19.0 pytest==9.2.0 openai==3.51.0 anthropic==2.17.0 prometheus_client==0.26.0 jsonschema==4.26.0
-          selenium==4.50.0)
+          selenium==4.50.0 jinja2==3.1.6)
 
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -37,7 +37,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 
-if ! python3 -c 'import numpy, gguf, pytest, openai, anthropic, prometheus_client, jsonschema, selenium' 2>/dev/null; then
+if ! python3 -c 'import numpy, gguf, pytest, openai, anthropic, prometheus_client, jsonschema, selenium, jinja2' 2>/dev/null; then
     echo "setup: installing Python packages: ${PIP_PKGS[*]}" >&2
     python3 -m pip install --quiet --disable-pip-version-check "${PIP_PKGS[@]}" >&2 ||
         python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${PIP_PKGS[@]}" >&2

@@ -233,8 +233,14 @@ static int chat_tools(cli_session *s, cli_gen_opts *o, const char *tools_path) {
         need_user = n_calls == 0;
         for (size_t i = 0; i < n_calls; i++) {
             json_t *c = json_array_get(ts.calls, i), *fn = json_object_get(c, "function");
+            /* one line: the arguments as compact JSON (the model may have spread them out) */
+            const char *raw = json_string_value(json_object_get(fn, "arguments"));
+            json_t *args = json_loads(raw ? raw : "", JSON_DECODE_ANY, NULL);
+            char *flat = args ? json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
             fprintf(stderr, "call %s %s(%s)\n", json_string_value(json_object_get(c, "id")),
-                    json_string_value(json_object_get(fn, "name")), json_string_value(json_object_get(fn, "arguments")));
+                    json_string_value(json_object_get(fn, "name")), flat ? flat : raw ? raw : "");
+            free(flat);
+            json_decref(args);
             if (tty) {
                 fprintf(stderr, "result of %s> ", json_string_value(json_object_get(fn, "name")));
                 fflush(stderr);

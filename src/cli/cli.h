@@ -21,6 +21,7 @@ int cn_cli_serve(int argc, char **argv);
 int cn_cli_draft_from(int argc, char **argv);
 int cn_cli_bench_spec(int argc, char **argv); /* bench_spec.c: cinder bench --spec */
 int cn_cli_grammar(int argc, char **argv);    /* grammar.c: cinder grammar check */
+int cn_cli_template(int argc, char **argv);   /* template.c: cinder template render */
 
 /* Parses a comma-separated list of integers in [lo, hi] ("1,4,8") into out[0..max):
  * false on an empty list, a bad or out-of-range item, or more than max items. */

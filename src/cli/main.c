@@ -94,6 +94,7 @@ static const command commands[] = {
     {"inspect", cn_cli_inspect, "print a GGUF file's metadata and tensor table"},
     {"tokenize", cn_cli_tokenize, "print the token ids and pieces of a text"},
     {"explain", cn_cli_explain, "show the sampler chain stage by stage on a distribution"},
+    {"template", cn_cli_template, "render a conversation through a chat template (the model's or a file's)"},
     {"run", cn_cli_run, "generate text from a prompt (sampling, beams, stop strings) with timings"},
     {"chat", cn_cli_chat, "chat with a model interactively (its chat template, KV cache reuse)"},
     {"serve", cn_cli_serve, "an OpenAI-compatible HTTP server on the batched engine"},

@@ -196,13 +196,13 @@ static cn_status load_chat_template(cn_engine *e, const char *name, cn_error *er
         if (st != CN_STATUS_OK) return st;
     } else {
         cn_error ignored = {0};
-        if (cn_chat_template_from_model(e->m, &e->chat, &ignored) != CN_STATUS_OK) e->chat = NULL;
+        if (cn_chat_template_for_model(cn_model_gguf(e->m), e->tok, &e->chat, &ignored) != CN_STATUS_OK) e->chat = NULL;
         if (ignored.status == CN_STATUS_NO_MEMORY) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory");
     }
     if (e->chat) {
         const char *eot = cn_chat_template_end_of_turn(e->chat);
-        const int32_t id = cn_tokenizer_find(e->tok, eot);
-        if (id < 0 || !cn_tokenizer_is_eog(e->tok, id)) e->eot_stop = eot;
+        const int32_t id = eot[0] ? cn_tokenizer_find(e->tok, eot) : -1;
+        if (eot[0] && (id < 0 || !cn_tokenizer_is_eog(e->tok, id))) e->eot_stop = eot;
     }
     return CN_STATUS_OK;
 }

@@ -58,9 +58,14 @@ cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_erro
 cn_status cn_chat_template_from_model(const cn_model *m, cn_chat_template **out, cn_error *err) {
     *out = NULL;
     if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "chat template: no model");
-    cn_gguf_str js = {0};
-    const bool has = cn_gguf_get_str(cn_model_gguf(m), "tokenizer.chat_template", &js);
-    return cn_chat_template_detect(has ? js.ptr : NULL, has ? js.len : 0, out, err);
+    /* the tokenizer gives bos_token / eos_token and whether BOS is added; a file whose
+     * tokenizer does not load still has its template, without them */
+    cn_tokenizer *tok = NULL;
+    cn_error ignored = {0};
+    if (cn_tokenizer_from_model(m, &tok, &ignored) != CN_STATUS_OK) tok = NULL;
+    const cn_status st = cn_chat_template_for_model(cn_model_gguf(m), tok, out, err);
+    cn_tokenizer_free(tok);
+    return st;
 }
 
 /* A KV cache of n_seqs sequences: one full context each when n_seqs is 1; for beam
@@ -142,7 +147,7 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
         }
     } else if (st == CN_STATUS_OK) {
         cn_error why = {0};
-        if (cn_chat_template_from_model(m, &c->chat, &why) != CN_STATUS_OK) c->chat = NULL;
+        if (cn_chat_template_for_model(cn_model_gguf(m), c->tok, &c->chat, &why) != CN_STATUS_OK) c->chat = NULL;
         if (why.status == CN_STATUS_NO_MEMORY) st = cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
         snprintf(c->no_chat, sizeof c->no_chat, "%s", why.msg);
     }
@@ -214,8 +219,8 @@ static cn_status prompt_ids(const cn_context *c, const cn_prompt *pr, int32_t **
         if (st != CN_STATUS_OK) return st;
         text = rendered;
         const char *e = cn_chat_template_end_of_turn(c->chat);
-        const int32_t id = cn_tokenizer_find(c->tok, e);
-        if (id < 0 || !cn_tokenizer_is_eog(c->tok, id)) *eot = e;
+        const int32_t id = e[0] ? cn_tokenizer_find(c->tok, e) : -1;
+        if (e[0] && (id < 0 || !cn_tokenizer_is_eog(c->tok, id))) *eot = e;
     }
     size_t cnt = 0;
     cn_status st = cn_tokenize_alloc(c->tok, text, len, true, true, ids, &cnt, err);

@@ -12,7 +12,8 @@
  *     same text as a run with no failure (the reference).
  * Scenarios: model load (stories260K), the tokenizer (SentencePiece and byte-level BPE
  * vocabularies from ../shared/testdata: load, encode with special tokens, decode), engine
- * create, submit and steps (n = 2, stop strings, logprobs), the public context API
+ * create, submit and steps (n = 2, stop strings, logprobs), a chat template run by the
+ * Jinja interpreter (parse, render a tool-calling conversation), the public context API
  * (create, then a greedy request with logprobs), and HTTP requests to an
  * in-process server (a completion with n = 2 and logprobs, a streamed one, /tokenize,
  * Anthropic's /v1/messages streamed with a stop sequence, /v1/responses whole and
@@ -585,6 +586,53 @@ static bool run_http(void *ctx) {
     return true;
 }
 
+/* A chat template run by the Jinja interpreter: parsed from text, then a conversation
+ * with tools, a tool call (its arguments as JSON text) and its result rendered through
+ * macros, loops, a namespace, filters and tojson. */
+static const char JINJA_TEMPLATE[] =
+    "{%- macro show(m) -%}{{ m.role }}: {{ m.content|trim if m.content is string else '' }}{%- endmacro -%}"
+    "{%- set ns = namespace(n=0, last='') -%}"
+    "{%- if tools %}<tools>{% for t in tools %}{{ t.function|tojson(indent=1) }}{% endfor %}</tools>\n{% endif -%}"
+    "{%- for m in messages -%}{%- set ns.n = ns.n + 1 -%}{%- set ns.last = m.role -%}"
+    "{%- if m.tool_calls -%}{%- for c in m.tool_calls -%}<call>{{ c.function.name }} {{ c.function.arguments|tojson }}"
+    "{{ c.function.arguments.items()|list|length }}</call>{%- endfor -%}"
+    "{%- else -%}{{ show(m) }}{{ ' [' ~ loop.index ~ '/' ~ loop.length ~ ']' }}{%- endif %}\n{% endfor -%}"
+    "{{ ns.n }} {{ ns.last|upper }} {{ messages|map(attribute='role')|unique|list|join(',') }}"
+    "{{ '%s:%d'|format('x', 7) }}{% if add_generation_prompt %}\nassistant:{% endif %}";
+static const char JINJA_MESSAGES[] =
+    "[{\"role\": \"user\", \"content\": \"  weather in Paris?  \"},"
+    " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\","
+    " \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\", \\\"days\\\": 2}\"}}]},"
+    " {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"sunny\"}]";
+static const char JINJA_TOOLS[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\","
+    " \"properties\": {\"city\": {\"type\": \"string\"}}}}}]";
+
+typedef struct {
+    char ref[4096];
+} jinja_case;
+
+static cn_status jinja_run(char *out, size_t cap, cn_error *err) {
+    cn_chat_template *t = NULL;
+    char *text = NULL;
+    cn_status st = cn_chat_template_from_jinja(JINJA_TEMPLATE, strlen(JINJA_TEMPLATE), &t, err);
+    if (st == CN_STATUS_OK) st = cn_chat_render_json(t, JINJA_MESSAGES, JINJA_TOOLS, true, NULL, &text, NULL, err);
+    if (st == CN_STATUS_OK) snprintf(out, cap, "%s", text);
+    free(text);
+    cn_chat_template_free(t);
+    return st;
+}
+
+static bool run_jinja(void *ctx) {
+    const jinja_case *c = ctx;
+    char out[4096];
+    cn_error err = {0};
+    const cn_status st = jinja_run(out, sizeof out, &err);
+    check_error(st, &err, "chat template render");
+    if (st == CN_STATUS_OK && strcmp(out, c->ref) != 0) bad("OK but not the reference text: %s", out);
+    return true;
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     const char *td = argc > 1 ? argv[1] : getenv("CINDER_TESTDATA");
@@ -593,6 +641,13 @@ int main(int argc, char **argv) {
 
     sweep("model load (stories260K)", run_model_load, NULL, 100000);
     tokenizer_sweeps();
+    static jinja_case jc;
+    cn_error jerr = {0};
+    if (jinja_run(jc.ref, sizeof jc.ref, &jerr) != CN_STATUS_OK) {
+        fprintf(stderr, "alloc_fail: chat template reference: %s\n", jerr.msg);
+        return 1;
+    }
+    sweep("chat template (Jinja) parse + render", run_jinja, &jc, 100000);
 
     cn_model_params mp = cn_model_default_params();
     cn_model *m = NULL;

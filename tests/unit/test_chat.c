@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf/gguf.h"
 #include "text/chat.h"
+#include "text/tokenizer.h"
 
 static const char SMOLLM2_TEMPLATE[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
@@ -645,5 +647,224 @@ Test(chat, trim_leaves_invalid_utf8) {
     cr_assert_eq(cn_chat_render(t, odd, 1, false, &out, NULL, NULL), CN_STATUS_OK);
     cr_assert_str_eq(out, "<|start_header_id|>user<|end_header_id|>\n\n\x80 x \xe3\x80<|eot_id|>");
     free(out);
+    cn_chat_template_free(t);
+}
+
+/* --- the same reference templates run by the Jinja interpreter --- */
+
+/* The interpreter on each reference template gives the strings jinja2 gave (rendered
+ * with bos_token = "", which is what a template made from text has). */
+Test(chat_jinja, reference_templates_render_like_jinja2) {
+    static const struct {
+        const char *src;
+        const render_case *cases;
+        size_t n;
+        const char *eot;
+    } refs[] = {
+        {SMOLLM2_TEMPLATE, SMOLLM2_CASES, CN_ARRAY_LEN(SMOLLM2_CASES), "<|im_end|>"},
+        {QWEN25_TEMPLATE, QWEN25_CASES, CN_ARRAY_LEN(QWEN25_CASES), "<|im_end|>"},
+        {GEMMA3_TEMPLATE, GEMMA3_CASES, CN_ARRAY_LEN(GEMMA3_CASES), "<end_of_turn>"},
+        {LLAMA3_TEMPLATE, LLAMA3_CASES, CN_ARRAY_LEN(LLAMA3_CASES), "<|eot_id|>"},
+    };
+    for (size_t i = 0; i < CN_ARRAY_LEN(refs); i++) {
+        cn_chat_template *t = NULL;
+        cn_error e;
+        cr_assert_eq(cn_chat_template_from_jinja(refs[i].src, strlen(refs[i].src), &t, &e), CN_STATUS_OK, "%s", e.msg);
+        cr_assert_str_eq(cn_chat_template_name(t), "jinja");
+        cr_assert(cn_chat_template_is_jinja(t));
+        cr_assert_str_eq(cn_chat_template_source(t), refs[i].src);
+        cr_assert_str_eq(cn_chat_template_end_of_turn(t), refs[i].eot);
+        check_cases(t, refs[i].cases, refs[i].n);
+        cn_chat_template_free(t);
+    }
+    /* the Gemma template itself refuses turns that do not alternate, with its message */
+    cn_chat_template *t = NULL;
+    cn_error e;
+    cr_assert_eq(cn_chat_template_from_jinja(GEMMA3_TEMPLATE, strlen(GEMMA3_TEMPLATE), &t, &e), CN_STATUS_OK);
+    static const cn_chat_msg user_user[] = {{"user", "a"}, {"user", "b"}};
+    cr_assert_eq(render_status(t, user_user, 2, &e), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(e.msg, "Conversation roles must alternate") && strstr(e.msg, "line 15"), "%s", e.msg);
+    cn_chat_template_free(t);
+}
+
+/* A model file's template: bos_token / eos_token are the tokenizer's texts, and the BOS
+ * the tokenizer adds is not left in the text. Built in memory: a small SentencePiece
+ * vocabulary, its special-token ids, add_bos_token, a chat template. */
+static cn_chat_template *model_template(const char *jinja, bool add_bos, cn_status *st, cn_error *e) {
+    const char *tokens[] = {"<unk>", "<s>", "</s>", "a", "\xE2\x96\x81"};
+    int32_t types[] = {2, 3, 3, 1, 1};
+    float scores[5] = {0};
+    cn_gguf_writer *w = cn_gguf_writer_new();
+    cn_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    cn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 5);
+    cn_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", CN_GGUF_INT32, types, 5);
+    cn_gguf_writer_set_arr(w, "tokenizer.ggml.scores", CN_GGUF_FLOAT32, scores, 5);
+    cn_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    cn_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    cn_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    if (jinja) cn_gguf_writer_set_str(w, "tokenizer.chat_template", jinja);
+    uint8_t *blob = NULL;
+    size_t n = 0;
+    cr_assert_eq(cn_gguf_writer_write_mem(w, &blob, &n, e), CN_STATUS_OK);
+    cn_gguf_writer_free(w);
+    cn_gguf *g = NULL;
+    cr_assert_eq(cn_gguf_parse(blob, n, &g, e), CN_STATUS_OK, "%s", e->msg);
+    cn_tokenizer *tok = NULL;
+    cr_assert_eq(cn_tokenizer_load(g, &tok, e), CN_STATUS_OK, "%s", e->msg);
+    cn_chat_template *t = NULL;
+    *st = cn_chat_template_for_model(g, tok, &t, e);
+    cn_tokenizer_free(tok);
+    cn_gguf_close(g);
+    free(blob);
+    return t;
+}
+
+static char *render_one(const cn_chat_template *t, const char *content) {
+    const cn_chat_msg m[] = {{"user", content}};
+    char *out = NULL;
+    cn_error e;
+    cr_assert_eq(cn_chat_render(t, m, 1, true, &out, NULL, &e), CN_STATUS_OK, "%s", e.msg);
+    return out;
+}
+
+Test(chat_jinja, model_template_tokens_and_bos) {
+    static const char tmpl[] =
+        "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}";
+    cn_status st;
+    cn_error e;
+    cn_chat_template *t = model_template(tmpl, true, &st, &e);
+    cr_assert_eq(st, CN_STATUS_OK, "%s", e.msg);
+    cr_assert_str_eq(cn_chat_template_name(t), "jinja");
+    /* no family marker: the end of turn is the EOS text */
+    cr_assert_str_eq(cn_chat_template_end_of_turn(t), "</s>");
+    char *out = render_one(t, "hi");
+    cr_assert_str_eq(out, "[user] hi</s>[assistant]"); /* the tokenizer adds <s> itself */
+    free(out);
+    /* a BOS the tokenizer adds is removed whoever wrote it; only one, only at the start */
+    out = render_one(t, "<s>x<s>");
+    cr_assert_str_eq(out, "[user] <s>x<s></s>[assistant]");
+    free(out);
+    cn_chat_template_free(t);
+
+    /* a tokenizer that adds no BOS: the template's BOS text stays */
+    t = model_template(tmpl, false, &st, &e);
+    cr_assert_eq(st, CN_STATUS_OK, "%s", e.msg);
+    out = render_one(t, "hi");
+    cr_assert_str_eq(out, "<s>[user] hi</s>[assistant]");
+    free(out);
+    cn_chat_template_free(t);
+
+    /* a template that does not parse: the family's renderer when its markers show one */
+    t = model_template("{% if %}<|im_start|>", true, &st, &e);
+    cr_assert_eq(st, CN_STATUS_OK, "%s", e.msg);
+    cr_assert_str_eq(cn_chat_template_name(t), "chatml");
+    cr_assert_null(cn_chat_template_source(t));
+    cn_chat_template_free(t);
+    t = model_template("{% if %}[INST]", true, &st, &e);
+    cr_assert_eq(st, CN_STATUS_UNSUPPORTED);
+    cr_assert_null(t);
+    cr_assert(strstr(e.msg, "does not parse") && strstr(e.msg, "--chat-template"), "%s", e.msg);
+    t = model_template(NULL, true, &st, &e);
+    cr_assert_eq(st, CN_STATUS_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "no chat template"), "%s", e.msg);
+}
+
+/* A template that prints what it is given, to see what render_json passes. */
+static const char ECHO_TEMPLATE[] =
+    "{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}{% elif m.content is none %}-"
+    "{% else %}{% for p in m.content %}<{{ p.text }}>{% endfor %}{% endif %}"
+    "{% for c in m.tool_calls or [] %} {{ c.function.name }}({{ c.function.arguments|tojson }})"
+    "{% if c.function.arguments is mapping %}=map{% endif %}{% endfor %}"
+    "{% if m.tool_call_id %} #{{ m.tool_call_id }}{% endif %}{% if m.reasoning_content %} ~{{ m.reasoning_content }}{% endif %}{{ '\\n' }}"
+    "{% endfor %}tools={{ tools|map(attribute='function.name')|join(',') if tools else tools }} "
+    "gen={{ add_generation_prompt }} think={{ enable_thinking }} docs={{ documents }} bos=[{{ bos_token }}] "
+    "date={{ strftime_now('%Y-%m-%d') }}";
+
+Test(chat_jinja, render_json) {
+    cn_chat_template *t = NULL;
+    cn_error e;
+    cr_assert_eq(cn_chat_template_from_jinja(ECHO_TEMPLATE, strlen(ECHO_TEMPLATE), &t, &e), CN_STATUS_OK, "%s", e.msg);
+    cn_chat_template_set_clock(t, 86400 * 365); /* 1971-01-01 */
+    static const char msgs[] =
+        "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]},"
+        " {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"hmm\", \"tool_calls\": ["
+        "{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1.5, \\\"y\\\": [true]}\"}},"
+        "{\"id\": \"c2\", \"type\": \"function\", \"function\": {\"name\": \"g\", \"arguments\": {\"z\": \"w\"}}},"
+        "{\"id\": \"c3\", \"type\": \"function\", \"function\": {\"name\": \"h\", \"arguments\": \"not json\"}}]},"
+        " {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"name\": \"f\", \"content\": \"42\"}]";
+    static const char tools[] = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": \"function\", "
+                                "\"function\": {\"name\": \"g\"}}]";
+    char *out = NULL;
+    size_t n = 0;
+    cr_assert_eq(cn_chat_render_json(t, msgs, tools, true, "{\"enable_thinking\": false}", &out, &n, &e), CN_STATUS_OK,
+                 "%s", e.msg);
+    static const char want[] =
+        "user:<a><b>\n"
+        "assistant:- f({\"x\": 1.5, \"y\": [true]})=map g({\"z\": \"w\"})=map h(\"not json\") ~hmm\n"
+        "tool:42 #c1\n"
+        "tools=f,g gen=True think=False docs=None bos=[] date=1971-01-01";
+    cr_assert_str_eq(out, want);
+    cr_assert_eq(n, strlen(want));
+    free(out);
+    /* no tools, no variables: tools and enable_thinking are None / undefined */
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, false, NULL, &out, NULL, &e),
+                 CN_STATUS_OK, "%s", e.msg);
+    cr_assert_str_eq(out, "user:x\ntools=None gen=False think= docs=None bos=[] date=1971-01-01");
+    free(out);
+    /* variables override what the renderer sets */
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, false, "{\"bos_token\": \"B\"}",
+                                     &out, NULL, &e), CN_STATUS_OK, "%s", e.msg);
+    cr_assert(strstr(out, "bos=[B]"), "%s", out);
+    free(out);
+
+    /* errors name the field */
+    static const struct {
+        const char *msgs, *tools, *vars, *part;
+    } bad[] = {
+        {"{\"role\": \"user\"}", NULL, NULL, "messages: expected a JSON array"},
+        {"[1]", NULL, NULL, "messages[0]: expected an object"},
+        {"[{\"content\": \"x\"}]", NULL, NULL, "messages[0].role"},
+        {"[{\"role\": \"user\", \"content\": 5}]", NULL, NULL, "messages[0].content"},
+        {"[{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]", NULL, NULL, "messages[0].content[0].text"},
+        {"[{\"role\": \"user\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]", NULL, NULL,
+         "messages[1].tool_calls[0]"},
+        {"[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": 3}}]}]", NULL, NULL,
+         "messages[0].tool_calls[0].function.arguments"},
+        {"[]", NULL, NULL, "no messages"},
+        {"[{\"role\": \"user\"", NULL, NULL, "messages: invalid JSON"},
+        {"[{\"role\": \"user\"}]", "{}", NULL, "tools: expected a JSON array"},
+        {"[{\"role\": \"user\"}]", NULL, "[]", "template variables: expected a JSON object"},
+    };
+    for (size_t i = 0; i < CN_ARRAY_LEN(bad); i++) {
+        out = (char *)1;
+        cr_assert_eq(cn_chat_render_json(t, bad[i].msgs, bad[i].tools, true, bad[i].vars, &out, &n, &e),
+                     CN_STATUS_INVALID_ARG, "%s", bad[i].msgs);
+        cr_assert_null(out);
+        cr_assert(strstr(e.msg, bad[i].part), "%s: '%s' lacks '%s'", bad[i].msgs, e.msg, bad[i].part);
+    }
+    cn_chat_template_free(t);
+}
+
+Test(chat_jinja, render_json_by_hand) {
+    cn_chat_template *t = NULL;
+    cn_error e;
+    cr_assert_eq(cn_chat_template_from_name("chatml", &t, &e), CN_STATUS_OK);
+    char *out = NULL;
+    /* a null content is empty text; text parts are joined */
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"system\", \"content\": null}, {\"role\": \"user\", \"content\": "
+                                        "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]",
+                                     "[]", true, NULL, &out, NULL, &e),
+                 CN_STATUS_OK, "%s", e.msg);
+    cr_assert_str_eq(out, "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n");
+    free(out);
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", "[{\"type\": \"function\"}]", true,
+                                     NULL, &out, NULL, &e), CN_STATUS_UNSUPPORTED);
+    cr_assert(strstr(e.msg, "tools"), "%s", e.msg);
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"tool\", \"content\": \"x\"}]", NULL, true, NULL, &out, NULL, &e),
+                 CN_STATUS_UNSUPPORTED);
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": [{\"type\": \"image\"}]}]", NULL, true, NULL,
+                                     &out, NULL, &e), CN_STATUS_UNSUPPORTED);
+    cr_assert_null(cn_chat_template_source(t));
     cn_chat_template_free(t);
 }
