@@ -221,13 +221,30 @@ FENCED = '```json\n{\n  "name": "geometry_triangle_area",\n  "arguments": {"base
     ('```json\n{"area": 25}\n```', None),
 ])
 def test_text_shapes(text, shape):
-    assert bfcl.text_shape(text, ["geometry_triangle_area"]) == shape
+    assert bfcl.text_calls(text, ["geometry_triangle_area"])[0] == shape
+
+
+def test_calls_found_in_text():
+    two = ('<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "b", "arguments": {}}\n</tool_call>')
+    assert bfcl.text_calls(two) == ("tool_call_tag", [{"name": "a", "arguments": {"x": 1}},
+                                                      {"name": "b", "arguments": {}}])
+    # an unclosed tag (cut at max_tokens, or the model stopped early) still holds its call
+    assert bfcl.text_calls('<tool_call>\n{"name": "a", "arguments": {}}')[1] == [{"name": "a", "arguments": {}}]
+    fenced_list = 'Here:\n```json\n[{"name": "a", "arguments": {}}, {"name": "b", "parameters": {"y": 2}}]\n```\nDone.'
+    assert bfcl.text_calls(fenced_list) == ("fenced_json", [{"name": "a", "arguments": {}},
+                                                            {"name": "b", "parameters": {"y": 2}}])
+    assert bfcl.text_calls("{'name': 'a', 'arguments': {}}") == ("loose_json", [])
 
 
 def test_call_left_in_text_is_malformed_and_wrong():
     r = verdict(SIMPLE, ANSWER, reply(None, FENCED))
     assert not r["valid"] and r["malformed"] and r["shape"] == "fenced_json" and r["calls"] == []
     assert r["why"].startswith("wrong number of calls: 0")
+    # ... though a parser that took the fenced call would have scored it right
+    assert r["valid_text_parsed"]
+    wrong = verdict(SIMPLE, ANSWER, reply(None, FENCED.replace('"height": 5', '"height": 6')))
+    assert not wrong["valid"] and not wrong["valid_text_parsed"]
 
 
 def test_arguments_not_json():
@@ -246,7 +263,7 @@ def test_irrelevance():
     assert not verdict(IRRELEVANT, None, reply([call("x", {})]))["valid"]
     # a call left in the text: the client got none, so BFCL scores it right; it is still malformed
     r = verdict(IRRELEVANT, None, reply(None, FENCED))
-    assert r["valid"] and r["malformed"]
+    assert r["valid"] and r["malformed"] and not r["valid_text_parsed"]
     # BFCL's decoder fails on arguments that are not JSON, which it reads as "no call"
     r = verdict(IRRELEVANT, None, reply([call("geometry_circle_area", "{radius: 1")]))
     assert r["valid"] and r["bad_json"]
@@ -259,8 +276,8 @@ def test_summary_counts():
             {"id": "irrelevance_z", "category": "irrelevance", "valid": False, "error": "HTTP 400: tools"}]
     rows = {r["category"]: r for r in bfcl.summarize(recs, ["simple_python", "irrelevance"])}
     assert rows["simple_python"] == {"category": "simple_python", "cases": 2, "correct": 1, "accuracy": 0.5,
-                                     "tool_calls": 1, "malformed": 1, "malformed_rate": 0.5, "bad_json": 0,
-                                     "cut": 0, "errors": 0}
+                                     "accuracy_text_parsed": 1.0, "tool_calls": 1, "malformed": 1,
+                                     "malformed_rate": 0.5, "bad_json": 0, "cut": 0, "errors": 0}
     assert (rows["irrelevance"]["correct"], rows["irrelevance"]["cut"], rows["irrelevance"]["errors"]) == (1, 1, 1)
     assert (rows["overall"]["cases"], rows["overall"]["correct"], rows["overall"]["malformed"]) == (4, 2, 1)
 
@@ -294,6 +311,7 @@ class Stub(http.server.BaseHTTPRequestHandler):
 
 
 def test_client_against_a_stub(tmp_path):
+    Stub.bodies.clear()
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
@@ -311,7 +329,13 @@ def test_client_against_a_stub(tmp_path):
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["id"] for r in recs] == ["simple_python_0", "multiple_0", "irrelevance_0"]
     assert recs[1]["shape"] == "fenced_json" and recs[1]["reply"]["content"].startswith("```json")
-    path, body = Stub.bodies[0]
+    assert rows["multiple"]["accuracy_text_parsed"] == 0  # the stub's fenced call has the wrong arguments
+    # the kept replies score the same again, without a server
+    p2 = subprocess.run([sys.executable, str(ROOT / "bench" / "bfcl"), "--rescore", str(out), "--json"],
+                        capture_output=True, text=True, timeout=60)
+    assert p2.returncode == 0, p2.stderr
+    assert json.loads(p2.stdout)["rows"] == s["rows"]
+    path, body = next(b for b in Stub.bodies if b[1]["tools"][0]["function"]["name"] == "calculate_triangle_area")
     assert path == "/v1/chat/completions"
     assert (body["model"], body["temperature"], body["tool_choice"]) == ("m", 0, "auto")
     assert body["messages"] == [{"role": "user", "content": "Find the area of a triangle with a base of 10 units "
