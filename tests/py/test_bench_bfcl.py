@@ -348,3 +348,49 @@ def test_usage_errors():
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "bfcl"), "--url", "http://x/v1", "--categories", "java"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "unknown category" in p.stderr
+
+
+FAKE_SERVER = '''#!/usr/bin/env python3
+import http.server, json, sys
+argv = sys.argv[1:]
+assert argv[:3] == ["serve", "-m", "x.gguf"], argv
+port = int(argv[argv.index("--port") + 1])
+print("fake server on", port, file=sys.stderr, flush=True)
+
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.reply({"status": "ok"})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        sys.stderr.write("request\\n" * 2500)  # 20 KB: four fill a pipe
+        self.reply({"choices": [{"message": {"role": "assistant", "content": "No tool fits."},
+                                 "finish_reason": "stop"}]})
+
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def test_starts_and_stops_the_server(tmp_path):
+    fake = tmp_path / "cinder"
+    fake.write_text(FAKE_SERVER)
+    fake.chmod(0o755)
+    log = tmp_path / "server.log"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bfcl"), "--cinder", str(fake), "-m", "x.gguf",
+                        "--categories", "irrelevance", "--limit", "4", "--json", "--server-log", str(log)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["command"].startswith(f"{fake} serve -m x.gguf --port ") and "-t 2" in s["command"]
+    assert s["model"] == "x" and s["threads"] == 2 and s["server_log"] == str(log)
+    assert isinstance(s["load1_before"], float) and isinstance(s["load1_after"], float)
+    assert s["rows"][0]["correct"] == 4
+    assert log.read_text().count("request") == 10000
+    assert subprocess.run(["pgrep", "-f", str(fake)], capture_output=True).returncode == 1, "server left running"
