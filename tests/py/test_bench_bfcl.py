@@ -353,6 +353,9 @@ def test_usage_errors():
 FAKE_SERVER = '''#!/usr/bin/env python3
 import http.server, json, sys
 argv = sys.argv[1:]
+if argv == ["--version"]:
+    print("fake 1.0 (commit abc)")
+    sys.exit(0)
 assert argv[:3] == ["serve", "-m", "x.gguf"], argv
 port = int(argv[argv.index("--port") + 1])
 print("fake server on", port, file=sys.stderr, flush=True)
@@ -389,6 +392,7 @@ def test_starts_and_stops_the_server(tmp_path):
     assert p.returncode == 0, p.stderr
     s = json.loads(p.stdout)
     assert s["command"].startswith(f"{fake} serve -m x.gguf --port ") and "-t 2" in s["command"]
+    assert s["build"] == "fake 1.0 (commit abc)"
     assert s["model"] == "x" and s["threads"] == 2 and s["server_log"] == str(log)
     assert isinstance(s["load1_before"], float) and isinstance(s["load1_after"], float)
     assert s["rows"][0]["correct"] == 4
