@@ -26,9 +26,9 @@ enum {
     F_ABS, F_ATTR, F_CAPITALIZE, F_CENTER, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_E, F_ESCAPE, F_FIRST, F_FLOAT,
     F_FORCEESCAPE, F_FORMAT, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN,
     F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM,
-    F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT,
+    F_TITLE, F_TOJSON, F_TRIM, F_TRUNCATE, F_UNIQUE, F_UPPER, F_WORDCOUNT,
     F_UNSUPPORTED_FIRST,
-    F_BATCH = F_UNSUPPORTED_FIRST, F_FILESIZEFORMAT, F_GROUPBY, F_PPRINT, F_RANDOM, F_SLICE, F_STRIPTAGS, F_TRUNCATE,
+    F_BATCH = F_UNSUPPORTED_FIRST, F_FILESIZEFORMAT, F_GROUPBY, F_PPRINT, F_RANDOM, F_SLICE, F_STRIPTAGS,
     F_URLENCODE, F_URLIZE, F_WORDWRAP, F_XMLATTR,
     F_COUNT_ALL
 };
@@ -36,8 +36,8 @@ static const char *const FILTERS[F_COUNT_ALL] = {
     "abs", "attr", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
     "forceescape", "format", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min",
     "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum",
-    "title", "tojson", "trim", "unique", "upper", "wordcount",
-    "batch", "filesizeformat", "groupby", "pprint", "random", "slice", "striptags", "truncate",
+    "title", "tojson", "trim", "truncate", "unique", "upper", "wordcount",
+    "batch", "filesizeformat", "groupby", "pprint", "random", "slice", "striptags",
     "urlencode", "urlize", "wordwrap", "xmlattr",
 };
 
@@ -638,14 +638,12 @@ static bool format_spec(jr *r, jbuf *b, jv v, const char *spec, size_t n) {
         }
         body = num;
         body_len = strlen(num);
-    } else {
-        if (!jr_to_str(r, v, &str)) return false;
-        body = str.u.s->b;
-        body_len = str.u.s->len;
-        if (v.kind != JV_STR && type != 0 && type != 's') {
-            jv_unref(str);
-            return jr_fail(r, "Unknown format code '%c' for object of type '%s'", type, jv_type_name(v));
-        }
+    } else if (v.kind == JV_STR) {
+        return jr_fail(r, "Unknown format code '%c' for object of type 'str'", type);
+    } else if (jv_is_num(v)) {
+        return jr_fail(r, "Unknown format code '%c' for object of type '%s'", type, jv_type_name(v));
+    } else { /* object.__format__ takes no format spec */
+        return jr_fail(r, "unsupported format string passed to %s.__format__", jv_type_name(v));
     }
     if (!align) align = numeric ? '>' : '<';
     if (zero && numeric && width > 0) {
@@ -1165,10 +1163,16 @@ static bool str_method(jr *r, jv self, int id, const jargs *a, jv *out) {
             case M_ISIDENTIFIER: all = cp == '_' || jpy_isalpha(cp) || (i > 0 && jpy_isdigit(cp)); break;
             case M_ISLOWER: if (up) all = false; any_cased |= lo; break;
             case M_ISUPPER: if (lo) all = false; any_cased |= up; break;
-            default: /* istitle */
-                if (up) { if (prev_cased) title_ok = false; any_cased = true; }
-                else if (lo && !prev_cased) title_ok = false;
-                prev_cased = up || lo;
+            default: /* istitle: an upper or title character only after an uncased one */
+                if (up || jpy_istitle_char(cp)) {
+                    if (prev_cased) title_ok = false;
+                    prev_cased = any_cased = true;
+                } else if (lo) {
+                    if (!prev_cased) title_ok = false;
+                    prev_cased = any_cased = true;
+                } else {
+                    prev_cased = false;
+                }
                 break;
             }
             i += k;
@@ -1902,25 +1906,39 @@ static bool filter_tojson(jr *r, jv v, const jargs *a, jv *out) {
 
 /* jinja2's title filter: split before runs of - whitespace ( { [ <, each piece's first
  * character upper, the rest lower. */
+static bool title_sep(const char *p, size_t n, size_t i, size_t *k) {
+    uint32_t cp;
+    bool ok;
+    *k = ju8_next(p + i, n - i, &cp, &ok);
+    return ok && (cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jpy_isspace(cp));
+}
+
 static bool filter_title(jr *r, jv s, jv *out) {
     jbuf b;
     jr_buf_init(r, &b);
     const char *p = s.u.s->b;
     const size_t n = s.u.s->len;
-    bool start = true;
     for (size_t i = 0; i < n;) {
+        size_t k;
+        if (title_sep(p, n, i, &k)) {
+            jbuf_put(&b, p + i, k);
+            i += k;
+            continue;
+        }
+        /* a word: its first character upper, the rest lowered as one string (final sigma) */
+        size_t j = i + k;
+        while (j < n && !title_sep(p, n, j, &k)) j += k;
         uint32_t cp, m[3];
         bool ok;
-        const size_t k = ju8_next(p + i, n - i, &cp, &ok);
-        const bool sep = ok && (cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jpy_isspace(cp));
-        if (!ok) jbuf_put(&b, p + i, k);
-        else if (sep) jbuf_put(&b, p + i, k);
-        else {
-            const int nm = start ? jpy_upper(cp, m) : jpy_lower(cp, m);
-            for (int j = 0; j < nm; j++) ju8_put(&b, m[j]);
+        const size_t first = ju8_next(p + i, n - i, &cp, &ok);
+        if (ok) {
+            const int nm = jpy_upper(cp, m);
+            for (int t = 0; t < nm; t++) ju8_put(&b, m[t]);
+        } else {
+            jbuf_put(&b, p + i, first);
         }
-        start = sep;
-        i += k;
+        jpy_case(&b, p + i + first, j - i - first, JCASE_LOWER);
+        i = j;
     }
     return str_result(r, &b, false, out);
 }
@@ -2306,6 +2324,60 @@ bool jb_filter(jr *r, int id, jv v, const jargs *a, jv *out) {
         const bool ok = strip_str(r, s, p[0], 3, out);
         jv_unref(s);
         return ok;
+    }
+    case F_TRUNCATE: {
+        /* jinja2: longer than length + leeway (default 5): cut to length - len(end), at a
+         * space unless killwords, and end appended */
+        BIND("length", "killwords", "end", "leeway");
+        int64_t length = 255, leeway = 5;
+        if (!jv_is_missing(p[0]) && !need_int(r, p[0], "truncate length", &length)) return false;
+        if (!jv_is_missing(p[3]) && p[3].kind != JV_NONE && !need_int(r, p[3], "truncate leeway", &leeway)) return false;
+        jv end, s;
+        if (jv_is_missing(p[2])) {
+            if (!jr_str(r, "...", 3, &end)) return false;
+        } else if (!jr_to_str(r, p[2], &end)) {
+            return false;
+        }
+        const int64_t end_len = (int64_t)jstr_ncp(end.u.s);
+        if (length < end_len || leeway < 0) {
+            jv_unref(end);
+            return jr_fail(r, "expected length >= %lld and leeway >= 0, got %lld and %lld", (long long)end_len,
+                           (long long)length, (long long)leeway);
+        }
+        if (v.kind != JV_STR) { /* jinja2 takes len() of the value as it is, and slices it */
+            jv_unref(end);
+            int64_t n = 0;
+            if (!py_len(r, v, &n)) return false;
+            if (n <= length + leeway) {
+                *out = jv_ref(v);
+                return true;
+            }
+            return jr_fail(r, "cannot truncate a %s", jv_type_name(v));
+        }
+        s = jv_ref(v);
+        const int64_t n = (int64_t)jstr_ncp(s.u.s);
+        if (n <= length + leeway) {
+            jv_unref(end);
+            *out = s;
+            return true;
+        }
+        size_t cut = ju8_offset(s.u.s, (size_t)(length - end_len));
+        if (!is_true_arg(p[1])) {
+            const char *sp = NULL;
+            for (size_t k = cut; k-- > 0;)
+                if (s.u.s->b[k] == ' ') {
+                    sp = s.u.s->b + k;
+                    break;
+                }
+            if (sp) cut = (size_t)(sp - s.u.s->b);
+        }
+        jbuf b;
+        jr_buf_init(r, &b);
+        jbuf_put(&b, s.u.s->b, cut);
+        jbuf_put(&b, end.u.s->b, end.u.s->len);
+        jv_unref(s);
+        jv_unref(end);
+        return jr_buf_to_str(r, &b, out);
     }
     case F_UNIQUE: BIND("case_sensitive", "attribute"); return filter_sort(r, v, jv_missing(), p[0], p[1], true, out);
     case F_WORDCOUNT: {

@@ -1127,6 +1127,10 @@ static bool format_percent(jr *r, jv fmt, jv args, jv *out) {
         case 'o':
         case 'c': {
             int64_t v;
+            if (conv == 'c' && arg.kind == JV_STR && jstr_ncp(arg.u.s) == 1) { /* %c of a one-character string */
+                jbuf_put(&o, arg.u.s->b, arg.u.s->len);
+                continue;
+            }
             if (jv_is_intlike(arg)) v = arg.u.i;
             else if (arg.kind == JV_FLOAT && conv != 'c' && conv != 'x' && conv != 'X' && conv != 'o' && isfinite(arg.u.f) &&
                      fabs(arg.u.f) < 9.2e18)
@@ -1144,13 +1148,23 @@ static bool format_percent(jr *r, jv fmt, jv args, jv *out) {
                 ju8_put(&o, (uint32_t)v);
                 continue;
             }
-            const char lc = conv == 'i' ? 'd' : conv;
-            snprintf(spec + sl, sizeof spec - sl, "ll%c", lc);
-            if (width >= 0 && prec >= 0) snprintf(tmp, sizeof tmp, spec, width, prec, (long long)v);
-            else if (width >= 0) snprintf(tmp, sizeof tmp, spec, width, (long long)v);
-            else if (prec >= 0) snprintf(tmp, sizeof tmp, spec, prec, (long long)v);
-            else snprintf(tmp, sizeof tmp, spec, (long long)v);
-            jbuf_put(&o, tmp, strlen(tmp));
+            /* Python: a sign, the '#' prefix (0x, 0X, 0o), digits of |v| zero-filled to the
+             * precision, the whole padded to the width (zeros after the sign with '0') */
+            const unsigned long long av = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+            char digits[32], head[8] = "";
+            snprintf(digits, sizeof digits, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu", av);
+            snprintf(head, sizeof head, "%s%s", v < 0 ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "",
+                     !strchr(flags, '#') ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "");
+            const int nd = (int)strlen(digits), zeros = prec > nd ? prec - nd : 0;
+            const int len = (int)strlen(head) + zeros + nd, pad = width > len ? width - len : 0;
+            const bool left = strchr(flags, '-') != NULL, zero_fill = !left && strchr(flags, '0') != NULL;
+            if (!left && !zero_fill)
+                for (int k = 0; k < pad; k++) jbuf_putc(&o, ' ');
+            jbuf_put(&o, head, strlen(head));
+            for (int k = 0; k < zeros + (zero_fill ? pad : 0); k++) jbuf_putc(&o, '0');
+            jbuf_put(&o, digits, (size_t)nd);
+            if (left)
+                for (int k = 0; k < pad; k++) jbuf_putc(&o, ' ');
             continue;
         }
         case 'f':

@@ -202,6 +202,7 @@ bool jpy_isalpha(uint32_t cp);
 bool jpy_isdigit(uint32_t cp);
 bool jpy_isupper(uint32_t cp);
 bool jpy_islower(uint32_t cp);
+bool jpy_istitle_char(uint32_t cp); /* the title forms of the Latin digraphs (ǅ) */
 /* Python's full case mappings for the scripts templates meet (Latin, Greek, Cyrillic,
  * fullwidth); writes 1-3 code points, returns how many. */
 int jpy_upper(uint32_t cp, uint32_t out[3]);

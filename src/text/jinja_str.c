@@ -174,8 +174,18 @@ bool jpy_isdigit(uint32_t c) {
 
 /* ---- case mappings ---- */
 
+/* The Latin digraphs with three forms (Ǆ ǅ ǆ, Ǉ ǈ ǉ, Ǌ ǋ ǌ, Ǳ ǲ ǳ): the upper form's code
+ * point, 0 for any other. */
+static uint32_t digraph(uint32_t c) {
+    if (c >= 0x1C4 && c <= 0x1CC) return 0x1C4 + (c - 0x1C4) / 3 * 3;
+    if (c >= 0x1F1 && c <= 0x1F3) return 0x1F1;
+    return 0;
+}
+
 /* Single code point lower -> upper; 0 when it has none. */
 static uint32_t up1(uint32_t c) {
+    const uint32_t dg = digraph(c);
+    if (dg) return c != dg ? dg : 0;
     if (c >= 'a' && c <= 'z') return c - 32;
     if (c < 0x80) return 0;
     if (c == 0xB5) return 0x39C;
@@ -188,7 +198,10 @@ static uint32_t up1(uint32_t c) {
     if (c >= 0x179 && c <= 0x17E && !(c & 1)) return c - 1;
     if (c == 0x17F) return 'S';
     if (c == 0x180) return 0x243;
-    if (c >= 0x200 && c <= 0x233 && (c & 1)) return c - 1;
+    if (c >= 0x1CD && c <= 0x1DC && !(c & 1)) return c - 1;
+    if (((c >= 0x1DE && c <= 0x1EF) || (c >= 0x1F4 && c <= 0x1F5) || (c >= 0x1F8 && c <= 0x21F)) && (c & 1)) return c - 1;
+    if (c == 0x1DD) return 0x18E;
+    if (c >= 0x222 && c <= 0x233 && (c & 1)) return c - 1;
     if (c == 0x3AC) return 0x386;
     if (c >= 0x3AD && c <= 0x3AF) return c - 37;
     if (c >= 0x3B1 && c <= 0x3C1) return c - 32;
@@ -210,6 +223,8 @@ static uint32_t up1(uint32_t c) {
 
 /* Single code point upper -> lower; 0 when it has none. */
 static uint32_t low1(uint32_t c) {
+    const uint32_t dg = digraph(c);
+    if (dg) return c != dg + 2 && !(dg == 0x1F1 && c == 0x1F3) ? (dg == 0x1F1 ? 0x1F3 : dg + 2) : 0;
     if (c >= 'A' && c <= 'Z') return c + 32;
     if (c < 0x80) return 0;
     if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
@@ -219,7 +234,10 @@ static uint32_t low1(uint32_t c) {
     if (c >= 0x14A && c <= 0x177 && !(c & 1)) return c + 1;
     if (c >= 0x179 && c <= 0x17E && (c & 1)) return c + 1;
     if (c == 0x243) return 0x180;
-    if (c >= 0x200 && c <= 0x233 && !(c & 1)) return c + 1;
+    if (c >= 0x1CD && c <= 0x1DC && (c & 1)) return c + 1;
+    if (((c >= 0x1DE && c <= 0x1EF) || (c >= 0x1F4 && c <= 0x1F5) || (c >= 0x1F8 && c <= 0x21F)) && !(c & 1)) return c + 1;
+    if (c == 0x18E) return 0x1DD;
+    if (c >= 0x222 && c <= 0x233 && !(c & 1)) return c + 1;
     if (c == 0x386) return 0x3AC;
     if (c >= 0x388 && c <= 0x38A) return c + 37;
     if (c == 0x38C) return 0x3CC;
@@ -238,9 +256,21 @@ static uint32_t low1(uint32_t c) {
     return 0;
 }
 
-bool jpy_isupper(uint32_t c) { return low1(c) != 0 || c == 0x130; }
-bool jpy_islower(uint32_t c) { return up1(c) != 0 || c == 0xDF || c == 0x149 || c == 0x138; }
-static bool cased(uint32_t c) { return jpy_isupper(c) || jpy_islower(c); }
+/* Upper and lower as Python's str.isupper / islower see a character: the title forms of
+ * the digraphs (ǅ) are neither, though cased. */
+bool jpy_isupper(uint32_t c) {
+    const uint32_t dg = digraph(c);
+    return dg ? c == dg : low1(c) != 0 || c == 0x130;
+}
+bool jpy_islower(uint32_t c) {
+    const uint32_t dg = digraph(c);
+    return dg ? c == (dg == 0x1F1 ? 0x1F3 : dg + 2) : up1(c) != 0 || c == 0xDF || c == 0x149 || c == 0x138;
+}
+static bool cased(uint32_t c) { return digraph(c) || jpy_isupper(c) || jpy_islower(c); }
+bool jpy_istitle_char(uint32_t c) {
+    const uint32_t dg = digraph(c);
+    return dg && c == dg + 1;
+}
 
 bool jpy_isalpha(uint32_t c) {
     if (c < 0x80) return (c | 32) >= 'a' && (c | 32) <= 'z';
@@ -267,6 +297,11 @@ int jpy_lower(uint32_t c, uint32_t out[3]) {
 }
 
 int jpy_title(uint32_t c, uint32_t out[3]) {
+    const uint32_t dg = digraph(c);
+    if (dg) {
+        out[0] = dg + 1;
+        return 1;
+    }
     if (c == 0xDF) { out[0] = 'S'; out[1] = 's'; return 2; }
     if (c == 0x149) { out[0] = 0x2BC; out[1] = 'N'; return 2; }
     return jpy_upper(c, out);
@@ -332,7 +367,8 @@ bool jpy_case(jbuf *b, const char *s, size_t n, jcase how) {
             }
             break;
         default: /* JCASE_SWAP */
-            if (jpy_isupper(cp)) nm = jpy_lower(cp, m);
+            if (cp == 0x3A3 && final_sigma(s, n, i, k)) { m[0] = 0x3C2; nm = 1; }
+            else if (jpy_isupper(cp)) nm = jpy_lower(cp, m);
             else if (jpy_islower(cp)) nm = jpy_upper(cp, m);
             else { m[0] = cp; nm = 1; }
             break;

@@ -428,11 +428,9 @@ static bool write_any(jbuf *b, jv v, bool repr, repr_stack *st, const char **why
         jbuf_put(b, "<Namespace ", 11);
         if (!write_dict_body(b, v.u.ns->attrs, st, why)) return false;
         return jbuf_putc(b, '>');
-    case JV_MACRO: {
-        const jnode *def = v.u.m->def;
-        (void)def;
-        return jbuf_put(b, "<Macro>", 7);
-    }
+    case JV_MACRO: /* a call block's caller is jinja2's anonymous macro */
+        if (v.u.m->def->kind == N_CALLBLOCK) return jbuf_put(b, "<Macro anonymous>", 17);
+        return jbuf_printf(b, "<Macro '%.100s'>", v.u.m->name);
     case JV_FUNC: return jbuf_put(b, "<built-in function>", 19);
     case JV_METHOD: return jbuf_printf(b, "<built-in method %s>", jb_method_name(v.sub));
     case JV_LOOP: {
@@ -650,7 +648,8 @@ static void json_str(jbuf *b, const char *s, size_t n, bool ascii) {
         const unsigned char c = (unsigned char)s[i];
         const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
                           : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
-        if (!esc && c >= 0x20 && (c < 0x80 ? true : !ascii)) {
+        /* ensure_ascii escapes everything outside ' '..'~', DEL included */
+        if (!esc && c >= 0x20 && (c < 0x7F ? true : !ascii)) {
             if (!run) run = i + 1; /* start marker, offset + 1 */
             i++;
             continue;
@@ -662,7 +661,7 @@ static void json_str(jbuf *b, const char *s, size_t n, bool ascii) {
         if (esc) {
             jbuf_put(b, esc, 2);
             i++;
-        } else if (c < 0x20) {
+        } else if (c < 0x20 || c == 0x7F) {
             jbuf_printf(b, "\\u%04x", c);
             i++;
         } else { /* ensure_ascii and a non-ASCII code point */

@@ -95,6 +95,8 @@ Test(jinja, literals_and_printing) {
     check("{{ 'a\\tb\\n\\x41\\u00e9\\101\\q' }}", NULL, "a\tb\nA\xc3\xa9" "A\\q");
     check("{{ 'x' 'y' \"z\" }}{{ 1_000 }} {{ 0x1F }} {{ 0b101 }}", NULL, "xyz1000 31 5");
     check("{{ ['a\\nb', 'q\\'s'] }}", NULL, "['a\\nb', \"q's\"]");
+    check("{% macro m() %}{% endmacro %}{{ m }} {{ namespace(a=[1]) }} {{ range(2, 5) }}", NULL,
+          "<Macro 'm'> <Namespace {'a': [1]}> range(2, 5)");
 }
 
 Test(jinja, arithmetic_python_semantics) {
@@ -239,6 +241,10 @@ Test(jinja, string_filters) {
     check("{{ 2.5|round }} {{ 3.5|round }} {{ 2.675|round(2) }} {{ 2.1|round(0, 'ceil') }} {{ -3|abs }} {{ 5|round }}",
           NULL, "2.0 4.0 2.67 3.0 3 5");
     check("{{ '%s=%s'|format('a', 1) }} {{ 'x' is string }} {{ 1|string is string }}", NULL, "a=1 True True");
+    /* truncate: only past length + leeway (5); at a space unless killwords */
+    check("{{ 'foo bar baz qux'|truncate(9) }}|{{ 'foo bar baz qux'|truncate(9, true) }}|"
+          "{{ 'foo bar baz qux'|truncate(11) }}|{{ 'foo bar baz qux'|truncate(11, false, '...', 0) }}", NULL,
+          "foo...|foo ba...|foo bar baz qux|foo bar...");
 }
 
 Test(jinja, list_filters) {
