@@ -240,7 +240,14 @@ fuzz: fuzz-lib
 
 # The SIMD kernel files are built without the sanitizers there (KERNEL_NOSAN): no harness
 # reaches them, and clang's ASan takes many minutes over their intrinsics.
-FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+# FUZZ_SANITIZERS and FUZZ_COV pick the flavour: the default is ASan + UBSan with
+# libFuzzer's full feedback; the long runs of docs/testing.md also use a build with
+# FUZZ_COV=-fno-sanitize-coverage=trace-cmp (comparison tracing is ~70% of a grammar
+# harness's time, perf; the corpus it saturated is the starting point) in its own
+# FUZZ_BUILD.
+FUZZ_SANITIZERS ?= address,undefined
+FUZZ_COV ?=
+FUZZ_SAN := -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZERS) -fno-sanitize-recover=undefined $(FUZZ_COV)
 fuzz-lib:
 	$(Q)$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) SANFLAGS="$(FUZZ_SAN) -g" \
 	    KERNEL_NOSAN="$(FUZZ_SAN)" OPT=-O1 $(FUZZ_BUILD)/libcinder.a $(FUZZ_BUILD)/tools/gguf_tool
@@ -249,7 +256,7 @@ $(FUZZ_BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_BUI
 	@mkdir -p $(dir $@)
 	@echo "  LD fuzz $@"
 	$(Q)$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
-	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $< \
+	    -fsanitize=fuzzer,$(FUZZ_SANITIZERS) -fno-sanitize-recover=undefined $(FUZZ_COV) -o $@ $< \
 	    $(FUZZ_BUILD)/libcinder.a $(PKG_LIBS) -lpthread -lm
 
 # arm64 cross check, for x86 hosts (scripts/test.sh runs it there): every library and

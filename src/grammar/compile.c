@@ -597,16 +597,82 @@ void gr_grammar_free(gr_grammar *g) {
 
 /* ---- whole-grammar analyses ---- */
 
+/* Marks fin[s] for the states of rule d that can finish, given which rules can (prod):
+ * backwards from the marked states over the reversed edges (byte edges, and calls of
+ * productive rules), each edge once. rev_first/rev hold the reversed edges, made by the
+ * caller: rev[k] = (source state, called rule or -1 for a byte edge). */
+typedef struct { int32_t from, rule; } gr_redge;
+
+static void finish_backwards(const gr_dfa *d, const uint32_t *rev_first, const gr_redge *rev, const uint8_t *prod,
+                             uint8_t *fin, uint32_t *stack) {
+    uint32_t top = 0;
+    for (uint32_t s = 0; s < d->n_states; s++)
+        if (fin[s]) stack[top++] = s;
+    while (top) {
+        const uint32_t t = stack[--top];
+        for (uint32_t k = rev_first[t]; k < rev_first[t + 1]; k++) {
+            const gr_redge e = rev[k];
+            if (fin[e.from] || (e.rule >= 0 && !prod[e.rule])) continue;
+            fin[e.from] = 1;
+            stack[top++] = (uint32_t)e.from;
+        }
+    }
+}
+
+/* The reversed edges of rule d into rev_first (n_states + 1) and *rev; false when out of
+ * memory. A state's byte edges into one target count once. */
+static bool reverse_edges(const gr_dfa *d, uint32_t *rev_first, gr_redge **rev) {
+    const uint32_t S = d->n_states;
+    memset(rev_first, 0, (S + 1) * sizeof *rev_first);
+    size_t n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t s = 0; s < S; s++) {
+            int32_t prev = -1;
+            for (uint32_t c = 0; c < d->n_class; c++) {
+                const int32_t t = d->trans[s * d->n_class + c];
+                if (t < 0 || t == prev) continue;
+                prev = t;
+                if (pass == 0) rev_first[t + 1]++;
+                else (*rev)[rev_first[t]++] = (gr_redge){ (int32_t)s, -1 };
+            }
+            for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
+                const int32_t t = d->calls[k].ret;
+                if (pass == 0) rev_first[t + 1]++;
+                else (*rev)[rev_first[t]++] = (gr_redge){ (int32_t)s, d->calls[k].rule };
+            }
+        }
+        if (pass == 0) {
+            for (uint32_t s = 0; s < S; s++) rev_first[s + 1] += rev_first[s];
+            n = rev_first[S];
+            *rev = malloc((n ? n : 1) * sizeof **rev);
+            if (!*rev) return false;
+        } else { /* the fill advanced each start to the next one's: shift back */
+            memmove(rev_first + 1, rev_first, S * sizeof *rev_first);
+            rev_first[0] = 0;
+        }
+    }
+    return true;
+}
+
 /* Cuts edges into states that cannot finish and calls of rules that cannot; returns
- * false if the root cannot finish. */
+ * false if the root cannot finish. Linear in the edges per round; a round repeats only
+ * when some rule became able to finish, which can open calls of it in rules before it. */
 static bool prune(gr_grammar *g, cn_error *err) {
-    uint32_t R = g->n_rules;
+    uint32_t R = g->n_rules, max_states = 0;
+    for (uint32_t r = 0; r < R; r++)
+        if (g->rules[r].n_states > max_states) max_states = g->rules[r].n_states;
     uint8_t *prod = calloc(R, 1);
     uint8_t **fin = calloc(R, sizeof *fin);
-    bool ok = prod && fin;
+    uint32_t **rev_first = calloc(R, sizeof *rev_first);
+    gr_redge **rev = calloc(R, sizeof *rev);
+    uint32_t *stack = malloc(((size_t)max_states + 1) * sizeof *stack);
+    bool ok = prod && fin && rev_first && rev && stack;
     for (uint32_t r = 0; ok && r < R; r++) {
-        fin[r] = calloc(g->rules[r].n_states + 1, 1);
-        ok = fin[r] != NULL;
+        const gr_dfa *d = &g->rules[r];
+        fin[r] = calloc(d->n_states + 1, 1);
+        rev_first[r] = malloc((d->n_states + 1) * sizeof **rev_first);
+        ok = fin[r] && rev_first[r] && reverse_edges(d, rev_first[r], &rev[r]);
+        for (uint32_t s = 0; ok && s < d->n_states; s++) fin[r][s] = d->accept[s];
     }
     if (!ok) {
         cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
@@ -616,20 +682,7 @@ static bool prune(gr_grammar *g, cn_error *err) {
         changed = false;
         for (uint32_t r = 0; r < R; r++) {
             gr_dfa *d = &g->rules[r];
-            for (bool ch = true; ch;) {
-                ch = false;
-                for (uint32_t s = 0; s < d->n_states; s++) {
-                    if (fin[r][s]) continue;
-                    bool f = d->accept[s];
-                    for (uint32_t c = 0; !f && c < d->n_class; c++) {
-                        int32_t t = d->trans[s * d->n_class + c];
-                        f = t >= 0 && fin[r][t];
-                    }
-                    for (uint32_t k = d->call_first[s]; !f && k < d->call_first[s + 1]; k++)
-                        f = prod[d->calls[k].rule] && fin[r][d->calls[k].ret];
-                    if (f) fin[r][s] = 1, ch = changed = true;
-                }
-            }
+            finish_backwards(d, rev_first[r], rev[r], prod, fin[r], stack);
             if (d->n_states && fin[r][0] && !prod[r]) prod[r] = 1, changed = true;
         }
     }
@@ -654,9 +707,15 @@ static bool prune(gr_grammar *g, cn_error *err) {
     ok = prod[g->root];
     if (!ok) cn_err(err, CN_STATUS_INVALID_ARG, "the grammar matches no text: rule '%s' can never finish", g->rules[g->root].name);
 out:
-    if (fin)
-        for (uint32_t r = 0; r < R; r++) free(fin[r]);
+    for (uint32_t r = 0; r < R; r++) {
+        if (fin) free(fin[r]);
+        if (rev_first) free(rev_first[r]);
+        if (rev) free(rev[r]);
+    }
     free(fin);
+    free(rev_first);
+    free(rev);
+    free(stack);
     free(prod);
     return ok;
 }
