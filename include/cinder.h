@@ -636,6 +636,21 @@ CN_API cn_status cn_context_seq_cp(cn_context *c, int32_t src, int32_t dst, int6
 /* Empties every sequence but seq. */
 CN_API void cn_context_seq_keep(cn_context *c, int32_t seq);
 
+/* The forward pass's time by step (`cinder bench --profile`): with profiling on, every
+ * cn_context_decode adds each step's wall time and the bytes it read, per kind of step
+ * and weight formats, summed over layers. Off by default; it costs two clock reads per
+ * step when on. */
+typedef struct {
+    char op[96];               /* the step, its weights' formats and shape: "ffn gate+up q4_K,q4_K 1536->8960" */
+    uint64_t calls;            /* times it ran (layers × passes) */
+    double ms;                 /* wall time inside it, the wait for the slowest thread included */
+    uint64_t bytes;            /* bytes it read: weights, or the KV cache for attention */
+} cn_profile_op;
+/* on: clears the counts and starts counting; off: stops (the counts stay readable). */
+CN_API void cn_context_profile(cn_context *c, bool on);
+/* Copies up to max ops into out (in the order first met); returns how many there are. */
+CN_API int32_t cn_context_profile_read(const cn_context *c, cn_profile_op *out, int32_t max);
+
 /* ==== end of the low tier ================================================================= */
 
 /* ==== explain: the sampler chain stage by stage ===========================================

@@ -16,7 +16,13 @@
  * Output: a table on stdout (it is this command's product), progress on stderr; --json
  * prints one JSON object per (model, threads) line instead. Every figure is wall time
  * on a machine others may be using: the 1-minute load average is printed with it. It
- * measures only: kernel-level benchmarks live in bench/ (bench/matmul.c). */
+ * measures only: kernel-level benchmarks live in bench/ (bench/matmul.c).
+ *
+ * --profile adds, per thread count, one more tg and pp run with the context's profile on
+ * (cn_context_profile) and prints where a token's time goes: each step of the forward
+ * pass by weight formats and shape, its ms per token, the bytes it read and so its GB/s,
+ * against the read bandwidth measured beside it; "other" is the run's wall time outside
+ * the steps (batch setup, the caller's loop). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -160,14 +166,23 @@ typedef struct {
     int32_t n_models;
     int32_t n_p, n_g, reps;
     int_list threads;
-    bool json;
+    bool json, profile;
 } opts;
+
+enum { MAX_PROF = 48 };
+typedef struct {
+    cn_profile_op op[MAX_PROF];
+    int32_t n;
+    double ms;      /* the run's wall time */
+    int32_t tokens; /* tokens it ran */
+} profile;
 
 typedef struct {
     int threads;
     stat pp, tg;
     double ttft_p50, ttft_p90, itl_p50, itl_p90;
     double read_gb_s, copy_gb_s, load;
+    profile prof_tg, prof_pp;
 } result;
 
 static int parse_threads(void *dst, const char *v, const char *cmd, const char *name) {
@@ -177,6 +192,8 @@ static int parse_threads(void *dst, const char *v, const char *cmd, const char *
                   MAX_THREADS_LIST, v);
     return -1;
 }
+
+static json_t *profile_json(const profile *p);
 
 static void print_json(const char *path, const cn_model_info *mi, const opts *o, const result *res, uint64_t wb) {
     const double gb = (double)wb * res->tg.mean / 1e9;
@@ -189,6 +206,10 @@ static void print_json(const char *path, const cn_model_info *mi, const opts *o,
                           "ttft_p90_ms", res->ttft_p90, "itl_p50_ms", res->itl_p50, "itl_p90_ms", res->itl_p90,
                           "decode_gb_s", gb, "mem_read_gb_s", res->read_gb_s, "mem_copy_gb_s", res->copy_gb_s,
                           "decode_bw_frac", res->read_gb_s > 0 ? gb / res->read_gb_s : 0.0, "load1", res->load);
+    if (j && o->profile) {
+        json_object_set_new(j, "profile_tg", profile_json(&res->prof_tg));
+        json_object_set_new(j, "profile_pp", profile_json(&res->prof_pp));
+    }
     cli_print_json(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
 }
 
@@ -205,6 +226,52 @@ static void print_row(const char *path, const result *r, uint64_t wb, bool heade
     printf("| %-34.34s | %3d | %7s | %16s | %16s | %8.1f | %8.2f | %8.2f | %14s |\n", base, r->threads,
            cn_kernels_family(), pp, tg, r->ttft_p50, r->itl_p50, r->itl_p90, bw);
     fflush(stdout);
+}
+
+/* One tg (prompt false) or pp run of n tokens with the profile on. */
+static cn_status profile_run(runner *r, int32_t *tok, int32_t n, bool prompt, profile *p, cn_error *err) {
+    cn_context_profile(r->c, true);
+    const cn_status s = prompt ? run_pp(r, tok, n, &p->ms, err) : run_tg(r, n, &p->ms, err);
+    cn_context_profile(r->c, false);
+    p->tokens = n;
+    p->n = cn_context_profile_read(r->c, p->op, MAX_PROF);
+    if (p->n > MAX_PROF) p->n = MAX_PROF;
+    return s;
+}
+
+static void print_profile(const char *what, const profile *p, double read_gb_s) {
+    if (p->tokens <= 0 || p->ms <= 0) return;
+    const double per = 1.0 / p->tokens;
+    printf("\n%s: %d tokens, %.2f ms a token\n\n", what, p->tokens, p->ms * per);
+    printf("| %-52s | %6s | %9s | %6s | %9s | %7s | %7s |\n", "step (weights, in->out)", "calls", "ms/token", "share",
+           "MB/token", "GB/s", "of bw");
+    printf("| %.52s | -----: | --------: | -----: | --------: | ------: | ------: |\n",
+           "-----------------------------------------------------");
+    double sum = 0, bytes = 0;
+    for (int32_t i = 0; i < p->n; i++) {
+        const cn_profile_op *o = &p->op[i];
+        const double gb_s = o->ms > 0 ? (double)o->bytes / (o->ms * 1e6) : 0;
+        sum += o->ms;
+        bytes += (double)o->bytes;
+        printf("| %-52.52s | %6.1f | %9.3f | %5.1f%% | %9.2f | %7.1f | %6.0f%% |\n", o->op, (double)o->calls * per,
+               o->ms * per, 100 * o->ms / p->ms, (double)o->bytes * per / 1e6, gb_s,
+               read_gb_s > 0 ? 100 * gb_s / read_gb_s : 0);
+    }
+    const double other = p->ms - sum;
+    printf("| %-52s | %6s | %9.3f | %5.1f%% | %9s | %7s | %7s |\n", "other (outside the steps)", "", other * per,
+           100 * other / p->ms, "", "", "");
+    printf("| %-52s | %6s | %9.3f | %5.1f%% | %9.2f | %7.1f | %6.0f%% |\n", "total", "", p->ms * per, 100.0,
+           bytes * per / 1e6, bytes / (p->ms * 1e6), read_gb_s > 0 ? 100 * bytes / (p->ms * 1e6) / read_gb_s : 0);
+    printf("\n(read bandwidth measured: %.1f GB/s)\n", read_gb_s);
+    fflush(stdout);
+}
+
+static json_t *profile_json(const profile *p) {
+    json_t *a = json_array();
+    for (int32_t i = 0; a && i < p->n; i++)
+        json_array_append_new(a, json_pack("{s:s, s:I, s:f, s:I}", "op", p->op[i].op, "calls", (json_int_t)p->op[i].calls,
+                                           "ms", p->op[i].ms, "bytes", (json_int_t)p->op[i].bytes));
+    return json_pack("{s:i, s:f, s:o}", "tokens", p->tokens, "ms", p->ms, "ops", a ? a : json_null());
 }
 
 /* One thread count on a fresh context: bandwidth, warm-up, -r repetitions. */
@@ -241,6 +308,11 @@ static cn_status bench_threads(const cn_model *m, const opts *o, const int32_t *
             if ((s = run_chat(&r, prompt, n_prompt, o->n_g, &ttft[rep], itl + n_itl, err)) != CN_STATUS_OK) goto done;
             n_itl += o->n_g - 1;
         }
+    }
+    if (o->profile) {
+        fprintf(stderr, ", profile");
+        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, false, &res->prof_tg, err)) != CN_STATUS_OK) goto done;
+        if (o->n_p > 0 && (s = profile_run(&r, tok, o->n_p, true, &res->prof_pp, err)) != CN_STATUS_OK) goto done;
     }
     res->load = cli_load1();
     res->pp = stats(pp, o->n_p > 0 ? o->reps : 0);
@@ -293,7 +365,17 @@ static int bench_model(const char *path, const opts *o, bool first) {
             goto done;
         }
         if (o->json) print_json(path, &mi, o, &res, wb);
-        else print_row(path, &res, wb, first && ti == 0);
+        else {
+            print_row(path, &res, wb, first && ti == 0);
+            if (o->profile) {
+                char what[160];
+                snprintf(what, sizeof what, "decode profile, %s, %d thread(s), %s", path, res.threads, cn_kernels_family());
+                print_profile(what, &res.prof_tg, res.read_gb_s);
+                snprintf(what, sizeof what, "prefill profile (pp%d), %s, %d thread(s), %s", o->n_p, path, res.threads,
+                         cn_kernels_family());
+                print_profile(what, &res.prof_pp, res.read_gb_s);
+            }
+        }
     }
     if (!o->json)
         fprintf(stderr, "cinder bench: %s: %s, %d layers, %.1f MB of weights per decoded token, prompt %zu tokens, load %.2f\n",
@@ -323,6 +405,7 @@ int cn_cli_bench(int argc, char **argv) {
         CLI_F_CUSTOM("--threads", "-t", &o.threads, parse_threads, "T,T,...", "thread counts (default: every CPU)"),
         CLI_F_NUM("--repetitions", "-r", CLI_INT, &o.reps, 1, 1000, "N", "runs after one warm-up (default 5)"),
         CLI_F_BOOL("--json", NULL, &o.json, "one JSON object per (model, threads) line"),
+        CLI_F_BOOL("--profile", NULL, &o.profile, "where a token's time goes, step by step (one more tg and pp run)"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;

@@ -402,6 +402,14 @@ cn_status cn_context_decode(cn_context *c, const cn_batch *b, cn_error *err) {
     return st;
 }
 
+void cn_context_profile(cn_context *c, bool on) {
+    if (c) (void)cn_ctx_profile(c->ctx, on); /* out of memory: it stays off */
+}
+
+int32_t cn_context_profile_read(const cn_context *c, cn_profile_op *out, int32_t max) {
+    return c && (out || max == 0) ? cn_ctx_profile_read(c->ctx, out, max) : 0;
+}
+
 const float *cn_context_logits_row(const cn_context *c, int32_t i) {
     if (!c || i < 0 || i >= c->n_logits) return NULL;
     return c->logits + (size_t)i * (size_t)c->n_vocab;

@@ -10,6 +10,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +43,79 @@ struct cn_ctx {
     const void **blk;             /* block pointers of all distinct sequences, grown as needed */
     int64_t blk_cap;
     int32_t *want_rows;           /* (B) */
+    struct prof *prof;            /* NULL: not profiling; else prof_data */
+    struct prof *prof_data;       /* the counts, kept when profiling stops */
 };
+
+/* ---- the per-step profile (cn_ctx_profile) ----
+ * A step is one call of the layer loop below (a pool region, or the caller's own work);
+ * its ops are keyed by step and the formats and shape of the weights it reads, so the
+ * layers a mixed quantization gives more bits to come out as rows of their own. */
+enum { PROF_MAX = 48 };
+typedef enum { ST_EMBED, ST_QKV, ST_ROPE, ST_ATTN, ST_WO, ST_GATE_UP, ST_DOWN, ST_HEAD } prof_step;
+static const char *const STEP_NAME[] = {"embed + rope angles", "attn_norm + q,k,v", "q/k norm + rope", "attention",
+                                        "attn_output", "ffn_norm + gate,up", "act + down", "output_norm + head"};
+typedef struct {
+    prof_step step;
+    uint32_t type[3];
+    int64_t in, out;
+} prof_key;
+struct prof {
+    prof_key key[PROF_MAX];
+    cn_profile_op op[PROF_MAX];
+    int32_t n;
+};
+
+static double prof_start(const cn_ctx *c) { return c->prof ? cn_time_ms() : 0.0; }
+
+/* Adds the step that began at t0 (prof_start) and read nw weights plus extra bytes. */
+static void prof_add(cn_ctx *c, double t0, prof_step step, const cn_weight *const *w, int nw, uint64_t extra) {
+    struct prof *p = c->prof;
+    if (!p) return;
+    const double ms = cn_time_ms() - t0;
+    prof_key k = {.step = step};
+    uint64_t bytes = extra;
+    for (int i = 0; i < nw; i++) {
+        k.type[i] = w[i]->type + 1;
+        bytes += (uint64_t)w[i]->row_bytes * (uint64_t)w[i]->ne1;
+        k.out += w[i]->ne1;
+        k.in = w[i]->ne0;
+    }
+    int32_t j = 0;
+    while (j < p->n && memcmp(&p->key[j], &k, sizeof k) != 0) j++;
+    if (j == p->n) {
+        if (p->n == PROF_MAX) j = PROF_MAX - 1; /* more kinds than rows: the last row takes the rest */
+        else {
+            p->key[p->n++] = k;
+            cn_profile_op *o = &p->op[j];
+            int at = snprintf(o->op, sizeof o->op, "%s", STEP_NAME[step]);
+            for (int i = 0; i < nw && at > 0 && (size_t)at < sizeof o->op; i++)
+                at += snprintf(o->op + at, sizeof o->op - (size_t)at, "%s%s", i ? "," : " ",
+                               cn_type_traits_get(w[i]->type)->name);
+            if (nw && at > 0 && (size_t)at < sizeof o->op)
+                snprintf(o->op + at, sizeof o->op - (size_t)at, " %lld->%lld", (long long)k.in, (long long)k.out);
+        }
+    }
+    p->op[j].calls++;
+    p->op[j].ms += ms;
+    p->op[j].bytes += bytes;
+}
+
+bool cn_ctx_profile(cn_ctx *c, bool on) {
+    c->prof = NULL;
+    if (!on) return true;
+    if (!c->prof_data && !(c->prof_data = malloc(sizeof *c->prof_data))) return false;
+    memset(c->prof_data, 0, sizeof *c->prof_data);
+    c->prof = c->prof_data;
+    return true;
+}
+
+int32_t cn_ctx_profile_read(const cn_ctx *c, cn_profile_op *out, int32_t max) {
+    const struct prof *p = c->prof_data;
+    if (!p) return 0;
+    for (int32_t i = 0; i < p->n && i < max; i++) out[i] = p->op[i];
+    return p->n;
+}
 
 cn_ctx_params cn_ctx_default_params(void) {
     cn_ctx_params p = {.n_threads = 1, .n_batch_max = 512, .n_ctx = 0, .pool = NULL};
@@ -71,6 +144,7 @@ void cn_ctx_free(cn_ctx *c) {
     free(c->useq_v);
     free(c->blk);
     free(c->want_rows);
+    free(c->prof_data);
     free(c);
 }
 
@@ -607,6 +681,15 @@ static cn_status attend(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t il, con
     return CN_STATUS_OK;
 }
 
+/* The bytes attention reads from the cache in one layer: each sequence's K and V rows
+ * up to its last new position. */
+static uint64_t kv_bytes_read(const cn_ctx *c, const cn_kv_params *kp, int32_t nu, int64_t n, int64_t kv_dim) {
+    const double per = kp->type == CN_TYPE_F32 ? 4.0 : kp->type == CN_TYPE_F16 ? 2.0 : 34.0 / 32.0;
+    int64_t positions = n; /* the new rows */
+    for (int32_t u = 0; u < nu; u++) positions += c->useq_len[u];
+    return (uint64_t)((double)positions * (double)kv_dim * 2.0 * per);
+}
+
 cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
                      float *logits_out, cn_error *err) {
     const cn_hparams *hp = cn_model_hparams(m);
@@ -638,6 +721,7 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
     const float embd_scale = sqrtf((float)E);
     const cn_weight *ff = cn_model_rope_freqs(m);
     const float *freqs = ff ? ff->data : NULL;
+    double t0 = prof_start(c);
     for (int64_t r = 0; r < n; r++) {
         float *xr = c->x + r * E;
         tr->to_float((const uint8_t *)te->data + (size_t)b->rows[r].token * te->row_bytes, xr, E);
@@ -649,6 +733,7 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
             K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base_swa, 1.0f, freqs,
                           c->cs_swa + r * hp->n_rot);
     }
+    prof_add(c, t0, ST_EMBED, NULL, 0, (uint64_t)n * te->row_bytes);
 
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const cn_layer *L = cn_model_layer(m, il);
@@ -658,28 +743,45 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
         /* attention: x (+ the previous layer's FFN branch) → norm → Q, K, V → RoPE */
         const resid_norm attn_in = {prev ? c->tmp : NULL, prev && arch->post_norms ? &prev->post_ffn_norm : NULL,
                                     &L->attn_norm};
-        norm_matmuls(c, n, NULL, n, attn_in, 3, (const cn_weight *[]){&L->wq, &L->wk, &L->wv},
-                     (float *[]){c->q, c->k, c->v});
+        const cn_weight *const qkv[] = {&L->wq, &L->wk, &L->wv};
+        t0 = prof_start(c);
+        norm_matmuls(c, n, NULL, n, attn_in, 3, qkv, (float *[]){c->q, c->k, c->v});
+        prof_add(c, t0, ST_QKV, qkv, 3, 0);
+        t0 = prof_start(c);
         rope_qk(c, L, cs, n);
+        prof_add(c, t0, ST_ROPE, NULL, 0, 0);
+        t0 = prof_start(c);
         s = attend(c, b, kv, il, L, nu, err); /* K, V into the cache; att = attention over it */
         if (s != CN_STATUS_OK) return s;
-        quant_matmul(c, n, c->att, QD, &L->wo, c->tmp);
+        if (c->prof) prof_add(c, t0, ST_ATTN, NULL, 0, kv_bytes_read(c, kp, nu, n, KVD));
+        const cn_weight *const wo = &L->wo;
+        t0 = prof_start(c);
+        quant_matmul(c, n, c->att, QD, wo, c->tmp);
+        prof_add(c, t0, ST_WO, &wo, 1, 0);
 
         /* feed-forward: x += attention branch → norm → gate, up → act → down */
         const resid_norm ffn_in = {c->tmp, arch->post_norms ? &L->post_attn_norm : NULL, &L->ffn_norm};
-        norm_matmuls(c, n, NULL, n, ffn_in, 2, (const cn_weight *[]){&L->w_gate, &L->w_up}, (float *[]){c->hg, c->hu});
-        act_matmul(c, n, arch->act, &L->w_down, c->tmp);
+        const cn_weight *const gate_up[] = {&L->w_gate, &L->w_up}, *const down = &L->w_down;
+        t0 = prof_start(c);
+        norm_matmuls(c, n, NULL, n, ffn_in, 2, gate_up, (float *[]){c->hg, c->hu});
+        prof_add(c, t0, ST_GATE_UP, gate_up, 2, 0);
+        t0 = prof_start(c);
+        act_matmul(c, n, arch->act, down, c->tmp);
+        prof_add(c, t0, ST_DOWN, &down, 1, 0);
     }
 
     /* the last FFN branch, the output norm and the LM head, for the rows that want logits */
     if (n_want == 0) return CN_STATUS_OK;
     const resid_norm out_in = {c->tmp, arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
                                cn_model_output_norm(m)};
-    norm_matmuls(c, n, c->want_rows, n_want, out_in, 1, (const cn_weight *[]){cn_model_output(m)}, (float *[]){logits_out});
+    const cn_weight *const head = cn_model_output(m);
+    t0 = prof_start(c);
+    norm_matmuls(c, n, c->want_rows, n_want, out_in, 1, &head, (float *[]){logits_out});
     if (hp->final_softcap > 0.0f) {
         const float cap = hp->final_softcap;
         for (int64_t i = 0; i < (int64_t)n_want * hp->n_vocab; i++)
             logits_out[i] = tanhf(logits_out[i] / cap) * cap;
     }
+    prof_add(c, t0, ST_HEAD, &head, 1, 0);
     return CN_STATUS_OK;
 }

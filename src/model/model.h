@@ -118,4 +118,9 @@ int32_t cn_ctx_n_ctx(const cn_ctx *c);
 cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
                      float *logits_out, cn_error *err);
 
+/* The per-step profile of cn_forward (cinder.h's cn_context_profile): false when out of
+ * memory turning it on. */
+bool cn_ctx_profile(cn_ctx *c, bool on);
+int32_t cn_ctx_profile_read(const cn_ctx *c, cn_profile_op *out, int32_t max);
+
 #endif

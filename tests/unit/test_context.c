@@ -554,3 +554,61 @@ Test(context, logits) {
     free(again);
     cn_context_free(c);
 }
+
+/* The per-step profile counts each step once per layer and pass, under the weights'
+ * formats and shapes, with the bytes `cinder inspect` lists for stories260K's tensors
+ * (all f32: attn_q 16384, attn_k and attn_v 8192, attn_output 16384, ffn_gate/up/down
+ * 44032 each, output 131072) and the f16 cache's K and V rows attention reads. */
+static const cn_profile_op *find_op(const cn_profile_op *ops, int32_t n, const char *name) {
+    for (int32_t i = 0; i < n; i++)
+        if (!strcmp(ops[i].op, name)) return &ops[i];
+    cr_assert_fail("no op '%s' in the profile (%d ops)", name, n);
+    return NULL;
+}
+
+Test(context, profile_counts_steps_and_bytes) {
+    cn_context *c = open_ctx(1, 8);
+    cn_profile_op ops[16];
+    cr_assert_eq(cn_context_profile_read(c, ops, 16), 0, "nothing before profiling is turned on");
+    cn_context_profile(c, true);
+    for (int32_t i = 0; i < 4; i++) decode_range(c, g0.tokens, i, i + 1, 0, true);
+    const int32_t n = cn_context_profile_read(c, ops, 16);
+    cr_assert_eq(n, 8, "embed, qkv, rope, attention, wo, gate/up, down, head: %d", n);
+    const int L = 5, P = 4; /* layers, passes */
+    const struct {
+        const char *name;
+        uint64_t calls, bytes;
+    } want[] = {
+        {"attn_norm + q,k,v f32,f32,f32 64->128", L * P, L * P * (16384 + 8192 + 8192)},
+        {"attn_output f32 64->64", L * P, L * P * 16384},
+        {"ffn_norm + gate,up f32,f32 64->344", L * P, L * P * 2 * 44032},
+        {"act + down f32 172->64", L * P, L * P * 44032},
+        {"output_norm + head f32 64->512", P, P * 131072},
+        {"q/k norm + rope", L * P, 0},
+        /* positions 0..3: 1 + 2 + 3 + 4 rows of K and V, 32 f16 each, per layer */
+        {"attention", L * P, L * (1 + 2 + 3 + 4) * 2 * 32 * 2},
+        {"embed + rope angles", P, P * 64 * 4},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        const cn_profile_op *o = find_op(ops, n, want[i].name);
+        cr_assert_eq(o->calls, want[i].calls, "%s: %llu calls, want %llu", o->op, (unsigned long long)o->calls,
+                     (unsigned long long)want[i].calls);
+        cr_assert_eq(o->bytes, want[i].bytes, "%s: %llu bytes, want %llu", o->op, (unsigned long long)o->bytes,
+                     (unsigned long long)want[i].bytes);
+        cr_assert_geq(o->ms, 0.0);
+    }
+    /* off: counts kept, no longer growing; on again: cleared */
+    cn_context_profile(c, false);
+    decode_range(c, g0.tokens, 4, 6, 0, true);
+    cr_assert_eq(cn_context_profile_read(c, ops, 16), 8);
+    cr_assert_eq(find_op(ops, 8, "output_norm + head f32 64->512")->calls, (uint64_t)P);
+    cn_context_profile(c, true);
+    cr_assert_eq(cn_context_profile_read(c, ops, 16), 0);
+    /* a 2-row batch: one pass, each weight read once */
+    decode_range(c, g0.tokens, 6, 8, 0, false);
+    cr_assert_eq(cn_context_profile_read(c, ops, 16), 8);
+    cr_assert_eq(find_op(ops, 8, "act + down f32 172->64")->calls, (uint64_t)L);
+    cr_assert_eq(find_op(ops, 8, "act + down f32 172->64")->bytes, (uint64_t)L * 44032);
+    cr_assert_eq(cn_context_profile_read(c, NULL, 0), 8, "the count alone");
+    cn_context_free(c);
+}
