@@ -219,7 +219,9 @@ cn_status models_new_dir(const cn_server_params *p, const oai_ctx *base, cn_metr
     *out = NULL;
     if (!p->load) return set_err(err, CN_STATUS_INVALID_ARG, "server: several models need a loader");
     DIR *d = opendir(p->models_dir);
-    if (!d) return set_err(err, CN_STATUS_IO, "cannot read the models folder '%.300s': %s", p->models_dir, strerror(errno));
+    if (!d)
+        return set_err(err, CN_STATUS_IO, "cannot read the models folder '%.300s': %s", p->models_dir,
+                       strerror(errno));
     closedir(d);
     models *r = table_new(base, mx);
     const size_t n_dir = strlen(p->models_dir) + 1;
@@ -272,7 +274,9 @@ cn_status models_new_dir(const cn_server_params *p, const oai_ctx *base, cn_metr
 
 /* ---- loading and unloading ---- */
 
-static int64_t mtime_ns(const struct stat *st) { return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec; }
+static int64_t mtime_ns(const struct stat *st) {
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
 
 /* A load failure's message for clients: the folder's path (the server's business) cut
  * from it, the file named as in the folder. */
@@ -390,7 +394,10 @@ static int load_failed(const smodel *sm, oai_error *e) {
 /* Entries taking memory (loaded, or on the way in or out); lock held. */
 static int n_resident(const models *r) {
     int k = 0;
-    for (int i = 0; i < r->n; i++) k += r->v[i]->state == SM_LOADING || r->v[i]->state == SM_LOADED || r->v[i]->state == SM_UNLOADING;
+    for (int i = 0; i < r->n; i++) {
+        const smodel_state st = r->v[i]->state;
+        k += st == SM_LOADING || st == SM_LOADED || st == SM_UNLOADING;
+    }
     return k;
 }
 

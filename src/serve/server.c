@@ -1230,9 +1230,9 @@ static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_co
 cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *err) {
     *out = NULL;
     const bool multi = p->models_dir != NULL;
-    if ((!multi && !p->model_id) || (multi && !p->load) || p->models_max < 0 || p->n_aliases < 0 || p->port < 0 || p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 ||
-        p->idle_timeout_s < 1 || p->max_body_bytes < 1 || p->grammar_cache_entries < 1 ||
-        !(p->grammar_compile_ms > 0))
+    if ((!multi && !p->model_id) || (multi && !p->load) || p->models_max < 0 || p->n_aliases < 0 || p->port < 0 ||
+        p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 || p->idle_timeout_s < 1 ||
+        p->max_body_bytes < 1 || p->grammar_cache_entries < 1 || !(p->grammar_compile_ms > 0))
         return server_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
