@@ -3,7 +3,9 @@
  * loads the model (and a draft model) and makes the engine, which owns the tokenizer,
  * chat template and threads the server asks it for; starts the engine's run loop and
  * waits for SIGINT/SIGTERM; then drains (running requests may finish until
- * --shutdown-timeout), cancels the rest and exits 0. The server itself is src/serve/;
+ * --shutdown-timeout), cancels the rest and exits 0. With --models-dir the server serves
+ * every GGUF file of a folder and loads each on its first request through load_engine
+ * here, with the same engine flags for every model. The server itself is src/serve/;
  * everything here goes through the public API (cinder.h). */
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +20,47 @@
 #include "genopts.h"
 #include "serve/server.h"
 
+/* The engine flags every served model gets. */
+typedef struct {
+    cn_engine_params ep;
+    int32_t n_ctx;             /* 0: the model's, at most 4096 */
+    int64_t kv_mem;            /* MiB; 0: --parallel full contexts */
+} engine_cfg;
+
+/* An engine for m with its run loop started. */
+static cn_status make_engine(const engine_cfg *c, const cn_model *m, cn_engine **out, cn_error *err) {
+    cn_model_info info;
+    cn_model_get_info(m, &info);
+    cn_engine_params ep = c->ep;
+    ep.n_ctx = c->n_ctx ? c->n_ctx : info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
+    if (ep.step_tokens < ep.max_running) ep.step_tokens = ep.max_running;
+    if (c->kv_mem) ep.kv_mem_mib = c->kv_mem;
+    else ep.kv_tokens = (int64_t)ep.max_running * ep.n_ctx;
+    *out = NULL;
+    cn_status st = cn_engine_create(m, &ep, out, err);
+    if (st == CN_STATUS_OK) st = cn_engine_start(*out, err);
+    if (st != CN_STATUS_OK) {
+        cn_engine_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* The server's loader (several models): the file's model and a started engine. */
+static cn_status load_engine(void *user, const char *path, cn_model **m, cn_engine **e, cn_error *err) {
+    *e = NULL;
+    cn_status st = cn_cli_model_load(path, m, err);
+    if (st == CN_STATUS_OK) st = make_engine(user, *m, e, err);
+    if (st != CN_STATUS_OK) {
+        cn_model_free(*m);
+        *m = NULL;
+        fprintf(stderr, "cinder: serve: loading %s failed: %s\n", path, err->msg);
+    } else {
+        fprintf(stderr, "cinder: serve: loaded %s\n", path);
+    }
+    return st;
+}
+
 /* The served name: --alias, else the file name without .gguf. */
 static void served_name(const char *path, const char *alias, char *out, size_t n) {
     const char *base = strrchr(path, '/');
@@ -26,25 +69,67 @@ static void served_name(const char *path, const char *alias, char *out, size_t n
     if (!alias && len > 5 && !strcmp(out + len - 5, ".gguf")) out[len - 5] = 0;
 }
 
+/* SIGINT/SIGTERM go to sigwait (wait_and_drain); every thread started after this
+ * inherits the mask. */
+static sigset_t block_signals(void) {
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return sigs;
+}
+
+static void wait_and_drain(cn_server *srv, sigset_t *sigs, int shutdown_s) {
+    int sig = 0;
+    sigwait(sigs, &sig);
+    fprintf(stderr, "cinder: %s: draining (up to %d s), then exiting\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+            shutdown_s);
+    cn_server_drain(srv, (double)shutdown_s);
+}
+
+/* Several models: the server loads them (load_engine) as requests ask. */
+static int serve_dir(const cn_server_params *sp, int shutdown_s) {
+    sigset_t sigs = block_signals();
+    cn_error err = {0};
+    cn_server *srv = NULL;
+    if (cn_server_start(sp, &srv, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("serve: %s", err.msg);
+        return err.status == CN_STATUS_INVALID_ARG ? 2 : 1;
+    }
+    char most[48] = "";
+    if (sp->models_max) snprintf(most, sizeof most, ", at most %d loaded at once", sp->models_max);
+    fprintf(stderr, "cinder: serving the models of %s at http://%s:%d/v1 (each loaded on its first request%s)\n",
+            sp->models_dir, sp->host, cn_server_port(srv), most);
+    wait_and_drain(srv, &sigs, shutdown_s);
+    cn_server_free(srv);
+    return 0;
+}
+
 int cn_cli_serve(int argc, char **argv) {
-    const char *model = NULL, *alias = NULL, *draft_path = NULL, *api_key = getenv("CINDER_API_KEY");
+    enum { MAX_ALIASES = 64 };
+    const char *model = NULL, *draft_path = NULL, *api_key = getenv("CINDER_API_KEY"), *models_dir = NULL;
+    const char *aliases[MAX_ALIASES], *model_aliases[MAX_ALIASES], *all_aliases[2 * MAX_ALIASES];
+    int32_t n_alias = 0, n_model_alias = 0;
     cn_server_params sp = cn_server_default_params();
-    cn_engine_params ep = cn_engine_default_params();
-    int32_t n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0, shutdown_s = 10;
-    int64_t kv_mem = 0, max_body = (int64_t)sp.max_body_bytes;
+    engine_cfg ec = {.ep = cn_engine_default_params()};
+    cn_engine_params *const epp = &ec.ep;
+    int32_t n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), shutdown_s = 10, models_max = 0;
+    int64_t max_body = (int64_t)sp.max_body_bytes;
     bool no_prefix_cache = false;
     const cli_flag flags[] = {
         CLI_F_MODEL(&model),
         CLI_F_STR("--host", NULL, &sp.host, "ADDR", "IPv4 address to listen on (default 127.0.0.1: loopback only)"),
         CLI_F_NUM("--port", NULL, CLI_INT, &sp.port, 0, 65535, "N", "TCP port (default 8080; 0 = any free port, printed)"),
         CLI_F_THREADS(&n_threads),
-        CLI_F_NUM("--parallel", NULL, CLI_INT, &ep.max_running, 1, CN_ENGINE_MAX_RUNNING, "N",
+        CLI_F_NUM("--parallel", NULL, CLI_INT, &epp->max_running, 1, CN_ENGINE_MAX_RUNNING, "N",
                   "sequences decoding at once (default 16)"),
-        CLI_F_NUM("--kv-mem", NULL, CLI_I64, &kv_mem, 1, 1 << 20, "MiB",
+        CLI_F_NUM("--kv-mem", NULL, CLI_I64, &ec.kv_mem, 1, 1 << 20, "MiB",
                   "KV cache budget in MiB (default: --parallel full contexts)"),
-        CLI_F_CUSTOM("--kv-type", NULL, &ep.kv_type, cli_parse_kv_type, "T", "f16 (default) or q8_0"),
-        CLI_F_NUM("--ctx", "-c", CLI_INT, &n_ctx, 8, 1 << 20, "N", "positions per sequence (default: the model's, at most 4096)"),
-        CLI_F_NUM("--max-queue", NULL, CLI_INT, &ep.max_queue, 1, 1 << 20, "N",
+        CLI_F_CUSTOM("--kv-type", NULL, &epp->kv_type, cli_parse_kv_type, "T", "f16 (default) or q8_0"),
+        CLI_F_NUM("--ctx", "-c", CLI_INT, &ec.n_ctx, 8, 1 << 20, "N", "positions per sequence (default: the model's, at most 4096)"),
+        CLI_F_NUM("--max-queue", NULL, CLI_INT, &epp->max_queue, 1, 1 << 20, "N",
                   "requests waiting for a slot before 429 (default 256)"),
         CLI_F_STR("--api-key", NULL, &api_key, "KEY",
                   "require 'Authorization: Bearer KEY' (default: none;\nalso read from $CINDER_API_KEY)"),
@@ -55,8 +140,19 @@ int cn_cli_serve(int argc, char **argv) {
         CLI_F_NUM("--max-body", NULL, CLI_I64, &max_body, 1, 1 << 30, "BYTES", "larger request bodies get 413 (default 8388608)"),
         CLI_F_NUM("--max-connections", NULL, CLI_INT, &sp.max_connections, 1, 65536, "N",
                   "connections at once; more get 503 (default 256)"),
-        CLI_F_STR("--alias", NULL, &alias, "NAME", "the model name clients use (default: the file name without .gguf)"),
-        CLI_F_STR("--chat-template", NULL, &ep.chat_template, "NAME", "chatml, gemma or llama3 (default: from the model)"),
+        {.name = "--alias", .kind = CLI_STRS, .dst = aliases, .max = MAX_ALIASES, .count = &n_alias, .metavar = "NAME",
+         .help = "the model name clients use (default: the file name without .gguf);\nwith --models-dir: NAME=FILE, "
+                 "as --model-alias"},
+        CLI_F_STR("--models-dir", NULL, &models_dir, "DIR",
+                  "serve every *.gguf of DIR (named by the file name without\n.gguf), each loaded by the first request "
+                  "for it;\ninstead of -m. --models-max or --model-alias without -m:\nthe models cache ($CINDER_MODELS or "
+                  "~/.cache/cinder/models)"),
+        CLI_F_NUM("--models-max", NULL, CLI_INT, &models_max, 1, 1024, "N",
+                  "with --models-dir: at most N models loaded; the least\nrecently used idle one is unloaded (default: "
+                  "no limit)"),
+        {.name = "--model-alias", .kind = CLI_STRS, .dst = model_aliases, .max = MAX_ALIASES, .count = &n_model_alias,
+         .metavar = "NAME=FILE", .help = "with --models-dir: NAME also names FILE (repeatable)"},
+        CLI_F_STR("--chat-template", NULL, &epp->chat_template, "NAME", "chatml, gemma or llama3 (default: from the model)"),
         CLI_F_BOOL("--no-prefix-cache", NULL, &no_prefix_cache, "do not reuse cached prompt blocks"),
         CLI_F_NUM("--lookup", NULL, CLI_INT, &sp.lookup_n, 0, 8, "N",
                   "speculative decoding by n-gram lookup (n-grams of up to N\ntokens) for requests that do not set "
@@ -72,29 +168,54 @@ int cn_cli_serve(int argc, char **argv) {
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
     const int pr = cli_flags_parse("serve",
-                                   "usage: cinder serve [-m MODEL] [options]\n"
+                                   "usage: cinder serve [-m MODEL | --models-dir DIR] [options]\n"
                                    "  an OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions,\n"
                                    "  /tokenize, /detokenize; GET /v1/models, /health, /metrics) on the batched engine\n",
                                    groups, 1, argc, argv, NULL, 0, &n_pos);
     if (pr) return CLI_FLAGS_EXIT(pr);
     sp.max_body_bytes = (size_t)max_body;
     sp.api_key = api_key && *api_key ? api_key : NULL;
-    ep.prefix_cache = !no_prefix_cache;
+    epp->prefix_cache = !no_prefix_cache;
+    epp->n_threads = n_threads;
+
+    /* several models: --models-dir, or --models-max / --model-alias without -m */
+    char dir_buf[4096];
+    if (!models_dir && !model && (models_max > 0 || n_model_alias > 0)) {
+        const char *d = getenv("CINDER_MODELS");
+        if (d && *d) snprintf(dir_buf, sizeof dir_buf, "%s", d);
+        else snprintf(dir_buf, sizeof dir_buf, "%s/.cache/cinder/models", getenv("HOME") ? getenv("HOME") : ".");
+        models_dir = dir_buf;
+    }
+    if (models_dir) {
+        if (model || draft_path) {
+            cn_cli_errorf("serve: --models-dir serves the models of a folder: it does not take %s",
+                          model ? "-m" : "--draft (each model would need its own)");
+            return 2;
+        }
+        int k = 0;
+        for (int i = 0; i < n_alias; i++) all_aliases[k++] = aliases[i];
+        for (int i = 0; i < n_model_alias; i++) all_aliases[k++] = model_aliases[i];
+        sp.models_dir = models_dir;
+        sp.models_max = models_max;
+        sp.aliases = all_aliases;
+        sp.n_aliases = k;
+        sp.load = load_engine;
+        sp.load_user = &ec;
+        return serve_dir(&sp, shutdown_s);
+    }
+    if (models_max > 0 || n_model_alias > 0 || n_alias > 1 || (n_alias == 1 && strchr(aliases[0], '='))) {
+        cn_cli_errorf("serve: --models-max, --model-alias and NAME=FILE aliases are for --models-dir; with -m, "
+                      "--alias NAME names the one model");
+        return 2;
+    }
 
     char buf[4096], model_id[256];
     const char *path = cli_model_path("serve", model, buf, sizeof buf);
     if (!path) return 1;
-    served_name(path, alias, model_id, sizeof model_id);
+    served_name(path, n_alias ? aliases[0] : NULL, model_id, sizeof model_id);
     sp.model_id = model_id;
 
-    /* SIGINT/SIGTERM go to sigwait below; every thread started from here inherits the mask */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
+    sigset_t sigs = block_signals();
     cn_error err = {0};
     cn_server *srv = NULL;
     cn_model *m = NULL, *dm = NULL;
@@ -113,15 +234,8 @@ int cn_cli_serve(int argc, char **argv) {
         cn_cli_errorf("serve: the draft model: %s", err.msg);
         goto done;
     }
-    cn_model_info info;
-    cn_model_get_info(m, &info);
-    ep.draft = dm;
-    ep.n_threads = n_threads;
-    ep.n_ctx = n_ctx ? n_ctx : info.n_ctx_train < 4096 ? info.n_ctx_train : 4096;
-    if (ep.step_tokens < ep.max_running) ep.step_tokens = ep.max_running;
-    if (kv_mem) ep.kv_mem_mib = kv_mem;
-    else ep.kv_tokens = (int64_t)ep.max_running * ep.n_ctx;
-    if (cn_engine_create(m, &ep, &e, &err) != CN_STATUS_OK || cn_engine_start(e, &err) != CN_STATUS_OK) {
+    ec.ep.draft = dm;
+    if (make_engine(&ec, m, &e, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: %s", err.msg);
         if (!strcmp(err.param, "chat_template")) rc = 2;
         goto done;
@@ -136,15 +250,11 @@ int cn_cli_serve(int argc, char **argv) {
     fprintf(stderr,
             "cinder: serving %s at http://%s:%d/v1 (context %d, %d parallel, KV %lld blocks of %d tokens, "
             "chat template %s%s%s%s)\n",
-            model_id, sp.host, cn_server_port(srv), cn_engine_n_ctx(e), ep.max_running,
+            model_id, sp.host, cn_server_port(srv), cn_engine_n_ctx(e), ec.ep.max_running,
             (long long)st.kv_blocks_total, st.kv_block_tokens, chat ? cn_chat_template_name(chat) : "none",
             sp.api_key ? ", API key required" : "", dm ? ", speculation: draft model " : "",
             dm ? draft_path : sp.lookup_n ? ", speculation: n-gram lookup" : "");
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "cinder: %s: draining (up to %d s), then exiting\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-            shutdown_s);
-    cn_server_drain(srv, (double)shutdown_s);
+    wait_and_drain(srv, &sigs, shutdown_s);
     rc = 0;
 done:
     cn_server_free(srv);

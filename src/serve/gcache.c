@@ -162,3 +162,11 @@ void gcache_get_stats(gcache *c, gcache_stats *out) {
     out->n_entries = c->n;
     pthread_mutex_unlock(&c->mu);
 }
+
+void gcache_drop_tokenizer(gcache *c, const cn_tokenizer *tok) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = c->n; i-- > 0;)
+        if (c->e[i].tok == tok) drop(c, i);
+    pthread_mutex_unlock(&c->mu);
+}

@@ -48,4 +48,9 @@ cn_status gcache_get(gcache *c, const cn_tokenizer *tok, const cn_grammar_params
 
 void gcache_get_stats(gcache *c, gcache_stats *out); /* c NULL: zeros */
 
+/* Drops every grammar compiled for tok: its model is being unloaded, and a tokenizer
+ * loaded later may get the same address (the key would find a grammar of another
+ * vocabulary). No request may be compiling for tok meanwhile. c NULL: no-op. */
+void gcache_drop_tokenizer(gcache *c, const cn_tokenizer *tok);
+
 #endif

@@ -40,14 +40,23 @@ static const double ITL_BUCKETS[] = {0.001, 0.005, 0.01, 0.015, 0.02, 0.025, 0.0
 
 enum { H_TTFT, H_ITL, H_E2E, H_QUEUE, H_PREFILL, H_DECODE, N_HIST };
 
-struct cn_metrics {
-    pthread_mutex_t mu;
-    uint64_t requests[N_ENDPOINTS][N_STATUS];
-    int status_code[N_STATUS];
+struct cn_metrics_series {
+    char *model;
+    char *label;               /* model as a label value (\\, \" and \n escaped) */
+    uint64_t requests[N_ENDPOINTS][N_STATUS]; /* status by the index in status_code */
     uint64_t prompt_tokens, generation_tokens, cached_tokens;
     uint64_t finished[4];      /* by cn_finish_reason */
     uint64_t disconnects;
+    uint64_t loads, load_failures, unloads;
+    double load_s_sum;
     histogram h[N_HIST];
+};
+
+struct cn_metrics {
+    pthread_mutex_t mu;
+    int status_code[N_STATUS];
+    cn_metrics_series **series;
+    int n_series, cap_series;
 };
 
 static void hist_init(histogram *h, const char *name, const char *help, const double *le, int n) {
@@ -61,25 +70,70 @@ cn_metrics *cn_metrics_new(void) {
     cn_metrics *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     pthread_mutex_init(&m->mu, NULL);
-    const int nl = (int)(sizeof LAT_BUCKETS / sizeof *LAT_BUCKETS), ni = (int)(sizeof ITL_BUCKETS / sizeof *ITL_BUCKETS);
-    hist_init(&m->h[H_TTFT], "cinder:time_to_first_token_seconds", "Time from arrival to the first token.",
-              LAT_BUCKETS, nl);
-    hist_init(&m->h[H_ITL], "cinder:inter_token_latency_seconds", "Time between consecutive tokens.",
-              ITL_BUCKETS, ni);
-    hist_init(&m->h[H_E2E], "cinder:e2e_request_latency_seconds", "Time from arrival to finish.", LAT_BUCKETS, nl);
-    hist_init(&m->h[H_QUEUE], "cinder:request_queue_time_seconds", "Time from arrival to prefill start.",
-              LAT_BUCKETS, nl);
-    hist_init(&m->h[H_PREFILL], "cinder:request_prefill_time_seconds", "Time from prefill start to first token.",
-              LAT_BUCKETS, nl);
-    hist_init(&m->h[H_DECODE], "cinder:request_decode_time_seconds", "Time from first to last token.",
-              LAT_BUCKETS, nl);
     return m;
 }
 
 void cn_metrics_free(cn_metrics *m) {
     if (!m) return;
+    for (int i = 0; i < m->n_series; i++) {
+        free(m->series[i]->model);
+        free(m->series[i]->label);
+        free(m->series[i]);
+    }
+    free(m->series);
     pthread_mutex_destroy(&m->mu);
     free(m);
+}
+
+static cn_metrics_series *series_new(const char *model) {
+    cn_metrics_series *x = calloc(1, sizeof *x);
+    const size_t n = strlen(model) + 1;
+    char *name = x ? malloc(n) : NULL, *label = name ? malloc(2 * n) : NULL;
+    if (!label) {
+        free(name);
+        free(x);
+        return NULL;
+    }
+    memcpy(name, model, n);
+    char *o = label;
+    for (const char *c = model; *c; c++) {
+        if (*c == '\\' || *c == '"' || *c == '\n') *o++ = '\\';
+        *o++ = *c == '\n' ? 'n' : *c;
+    }
+    *o = 0;
+    x->model = name;
+    x->label = label;
+    const int nl = (int)(sizeof LAT_BUCKETS / sizeof *LAT_BUCKETS), ni = (int)(sizeof ITL_BUCKETS / sizeof *ITL_BUCKETS);
+    hist_init(&x->h[H_TTFT], "cinder:time_to_first_token_seconds", "Time from arrival to the first token.",
+              LAT_BUCKETS, nl);
+    hist_init(&x->h[H_ITL], "cinder:inter_token_latency_seconds", "Time between consecutive tokens.",
+              ITL_BUCKETS, ni);
+    hist_init(&x->h[H_E2E], "cinder:e2e_request_latency_seconds", "Time from arrival to finish.", LAT_BUCKETS, nl);
+    hist_init(&x->h[H_QUEUE], "cinder:request_queue_time_seconds", "Time from arrival to prefill start.",
+              LAT_BUCKETS, nl);
+    hist_init(&x->h[H_PREFILL], "cinder:request_prefill_time_seconds", "Time from prefill start to first token.",
+              LAT_BUCKETS, nl);
+    hist_init(&x->h[H_DECODE], "cinder:request_decode_time_seconds", "Time from first to last token.",
+              LAT_BUCKETS, nl);
+    return x;
+}
+
+cn_metrics_series *cn_metrics_series_get(cn_metrics *m, const char *model) {
+    pthread_mutex_lock(&m->mu);
+    cn_metrics_series *x = NULL;
+    for (int i = 0; i < m->n_series && !x; i++)
+        if (!strcmp(m->series[i]->model, model)) x = m->series[i];
+    if (!x && m->n_series == m->cap_series) {
+        const int cap = m->cap_series ? m->cap_series * 2 : 4;
+        cn_metrics_series **q = realloc(m->series, (size_t)cap * sizeof *q);
+        if (q) {
+            m->series = q;
+            m->cap_series = cap;
+        }
+    }
+    if (!x && m->n_series < m->cap_series && (x = series_new(model))) m->series[m->n_series++] = x;
+    pthread_mutex_unlock(&m->mu);
+    return x;
 }
 
 static void observe(histogram *h, double v) {
@@ -90,45 +144,67 @@ static void observe(histogram *h, double v) {
     h->sum += v;
 }
 
-void cn_metrics_request(cn_metrics *m, const char *endpoint, int status) {
+void cn_metrics_request(cn_metrics *m, cn_metrics_series *ms, const char *endpoint, int status) {
     int e = 0;
     while (ENDPOINTS[e] && strcmp(ENDPOINTS[e], endpoint) && strcmp(ENDPOINTS[e], "other")) e++;
-    if (!ENDPOINTS[e]) return;
+    if (!ENDPOINTS[e] || !ms) return;
     pthread_mutex_lock(&m->mu);
     int s = 0;
     while (s < N_STATUS && m->status_code[s] && m->status_code[s] != status) s++;
     if (s < N_STATUS) {
         m->status_code[s] = status;
-        m->requests[e][s]++;
+        ms->requests[e][s]++;
     }
     pthread_mutex_unlock(&m->mu);
 }
 
-void cn_metrics_finish(cn_metrics *m, const cn_gen_timings *t, cn_finish_reason r) {
+void cn_metrics_finish(cn_metrics *m, cn_metrics_series *ms, const cn_gen_timings *t, cn_finish_reason r) {
+    if (!ms) return;
     pthread_mutex_lock(&m->mu);
-    m->prompt_tokens += (uint64_t)t->n_prompt_tokens;
-    m->cached_tokens += (uint64_t)t->n_cached_tokens;
-    m->generation_tokens += (uint64_t)t->n_generated_tokens;
-    if ((unsigned)r < 4) m->finished[r]++;
+    ms->prompt_tokens += (uint64_t)t->n_prompt_tokens;
+    ms->cached_tokens += (uint64_t)t->n_cached_tokens;
+    ms->generation_tokens += (uint64_t)t->n_generated_tokens;
+    if ((unsigned)r < 4) ms->finished[r]++;
     if (t->n_generated_tokens > 0) {
-        observe(&m->h[H_TTFT], t->ttft_ms / 1e3);
-        observe(&m->h[H_PREFILL], t->prefill_ms / 1e3);
-        observe(&m->h[H_DECODE], t->decode_ms / 1e3);
+        observe(&ms->h[H_TTFT], t->ttft_ms / 1e3);
+        observe(&ms->h[H_PREFILL], t->prefill_ms / 1e3);
+        observe(&ms->h[H_DECODE], t->decode_ms / 1e3);
     }
-    observe(&m->h[H_QUEUE], t->queue_ms / 1e3);
-    observe(&m->h[H_E2E], t->total_ms / 1e3);
+    observe(&ms->h[H_QUEUE], t->queue_ms / 1e3);
+    observe(&ms->h[H_E2E], t->total_ms / 1e3);
     pthread_mutex_unlock(&m->mu);
 }
 
-void cn_metrics_itl(cn_metrics *m, double s) {
+void cn_metrics_itl(cn_metrics *m, cn_metrics_series *ms, double s) {
+    if (!ms) return;
     pthread_mutex_lock(&m->mu);
-    observe(&m->h[H_ITL], s);
+    observe(&ms->h[H_ITL], s);
     pthread_mutex_unlock(&m->mu);
 }
 
-void cn_metrics_disconnect(cn_metrics *m) {
+void cn_metrics_disconnect(cn_metrics *m, cn_metrics_series *ms) {
+    if (!ms) return;
     pthread_mutex_lock(&m->mu);
-    m->disconnects++;
+    ms->disconnects++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void cn_metrics_model_load(cn_metrics *m, cn_metrics_series *ms, double seconds, bool ok) {
+    if (!ms) return;
+    pthread_mutex_lock(&m->mu);
+    if (ok) {
+        ms->loads++;
+        ms->load_s_sum += seconds;
+    } else {
+        ms->load_failures++;
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void cn_metrics_model_unload(cn_metrics *m, cn_metrics_series *ms) {
+    if (!ms) return;
+    pthread_mutex_lock(&m->mu);
+    ms->unloads++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -167,94 +243,145 @@ static void put(sbuf *b, const char *fmt, ...) {
     }
 }
 
-static void counter(sbuf *b, const char *name, const char *help, const char *model, uint64_t v) {
-    put(b, "# HELP %s %s\n# TYPE %s counter\n%s{model_name=\"%s\"} %llu\n", name, help, name, name, model,
-        (unsigned long long)v);
-}
+/* The family's header, then one sample per model: value(i) of models[i]. */
+#define FAMILY(b, kind, name, help, n, line)                                                  \
+    do {                                                                                      \
+        put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind);                        \
+        for (int i = 0; i < (n); i++) line;                                                   \
+    } while (0)
 
-static void gauge(sbuf *b, const char *name, const char *help, const char *model, double v) {
-    put(b, "# HELP %s %s\n# TYPE %s gauge\n%s{model_name=\"%s\"} %.17g\n", name, help, name, name, model, v);
-}
+#define COUNTER(b, name, help, models, n, field)                                              \
+    FAMILY(b, "counter", name, help, n,                                                       \
+           put(b, "%s{model_name=\"%s\"} %llu\n", name, (models)[i].ms->label,                \
+               (unsigned long long)(field)))
 
-char *cn_metrics_render(cn_metrics *m, const cn_engine_stats *st, const gcache_stats *gs, const char *model) {
+#define GAUGE(b, name, help, models, n, field)                                                \
+    FAMILY(b, "gauge", name, help, n,                                                         \
+           put(b, "%s{model_name=\"%s\"} %.17g\n", name, (models)[i].ms->label, (double)(field)))
+
+char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, bool multi, const gcache_stats *gs,
+                        const char *label) {
     sbuf b = {malloc(16384), 0, 16384, false};
     if (!b.p) return NULL;
     b.p[0] = 0;
+    /* the models with a series (a series that could not be made has no samples) */
+    cn_metrics_model *md = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof *md);
+    if (!md) {
+        free(b.p);
+        return NULL;
+    }
+    int n = 0;
+    for (int i = 0; i < n_all; i++)
+        if (all[i].ms) md[n++] = all[i];
     pthread_mutex_lock(&m->mu);
     put(&b, "# HELP cinder:http_requests_total HTTP requests answered, by endpoint and status.\n"
             "# TYPE cinder:http_requests_total counter\n");
-    for (int e = 0; ENDPOINTS[e]; e++)
-        for (int s = 0; s < N_STATUS && m->status_code[s]; s++)
-            if (m->requests[e][s])
-                put(&b, "cinder:http_requests_total{model_name=\"%s\",endpoint=\"%s\",status=\"%d\"} %llu\n", model,
-                    ENDPOINTS[e], m->status_code[s], (unsigned long long)m->requests[e][s]);
-    counter(&b, "cinder:prompt_tokens_total", "Prompt tokens of finished completions.", model, m->prompt_tokens);
-    counter(&b, "cinder:prompt_tokens_cached_total", "Of them, reused from the prefix cache.", model,
-            m->cached_tokens);
-    counter(&b, "cinder:generation_tokens_total", "Generated tokens of finished completions.", model,
-            m->generation_tokens);
+    for (int x = 0; x < m->n_series; x++)
+        for (int e = 0; ENDPOINTS[e]; e++)
+            for (int s = 0; s < N_STATUS && m->status_code[s]; s++)
+                if (m->series[x]->requests[e][s])
+                    put(&b, "cinder:http_requests_total{model_name=\"%s\",endpoint=\"%s\",status=\"%d\"} %llu\n",
+                        m->series[x]->label, ENDPOINTS[e], m->status_code[s],
+                        (unsigned long long)m->series[x]->requests[e][s]);
+    COUNTER(&b, "cinder:prompt_tokens_total", "Prompt tokens of finished completions.", md, n,
+            md[i].ms->prompt_tokens);
+    COUNTER(&b, "cinder:prompt_tokens_cached_total", "Of them, reused from the prefix cache.", md, n,
+            md[i].ms->cached_tokens);
+    COUNTER(&b, "cinder:generation_tokens_total", "Generated tokens of finished completions.", md, n,
+            md[i].ms->generation_tokens);
     put(&b, "# HELP cinder:request_success_total Finished completions, by finish reason.\n"
             "# TYPE cinder:request_success_total counter\n");
     static const char *const REASON[4] = {"none", "stop", "length", "cancelled"};
-    for (int r = 1; r < 4; r++)
-        put(&b, "cinder:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %llu\n", model, REASON[r],
-            (unsigned long long)m->finished[r]);
-    counter(&b, "cinder:client_disconnects_total", "Requests whose client went away before they finished.", model,
-            m->disconnects);
+    for (int i = 0; i < n; i++)
+        for (int r = 1; r < 4; r++)
+            put(&b, "cinder:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %llu\n", md[i].ms->label,
+                REASON[r], (unsigned long long)md[i].ms->finished[r]);
+    COUNTER(&b, "cinder:client_disconnects_total", "Requests whose client went away before they finished.", md, n,
+            md[i].ms->disconnects);
     for (int h = 0; h < N_HIST; h++) {
-        const histogram *x = &m->h[h];
-        put(&b, "# HELP %s %s\n# TYPE %s histogram\n", x->name, x->help, x->name);
-        uint64_t cum = 0;
-        for (int i = 0; i < x->n_buckets; i++) {
-            cum += x->count[i];
-            put(&b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", x->name, model, x->le[i],
-                (unsigned long long)cum);
+        const histogram *x0 = n ? &md[0].ms->h[h] : NULL;
+        if (!x0) break;
+        put(&b, "# HELP %s %s\n# TYPE %s histogram\n", x0->name, x0->help, x0->name);
+        for (int i = 0; i < n; i++) {
+            const histogram *x = &md[i].ms->h[h];
+            const char *model = md[i].ms->label;
+            uint64_t cum = 0;
+            for (int k = 0; k < x->n_buckets; k++) {
+                cum += x->count[k];
+                put(&b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", x->name, model, x->le[k],
+                    (unsigned long long)cum);
+            }
+            put(&b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model_name=\"%s\"} %.17g\n"
+                    "%s_count{model_name=\"%s\"} %llu\n",
+                x->name, model, (unsigned long long)x->n, x->name, model, x->sum, x->name, model,
+                (unsigned long long)x->n);
         }
-        put(&b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model_name=\"%s\"} %.17g\n"
-                "%s_count{model_name=\"%s\"} %llu\n",
-            x->name, model, (unsigned long long)x->n, x->name, model, x->sum, x->name, model,
-            (unsigned long long)x->n);
+    }
+    if (multi) {
+        int n_loaded = 0;
+        for (int i = 0; i < n; i++) n_loaded += md[i].loaded;
+        put(&b, "# HELP cinder:models_loaded Models loaded now.\n# TYPE cinder:models_loaded gauge\n"
+                "cinder:models_loaded %d\n",
+            n_loaded);
+        GAUGE(&b, "cinder:model_loaded", "1 while the model is loaded.", md, n, md[i].loaded);
+        COUNTER(&b, "cinder:model_loads_total", "Loads of the model (on a request for it).", md, n, md[i].ms->loads);
+        COUNTER(&b, "cinder:model_load_failures_total", "Loads that failed (a corrupt or unsupported file).", md, n,
+                md[i].ms->load_failures);
+        COUNTER(&b, "cinder:model_unloads_total", "Unloads of the model (least recently used, idle).", md, n,
+                md[i].ms->unloads);
+        put(&b, "# HELP cinder:model_load_seconds Time spent loading models.\n"
+                "# TYPE cinder:model_load_seconds summary\n");
+        for (int i = 0; i < n; i++)
+            put(&b, "cinder:model_load_seconds_sum{model_name=\"%s\"} %.17g\n"
+                    "cinder:model_load_seconds_count{model_name=\"%s\"} %llu\n",
+                md[i].ms->label, md[i].ms->load_s_sum, md[i].ms->label, (unsigned long long)md[i].ms->loads);
     }
     pthread_mutex_unlock(&m->mu);
-    if (st) {
-        gauge(&b, "cinder:num_requests_running", "Sequences in the running batch.", model, st->n_running);
-        gauge(&b, "cinder:num_requests_waiting", "Sequences waiting for admission.", model, st->n_waiting);
-        gauge(&b, "cinder:num_requests_open", "Requests submitted and not finished.", model, st->n_requests);
-        gauge(&b, "cinder:kv_blocks_used", "KV cache blocks in use.", model, (double)st->kv_blocks_used);
-        gauge(&b, "cinder:kv_blocks_total", "KV cache blocks in the pool.", model, (double)st->kv_blocks_total);
-        gauge(&b, "cinder:kv_blocks_cached", "Unreferenced blocks kept by the prefix cache.", model,
-              (double)st->kv_blocks_cached);
-        gauge(&b, "cinder:kv_cache_usage_perc", "Fraction of KV blocks in use.", model,
-              st->kv_blocks_total ? (double)st->kv_blocks_used / (double)st->kv_blocks_total : 0.0);
-        counter(&b, "cinder:prefix_cache_queries_total", "Full prompt blocks looked up in the prefix cache.", model,
-                (uint64_t)st->prefix_queried_blocks);
-        counter(&b, "cinder:prefix_cache_hits_total", "Of them, found cached.", model,
-                (uint64_t)st->prefix_hit_blocks);
-        counter(&b, "cinder:num_preemptions_total", "Sequences preempted for KV space.", model,
-                (uint64_t)st->n_preemptions);
-        counter(&b, "cinder:engine_steps_total", "Forward passes run by the engine.", model, (uint64_t)st->n_steps);
-        counter(&b, "cinder:spec_draft_tokens_total", "Speculative guesses checked (n-gram lookup).", model,
-                (uint64_t)st->n_drafted);
-        counter(&b, "cinder:spec_accepted_tokens_total", "Of them, confirmed by the model.", model,
-                (uint64_t)st->n_accepted);
-        counter(&b, "cinder:spec_steps_total", "Decode rows that carried guesses.", model,
-                (uint64_t)st->n_spec_steps);
+    /* engine gauges: the loaded models */
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (md[i].stats) md[k++] = md[i];
+    if (k) {
+#define ST(f) md[i].stats->f
+        GAUGE(&b, "cinder:num_requests_running", "Sequences in the running batch.", md, k, ST(n_running));
+        GAUGE(&b, "cinder:num_requests_waiting", "Sequences waiting for admission.", md, k, ST(n_waiting));
+        GAUGE(&b, "cinder:num_requests_open", "Requests submitted and not finished.", md, k, ST(n_requests));
+        GAUGE(&b, "cinder:kv_blocks_used", "KV cache blocks in use.", md, k, ST(kv_blocks_used));
+        GAUGE(&b, "cinder:kv_blocks_total", "KV cache blocks in the pool.", md, k, ST(kv_blocks_total));
+        GAUGE(&b, "cinder:kv_blocks_cached", "Unreferenced blocks kept by the prefix cache.", md, k,
+              ST(kv_blocks_cached));
+        GAUGE(&b, "cinder:kv_cache_usage_perc", "Fraction of KV blocks in use.", md, k,
+              ST(kv_blocks_total) ? (double)ST(kv_blocks_used) / (double)ST(kv_blocks_total) : 0.0);
+        COUNTER(&b, "cinder:prefix_cache_queries_total", "Full prompt blocks looked up in the prefix cache.", md, k,
+                ST(prefix_queried_blocks));
+        COUNTER(&b, "cinder:prefix_cache_hits_total", "Of them, found cached.", md, k, ST(prefix_hit_blocks));
+        COUNTER(&b, "cinder:num_preemptions_total", "Sequences preempted for KV space.", md, k, ST(n_preemptions));
+        COUNTER(&b, "cinder:engine_steps_total", "Forward passes run by the engine.", md, k, ST(n_steps));
+        COUNTER(&b, "cinder:spec_draft_tokens_total", "Speculative guesses checked (n-gram lookup).", md, k,
+                ST(n_drafted));
+        COUNTER(&b, "cinder:spec_accepted_tokens_total", "Of them, confirmed by the model.", md, k, ST(n_accepted));
+        COUNTER(&b, "cinder:spec_steps_total", "Decode rows that carried guesses.", md, k, ST(n_spec_steps));
+#undef ST
     }
+    free(md);
     if (gs) {
-        counter(&b, "cinder:grammar_cache_hits_total", "Structured-output grammars found compiled in the cache.",
-                model, gs->hits);
-        counter(&b, "cinder:grammar_cache_misses_total", "Structured-output grammars compiled (not in the cache).",
-                model, gs->misses);
-        counter(&b, "cinder:grammar_compile_errors_total", "Grammars that failed to compile (400s).", model,
-                gs->errors);
-        counter(&b, "cinder:grammar_cache_evictions_total", "Compiled grammars evicted from the cache.", model,
-                gs->evictions);
-        gauge(&b, "cinder:grammar_cache_entries", "Compiled grammars in the cache.", model, (double)gs->n_entries);
+#define GC(name, help, v)                                                                                 \
+    put(&b, "# HELP %s %s\n# TYPE %s counter\n%s{model_name=\"%s\"} %llu\n", name, help, name, name, label, \
+        (unsigned long long)(v))
+        GC("cinder:grammar_cache_hits_total", "Structured-output grammars found compiled in the cache.", gs->hits);
+        GC("cinder:grammar_cache_misses_total", "Structured-output grammars compiled (not in the cache).",
+           gs->misses);
+        GC("cinder:grammar_compile_errors_total", "Grammars that failed to compile (400s).", gs->errors);
+        GC("cinder:grammar_cache_evictions_total", "Compiled grammars evicted from the cache.", gs->evictions);
+#undef GC
+        put(&b, "# HELP cinder:grammar_cache_entries Compiled grammars in the cache.\n"
+                "# TYPE cinder:grammar_cache_entries gauge\ncinder:grammar_cache_entries{model_name=\"%s\"} %.17g\n",
+            label, (double)gs->n_entries);
         put(&b, "# HELP cinder:grammar_compile_seconds Time spent compiling grammars.\n"
                 "# TYPE cinder:grammar_compile_seconds summary\n"
                 "cinder:grammar_compile_seconds_sum{model_name=\"%s\"} %.17g\n"
                 "cinder:grammar_compile_seconds_count{model_name=\"%s\"} %llu\n",
-            model, gs->compile_s_sum, model, (unsigned long long)gs->n_compiles);
+            label, gs->compile_s_sum, label, (unsigned long long)gs->n_compiles);
     }
     if (b.oom) {
         free(b.p);

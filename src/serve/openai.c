@@ -695,7 +695,7 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
     if (model && !json_is_null(model)) {
         if (!json_is_string(model)) return bad_type(e, "model", "a string");
         const char *name = json_string_value(model);
-        if (strcmp(name, c->model_id))
+        if (!c->routed && strcmp(name, c->model_id))
             return oai_fail(e, 404, "invalid_request_error", "model", "model_not_found",
                             "The model '%.200s' does not exist: this server serves '%.200s'", name, c->model_id);
     }

@@ -38,6 +38,8 @@ typedef struct {
     const char *eot_stop;          /* a chat reply's end-of-turn stop string, or NULL
                                       (cn_engine_end_of_turn_stop) */
     const char *model_id;          /* the served name */
+    bool routed;                   /* the server chose the model by the request's "model"
+                                      already (several models): it is not compared here */
     int32_t n_ctx;                 /* positions per sequence */
     int32_t n_vocab;
     int32_t max_n;                 /* the most completions per request (0: CN_ENGINE_MAX_N) */

@@ -23,7 +23,14 @@
  * Lifetimes: a non-streaming job lives in its access-handler call; a streaming job is
  * owned by its MHD response and freed by the response's free callback, after cancelling
  * whatever of it is still open. Every job is on the server's list while alive, so a
- * shutdown can cancel them all. */
+ * shutdown can cancel them all.
+ *
+ * Models (models.h): a request is routed to its model before it is parsed (one model:
+ * that one, "model" checked by the parser as before; several: "model" chooses, and a
+ * model not loaded is loaded on this connection's thread while other requests go on).
+ * The route and every job hold their model, so an idle-model unload never frees an
+ * engine a request still uses; each model has its own engine, oai_ctx and metrics
+ * series. */
 #include "serve/server.h"
 
 #include <errno.h>
@@ -44,6 +51,7 @@
 #include "serve/gcache.h"
 #include "serve/json_mem.h"
 #include "serve/metrics.h"
+#include "serve/models.h"
 #include "serve/openai.h"
 #include "serve/page.h"
 
@@ -76,10 +84,9 @@ struct cn_server {
     int port;
     cn_metrics *metrics;
     gcache *grammars;          /* compiled grammars shared by requests (gcache.h) */
-    pthread_mutex_t mu;        /* engine pointers, ready, draining, the job list */
+    pthread_mutex_t mu;        /* ready, draining, the job list */
     pthread_cond_t idle_cv;    /* a job left the list */
-    cn_engine *e;
-    oai_ctx oc;
+    models *models;            /* what requests are routed to (models.h) */
     bool ready, draining;
     job *jobs;
     int n_jobs;
@@ -146,6 +153,7 @@ typedef struct {
 
 struct job {
     cn_server *s;
+    smodel *m;                 /* the model it runs on (held while the job lives) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     api_kind api;              /* the dialect its output is written in */
@@ -197,11 +205,12 @@ static void job_cancel(job *j) {
     j->cancelling = true;
     pthread_mutex_unlock(&j->mu);
     for (int p = 0; p < j->r.n_prompts; p++)
-        if (j->subs[p].submitted) cn_engine_cancel(j->s->e, j->subs[p].id, NULL);
+        if (j->subs[p].submitted) cn_engine_cancel(j->m->e, j->subs[p].id, NULL);
 }
 
 static void job_free(job *j) {
     if (!j) return;
+    if (j->m) models_release(j->s->models, j->m);
     for (int32_t i = 0; j->ch && i < j->n_choices; i++) {
         free(j->ch[i].text.p);
         free(j->ch[i].toks);
@@ -300,13 +309,13 @@ static const char *sse_tail(job *j, size_t *n) {
 static json_t *chunk_base(const job *j) {
     return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", j->id, "object",
                      j->r.kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                     (json_int_t)j->created, "model", j->s->oc.model_id, "system_fingerprint", "cinder-" CN_VERSION);
+                     (json_int_t)j->created, "model", j->m->oc.model_id, "system_fingerprint", "cinder-" CN_VERSION);
 }
 
 /* The tokens of choice c not yet sent, as a logprobs object (NULL when none asked). */
 static json_t *pending_logprobs(job *j, job_choice *c) {
     if (j->r.n_logprobs < 0) return json_null();
-    const cn_tokenizer *tok = j->s->oc.tok;
+    const cn_tokenizer *tok = j->m->oc.tok;
     json_t *lp;
     if (j->r.kind == OAI_CHAT) {
         json_t *content = json_array();
@@ -382,9 +391,9 @@ static void reply_feed(job *j, int32_t idx, const char *text, size_t n, bool fin
 
 /* What the Anthropic and Responses writers know of choice c. */
 static api_meta job_meta(const job *j, const job_choice *c) {
-    return (api_meta){.id = j->id, .model = j->s->oc.model_id, .created = j->created, .n_prompt = j->r.n_prompt[0],
+    return (api_meta){.id = j->id, .model = j->m->oc.model_id, .created = j->created, .n_prompt = j->r.n_prompt[0],
                       .n_cached = c->timings.n_cached_tokens, .n_generated = c->timings.n_generated_tokens,
-                      .finish = c->finish, .stop_index = c->stop_index, .tok = j->s->oc.tok};
+                      .finish = c->finish, .stop_index = c->stop_index, .tok = j->m->oc.tok};
 }
 
 /* Anthropic / Responses: text of choice idx read (for calls and reasoning when the reply
@@ -438,11 +447,11 @@ static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token 
     const double t = now_s();
     pthread_mutex_lock(&j->mu);
     job_choice *c = &j->ch[sub->prompt * j->r.n + index];
-    if (c->t_last_token > 0) cn_metrics_itl(j->s->metrics, t - c->t_last_token);
+    if (c->t_last_token > 0) cn_metrics_itl(j->s->metrics, j->m->ms, t - c->t_last_token);
     c->t_last_token = t;
     if (j->ar.n_stops > 0) {
         char piece[256];
-        const size_t n = cn_token_to_piece(j->s->oc.tok, tok->id, false, piece, sizeof piece);
+        const size_t n = cn_token_to_piece(j->m->oc.tok, tok->id, false, piece, sizeof piece);
         if (n <= sizeof piece && !buf_add(&c->tok_text, piece, n)) j->oom = true;
     }
     if (j->r.n_logprobs >= 0) {
@@ -479,7 +488,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     (void)id;
     job_sub *sub = user;
     job *j = sub->j;
-    cn_metrics_finish(j->s->metrics, t, reason);
+    cn_metrics_finish(j->s->metrics, j->m->ms, t, reason);
     pthread_mutex_lock(&j->mu);
     json_failed(); /* as in on_text */
     const int32_t idx = sub->prompt * j->r.n + index;
@@ -533,6 +542,16 @@ static const char *endpoint_of(const char *url) {
     return "other";
 }
 
+/* The metrics series the answer on this thread counts under: the model the request was
+ * routed to, else the server's own (MHD_USE_THREAD_PER_CONNECTION: a request is answered
+ * on its connection's thread; route sets and clears it). */
+static __thread cn_metrics_series *tl_series;
+static __thread bool tl_routed;
+
+static cn_metrics_series *answer_series(cn_server *s) {
+    return tl_routed ? tl_series : models_server_series(s->models);
+}
+
 static enum MHD_Result send_bytes(cn_server *s, struct MHD_Connection *conn, const char *url, int status,
                                   const char *type, const char *body, size_t n, const char *extra_hdr,
                                   const char *extra_val) {
@@ -542,7 +561,7 @@ static enum MHD_Result send_bytes(cn_server *s, struct MHD_Connection *conn, con
     if (extra_hdr) MHD_add_response_header(resp, extra_hdr, extra_val);
     const enum MHD_Result r = MHD_queue_response(conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
-    cn_metrics_request(s->metrics, endpoint_of(url), status);
+    cn_metrics_request(s->metrics, answer_series(s), endpoint_of(url), status);
     return r;
 }
 
@@ -648,7 +667,7 @@ static json_t *completion_json(job *j) {
     }
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", j->id, "object",
                      j->r.kind == OAI_CHAT ? "chat.completion" : "text_completion", "created",
-                     (json_int_t)j->created, "model", j->s->oc.model_id, "system_fingerprint", "cinder-" CN_VERSION,
+                     (json_int_t)j->created, "model", j->m->oc.model_id, "system_fingerprint", "cinder-" CN_VERSION,
                      "choices", choices, "usage", usage_json(j));
 }
 
@@ -695,7 +714,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
         pthread_mutex_unlock(&j->mu);
         if (has) continue;
         if (client_gone(j->fd)) {
-            cn_metrics_disconnect(j->s->metrics);
+            cn_metrics_disconnect(j->s->metrics, j->m->ms);
             pthread_mutex_lock(&j->mu);
             j->gone = true;
             pthread_mutex_unlock(&j->mu);
@@ -715,7 +734,7 @@ static void stream_free(void *cls) {
     pthread_mutex_lock(&j->mu);
     const bool cut = !j->stream_done && !j->gone; /* MHD gave up on the socket first */
     pthread_mutex_unlock(&j->mu);
-    if (cut) cn_metrics_disconnect(j->s->metrics);
+    if (cut) cn_metrics_disconnect(j->s->metrics, j->m->ms);
     job_cancel(j);
     job_unregister(j->s, j);
     job_free(j);
@@ -743,17 +762,20 @@ static bool authorized(cn_server *s, struct MHD_Connection *conn) {
 
 /* Parse: a job for body, registered, its stream opened (role or echo chunks); NULL with
  * *oe filled. */
-static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, api_kind api, uint64_t seq,
-                      oai_error *oe) {
+static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, json_t *body, api_kind api,
+                      uint64_t seq, oai_error *oe) {
     job *j = calloc(1, sizeof *j);
     if (!j) return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->s = s;
+    j->m = sm;
+    models_hold(s->models, sm);
     j->api = api;
-    const bool ok = api == API_ANTHROPIC   ? ant_parse(&s->oc, body, false, &j->r, &j->ar, oe)
-                    : api == API_RESPONSES ? resp_parse(&s->oc, body, &j->r, &j->ar, oe)
-                                           : oai_parse(&s->oc, api == API_CHAT ? OAI_CHAT : OAI_COMPLETION, body, &j->r, oe);
+    const oai_ctx *oc = &sm->oc;
+    const bool ok = api == API_ANTHROPIC   ? ant_parse(oc, body, false, &j->r, &j->ar, oe)
+                    : api == API_RESPONSES ? resp_parse(oc, body, &j->r, &j->ar, oe)
+                                           : oai_parse(oc, api == API_CHAT ? OAI_CHAT : OAI_COMPLETION, body, &j->r, oe);
     if (ok && json_failed()) { /* the mapping's JSON may have lost a field */
         job_free(j);
         return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
@@ -833,7 +855,7 @@ static bool job_submit(job *j, oai_error *oe) {
         j->subs[p].prompt = p;
         cb.user = &j->subs[p];
         cn_error err = {0};
-        const cn_status st = cn_engine_submit(j->s->e, &er, &cb, &j->subs[p].id, &err);
+        const cn_status st = cn_engine_submit(j->m->e, &er, &cb, &j->subs[p].id, &err);
         if (st != CN_STATUS_OK) {
             job_cancel(j);
             submit_error(j, st, &err, oe);
@@ -859,7 +881,7 @@ static enum MHD_Result respond_stream(cn_server *s, struct MHD_Connection *conn,
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     const enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
-    cn_metrics_request(s->metrics, endpoint_of(url), 200);
+    cn_metrics_request(s->metrics, j->m->ms, endpoint_of(url), 200);
     return r;
 }
 
@@ -875,7 +897,7 @@ static enum MHD_Result respond_whole(cn_server *s, struct MHD_Connection *conn, 
         pthread_mutex_unlock(&j->mu);
         if (!gone && client_gone(j->fd)) {
             gone = true;
-            cn_metrics_disconnect(s->metrics);
+            cn_metrics_disconnect(s->metrics, j->m->ms);
             job_cancel(j);
         } else if (!timed_out && (oom || now_s() > j->t_deadline)) {
             timed_out = true;
@@ -900,8 +922,8 @@ static enum MHD_Result respond_whole(cn_server *s, struct MHD_Connection *conn, 
     return r;
 }
 
-static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body,
-                                         api_kind api) {
+static enum MHD_Result handle_completion(cn_server *s, smodel *sm, struct MHD_Connection *conn, const char *url,
+                                         json_t *body, api_kind api) {
     pthread_mutex_lock(&s->mu);
     const bool ready = s->ready, draining = s->draining;
     const uint64_t seq = ++s->next_id;
@@ -909,7 +931,7 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
     if (!ready) return fail(s, conn, url, 503, "server_error", NULL, "model_loading", "the model is still loading");
     if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
     oai_error oe = {0};
-    job *j = job_parse(s, conn, body, api, seq, &oe);
+    job *j = job_parse(s, sm, conn, body, api, seq, &oe);
     if (!j) return send_error(s, conn, url, &oe);
     if (!job_submit(j, &oe)) {
         job_unregister(s, j);
@@ -920,11 +942,12 @@ static enum MHD_Result handle_completion(cn_server *s, struct MHD_Connection *co
 }
 
 /* Anthropic's count_tokens: the prompt the same /v1/messages body would make. */
-static enum MHD_Result handle_count_tokens(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
+static enum MHD_Result handle_count_tokens(cn_server *s, smodel *sm, struct MHD_Connection *conn, const char *url,
+                                          json_t *body) {
     oai_request r;
     api_request ar;
     oai_error oe = {0};
-    bool ok = ant_parse(&s->oc, body, true, &r, &ar, &oe);
+    bool ok = ant_parse(&sm->oc, body, true, &r, &ar, &oe);
     if (ok && json_failed()) ok = oai_fail(&oe, 503, "server_error", NULL, NULL, "out of memory");
     const int32_t n = r.n_prompt[0];
     oai_request_free(&r);
@@ -933,7 +956,8 @@ static enum MHD_Result handle_count_tokens(cn_server *s, struct MHD_Connection *
     return send_json(s, conn, url, 200, json_pack("{s:i}", "input_tokens", n), NULL, NULL);
 }
 
-static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
+static enum MHD_Result handle_tokenize(cn_server *s, smodel *sm, struct MHD_Connection *conn, const char *url,
+                                      json_t *body) {
     json_t *content = json_object_get(body, "content");
     if (!content) content = json_object_get(body, "prompt");
     if (!json_is_string(content))
@@ -948,20 +972,21 @@ static enum MHD_Result handle_tokenize(cn_server *s, struct MHD_Connection *conn
     size_t cnt = 0;
     int32_t *ids = NULL;
     cn_error err = {0};
-    const cn_status st = cn_tokenize_alloc(s->oc.tok, text, len, add_special, parse_special, &ids, &cnt, &err);
+    const cn_status st = cn_tokenize_alloc(sm->oc.tok, text, len, add_special, parse_special, &ids, &cnt, &err);
     if (st == CN_STATUS_NO_MEMORY) return fail(s, conn, url, 503, "server_error", NULL, NULL, "%s", err.msg);
     if (st != CN_STATUS_OK) return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "%s", err.msg);
     json_t *arr = json_array();
     for (size_t i = 0; i < cnt; i++)
-        json_array_append_new(arr, with_pieces ? json_pack("{s:i,s:o}", "id", ids[i], "piece", oai_piece(s->oc.tok, ids[i]))
+        json_array_append_new(arr, with_pieces ? json_pack("{s:i,s:o}", "id", ids[i], "piece", oai_piece(sm->oc.tok, ids[i]))
                                                : json_integer(ids[i]));
     free(ids);
     return send_json(s, conn, url, 200,
-                     json_pack("{s:o,s:I,s:i}", "tokens", arr, "count", (json_int_t)cnt, "max_model_len", s->oc.n_ctx),
+                     json_pack("{s:o,s:I,s:i}", "tokens", arr, "count", (json_int_t)cnt, "max_model_len", sm->oc.n_ctx),
                      NULL, NULL);
 }
 
-static enum MHD_Result handle_detokenize(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
+static enum MHD_Result handle_detokenize(cn_server *s, smodel *sm, struct MHD_Connection *conn, const char *url,
+                                        json_t *body) {
     json_t *toks = json_object_get(body, "tokens");
     if (!json_is_array(toks))
         return fail(s, conn, url, 400, "invalid_request_error", "tokens", NULL, "'tokens' must be an array of token ids");
@@ -972,17 +997,17 @@ static enum MHD_Result handle_detokenize(cn_server *s, struct MHD_Connection *co
     json_t *x;
     json_array_foreach(toks, i, x) {
         const json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
-        if (v < 0 || v >= s->oc.n_vocab) {
+        if (v < 0 || v >= sm->oc.n_vocab) {
             free(ids);
             return fail(s, conn, url, 400, "invalid_request_error", "tokens", NULL,
-                        "tokens[%zu] is not a token id in [0, %d)", i, s->oc.n_vocab);
+                        "tokens[%zu] is not a token id in [0, %d)", i, sm->oc.n_vocab);
         }
         ids[i] = (int32_t)v;
     }
     char *text = NULL;
     size_t n_text = 0;
     cn_error err = {0};
-    const cn_status st = cn_detokenize(s->oc.tok, ids, n_ids, true, &text, &n_text, &err);
+    const cn_status st = cn_detokenize(sm->oc.tok, ids, n_ids, true, &text, &n_text, &err);
     free(ids);
     json_t *js = st == CN_STATUS_OK ? json_stringn(text, n_text) : NULL;
     free(text);
@@ -991,6 +1016,36 @@ static enum MHD_Result handle_detokenize(cn_server *s, struct MHD_Connection *co
 }
 
 /* ---- the access handler ---- */
+
+static bool fd_gone(void *arg) { return client_gone(*(int *)arg); }
+
+/* The /metrics text: every model's series, the loaded ones with their engines' gauges. */
+static char *render_metrics(cn_server *s) {
+    enum { MAX_SHOWN = 1024 };
+    smodel **sm = malloc(MAX_SHOWN * sizeof *sm);
+    bool *held = malloc(MAX_SHOWN * sizeof *held);
+    cn_engine_stats *st = malloc(MAX_SHOWN * sizeof *st);
+    cn_metrics_model *view = malloc(MAX_SHOWN * sizeof *view);
+    char *text = NULL;
+    if (sm && held && st && view) {
+        const int n = models_snapshot(s->models, sm, held, MAX_SHOWN);
+        for (int i = 0; i < n; i++) {
+            if (held[i]) cn_engine_get_stats(sm[i]->e, &st[i]);
+            view[i] = (cn_metrics_model){sm[i]->ms, held[i], held[i] ? &st[i] : NULL};
+        }
+        gcache_stats gs;
+        gcache_get_stats(s->grammars, &gs);
+        const bool multi = models_multi(s->models);
+        text = cn_metrics_render(s->metrics, view, n, multi, &gs, multi ? "" : s->p.model_id);
+        for (int i = 0; i < n; i++)
+            if (held[i]) models_release(s->models, sm[i]);
+    }
+    free(sm);
+    free(held);
+    free(st);
+    free(view);
+    return text;
+}
 
 typedef struct {
     buf body;
@@ -1019,7 +1074,6 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     }
     pthread_mutex_lock(&s->mu);
     const bool ready = s->ready;
-    cn_engine *e = s->e;
     pthread_mutex_unlock(&s->mu);
     if (!strcmp(url, "/health"))
         return send_json(s, conn, url, ready ? 200 : 503, json_pack("{s:s}", "status", ready ? "ok" : "loading"),
@@ -1037,15 +1091,11 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
         MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
         const enum MHD_Result res = MHD_queue_response(conn, 200, resp);
         MHD_destroy_response(resp);
-        cn_metrics_request(s->metrics, "/", 200);
+        cn_metrics_request(s->metrics, answer_series(s), "/", 200);
         return res;
     }
     if (!strcmp(url, "/metrics")) {
-        cn_engine_stats st;
-        if (ready) cn_engine_get_stats(e, &st);
-        gcache_stats gs;
-        gcache_get_stats(s->grammars, &gs);
-        char *text = cn_metrics_render(s->metrics, ready ? &st : NULL, &gs, s->p.model_id);
+        char *text = render_metrics(s);
         if (!text) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
         const enum MHD_Result res =
             send_bytes(s, conn, url, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL, NULL);
@@ -1056,10 +1106,9 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
         return fail(s, conn, url, 401, "authentication_error", NULL, "invalid_api_key",
                     "a valid API key is required: 'Authorization: Bearer KEY' (or 'x-api-key: KEY')");
     if (!strcmp(url, "/v1/models")) {
-        json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->p.model_id, "object", "model", "created",
-                              (json_int_t)time(NULL), "owned_by", "cinder");
-        if (ready) json_object_set_new(m, "max_model_len", json_integer(s->oc.n_ctx));
-        return send_json(s, conn, url, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m), NULL, NULL);
+        json_t *data = models_list(s->models);
+        return send_json(s, conn, url, 200, data ? json_pack("{s:s,s:o}", "object", "list", "data", data) : NULL, NULL,
+                         NULL);
     }
     if (cs->oom) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
     if (cs->too_large)
@@ -1080,14 +1129,40 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
         json_decref(body);
         return fail(s, conn, url, 400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
     }
+    /* the model it names: with one model, "model" is checked by the API's parser (404
+       when it differs); with several it chooses, loading it if it must */
+    json_t *mj = json_object_get(body, "model");
+    if (models_multi(s->models) && mj && !json_is_null(mj) && !json_is_string(mj)) {
+        json_decref(body);
+        return fail(s, conn, url, 400, "invalid_request_error", "model", NULL, "'model' must be a string");
+    }
+    smodel *sm = NULL;
+    oai_error oe = {0};
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
+    cn_metrics_series *ms = NULL;
+    const int got = models_acquire(s->models, json_string_value(mj), now_s() + s->p.request_timeout_s, fd_gone, &fd,
+                                   &sm, &ms, &oe);
+    tl_series = ms;
+    tl_routed = true;
+    if (got <= 0) {
+        json_decref(body);
+        enum MHD_Result res = MHD_NO; /* got < 0: the client left while its model loaded */
+        if (got == 0) res = send_error(s, conn, url, &oe);
+        tl_routed = false;
+        return res;
+    }
     enum MHD_Result res;
-    if (!strcmp(url, "/v1/chat/completions")) res = handle_completion(s, conn, url, body, API_CHAT);
-    else if (!strcmp(url, "/v1/completions")) res = handle_completion(s, conn, url, body, API_COMPLETION);
-    else if (!strcmp(url, "/v1/messages")) res = handle_completion(s, conn, url, body, API_ANTHROPIC);
-    else if (!strcmp(url, "/v1/messages/count_tokens")) res = handle_count_tokens(s, conn, url, body);
-    else if (!strcmp(url, "/v1/responses")) res = handle_completion(s, conn, url, body, API_RESPONSES);
-    else if (!strcmp(url, "/tokenize")) res = handle_tokenize(s, conn, url, body);
-    else res = handle_detokenize(s, conn, url, body);
+    if (!strcmp(url, "/v1/chat/completions")) res = handle_completion(s, sm, conn, url, body, API_CHAT);
+    else if (!strcmp(url, "/v1/completions")) res = handle_completion(s, sm, conn, url, body, API_COMPLETION);
+    else if (!strcmp(url, "/v1/messages")) res = handle_completion(s, sm, conn, url, body, API_ANTHROPIC);
+    else if (!strcmp(url, "/v1/messages/count_tokens")) res = handle_count_tokens(s, sm, conn, url, body);
+    else if (!strcmp(url, "/v1/responses")) res = handle_completion(s, sm, conn, url, body, API_RESPONSES);
+    else if (!strcmp(url, "/tokenize")) res = handle_tokenize(s, sm, conn, url, body);
+    else res = handle_detokenize(s, sm, conn, url, body);
+    tl_routed = false;
+    tl_series = NULL;
+    models_release(s->models, sm);
     json_decref(body);
     return res;
 }
@@ -1154,9 +1229,10 @@ static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_co
 
 cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *err) {
     *out = NULL;
-    if (!p->model_id || p->port < 0 || p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 ||
-        p->idle_timeout_s < 1 || p->max_body_bytes < 1 || p->grammar_cache_entries < 1 ||
-        !(p->grammar_compile_ms > 0))
+    const bool multi = p->models_dir != NULL;
+    if ((!multi && !p->model_id) || (multi && !p->load) || p->models_max < 0 || p->n_aliases < 0 || p->port < 0 ||
+        p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 || p->idle_timeout_s < 1 ||
+        p->max_body_bytes < 1 || p->grammar_cache_entries < 1 || !(p->grammar_compile_ms > 0))
         return server_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
@@ -1171,12 +1247,20 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     s->grammars = gcache_new((size_t)p->grammar_cache_entries, 0);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
-    s->oc.model_id = p->model_id;
-    s->oc.lookup_n = p->lookup_n;
-    s->oc.max_draft = p->max_draft;
-    s->oc.grammars = s->grammars;
-    s->oc.grammar_max_compile_ms = p->grammar_compile_ms;
+    const oai_ctx base = {.lookup_n = p->lookup_n, .max_draft = p->max_draft, .grammars = s->grammars,
+                          .grammar_max_compile_ms = p->grammar_compile_ms};
     if (!s->metrics || !s->grammars) {
+        cn_server_free(s);
+        return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+    }
+    if (multi) {
+        const cn_status st = models_new_dir(p, &base, s->metrics, s->grammars, &s->models, err);
+        if (st != CN_STATUS_OK) {
+            cn_server_free(s);
+            return st;
+        }
+        s->ready = true; /* nothing to load before answering */
+    } else if (!(s->models = models_new_single(p->model_id, &base, s->metrics))) {
         cn_server_free(s);
         return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     }
@@ -1201,16 +1285,9 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
 int cn_server_port(const cn_server *s) { return s->port; }
 
 void cn_server_set_engine(cn_server *s, cn_engine *e) {
+    if (models_multi(s->models)) return; /* several models: the server loads them */
+    models_set_engine(s->models, e);
     pthread_mutex_lock(&s->mu);
-    s->e = e;
-    s->oc.tok = cn_engine_tokenizer(e);
-    s->oc.chat = cn_engine_chat_template(e);
-    s->oc.eot_stop = cn_engine_end_of_turn_stop(e);
-    s->oc.n_ctx = cn_engine_n_ctx(e);
-    s->oc.n_vocab = cn_engine_n_vocab(e);
-    s->oc.has_draft = cn_engine_has_draft(e);
-    const int32_t mr = cn_engine_max_running(e);
-    s->oc.max_n = mr < CN_ENGINE_MAX_N ? mr : CN_ENGINE_MAX_N;
     s->ready = true;
     pthread_mutex_unlock(&s->mu);
 }
@@ -1218,6 +1295,7 @@ void cn_server_set_engine(cn_server *s, cn_engine *e) {
 void cn_server_drain(cn_server *s, double deadline_s) {
     if (!s) return;
     const double end = now_s() + deadline_s;
+    models_drain(s->models); /* requests waiting for a model load stop waiting */
     pthread_mutex_lock(&s->mu);
     s->draining = true;
     while (s->n_jobs > 0 && now_s() < end) timed_wait(&s->idle_cv, &s->mu, WAKE_MS);
@@ -1230,6 +1308,7 @@ void cn_server_drain(cn_server *s, double deadline_s) {
 void cn_server_free(cn_server *s) {
     if (!s) return;
     if (s->d) MHD_stop_daemon(s->d);
+    models_free(s->models); /* after the jobs: the engines it loaded */
     gcache_free(s->grammars); /* after the jobs (their references) are gone */
     cn_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);

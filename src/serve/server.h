@@ -12,10 +12,16 @@
 
 #include "cinder.h"
 
+/* Several models: loads the GGUF file at path into a model and an engine with its run
+ * loop started (the caller's engine parameters), or fails with err filled. The server
+ * frees them with cn_engine_free, then cn_model_free. Called from any connection thread,
+ * several at once for different files. */
+typedef cn_status (*cn_server_load_fn)(void *user, const char *path, cn_model **m, cn_engine **e, cn_error *err);
+
 typedef struct {
     const char *host;          /* address to bind; default "127.0.0.1" (loopback only) */
     int port;                  /* default 8080; 0 = any free port (see cn_server_port) */
-    const char *model_id;      /* the served model name (required) */
+    const char *model_id;      /* the served model name (required with one model) */
     const char *api_key;       /* NULL = no authentication */
     int request_timeout_s;     /* a completion running longer is cancelled; default 600 */
     int idle_timeout_s;        /* an idle keep-alive connection is closed; default 30 */
@@ -31,14 +37,27 @@ typedef struct {
                                   default 64; the cache is also bounded to 64 MiB of keys */
     double grammar_compile_ms; /* one grammar's compile budget (a request over it gets 400);
                                   default 5000 */
+    /* Several models: every *.gguf of models_dir is served by its file name without
+       .gguf, loaded by the first request that names it with load (required). NULL
+       (default): the one model of cn_server_set_engine. */
+    const char *models_dir;
+    cn_server_load_fn load;
+    void *load_user;
+    int models_max;            /* at most this many loaded at once (0, default: no limit);
+                                  the least recently used idle one is unloaded first */
+    const char *const *aliases; /* "NAME=FILE": NAME also serves FILE (a file name of the
+                                  folder, with or without .gguf) */
+    int n_aliases;
 } cn_server_params;
 
 cn_server_params cn_server_default_params(void);
 
 typedef struct cn_server cn_server;
 
-/* Binds and starts answering (503 on model endpoints until an engine is set). Borrows
- * the strings in p until cn_server_free. Errors: IO (cannot bind), INVALID_ARG. */
+/* Binds and starts answering (one model: 503 on model endpoints until an engine is set;
+ * several: ready at once, nothing loaded). Borrows the strings in p until cn_server_free.
+ * Errors: IO (cannot bind, the folder cannot be read), INVALID_ARG (an alias naming no
+ * file). */
 cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *err);
 /* The bound port (useful with port 0). */
 int cn_server_port(const cn_server *s);
@@ -49,8 +68,8 @@ void cn_server_set_engine(cn_server *s, cn_engine *e);
 /* Graceful stop: new completion requests get 503, running ones may finish until
  * deadline_s from now, then the rest are cancelled; returns when none is left. */
 void cn_server_drain(cn_server *s, double deadline_s);
-/* Stops the HTTP daemon (closes connections) and frees. NULL is a no-op. Call
- * cn_server_drain first, then this, then free the engine. */
+/* Stops the HTTP daemon (closes connections), unloads the models it loaded and frees.
+ * NULL is a no-op. Call cn_server_drain first, then this, then free the engine. */
 void cn_server_free(cn_server *s);
 
 #endif

@@ -17,8 +17,11 @@
  * (create, then a greedy request with logprobs), and HTTP requests to an
  * in-process server (a completion with n = 2 and logprobs, a streamed one, /tokenize,
  * Anthropic's /v1/messages streamed with a stop sequence, /v1/responses whole and
- * streamed). Over HTTP the rule is: a 200 is the reference reply, else a 503 that says
- * why, or, for a stream whose headers are out, its API's error event.
+ * streamed), and a server of several models (--models-dir, --models-max 1) where the
+ * request names the model that is not loaded: the loaded one is unloaded, the named one
+ * loaded, then the request runs. Over HTTP the rule is: a 200 is the reference reply,
+ * else a 503 that says why, or, for a stream whose headers are out, its API's error
+ * event.
  *
  *   build-san/tests/alloc_fail [TESTDATA]     exit 0 when every sweep holds */
 #include <arpa/inet.h>
@@ -494,9 +497,14 @@ static void dechunk(char *resp) {
     *w = 0;
 }
 
-/* The response: status, and the body with its volatile fields ("created", "id",
- * "timings", durations) cut, so two runs compare equal. */
+static int http_post(int port, const char *path, const char *body, char *out, size_t cap);
+
+/* The response to HTTP_BODIES[which]: status and body (chunks joined). */
 static int http_call(int port, int which, char *out, size_t cap) {
+    return http_post(port, HTTP_BODIES[which][0], HTTP_BODIES[which][1], out, cap);
+}
+
+static int http_post(int port, const char *path, const char *body, char *out, size_t cap) {
     out[0] = 0;
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
@@ -510,7 +518,7 @@ static int http_call(int port, int which, char *out, size_t cap) {
     const int n = snprintf(req, sizeof req,
                            "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
                            "Content-Length: %zu\r\n\r\n%s",
-                           HTTP_BODIES[which][0], strlen(HTTP_BODIES[which][1]), HTTP_BODIES[which][1]);
+                           path, strlen(body), body);
     if (write(fd, req, (size_t)n) != n) {
         close(fd);
         return -1;
@@ -583,6 +591,56 @@ static bool run_http(void *ctx) {
     const int st2 = http_call(c->port, w, resp, sizeof resp);
     essence(resp, ess, sizeof ess);
     if (st2 != 200 || strcmp(ess, c->ref[w])) bad("the next request %s got %d: %.300s", HTTP_BODIES[w][0], st2, resp);
+    return true;
+}
+
+/* Several models: "a" and "b" are the same file (stories260K) under two names, at most
+ * one loaded. Each run starts with "b" loaded and asks "a" with allocation N failing,
+ * which unloads "b" and loads "a" (model, engine) before the completion runs; then, with
+ * no failure, "a" must answer the reference and "b" too (loaded again). */
+typedef struct {
+    int port;
+    char ref[8192];
+} multi_case;
+
+static const char MULTI_A[] = "{\"model\": \"a\", \"prompt\": \"Once upon a time\", \"max_tokens\": 6, "
+                              "\"temperature\": 0}";
+static const char MULTI_B[] = "{\"model\": \"b\", \"prompt\": \"Once upon a time\", \"max_tokens\": 6, "
+                              "\"temperature\": 0}";
+
+static cn_status multi_load(void *user, const char *path, cn_model **m, cn_engine **e, cn_error *err) {
+    const cn_engine_params *ep = user;
+    cn_model_params mp = cn_model_default_params();
+    *e = NULL;
+    cn_status st = cn_model_load(path, &mp, m, err);
+    if (st == CN_STATUS_OK) st = cn_engine_create(*m, ep, e, err);
+    if (st == CN_STATUS_OK) st = cn_engine_start(*e, err);
+    if (st != CN_STATUS_OK) {
+        cn_engine_free(*e);
+        *e = NULL;
+        cn_model_free(*m);
+        *m = NULL;
+    }
+    return st;
+}
+
+static bool run_multi(void *ctx) {
+    multi_case *c = ctx;
+    static char resp[65536], ess[8192];
+    const int st = http_post(c->port, "/v1/completions", MULTI_A, resp, sizeof resp);
+    if (st == 200) {
+        essence(resp, ess, sizeof ess);
+        if (strcmp(ess, c->ref)) bad("several models: a 200 that is not the reference:\n  got  %s\n  want %s", ess, c->ref);
+    } else if (st != 503 || (!strstr(resp, "out of memory") && !strstr(resp, "could not"))) {
+        bad("several models: status %d: %.300s", st, resp);
+    }
+    inject_disarm();
+    const char *const next[2] = {MULTI_A, MULTI_B};
+    for (int k = 0; k < 2; k++) {
+        const int st2 = http_post(c->port, "/v1/completions", next[k], resp, sizeof resp);
+        essence(resp, ess, sizeof ess);
+        if (st2 != 200 || strcmp(ess, c->ref)) bad("several models: the next request got %d: %.300s", st2, resp);
+    }
     return true;
 }
 
@@ -707,6 +765,44 @@ int main(int argc, char **argv) {
     for (hc.which = 0; hc.which < N_HTTP; hc.which++) sweep(names[hc.which], run_http, &hc, 100000);
     cn_server_drain(srv, 5);
     cn_server_free(srv);
+
+    /* several models: a folder of two links to stories260K */
+    char dir[] = "/tmp/cinder-alloc-XXXXXX", a_path[4200], b_path[4200], target[4096];
+    if (!mkdtemp(dir) || !realpath(data_path("models/stories260K.gguf"), target)) {
+        fprintf(stderr, "alloc_fail: several models: no folder\n");
+        return 1;
+    }
+    snprintf(a_path, sizeof a_path, "%s/a.gguf", dir);
+    snprintf(b_path, sizeof b_path, "%s/b.gguf", dir);
+    if (symlink(target, a_path) || symlink(target, b_path)) {
+        fprintf(stderr, "alloc_fail: several models: cannot link %s\n", target);
+        return 1;
+    }
+    cn_server_params mp2 = cn_server_default_params();
+    mp2.port = 0;
+    mp2.models_dir = dir;
+    mp2.models_max = 1;
+    mp2.load = multi_load;
+    mp2.load_user = &ep;
+    static multi_case mc;
+    if (cn_server_start(&mp2, &srv, &err) != CN_STATUS_OK) {
+        fprintf(stderr, "alloc_fail: several models: %s\n", err.msg);
+        return 1;
+    }
+    mc.port = cn_server_port(srv);
+    if (http_post(mc.port, "/v1/completions", MULTI_B, resp, sizeof resp) != 200 ||
+        http_post(mc.port, "/v1/completions", MULTI_A, resp, sizeof resp) != 200) {
+        fprintf(stderr, "alloc_fail: several models: reference: %.300s\n", resp);
+        return 1;
+    }
+    essence(resp, mc.ref, sizeof mc.ref);
+    http_post(mc.port, "/v1/completions", MULTI_B, resp, sizeof resp); /* "b" loaded, "a" not */
+    sweep("HTTP: several models, load on request", run_multi, &mc, 100000);
+    cn_server_drain(srv, 5);
+    cn_server_free(srv);
+    unlink(a_path);
+    unlink(b_path);
+    rmdir(dir);
     cn_engine_free(e);
     cn_tokenizer_free(tok);
     cn_model_free(m);

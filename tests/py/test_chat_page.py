@@ -6,8 +6,10 @@ Checked as a user would: a message streams a reply in (its text grows while the 
 runs) with its stats line; Stop aborts the request and the server's /metrics show it
 cancelled and its KV blocks free; clicking a token shows the candidates of that step;
 a reload keeps the conversation (localStorage); model or user text containing <script>
-or an onerror image is shown as text and never runs. Each test saves a screenshot under
-build/screenshots/.
+or an onerror image is shown as text and never runs. With several models (--models-dir)
+the header's picker lists them from /v1/models, a message goes to the model picked (the
+server's per-model metrics count it), and a corrupt file's error shows in the reply.
+Each test saves a screenshot under build/screenshots/.
 """
 import json
 import time
@@ -21,7 +23,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.common.exceptions import StaleElementReferenceException
 
+from selenium.webdriver.support.ui import Select
+
 from test_serve import ROOT, Server, binaries, smol
+from test_serve_models import QWEN, SMOL, MultiServer, models_dir
 
 SHOTS = ROOT / "build" / "screenshots"
 
@@ -171,3 +176,45 @@ def test_script_in_output_is_text(server, browser):
     assert "<script>window.pwned = 1</script>" in body.text
     assert body.find_element(By.CSS_SELECTOR, "pre code").text == "<b>code</b>"
     shot(browser, "chat_script_as_text")
+
+
+def test_model_picker_with_several_models(browser, tmp_path):
+    s = MultiServer(binaries()[0], models_dir(tmp_path))
+    try:
+        browser.get(s.url + "/")
+        browser.execute_script("localStorage.clear()")
+        browser.get(s.url + "/")
+        pick = wait(lambda: browser.find_element(By.ID, "picker").is_displayed() and
+                    browser.find_element(By.ID, "picker"), what="the model picker")
+        options = [o.get_attribute("value") for o in Select(pick).options]
+        assert sorted(options) == sorted([SMOL, QWEN, "broken"])  # aliases are not repeated
+        assert "loads on its first message" in browser.find_element(By.ID, "model").text
+        set_param(browser, "temperature", 0)
+        set_param(browser, "max_tokens", 8)
+
+        def ask(model, text):
+            Select(browser.find_element(By.ID, "picker")).select_by_value(model)
+            n = len(replies(browser))
+            send(browser, text)
+            return wait(lambda: len(replies(browser)) > n and not browser.find_elements(By.ID, "streaming") and
+                        replies(browser)[-1].find_element(By.CLASS_NAME, "stats").text, what=f"a reply from {model}")
+
+        assert ask(QWEN, "Say hi.").startswith(QWEN)
+        wait(lambda: f"{QWEN} · context" in browser.find_element(By.ID, "model").text, what="QWEN shown loaded")
+        shot(browser, "chat_picker_qwen")
+        assert ask(SMOL, "Say hi again.").startswith(SMOL)
+        reqs = {lab["model_name"]: v for lab, v in s.metrics()["cinder:http_requests_total"]
+                if lab["endpoint"] == "/v1/chat/completions" and lab["status"] == "200"}
+        assert reqs == {QWEN: 1.0, SMOL: 1.0}
+        # the second request carried the whole conversation to the other model
+        err = ask("broken", "And you?")
+        assert "could not be loaded" in err and "err" in replies(browser)[-1].find_element(
+            By.CLASS_NAME, "stats").get_attribute("class")
+        shot(browser, "chat_picker_broken")
+        # the pick survives a reload
+        Select(browser.find_element(By.ID, "picker")).select_by_value(QWEN)
+        browser.refresh()
+        wait(lambda: Select(browser.find_element(By.ID, "picker")).first_selected_option.get_attribute("value") == QWEN,
+             what="the pick after reload")
+    finally:
+        s.stop()
