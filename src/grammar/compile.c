@@ -196,8 +196,6 @@ typedef struct {
     int32_t *htab;      /* open addressing over DFA ids */
     uint32_t hcap;
     int32_t accept_nfa;
-    int32_t *tmp;       /* the sort's buffer */
-    uint32_t tmp_cap;
 } subset;
 
 static uint64_t hash_set(const int32_t *s, uint32_t n) {
@@ -206,33 +204,50 @@ static uint64_t hash_set(const int32_t *s, uint32_t n) {
     return h ^ n;
 }
 
-/* Sorts v[0..n) (non-negative values): insertion sort when short, else LSD radix sort
- * in 11-bit digits through tmp (n entries), only as many passes as the largest value
- * needs. qsort's callback was a third of a regex's compile time (perf). */
-static void sort_states(int32_t *v, uint32_t n, int32_t *tmp) {
-    if (n <= 24) {
-        for (uint32_t i = 1; i < n; i++) {
+/* Sorts v[0..n) ascending: quicksort (median of three, the smaller side first so the
+ * stack stays logarithmic) down to insertion sort on short runs. qsort's callback was a
+ * third of a regex's compile time (perf); a radix sort's bucket sums were worse on the
+ * sets of tens of states that are the rule. */
+static void sort_states(int32_t *v, uint32_t n) {
+    uint32_t lo_stack[64], hi_stack[64];
+    int top = 0;
+    uint32_t lo = 0, hi = n;
+    for (;;) {
+        while (hi - lo > 16) {
+            const uint32_t mid = lo + (hi - lo) / 2;
+            int32_t a = v[lo], b = v[mid], c = v[hi - 1];
+            const int32_t pivot = a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+            uint32_t i = lo, j = hi - 1;
+            for (;;) {
+                while (v[i] < pivot) i++;
+                while (v[j] > pivot) j--;
+                if (i >= j) break;
+                const int32_t t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+            /* [lo, j] <= pivot <= (j, hi): the larger side waits on the stack. The sets hold
+             * distinct states, so both sides are non-empty; were they not, insertion sort
+             * takes the range. */
+            if (j + 1 <= lo || j + 1 >= hi) break;
+            if (j + 1 - lo < hi - (j + 1)) {
+                lo_stack[top] = j + 1, hi_stack[top++] = hi;
+                hi = j + 1;
+            } else {
+                lo_stack[top] = lo, hi_stack[top++] = j + 1;
+                lo = j + 1;
+            }
+        }
+        for (uint32_t i = lo + 1; i < hi; i++) {
             const int32_t x = v[i];
             uint32_t j = i;
-            for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+            for (; j > lo && v[j - 1] > x; j--) v[j] = v[j - 1];
             v[j] = x;
         }
-        return;
+        if (!top) return;
+        top--;
+        lo = lo_stack[top], hi = hi_stack[top];
     }
-    int32_t max = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (v[i] > max) max = v[i];
-    int32_t *src = v, *dst = tmp;
-    for (uint32_t shift = 0; shift < 31 && (max >> shift) != 0; shift += 11) {
-        uint32_t count[2049] = { 0 };
-        for (uint32_t i = 0; i < n; i++) count[(((uint32_t)src[i] >> shift) & 2047) + 1]++;
-        for (uint32_t k = 1; k <= 2048; k++) count[k] += count[k - 1];
-        for (uint32_t i = 0; i < n; i++) dst[count[((uint32_t)src[i] >> shift) & 2047]++] = src[i];
-        int32_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != v) memcpy(v, src, n * sizeof *v);
 }
 
 /* Closes work[0..n) under eps edges (in place, growing; repeats in the input dropped),
@@ -252,13 +267,7 @@ static bool closure(subset *S, i32v *w) {
                 S->mark[S->a->e[e].to] = S->stamp;
                 if (!i32v_push(w, S->a->e[e].to)) return false;
             }
-    if (w->n > 24 && S->tmp_cap < w->n) {
-        int32_t *t = realloc(S->tmp, w->cap * sizeof *t);
-        if (!t) return false;
-        S->tmp = t;
-        S->tmp_cap = w->cap;
-    }
-    sort_states(w->v, w->n, S->tmp);
+    sort_states(w->v, w->n);
     return true;
 }
 
@@ -447,7 +456,6 @@ done:
     free(S.pool.v);
     free(S.set_first.v);
     free(S.htab);
-    free(S.tmp);
     free(w.v);
     free(trans.v);
     free(acc.v);
