@@ -86,7 +86,7 @@ static int llama_chunk(cn_context *ctx, cn_batch *b, const int32_t *tokens, int3
 
 /* --save-logits / --kl-base (exactly one of them set). */
 static int perplexity_llama_file(const char *model, const char *file, const char *save_path, const char *base_path,
-                                 int32_t n_ctx, int32_t max_chunks, int32_t n_threads) {
+                                 int32_t n_ctx, int32_t max_chunks, int32_t n_threads, cn_type kv_type) {
     int rc = 1;
     cn_error err = {0};
     cn_model *m = NULL;
@@ -115,6 +115,7 @@ static int perplexity_llama_file(const char *model, const char *file, const char
     cp.n_threads = n_threads;
     cp.n_ctx = n_ctx;
     cp.n_batch = n_ctx < 512 ? n_ctx : 512;
+    cp.kv_type = kv_type;
     if (st == CN_STATUS_OK) st = cn_context_create(m, &cp, &ctx, &err);
     if (st == CN_STATUS_OK) st = cn_batch_init(&b, cp.n_batch, &err);
     const cn_tokenizer *tk = ctx ? cn_context_tokenizer(ctx) : NULL;
@@ -258,10 +259,6 @@ int cn_cli_perplexity(int argc, char **argv) {
         cn_cli_errorf("perplexity: give --save-logits or --kl-base, not both");
         return 2;
     }
-    if ((save_logits || kl_base) && kvc.type != CN_TYPE_F16) {
-        cn_cli_errorf("perplexity: --kv-type other than f16 does not combine with --save-logits / --kl-base");
-        return 2;
-    }
     if (kl_base || save_logits) {
         if (save_logits && !file) {
             cn_cli_errorf("perplexity: --save-logits needs -f TEXT_FILE");
@@ -269,7 +266,8 @@ int cn_cli_perplexity(int argc, char **argv) {
         }
         char mpath[4096];
         if (!(model = cli_model_path("perplexity", model, mpath, sizeof mpath))) return 1;
-        return perplexity_llama_file(model, file, save_logits, kl_base, n_ctx, max_chunks, n_threads);
+        /* here --kv-type is simply the cache's type: the comparison is with the file */
+        return perplexity_llama_file(model, file, save_logits, kl_base, n_ctx, max_chunks, n_threads, kvc.type);
     }
     if (!file) {
         cn_cli_errorf("perplexity: -f TEXT_FILE is required (see --help)");
