@@ -81,8 +81,8 @@ int cn_cli_quantize(int argc, char **argv) {
     cn_quantize_stats s;
     cn_error err = {0};
     const cn_status st = cn_model_quantize(pos[0], pos[1], pos[2], &p, &s, &err);
-    if (ps.tty) fputc('\n', stderr);
     if (st != CN_STATUS_OK) {
+        if (ps.tty) fputc('\n', stderr); /* end the bar's line */
         cn_cli_errorf("quantize: %s", err.msg);
         return st == CN_STATUS_INVALID_ARG ? 2 : 1;
     }
