@@ -235,3 +235,99 @@ def test_existing_output_survives_a_failure(stories, tmp_path):
     p = cinder("quantize", stories, out, "Q8_0", check=False, preexec_fn=limit)
     assert p.returncode == 1
     assert out.read_bytes() == b"keep me" and leftovers(tmp_path) == ["o.gguf"]
+
+
+# ---- the K types on rows they can take: a random llama model 256 wide ----
+
+def make_k_model(path):
+    """A llama-architecture F16 model (8 layers, 256-wide rows, 512-token vocabulary from
+    tiny-llama) with seeded random weights: every K type and mix applies without
+    fallback, and 8 layers give use_more_bits its first/last eighth and every third."""
+    import gguf
+    tiny = gguf.GGUFReader(str(build_dir() / "tiny" / "tiny-llama.gguf"))
+    w = gguf.GGUFWriter(str(path), "llama")
+    n_embd, n_ff, n_layer, n_head, n_kv = 256, 512, 8, 4, 2
+    w.add_name("k-test")
+    w.add_context_length(256)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_rope_dimension_count(n_embd // n_head)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(1)
+    f = tiny.fields
+    tokens = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode() for i in f["tokenizer.ggml.tokens"].data]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    rng = np.random.default_rng(256)
+
+    def mat(rows, cols, scale=0.05):
+        x = rng.standard_normal((rows, cols)) * scale
+        x[:, rng.integers(0, cols, 3)] *= 8  # a few outlier columns, as real weights have
+        return x.astype(np.float16)
+
+    w.add_tensor("token_embd.weight", mat(len(tokens), n_embd))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    w.add_tensor("output.weight", mat(len(tokens), n_embd))
+    hd = n_embd // n_head
+    for i in range(n_layer):
+        p = "blk.%d." % i
+        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "attn_q.weight", mat(n_embd, n_embd))
+        w.add_tensor(p + "attn_k.weight", mat(n_kv * hd, n_embd))
+        w.add_tensor(p + "attn_v.weight", mat(n_kv * hd, n_embd))
+        w.add_tensor(p + "attn_output.weight", mat(n_embd, n_embd))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, np.float32))
+        w.add_tensor(p + "ffn_gate.weight", mat(n_ff, n_embd))
+        w.add_tensor(p + "ffn_up.weight", mat(n_ff, n_embd))
+        w.add_tensor(p + "ffn_down.weight", mat(n_embd, n_ff))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def k_model(tmp_path_factory):
+    p = tmp_path_factory.mktemp("kmodel") / "k-f16.gguf"
+    make_k_model(p)
+    return p
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K_M", "Q4_K_S", "Q5_K_M", "Q6_K", "Q8_0"])
+def test_k_types_byte_identical_to_llama_quantize(k_model, qtype, tmp_path):
+    lb = llama_bin()
+    if lb is None:
+        pytest.skip("no llama.cpp build: set CINDER_LLAMA_BIN to a folder with llama-quantize")
+    ours, theirs = tmp_path / "c.gguf", tmp_path / "l.gguf"
+    cinder("quantize", k_model, ours, qtype, "-t", "2")
+    subprocess.run([str(lb / "llama-quantize"), str(k_model), str(theirs), qtype, "2"], check=True,
+                   capture_output=True)
+    a, b = ours.read_bytes(), theirs.read_bytes()
+    if a != b:
+        i = next(k for k in range(min(len(a), len(b))) if a[k] != b[k])
+        pytest.fail("%s: files differ first at byte %d of %d / %d" % (qtype, i, len(a), len(b)))
+
+
+def test_k_mix_types_and_model_runs(k_model, tmp_path):
+    import gguf
+    out = tmp_path / "q.gguf"
+    cinder("quantize", k_model, out, "Q4_K_M")
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(out)).tensors}
+    # use_more_bits(i, 8): the first and last eighth and every third between -> 0, 3, 6, 7
+    for i in range(8):
+        want = "Q6_K" if i in (0, 3, 6, 7) else "Q4_K"
+        assert types["blk.%d.attn_v.weight" % i] == want, i
+        assert types["blk.%d.ffn_down.weight" % i] == want, i
+        assert types["blk.%d.attn_q.weight" % i] == "Q4_K"
+    assert types["output.weight"] == "Q6_K" and types["token_embd.weight"] == "Q4_K"
+    assert types["output_norm.weight"] == "F32"
+    r = cinder("run", "-m", out, "-p", "hello", "-n", "4", "--temp", "0")
+    assert r.returncode == 0
