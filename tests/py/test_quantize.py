@@ -331,3 +331,26 @@ def test_k_mix_types_and_model_runs(k_model, tmp_path):
     assert types["output_norm.weight"] == "F32"
     r = cinder("run", "-m", out, "-p", "hello", "-n", "4", "--temp", "0")
     assert r.returncode == 0
+
+
+@pytest.mark.parametrize("flags", [("--pure",), ("--output-type", "q8_0", "--token-embedding-type", "q5_0"),
+                                   ("--pure", "--output-type", "f16")])
+def test_flags_byte_identical_to_llama_quantize(k_model, flags, tmp_path):
+    lb = llama_bin()
+    if lb is None:
+        pytest.skip("no llama.cpp build: set CINDER_LLAMA_BIN to a folder with llama-quantize")
+    theirs_flags = [{"--output-type": "--output-tensor-type"}.get(f, f) for f in flags]
+    ours, theirs = tmp_path / "c.gguf", tmp_path / "l.gguf"
+    cinder("quantize", k_model, ours, "Q4_K_M", *flags)
+    subprocess.run([str(lb / "llama-quantize"), *theirs_flags, str(k_model), str(theirs), "Q4_K_M", "2"],
+                   check=True, capture_output=True)
+    assert ours.read_bytes() == theirs.read_bytes(), flags
+
+
+def test_q4_k_is_q4_k_m_and_imatrix_is_refused(k_model, tmp_path):
+    cinder("quantize", k_model, tmp_path / "a.gguf", "Q4_K")
+    cinder("quantize", k_model, tmp_path / "b.gguf", "q4_k_m")
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+    p = cinder("quantize", k_model, tmp_path / "c.gguf", "Q4_K_M", "--imatrix", "x.dat", check=False)
+    assert p.returncode == 2 and "--imatrix is not supported" in p.stderr
+    assert not (tmp_path / "c.gguf").exists()
