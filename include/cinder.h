@@ -1009,6 +1009,40 @@ CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn
 CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, int32_t n_layers,
                                       int32_t *n_layer_model, cn_error *err);
 
+/* Quantizing a model file (src/model/quantize.c): `cinder quantize`, llama-quantize's
+ * rules. type is a file type as llama-quantize spells it (case-insensitive): Q8_0, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q6_K, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, and Q4_K / Q5_K, which are
+ * llama-quantize's aliases of Q4_K_M / Q5_K_M (with pure, every tensor the one type). */
+typedef struct {
+    int32_t n_threads;              /* 0: every CPU */
+    bool allow_requantize;          /* a quantized input may be dequantized and quantized again */
+    bool pure;                      /* no mix: every quantizable tensor gets the type's base type */
+    const char *output_type;        /* "q8_0", ... for output.weight; NULL: the mix's rule */
+    const char *token_embd_type;    /* as output_type, for token_embd.weight */
+    /* called after each tensor (and once with n_done 0): tensors done of n_tensors, bytes
+     * of the input read so far; NULL: none */
+    void (*progress)(void *user, int64_t n_done, int64_t n_tensors, uint64_t n_bytes_in);
+    void *progress_user;
+} cn_quantize_params;
+
+typedef struct {
+    int64_t n_tensors, n_quantized, n_fallback; /* n_fallback: tensors given a 32-block type
+                                                   because their rows do not fit 256 */
+    uint64_t n_bytes_in, n_bytes_out;           /* tensor data */
+    int64_t n_elem;                             /* weights, for bits per weight */
+    uint32_t file_type;                         /* general.file_type written */
+} cn_quantize_stats;
+
+CN_API cn_quantize_params cn_quantize_default(void);
+/* Writes out_path (through a temporary file in its folder, renamed at the end: on any
+ * failure nothing is left under either name). Metadata is copied, with general.file_type
+ * and general.quantization_version set. stats may be NULL. Errors: INVALID_ARG for an
+ * unknown type or tensor type (message names it), a type a tensor's rows cannot take, a
+ * quantized input without allow_requantize, or in_path == out_path; CORRUPT / IO /
+ * UNSUPPORTED from reading the input; IO when the output cannot be written (full disk). */
+CN_API cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type,
+                                   const cn_quantize_params *p, cn_quantize_stats *stats, cn_error *err);
+
 /* ==== end of gguf files =================================================================== */
 
 /* ==== text helpers ========================================================================

@@ -10,6 +10,8 @@
 #ifndef CN_GGUF_H
 #define CN_GGUF_H
 
+#include <stdio.h>
+
 #include "core/core.h"
 
 /* Hard limits on what a file may claim; beyond them it is rejected before allocating. */
@@ -82,13 +84,19 @@ cn_status cn_gguf_writer_set_warr(cn_gguf_writer *w, const char *key, const cn_g
  * under key (NUL-terminated; usually kv i's own). Nested arrays: CN_STATUS_UNSUPPORTED. */
 cn_status cn_gguf_writer_copy_kv(cn_gguf_writer *w, const cn_gguf *g, int64_t i, const char *key, cn_error *err);
 
-/* Tensors: data copied; n_bytes must equal the type's row size × rows. */
+/* Tensors: data copied; n_bytes must equal the type's row size × rows. data NULL adds
+ * only the tensor's entry, for cn_gguf_writer_write_header (write_file/mem refuse it). */
 cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type type,
                                     uint32_t n_dims, const int64_t *ne, const void *data,
                                     uint64_t n_bytes, cn_error *err);
 /* version 3 by default; 2 is accepted for tests of the v2 reader path. */
 void cn_gguf_writer_set_version(cn_gguf_writer *w, uint32_t version);
 cn_status cn_gguf_writer_write_file(const cn_gguf_writer *w, const char *path, cn_error *err);
+/* Streams a file too large to hold: writes the header, key/values, tensor entries and
+ * the padding up to the data section to f; the caller then writes each tensor's bytes in
+ * the order they were added, each padded with zeros to *align (the offsets the entries
+ * claim). Errors: INVALID_ARG for a bad general.alignment, IO when f fails. */
+cn_status cn_gguf_writer_write_header(const cn_gguf_writer *w, FILE *f, uint32_t *align, cn_error *err);
 /* *out is malloc'd; caller frees. */
 cn_status cn_gguf_writer_write_mem(const cn_gguf_writer *w, uint8_t **out, size_t *n_bytes,
                                    cn_error *err);

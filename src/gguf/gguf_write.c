@@ -263,13 +263,13 @@ cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type
     wtensor t = {.type = (uint32_t)type, .n_dims = n_dims, .n_bytes = n_bytes};
     for (uint32_t d = 0; d < CN_GGUF_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
     t.name = strdup(name);
-    t.data = malloc(n_bytes ? (size_t)n_bytes : 1);
-    if (!t.name || !t.data) {
+    t.data = data ? malloc(n_bytes ? (size_t)n_bytes : 1) : NULL;
+    if (!t.name || (data && !t.data)) {
         free(t.name);
         free(t.data);
         return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for tensor '%s'", name);
     }
-    if (n_bytes) memcpy(t.data, data, (size_t)n_bytes);
+    if (data && n_bytes) memcpy(t.data, data, (size_t)n_bytes);
     w->t[w->n_t++] = t;
     return CN_STATUS_OK;
 }
@@ -318,10 +318,15 @@ static cn_status writer_alignment(const cn_gguf_writer *w, uint32_t *out, cn_err
     return CN_STATUS_OK;
 }
 
-static cn_status write_all(const cn_gguf_writer *w, sink *s, cn_error *err) {
+/* header_only: stop after the padding that opens the data section (the caller streams
+ * the tensors); otherwise every tensor must carry its data. */
+static cn_status write_all(const cn_gguf_writer *w, sink *s, bool header_only, cn_error *err) {
     uint32_t align;
     cn_status st = writer_alignment(w, &align, err);
     if (st) return st;
+    for (size_t i = 0; i < w->n_t && !header_only; i++)
+        if (!w->t[i].data)
+            return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s' has no data", w->t[i].name);
     emit(s, "GGUF", 4);
     emit_u32(s, w->version);
     emit_u64(s, w->n_t);
@@ -346,6 +351,7 @@ static cn_status write_all(const cn_gguf_writer *w, sink *s, cn_error *err) {
             return cn_err(err, CN_STATUS_LIMIT, "tensor data exceeds 2^64 bytes");
     }
     emit_pad(s, align);
+    if (header_only) return CN_STATUS_OK;
     for (size_t i = 0; i < w->n_t; i++) {
         emit(s, w->t[i].data, (size_t)w->t[i].n_bytes);
         emit_pad(s, align);
@@ -358,7 +364,7 @@ cn_status cn_gguf_writer_write_mem(const cn_gguf_writer *w, uint8_t **out, size_
     *out = NULL;
     *n_bytes = 0;
     sink s = {0};
-    cn_status st = write_all(w, &s, err);
+    cn_status st = write_all(w, &s, false, err);
     if (!st && s.failed) st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory writing GGUF");
     if (st) {
         free(s.mem.p);
@@ -374,7 +380,7 @@ cn_status cn_gguf_writer_write_file(const cn_gguf_writer *w, const char *path, c
     sink s = {0};
     s.f = fopen(path, "wb");
     if (!s.f) return cn_err(err, CN_STATUS_IO, "cannot create '%s': %s", path, strerror(errno));
-    cn_status st = write_all(w, &s, err);
+    cn_status st = write_all(w, &s, false, err);
     int e = s.failed ? errno : 0;
     if (fclose(s.f) != 0 && !s.failed) {
         s.failed = true;
@@ -383,6 +389,16 @@ cn_status cn_gguf_writer_write_file(const cn_gguf_writer *w, const char *path, c
     if (st || s.failed) remove(path); /* no half-written model left behind */
     if (st) return st;
     if (s.failed) return cn_err(err, CN_STATUS_IO, "cannot write '%s': %s", path, strerror(e));
+    return CN_STATUS_OK;
+}
+
+cn_status cn_gguf_writer_write_header(const cn_gguf_writer *w, FILE *f, uint32_t *align, cn_error *err) {
+    cn_status st = writer_alignment(w, align, err);
+    if (st) return st;
+    sink s = {.f = f};
+    st = write_all(w, &s, true, err);
+    if (st) return st;
+    if (s.failed) return cn_err(err, CN_STATUS_IO, "cannot write the GGUF header: %s", strerror(errno));
     return CN_STATUS_OK;
 }
 

@@ -185,6 +185,12 @@ void cn_quant_row_q5_K(const float *src, void *dst, int64_t n_elem);
 void cn_quant_row_q6_K(const float *src, void *dst, int64_t n_elem);
 void cn_quant_row_q8_K(const float *src, void *dst, int64_t n_elem);
 
+/* ggml's search-based reference quantizers (quantize_row_q{4,5,6}_K_ref), byte for byte:
+ * what `cinder quantize` writes, so its output matches llama-quantize (quants_search.c). */
+void cn_quant_row_q4_K_search(const float *src, void *dst, int64_t n_elem);
+void cn_quant_row_q5_K_search(const float *src, void *dst, int64_t n_elem);
+void cn_quant_row_q6_K_search(const float *src, void *dst, int64_t n_elem);
+
 /* Unpack the 6-bit (scale, min) of sub-block s (0..7) of a Q4_K/Q5_K block. */
 static inline void cn_k4_scale_min(const uint8_t *scales, int s, uint8_t *sc, uint8_t *m) {
     if (s < 4) {

@@ -26,6 +26,12 @@ uint64_t cn_type_row_bytes(uint32_t type, int64_t n_elem);
 /* The type whose traits name is `name` ("q4_K", case-insensitive); false if none. */
 bool cn_type_from_name(const char *name, uint32_t *out);
 
+/* The quantizer a model file is written with (`cinder quantize`): for every type it
+ * returns, the bytes equal ggml's (llama-quantize's, without an importance matrix).
+ * F32/F16/BF16 and the 32-blocks are the traits' reference quantizers; Q4_K/Q5_K/Q6_K
+ * ggml's search (quants_search.c), not the bounded ones of the traits. NULL otherwise. */
+cn_from_float_fn cn_type_quantizer(uint32_t type);
+
 float cn_f16_to_f32(uint16_t h);
 uint16_t cn_f32_to_f16(float f);   /* round to nearest even, as numpy's astype(float16) */
 /* h[i] = cn_f32_to_f16(x[i]), the same bits; F16C where the CPU has it. */

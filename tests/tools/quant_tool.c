@@ -3,6 +3,8 @@
  *
  *   quant_tool dequant TYPE IN OUT   IN: whole blocks of TYPE; OUT: float32 values
  *   quant_tool quant   TYPE IN OUT   IN: float32 values (whole blocks); OUT: blocks
+ *   quant_tool file    TYPE IN OUT   as quant, with the quantizer `cinder quantize` uses
+ *                                    (cn_type_quantizer: ggml's bytes, test_quantize.py)
  *
  * TYPE is a GGUF type name ("q4_K", "bf16"). Files are raw little-endian bytes. Exit
  * status 0 on success, 1 with a message on stderr otherwise. */
@@ -56,13 +58,18 @@ static int write_all(const char *path, const void *data, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5 || (strcmp(argv[1], "dequant") != 0 && strcmp(argv[1], "quant") != 0))
-        return fail("usage: quant_tool dequant|quant TYPE IN OUT", NULL);
+    if (argc != 5 || (strcmp(argv[1], "dequant") != 0 && strcmp(argv[1], "quant") != 0 &&
+                      strcmp(argv[1], "file") != 0))
+        return fail("usage: quant_tool dequant|quant|file TYPE IN OUT", NULL);
     const int dequant = strcmp(argv[1], "dequant") == 0;
+    cn_from_float_fn quant = NULL;
     uint32_t type;
     if (!cn_type_from_name(argv[2], &type))
         return fail("unknown type", argv[2]);
     const cn_type_traits *t = cn_type_traits_get(type);
+    quant = strcmp(argv[1], "file") == 0 ? cn_type_quantizer(type) : t->from_float_ref;
+    if (!dequant && !quant)
+        return fail("no quantizer for type", argv[2]);
 
     size_t n_in;
     unsigned char *in = read_all(argv[3], &n_in);
@@ -87,7 +94,7 @@ int main(int argc, char **argv) {
         if (dequant)
             t->to_float(src, dst, n_elem);
         else
-            t->from_float_ref(src, dst, n_elem);
+            quant(src, dst, n_elem);
         if (write_all(argv[4], dst, n_out) != 0)
             rc = fail("cannot write", argv[4]);
     }
