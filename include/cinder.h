@@ -210,6 +210,58 @@ CN_API size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_s
 CN_API cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,
                                size_t *n_out, cn_error *err);
 
+/* ---- fill-in-the-middle (src/text/fim.c) ----
+ * Code models trained to fill a hole take the text before it (prefix) and after it
+ * (suffix) between marker tokens and generate the middle. The markers come from the
+ * metadata (tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id, then the older
+ * prefix/suffix/middle_token_id), else from their known texts (Qwen's <|fim_prefix|> ...
+ * <|repo_name|> <|file_sep|>, StarCoder's <fim_prefix> ..., CodeLlama's ▁<PRE> ...,
+ * DeepSeek's, as llama.cpp looks them up). */
+typedef enum {
+    CN_FIM_PRE = 0, CN_FIM_SUF, CN_FIM_MID, /* required to fill a hole */
+    CN_FIM_PAD, CN_FIM_REP, CN_FIM_SEP,     /* padding; repository name; file separator */
+    CN_FIM_N_TOKENS
+} cn_fim_token;
+
+/* The id of a FIM token, -1 if the vocabulary has none (or which is out of range). */
+CN_API int32_t cn_tokenizer_fim(const cn_tokenizer *t, cn_fim_token which);
+
+/* One file of repository context: filename NULL is "tmp" (as llama-server). */
+typedef struct {
+    const char *filename;
+    const char *text;
+} cn_fim_chunk;
+
+/* A FIM prompt, laid out as llama-server's /infill lays it out (format_prompt_infill):
+ *
+ *   [extra: REP "myproject\n" (SEP filename "\n" text)... SEP "filename\n"] BOS?
+ *   PRE prefix prompt SUF suffix MID          (spm: BOS? SUF suffix PRE prefix prompt MID)
+ *
+ * (without a SEP token each chunk is led by "\n\n--- snippet ---\n\n"; without a
+ * REP token the repository line is left out). The budget is llama-server's: the prefix
+ * keeps its last 3*(n_batch/4) tokens, the suffix its first n_batch/4 - 2 - n_prompt
+ * tokens (none when that is negative), and the extra context its last n_extra_max tokens. */
+typedef struct {
+    const char *prefix, *suffix;   /* NUL-terminated text before and after the hole (NULL:
+                                      ""); special-token texts are not parsed */
+    const char *prompt;            /* NULL or text that continues the prefix (the middle's
+                                      start); special-token texts parsed */
+    const cn_fim_chunk *extra;     /* borrowed: n_extra files of context */
+    size_t n_extra;
+    int32_t n_batch;               /* the prefix + suffix budget, [4, 1 << 20]; default 2048
+                                      (llama-server's default --batch-size) */
+    int32_t n_extra_max;           /* tokens of extra context kept, >= 0; -1 (default) all */
+    bool spm;                      /* suffix-prefix-middle order (llama-server --spm-infill) */
+} cn_fim_params;
+
+CN_API cn_fim_params cn_fim_default_params(void);
+
+/* The token ids of p's FIM prompt for t. *ids is malloc'ed (free()), *n_ids its length.
+ * Errors: the vocabulary has no PRE, SUF or MID token (UNSUPPORTED: the message names the
+ * missing ones), a parameter out of range (INVALID_ARG, param named), no memory. */
+CN_API cn_status cn_fim_prompt(const cn_tokenizer *t, const cn_fim_params *p, int32_t **ids, size_t *n_ids,
+                               cn_error *err);
+
 /* ==== end of tokenizer ==================================================================== */
 
 /* ==== chat templates ======================================================================
