@@ -42,6 +42,7 @@
 
 #include "serve/apis.h"
 #include "serve/gcache.h"
+#include "serve/infill.h"
 #include "serve/json_mem.h"
 #include "serve/metrics.h"
 #include "serve/openai.h"
@@ -142,6 +143,7 @@ typedef struct {
     api_writer w;              /* Anthropic / Responses: the reply as items */
     buf tok_text;              /* Anthropic with stop_sequences: the tokens' text */
     int32_t stop_index;        /* the stop sequence that ended it, or -1 */
+    int32_t n_gen;             /* tokens generated so far (/infill's chunks count them) */
 } job_choice;
 
 struct job {
@@ -274,6 +276,12 @@ static void sse_end(job *j) { j->stream_done = true; }
 static const char *sse_tail(job *j, size_t *n) {
     const char *t;
     const bool cancelled = j->n_choices > 0 && j->ch[0].finish == CN_FINISH_CANCELLED;
+    if (j->api == API_INFILL) { /* llama-server's stream: objects only, no [DONE] */
+        t = j->oom ? SSE_OOM_DONE : j->engine_failed ? SSE_FAILED_DONE : "";
+        if (j->oom || j->engine_failed) *n = strlen(t) - (sizeof SSE_DONE - 1); /* the error, without [DONE] */
+        else *n = 0;
+        return t;
+    }
     if (j->api == API_ANTHROPIC) {
         t = j->oom ? ANT_OOM : j->engine_failed ? ANT_FAILED : cancelled ? ANT_CANCELLED : "";
     } else if (j->api == API_RESPONSES) {
@@ -429,6 +437,21 @@ static json_t *usage_json(const job *j) {
                      "cached_tokens", (json_int_t)cached);
 }
 
+/* /infill's object for choice idx: a streamed chunk (text) or, once it finished, the
+ * whole response (the text so far when not streaming). */
+static json_t *infill_of(job *j, int32_t idx, const char *text, size_t n) {
+    const job_choice *c = &j->ch[idx];
+    const bool done = c->finish != CN_FINISH_NONE;
+    const bool whole = done && !j->r.stream;
+    const infill_out o = {.model = j->s->oc.model_id, .content = whole ? c->text.p : text,
+                          .n_content = whole ? c->text.n : n, .n_prompt = j->r.n_prompt[0], .done = done,
+                          .finish = c->finish, .stop_index = c->stop_index, .ar = &j->ar,
+                          .timings = done ? &c->timings : NULL, .n_predicted = c->n_gen};
+    return infill_json(&o);
+}
+
+static void infill_emit(job *j, int32_t idx, const char *text, size_t n) { sse_emit(j, infill_of(j, idx, text, n)); }
+
 /* ---- engine callbacks (engine thread, engine lock held) ---- */
 
 static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token *tok) {
@@ -440,6 +463,7 @@ static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token 
     job_choice *c = &j->ch[sub->prompt * j->r.n + index];
     if (c->t_last_token > 0) cn_metrics_itl(j->s->metrics, t - c->t_last_token);
     c->t_last_token = t;
+    c->n_gen++;
     if (j->ar.n_stops > 0) {
         char piece[256];
         const size_t n = cn_token_to_piece(j->s->oc.tok, tok->id, false, piece, sizeof piece);
@@ -467,7 +491,10 @@ static void on_text(void *user, uint64_t id, int32_t index, const char *text, si
     pthread_mutex_lock(&j->mu);
     json_failed(); /* a mark left by another job's JSON work is not this one's */
     const int32_t idx = sub->prompt * j->r.n + index;
-    if (j->api >= API_ANTHROPIC) api_feed(j, idx, text, n, false);
+    if (j->api == API_INFILL && j->r.stream) infill_emit(j, idx, text, n);
+    else if (j->api == API_INFILL) {
+        if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
+    } else if (j->api >= API_ANTHROPIC) api_feed(j, idx, text, n, false);
     else if (j->ch[idx].reply.rd) reply_feed(j, idx, text, n, false);
     else if (j->r.stream) stream_delta(j, idx, text, n, false, NULL);
     else if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
@@ -488,7 +515,14 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     c->timings = *t;
     j->n_open--;
     if (reason == CN_FINISH_CANCELLED && !j->cancelling) j->engine_failed = true;
-    if (j->api >= API_ANTHROPIC) {
+    if (j->api == API_INFILL) {
+        if (reason == CN_FINISH_STOP && j->ar.n_stops > 0)
+            c->stop_index = ant_stop_match(&j->ar, c->tok_text.p ? c->tok_text.p : "", c->tok_text.n);
+        if (j->r.stream) {
+            infill_emit(j, idx, NULL, 0);
+            sse_end(j);
+        }
+    } else if (j->api >= API_ANTHROPIC) {
         if (c->reply.rd) api_feed(j, idx, NULL, 0, true);
         if (reason == CN_FINISH_STOP && j->ar.n_stops > 0)
             c->stop_index = ant_stop_match(&j->ar, c->tok_text.p ? c->tok_text.p : "", c->tok_text.n);
@@ -501,7 +535,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     } else if (c->reply.rd) {
         reply_feed(j, idx, NULL, 0, true);
     }
-    if (j->r.stream && j->api < API_ANTHROPIC) {
+    if (j->r.stream && j->api < API_ANTHROPIC) { /* chat and completions */
         stream_delta(j, idx, NULL, 0, false, finish_of(c));
         if (j->n_open == 0) {
             if (j->r.include_usage) {
@@ -527,7 +561,7 @@ static api_kind api_of_url(const char *url) {
 static const char *endpoint_of(const char *url) {
     static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages",
                                         "/v1/messages/count_tokens", "/v1/responses", "/v1/models", "/health",
-                                        "/metrics", "/tokenize", "/detokenize", "/"};
+                                        "/metrics", "/tokenize", "/detokenize", "/", "/infill"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(url, known[i])) return known[i];
     return "other";
@@ -612,6 +646,7 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
 
 /* The whole non-streaming response of a finished job. */
 static json_t *completion_json(job *j) {
+    if (j->api == API_INFILL) return infill_of(j, 0, NULL, 0);
     if (j->api >= API_ANTHROPIC) {
         const api_meta m = job_meta(j, &j->ch[0]);
         return api_writer_response(&j->ch[0].w, &m);
@@ -751,7 +786,8 @@ static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, a
     pthread_cond_init(&j->cv, NULL);
     j->s = s;
     j->api = api;
-    const bool ok = api == API_ANTHROPIC   ? ant_parse(&s->oc, body, false, &j->r, &j->ar, oe)
+    const bool ok = api == API_INFILL      ? infill_parse(&s->oc, body, &j->r, &j->ar, oe)
+                    : api == API_ANTHROPIC ? ant_parse(&s->oc, body, false, &j->r, &j->ar, oe)
                     : api == API_RESPONSES ? resp_parse(&s->oc, body, &j->r, &j->ar, oe)
                                            : oai_parse(&s->oc, api == API_CHAT ? OAI_CHAT : OAI_COMPLETION, body, &j->r, oe);
     if (ok && json_failed()) { /* the mapping's JSON may have lost a field */
@@ -772,12 +808,12 @@ static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, a
     for (int32_t i = 0; i < j->n_choices; i++) {
         j->ch[i].stop_index = -1;
         api_writer_init(&j->ch[i].w, &j->ar);
-        if (api != API_COMPLETION && !oai_reply_init(&j->ch[i].reply, &j->r, oe)) {
+        if (api != API_COMPLETION && api != API_INFILL && !oai_reply_init(&j->ch[i].reply, &j->r, oe)) {
             job_free(j);
             return NULL;
         }
     }
-    static const char *const prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_"};
+    static const char *const prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_", "cmpl-"};
     snprintf(j->id, sizeof j->id, "%s%016llx%08llx", prefix[api],
              (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
     j->created = (long long)time(NULL);
@@ -786,7 +822,9 @@ static job *job_parse(cn_server *s, struct MHD_Connection *conn, json_t *body, a
     j->fd = ci ? ci->connect_fd : -1;
     for (int32_t i = 0; j->r.stream && i < j->n_choices; i++) {
         const char *et = j->r.echo ? j->r.echo_text[i / j->r.n] : NULL;
-        if (api >= API_ANTHROPIC) {
+        if (api == API_INFILL) {
+            /* llama-server's stream opens with the first token's object */
+        } else if (api >= API_ANTHROPIC) {
             json_t *events = json_array();
             const api_meta m = job_meta(j, &j->ch[i]);
             api_writer_open(&j->ch[i].w, &m, events);
@@ -1004,6 +1042,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     struct { const char *path; bool post; } routes[] = {
         {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/v1/messages", true},
         {"/v1/messages/count_tokens", true}, {"/v1/responses", true}, {"/tokenize", true}, {"/detokenize", true},
+        {"/infill", true},
         {"/v1/models", false},          {"/health", false},        {"/metrics", false},
         {"/", false}};
     int r = -1;
@@ -1086,6 +1125,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     else if (!strcmp(url, "/v1/messages")) res = handle_completion(s, conn, url, body, API_ANTHROPIC);
     else if (!strcmp(url, "/v1/messages/count_tokens")) res = handle_count_tokens(s, conn, url, body);
     else if (!strcmp(url, "/v1/responses")) res = handle_completion(s, conn, url, body, API_RESPONSES);
+    else if (!strcmp(url, "/infill")) res = handle_completion(s, conn, url, body, API_INFILL);
     else if (!strcmp(url, "/tokenize")) res = handle_tokenize(s, conn, url, body);
     else res = handle_detokenize(s, conn, url, body);
     json_decref(body);
