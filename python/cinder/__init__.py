@@ -185,6 +185,15 @@ class _ExplainResult(ctypes.Structure):
                 ("seed", c_uint64)]
 
 
+class _FimChunk(ctypes.Structure):
+    _fields_ = [("filename", c_char_p), ("text", c_char_p)]
+
+
+class _FimParams(ctypes.Structure):
+    _fields_ = [("prefix", c_char_p), ("suffix", c_char_p), ("prompt", c_char_p), ("extra", ctypes.POINTER(_FimChunk)),
+                ("n_extra", c_size_t), ("n_batch", c_int32), ("n_extra_max", c_int32), ("spm", c_bool)]
+
+
 _STAGE_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.c_int, ctypes.POINTER(_Candidate), c_size_t)
 
 
@@ -232,6 +241,8 @@ _reader_new = _fn("cn_tool_reader_new", ctypes.c_int, ctypes.c_int, c_bool, c_bo
 _reader_free = _fn("cn_tool_reader_free", None, c_void_p)
 _reader_feed = _fn("cn_tool_reader_feed", ctypes.c_int, c_void_p, ctypes.c_char_p, c_size_t, c_bool,
                    P(P(_ToolEvent)), P(c_size_t), P(_Error))
+_fim_default = _fn("cn_fim_default_params", _FimParams)
+_fim_prompt = _fn("cn_fim_prompt", ctypes.c_int, c_void_p, P(_FimParams), P(P(c_int32)), P(c_size_t), P(_Error))
 _libc_free = ctypes.CDLL(None).free
 _libc_free.argtypes = [c_void_p]
 
@@ -241,7 +252,8 @@ for _name, _cls in (("cn_error", _Error), ("cn_sampling_params", _Sampling), ("c
                     ("cn_prompt", _Prompt), ("cn_result", _Result), ("cn_candidate", _Candidate),
                     ("cn_explain_result", _ExplainResult), ("cn_logit_bias", _LogitBias), ("cn_beam_params", _Beam),
                     ("cn_grammar_params", _GrammarParams), ("cn_chat_turn", _ChatTurn),
-                    ("cn_chat_turn_info", _ChatTurnInfo), ("cn_tool_event", _ToolEvent)):
+                    ("cn_chat_turn_info", _ChatTurnInfo), ("cn_tool_event", _ToolEvent), ("cn_fim_chunk", _FimChunk),
+                    ("cn_fim_params", _FimParams)):
     if _name == "cn_grammar_params" and _abi_size(_name.encode()) == 0:
         continue  # a library whose size table does not list it yet
     if _abi_size(_name.encode()) != ctypes.sizeof(_cls):
@@ -596,6 +608,36 @@ class Model:
         is exactly one of the strings)."""
         return self._run(prompt, None, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                          min_p=min_p, seed=seed, stop=stop, logprobs=logprobs, **kw)
+
+    def fim_tokens(self, prefix: str, suffix: str, prompt: Optional[str] = None,
+                   extra: Optional[Sequence[Dict[str, str]]] = None) -> List[int]:
+        """The token ids of a fill-in-the-middle prompt: the model's FIM tokens around prefix
+        and suffix, laid out as `cinder serve`'s /infill (and llama-server's) lays them out;
+        prompt continues the prefix (the middle's start), extra is repository context
+        ([{"filename", "text"}]). CinderError("unsupported") for a model without FIM tokens."""
+        fp = _fim_default()
+        keep = [s.encode() for s in (prefix, suffix, prompt or "")]
+        fp.prefix, fp.suffix = keep[0], keep[1]
+        fp.prompt = keep[2] if prompt is not None else None
+        if extra:
+            chunks = (_FimChunk * len(extra))(*[_FimChunk(c["filename"].encode() if c.get("filename") else None,
+                                                          str(c["text"]).encode()) for c in extra])
+            fp.extra, fp.n_extra = chunks, len(extra)
+        fp.n_extra_max = max(0, self.n_ctx - fp.n_batch + 2)  # /infill's budget
+        ids, n, err = P(c_int32)(), c_size_t(), _Error()
+        _check(_fim_prompt(self._tok, ctypes.byref(fp), ctypes.byref(ids), ctypes.byref(n), ctypes.byref(err)), err)
+        try:
+            return list(ids[:n.value])
+        finally:
+            _libc_free(ctypes.cast(ids, c_void_p))
+
+    def infill(self, prefix: str, suffix: str, prompt: Optional[str] = None,
+               extra: Optional[Sequence[Dict[str, str]]] = None, **kw) -> Completion:
+        """Fills the middle between prefix and suffix (a code model with FIM tokens): the
+        prompt of fim_tokens, generated as generate() does (same keyword arguments), so
+        infill(p, s, max_tokens=n, temperature=0) gives the text `cinder serve`'s /infill
+        gives for input_prefix p, input_suffix s."""
+        return self.generate(self.fim_tokens(prefix, suffix, prompt, extra), **kw)
 
     def chat(self, messages: Sequence[Dict[str, Any]], tools: Optional[Sequence[Dict[str, Any]]] = None,
              tool_choice: Union[str, Dict[str, Any]] = "auto", parallel_tool_calls: bool = True, **kw) -> Completion:
