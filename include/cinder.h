@@ -888,6 +888,77 @@ CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
 
 /* ==== end of engine ======================================================================= */
 
+/* ==== embeddings ==========================================================================
+ * One vector per input text (src/gen/embed.c): the model's final hidden states (after the
+ * output norm, what its LM head would read: llama.cpp's embeddings) pooled over the
+ * input's tokens, then L2-normalized. An embedder is a path of its own beside the
+ * engine: an input is one prefill and no token is sampled, so it needs neither the
+ * scheduler nor a KV cache that outlives the call; it packs many inputs into each
+ * forward pass (one sequence each, up to n_batch tokens per pass) on a cache sized for
+ * one pass. Threads: calls may come from any thread; they run one at a time (an internal
+ * lock), each on the embedder's own n_threads. */
+
+/* How token vectors become one: numbered as GGUF's <arch>.pooling_type (llama.cpp's). */
+typedef enum {
+    CN_POOLING_DEFAULT = -1, /* the model's <arch>.pooling_type (mean, cls or last); last
+                                when it has none or says none (decoder models) */
+    CN_POOLING_NONE = 0,     /* one vector per token: not offered (cn_embedder_create
+                                refuses it) */
+    CN_POOLING_MEAN = 1,     /* the mean of every token's vector */
+    CN_POOLING_CLS = 2,      /* the first token's */
+    CN_POOLING_LAST = 3,     /* the last token's */
+} cn_pooling;
+
+/* "mean", "cls", "last", "none"; "default" for CN_POOLING_DEFAULT; NULL out of range. */
+CN_API const char *cn_pooling_name(cn_pooling p);
+/* By name ("mean", "cls", "last", "none", any case); INVALID_ARG lists the names. */
+CN_API cn_status cn_pooling_from_name(const char *name, cn_pooling *out, cn_error *err);
+
+/* Pools h (n_rows token vectors of n_embd floats, row-major) into out (n_embd floats) and,
+ * if normalize, scales it to unit L2 norm (a zero vector stays zero). Sums run in double,
+ * in row order. Pure: for bindings and tests. NONE / DEFAULT, n_rows < 1 or n_embd < 1:
+ * INVALID_ARG, out untouched. */
+CN_API cn_status cn_embd_pool(const float *h, int32_t n_rows, int32_t n_embd, cn_pooling p, bool normalize,
+                              float *out, cn_error *err);
+
+typedef struct cn_embedder cn_embedder;
+
+typedef struct {
+    int32_t n_threads;         /* [1, 1024]; 0 (default) = every CPU */
+    int32_t n_batch;           /* tokens per forward pass, [8, 65536], and so the longest input;
+                                  default 512 (llama-server's default physical batch, which
+                                  bounds its embedding inputs the same way) */
+    int32_t max_seqs;          /* inputs packed into one pass, [1, 256]; default 64 */
+    cn_pooling pooling;        /* default CN_POOLING_DEFAULT (see there) */
+    bool normalize;            /* L2-normalize each vector; default true */
+} cn_embedder_params;
+
+CN_API cn_embedder_params cn_embedder_default_params(void);
+
+/* Borrows m (it must outlive the embedder). Errors: a parameter out of range or pooling
+ * NONE (INVALID_ARG, param named), the tokenizer's errors, no memory. */
+CN_API cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_embedder **out, cn_error *err);
+CN_API void cn_embedder_free(cn_embedder *e); /* NULL is a no-op */
+
+CN_API int32_t cn_embedder_n_embd(const cn_embedder *e);    /* floats per vector */
+CN_API int32_t cn_embedder_n_batch(const cn_embedder *e);   /* the longest input, in tokens */
+CN_API cn_pooling cn_embedder_pooling(const cn_embedder *e); /* what DEFAULT became */
+/* The model's tokenizer. View valid until cn_embedder_free. */
+CN_API const cn_tokenizer *cn_embedder_tokenizer(const cn_embedder *e);
+
+/* Embeds n_inputs token sequences: tokens[i][0..n_tokens[i]) into out[i * n_embd ..]
+ * (n_inputs * n_embd floats). Errors (out unspecified): an empty input, an id outside the
+ * vocabulary, an input longer than n_batch (INVALID_ARG; LIMIT for the length, param
+ * "input" and the message naming its index), a failed forward pass, no memory. */
+CN_API cn_status cn_embedder_embed(cn_embedder *e, const int32_t *const *tokens, const int32_t *n_tokens,
+                                   size_t n_inputs, float *out, cn_error *err);
+/* As cn_embedder_embed, for texts tokenized as llama-server tokenizes its embedding inputs
+ * (BOS/EOS as the model's metadata says, special-token texts parsed). */
+CN_API cn_status cn_embedder_embed_texts(cn_embedder *e, const char *const *texts, size_t n_texts, float *out,
+                                         cn_error *err);
+
+/* ==== end of embeddings =================================================================== */
+
 /* ==== measuring: the machine, and what a decoded token costs ==============================
  * For tools that report speed against what the hardware allows (cinder bench; a program
  * printing its system line, as llama.cpp's llama_print_system_info). Implemented in

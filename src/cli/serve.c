@@ -33,6 +33,8 @@ int cn_cli_serve(int argc, char **argv) {
     int32_t n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), n_ctx = 0, shutdown_s = 10;
     int64_t kv_mem = 0, max_body = (int64_t)sp.max_body_bytes;
     bool no_prefix_cache = false;
+    const char *pooling = NULL;
+    cn_embedder_params emp = cn_embedder_default_params();
     const cli_flag flags[] = {
         CLI_F_MODEL(&model),
         CLI_F_STR("--host", NULL, &sp.host, "ADDR", "IPv4 address to listen on (default 127.0.0.1: loopback only)"),
@@ -68,15 +70,25 @@ int cn_cli_serve(int argc, char **argv) {
                   "guesses per step and sequence (default 8)"),
         CLI_F_NUM("--shutdown-timeout", NULL, CLI_INT, &shutdown_s, 0, 3600, "S",
                   "on SIGINT/SIGTERM, let running requests finish this long (default 10)"),
+        CLI_F_STR("--pooling", NULL, &pooling, "KIND",
+                  "/v1/embeddings: mean, cls or last (default: the model's\n<arch>.pooling_type, else last)"),
+        CLI_F_NUM("--embd-batch", NULL, CLI_INT, &emp.n_batch, 8, 65536, "N",
+                  "/v1/embeddings: tokens per pass, and so the longest input (default 512)"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
     const int pr = cli_flags_parse("serve",
                                    "usage: cinder serve [-m MODEL] [options]\n"
                                    "  an OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions,\n"
-                                   "  /tokenize, /detokenize; GET /v1/models, /health, /metrics) on the batched engine\n",
+                                   "  /v1/embeddings, /infill, /tokenize, /detokenize; GET /v1/models, /health, /metrics)\n"
+                                   "  on the batched engine\n",
                                    groups, 1, argc, argv, NULL, 0, &n_pos);
     if (pr) return CLI_FLAGS_EXIT(pr);
+    cn_error err = {0};
+    if (pooling && cn_pooling_from_name(pooling, &emp.pooling, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("serve: --pooling: %s", err.msg);
+        return 2;
+    }
     sp.max_body_bytes = (size_t)max_body;
     sp.api_key = api_key && *api_key ? api_key : NULL;
     ep.prefix_cache = !no_prefix_cache;
@@ -95,10 +107,10 @@ int cn_cli_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    cn_error err = {0};
     cn_server *srv = NULL;
     cn_model *m = NULL, *dm = NULL;
     cn_engine *e = NULL;
+    cn_embedder *emb = NULL;
     int rc = 1;
     if (cn_server_start(&sp, &srv, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: %s", err.msg);
@@ -130,16 +142,23 @@ int cn_cli_serve(int argc, char **argv) {
     if (!chat)
         fprintf(stderr, "cinder: serve: the model has no chat template cinder renders (--chat-template NAME "
                         "chooses one); /v1/chat/completions will answer 400\n");
+    emp.n_threads = n_threads;
+    if (cn_embedder_create(m, &emp, &emb, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("serve: the embedder: %s", err.msg);
+        goto done;
+    }
     cn_server_set_engine(srv, e);
+    cn_server_set_embedder(srv, emb);
     cn_engine_stats st;
     cn_engine_get_stats(e, &st);
     fprintf(stderr,
             "cinder: serving %s at http://%s:%d/v1 (context %d, %d parallel, KV %lld blocks of %d tokens, "
-            "chat template %s%s%s%s)\n",
+            "chat template %s%s%s%s; embeddings: pooling %s)\n",
             model_id, sp.host, cn_server_port(srv), cn_engine_n_ctx(e), ep.max_running,
             (long long)st.kv_blocks_total, st.kv_block_tokens, chat ? cn_chat_template_name(chat) : "none",
             sp.api_key ? ", API key required" : "", dm ? ", speculation: draft model " : "",
-            dm ? draft_path : sp.lookup_n ? ", speculation: n-gram lookup" : "");
+            dm ? draft_path : sp.lookup_n ? ", speculation: n-gram lookup" : "",
+            cn_pooling_name(cn_embedder_pooling(emb)));
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "cinder: %s: draining (up to %d s), then exiting\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
@@ -148,6 +167,7 @@ int cn_cli_serve(int argc, char **argv) {
     rc = 0;
 done:
     cn_server_free(srv);
+    cn_embedder_free(emb);
     cn_engine_free(e);
     cn_model_free(dm);
     cn_model_free(m);

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "serve/apis.h"
+#include "serve/embeddings.h"
 #include "serve/gcache.h"
 #include "serve/infill.h"
 #include "serve/json_mem.h"
@@ -80,6 +81,7 @@ struct cn_server {
     pthread_mutex_t mu;        /* engine pointers, ready, draining, the job list */
     pthread_cond_t idle_cv;    /* a job left the list */
     cn_engine *e;
+    cn_embedder *emb;          /* /v1/embeddings; NULL: 503 */
     oai_ctx oc;
     bool ready, draining;
     job *jobs;
@@ -561,7 +563,7 @@ static api_kind api_of_url(const char *url) {
 static const char *endpoint_of(const char *url) {
     static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages",
                                         "/v1/messages/count_tokens", "/v1/responses", "/v1/models", "/health",
-                                        "/metrics", "/tokenize", "/detokenize", "/", "/infill"};
+                                        "/metrics", "/tokenize", "/detokenize", "/", "/infill", "/v1/embeddings"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(url, known[i])) return known[i];
     return "other";
@@ -1028,6 +1030,37 @@ static enum MHD_Result handle_detokenize(cn_server *s, struct MHD_Connection *co
     return send_json(s, conn, url, 200, json_pack("{s:o}", "content", js), NULL, NULL);
 }
 
+/* /v1/embeddings: parsed (embeddings.c), embedded on this connection's thread by the
+ * embedder (its own threads; one request at a time, its inputs batched together), and
+ * answered. */
+static enum MHD_Result handle_embeddings(cn_server *s, struct MHD_Connection *conn, const char *url, json_t *body) {
+    pthread_mutex_lock(&s->mu);
+    cn_embedder *emb = s->emb;
+    const bool draining = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    if (!emb) return fail(s, conn, url, 503, "server_error", NULL, NULL, "this server has no embedder");
+    const int32_t dim = cn_embedder_n_embd(emb);
+    emb_request r;
+    oai_error oe = {0};
+    if (!emb_parse(&s->oc, dim, cn_embedder_n_batch(emb), body, &r, &oe)) {
+        emb_request_free(&r);
+        return send_error(s, conn, url, &oe);
+    }
+    float *vec = malloc(r.n * (size_t)dim * sizeof *vec);
+    cn_error err = {0};
+    const cn_status st = vec ? cn_embedder_embed(emb, (const int32_t *const *)r.ids, r.n_ids, r.n, vec, &err)
+                             : CN_STATUS_NO_MEMORY;
+    enum MHD_Result res;
+    if (st == CN_STATUS_OK) res = send_json(s, conn, url, 200, emb_response(&r, s->oc.model_id, vec, dim), NULL, NULL);
+    else if (st == CN_STATUS_INVALID_ARG || st == CN_STATUS_LIMIT)
+        res = fail(s, conn, url, 400, "invalid_request_error", "input", NULL, "%s", err.msg);
+    else res = fail(s, conn, url, 503, "server_error", NULL, NULL, "%s", vec ? err.msg : "out of memory");
+    free(vec);
+    emb_request_free(&r);
+    return res;
+}
+
 /* ---- the access handler ---- */
 
 typedef struct {
@@ -1042,7 +1075,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     struct { const char *path; bool post; } routes[] = {
         {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/v1/messages", true},
         {"/v1/messages/count_tokens", true}, {"/v1/responses", true}, {"/tokenize", true}, {"/detokenize", true},
-        {"/infill", true},
+        {"/infill", true}, {"/v1/embeddings", true},
         {"/v1/models", false},          {"/health", false},        {"/metrics", false},
         {"/", false}};
     int r = -1;
@@ -1126,6 +1159,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     else if (!strcmp(url, "/v1/messages/count_tokens")) res = handle_count_tokens(s, conn, url, body);
     else if (!strcmp(url, "/v1/responses")) res = handle_completion(s, conn, url, body, API_RESPONSES);
     else if (!strcmp(url, "/infill")) res = handle_completion(s, conn, url, body, API_INFILL);
+    else if (!strcmp(url, "/v1/embeddings")) res = handle_embeddings(s, conn, url, body);
     else if (!strcmp(url, "/tokenize")) res = handle_tokenize(s, conn, url, body);
     else res = handle_detokenize(s, conn, url, body);
     json_decref(body);
@@ -1252,6 +1286,12 @@ void cn_server_set_engine(cn_server *s, cn_engine *e) {
     const int32_t mr = cn_engine_max_running(e);
     s->oc.max_n = mr < CN_ENGINE_MAX_N ? mr : CN_ENGINE_MAX_N;
     s->ready = true;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void cn_server_set_embedder(cn_server *s, cn_embedder *emb) {
+    pthread_mutex_lock(&s->mu);
+    s->emb = emb;
     pthread_mutex_unlock(&s->mu);
 }
 

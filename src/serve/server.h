@@ -46,6 +46,10 @@ int cn_server_port(const cn_server *s);
  * requests get 400), end-of-turn stop and context size. Borrows e until cn_server_free;
  * e's run loop must be started. */
 void cn_server_set_engine(cn_server *s, cn_engine *e);
+/* Serves POST /v1/embeddings with emb (its tokens from the engine's tokenizer: emb must
+ * be made from the engine's model). Borrows emb until cn_server_free. Without one,
+ * /v1/embeddings answers 503. */
+void cn_server_set_embedder(cn_server *s, cn_embedder *emb);
 /* Graceful stop: new completion requests get 503, running ones may finish until
  * deadline_s from now, then the rest are cancelled; returns when none is left. */
 void cn_server_drain(cn_server *s, double deadline_s);

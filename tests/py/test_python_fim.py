@@ -68,3 +68,26 @@ def test_no_fim_tokens_is_an_error(binary=cinder_binaries()[0]):
     out = subprocess.run([str(binary), "run", "-m", STORIES, "--fim-prefix", "a", "--chat"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--chat" in out.stderr
+
+
+@pytest.mark.parametrize("binary", cinder_binaries()[:1], ids=lambda p: p.parent.name)
+def test_embed_equals_cinder_embed(model, binary):
+    texts = ["def f(x):\n    return x", "hello"]
+    v = model.embed(texts)
+    assert len(v) == 2 and len(v[0]) == model.info["n_embd"]
+    assert abs(sum(x * x for x in v[0]) - 1) < 1e-4
+    assert model.embed(texts[1]) == [v[1]]
+    assert model.embed(model.tokenize(texts[1])) == [v[1]]
+    out = subprocess.run([str(binary), "embed", "-m", qwen(), "-t", "2", *texts], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    cli = [json.loads(line) for line in out.stdout.splitlines()]
+    assert all(max(abs(a - b) for a, b in zip(x, y)) < 1e-6 for x, y in zip(cli, v))
+    raw = model.embed(texts[1], pooling="mean", normalize=False)[0]
+    assert abs(sum(x * x for x in raw) - 1) > 1e-3
+    with pytest.raises(cinder.CinderError) as e:
+        model.embed("x", pooling="max")
+    assert e.value.param == "pooling"
+    with pytest.raises(cinder.CinderError) as e:
+        model.embed(["x" * 3000], n_batch=16)
+    assert e.value.status == "limit"
