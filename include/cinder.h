@@ -210,6 +210,58 @@ CN_API size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_s
 CN_API cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,
                                size_t *n_out, cn_error *err);
 
+/* ---- fill-in-the-middle (src/text/fim.c) ----
+ * Code models trained to fill a hole take the text before it (prefix) and after it
+ * (suffix) between marker tokens and generate the middle. The markers come from the
+ * metadata (tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id, then the older
+ * prefix/suffix/middle_token_id), else from their known texts (Qwen's <|fim_prefix|> ...
+ * <|repo_name|> <|file_sep|>, StarCoder's <fim_prefix> ..., CodeLlama's ▁<PRE> ...,
+ * DeepSeek's, as llama.cpp looks them up). */
+typedef enum {
+    CN_FIM_PRE = 0, CN_FIM_SUF, CN_FIM_MID, /* required to fill a hole */
+    CN_FIM_PAD, CN_FIM_REP, CN_FIM_SEP,     /* padding; repository name; file separator */
+    CN_FIM_N_TOKENS
+} cn_fim_token;
+
+/* The id of a FIM token, -1 if the vocabulary has none (or which is out of range). */
+CN_API int32_t cn_tokenizer_fim(const cn_tokenizer *t, cn_fim_token which);
+
+/* One file of repository context: filename NULL is "tmp" (as llama-server). */
+typedef struct {
+    const char *filename;
+    const char *text;
+} cn_fim_chunk;
+
+/* A FIM prompt, laid out as llama-server's /infill lays it out (format_prompt_infill):
+ *
+ *   [extra: REP "myproject\n" (SEP filename "\n" text)... SEP "filename\n"] BOS?
+ *   PRE prefix prompt SUF suffix MID          (spm: BOS? SUF suffix PRE prefix prompt MID)
+ *
+ * (without a SEP token each chunk is led by "\n\n--- snippet ---\n\n"; without a
+ * REP token the repository line is left out). The budget is llama-server's: the prefix
+ * keeps its last 3*(n_batch/4) tokens, the suffix its first n_batch/4 - 2 - n_prompt
+ * tokens (none when that is negative), and the extra context its last n_extra_max tokens. */
+typedef struct {
+    const char *prefix, *suffix;   /* NUL-terminated text before and after the hole (NULL:
+                                      ""); special-token texts are not parsed */
+    const char *prompt;            /* NULL or text that continues the prefix (the middle's
+                                      start); special-token texts parsed */
+    const cn_fim_chunk *extra;     /* borrowed: n_extra files of context */
+    size_t n_extra;
+    int32_t n_batch;               /* the prefix + suffix budget, [4, 1 << 20]; default 2048
+                                      (llama-server's default --batch-size) */
+    int32_t n_extra_max;           /* tokens of extra context kept, >= 0; -1 (default) all */
+    bool spm;                      /* suffix-prefix-middle order (llama-server --spm-infill) */
+} cn_fim_params;
+
+CN_API cn_fim_params cn_fim_default_params(void);
+
+/* The token ids of p's FIM prompt for t. *ids is malloc'ed (free()), *n_ids its length.
+ * Errors: the vocabulary has no PRE, SUF or MID token (UNSUPPORTED: the message names the
+ * missing ones), a parameter out of range (INVALID_ARG, param named), no memory. */
+CN_API cn_status cn_fim_prompt(const cn_tokenizer *t, const cn_fim_params *p, int32_t **ids, size_t *n_ids,
+                               cn_error *err);
+
 /* ==== end of tokenizer ==================================================================== */
 
 /* ==== chat templates ======================================================================
@@ -850,6 +902,77 @@ typedef struct {
 CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
 
 /* ==== end of engine ======================================================================= */
+
+/* ==== embeddings ==========================================================================
+ * One vector per input text (src/gen/embed.c): the model's final hidden states (after the
+ * output norm, what its LM head would read: llama.cpp's embeddings) pooled over the
+ * input's tokens, then L2-normalized. An embedder is a path of its own beside the
+ * engine: an input is one prefill and no token is sampled, so it needs neither the
+ * scheduler nor a KV cache that outlives the call; it packs many inputs into each
+ * forward pass (one sequence each, up to n_batch tokens per pass) on a cache sized for
+ * one pass. Threads: calls may come from any thread; they run one at a time (an internal
+ * lock), each on the embedder's own n_threads. */
+
+/* How token vectors become one: numbered as GGUF's <arch>.pooling_type (llama.cpp's). */
+typedef enum {
+    CN_POOLING_DEFAULT = -1, /* the model's <arch>.pooling_type (mean, cls or last); last
+                                when it has none or says none (decoder models) */
+    CN_POOLING_NONE = 0,     /* one vector per token: not offered (cn_embedder_create
+                                refuses it) */
+    CN_POOLING_MEAN = 1,     /* the mean of every token's vector */
+    CN_POOLING_CLS = 2,      /* the first token's */
+    CN_POOLING_LAST = 3,     /* the last token's */
+} cn_pooling;
+
+/* "mean", "cls", "last", "none"; "default" for CN_POOLING_DEFAULT; NULL out of range. */
+CN_API const char *cn_pooling_name(cn_pooling p);
+/* By name ("mean", "cls", "last", "none", any case); INVALID_ARG lists the names. */
+CN_API cn_status cn_pooling_from_name(const char *name, cn_pooling *out, cn_error *err);
+
+/* Pools h (n_rows token vectors of n_embd floats, row-major) into out (n_embd floats) and,
+ * if normalize, scales it to unit L2 norm (a zero vector stays zero). Sums run in double,
+ * in row order. Pure: for bindings and tests. NONE / DEFAULT, n_rows < 1 or n_embd < 1:
+ * INVALID_ARG, out untouched. */
+CN_API cn_status cn_embd_pool(const float *h, int32_t n_rows, int32_t n_embd, cn_pooling p, bool normalize,
+                              float *out, cn_error *err);
+
+typedef struct cn_embedder cn_embedder;
+
+typedef struct {
+    int32_t n_threads;         /* [1, 1024]; 0 (default) = every CPU */
+    int32_t n_batch;           /* tokens per forward pass, [8, 65536], and so the longest input;
+                                  default 512 (llama-server's default physical batch, which
+                                  bounds its embedding inputs the same way) */
+    int32_t max_seqs;          /* inputs packed into one pass, [1, 256]; default 64 */
+    cn_pooling pooling;        /* default CN_POOLING_DEFAULT (see there) */
+    bool normalize;            /* L2-normalize each vector; default true */
+} cn_embedder_params;
+
+CN_API cn_embedder_params cn_embedder_default_params(void);
+
+/* Borrows m (it must outlive the embedder). Errors: a parameter out of range or pooling
+ * NONE (INVALID_ARG, param named), the tokenizer's errors, no memory. */
+CN_API cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_embedder **out, cn_error *err);
+CN_API void cn_embedder_free(cn_embedder *e); /* NULL is a no-op */
+
+CN_API int32_t cn_embedder_n_embd(const cn_embedder *e);    /* floats per vector */
+CN_API int32_t cn_embedder_n_batch(const cn_embedder *e);   /* the longest input, in tokens */
+CN_API cn_pooling cn_embedder_pooling(const cn_embedder *e); /* what DEFAULT became */
+/* The model's tokenizer. View valid until cn_embedder_free. */
+CN_API const cn_tokenizer *cn_embedder_tokenizer(const cn_embedder *e);
+
+/* Embeds n_inputs token sequences: tokens[i][0..n_tokens[i]) into out[i * n_embd ..]
+ * (n_inputs * n_embd floats). Errors (out unspecified): an empty input, an id outside the
+ * vocabulary, an input longer than n_batch (INVALID_ARG; LIMIT for the length, param
+ * "input" and the message naming its index), a failed forward pass, no memory. */
+CN_API cn_status cn_embedder_embed(cn_embedder *e, const int32_t *const *tokens, const int32_t *n_tokens,
+                                   size_t n_inputs, float *out, cn_error *err);
+/* As cn_embedder_embed, for texts tokenized as llama-server tokenizes its embedding inputs
+ * (BOS/EOS as the model's metadata says, special-token texts parsed). */
+CN_API cn_status cn_embedder_embed_texts(cn_embedder *e, const char *const *texts, size_t n_texts, float *out,
+                                         cn_error *err);
+
+/* ==== end of embeddings =================================================================== */
 
 /* ==== measuring: the machine, and what a decoded token costs ==============================
  * For tools that report speed against what the hardware allows (cinder bench; a program

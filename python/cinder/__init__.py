@@ -185,6 +185,22 @@ class _ExplainResult(ctypes.Structure):
                 ("seed", c_uint64)]
 
 
+class _FimChunk(ctypes.Structure):
+    _fields_ = [("filename", c_char_p), ("text", c_char_p)]
+
+
+class _FimParams(ctypes.Structure):
+    _fields_ = [("prefix", c_char_p), ("suffix", c_char_p), ("prompt", c_char_p), ("extra", ctypes.POINTER(_FimChunk)),
+                ("n_extra", c_size_t), ("n_batch", c_int32), ("n_extra_max", c_int32), ("spm", c_bool)]
+
+
+class _EmbedderParams(ctypes.Structure):
+    _fields_ = [("n_threads", c_int32), ("n_batch", c_int32), ("max_seqs", c_int32), ("pooling", ctypes.c_int),
+                ("normalize", c_bool)]
+
+
+POOLING = {"mean": 1, "cls": 2, "last": 3}
+
 _STAGE_FN = ctypes.CFUNCTYPE(None, c_void_p, ctypes.c_int, ctypes.POINTER(_Candidate), c_size_t)
 
 
@@ -232,6 +248,17 @@ _reader_new = _fn("cn_tool_reader_new", ctypes.c_int, ctypes.c_int, c_bool, c_bo
 _reader_free = _fn("cn_tool_reader_free", None, c_void_p)
 _reader_feed = _fn("cn_tool_reader_feed", ctypes.c_int, c_void_p, ctypes.c_char_p, c_size_t, c_bool,
                    P(P(_ToolEvent)), P(c_size_t), P(_Error))
+_fim_default = _fn("cn_fim_default_params", _FimParams)
+_fim_prompt = _fn("cn_fim_prompt", ctypes.c_int, c_void_p, P(_FimParams), P(P(c_int32)), P(c_size_t), P(_Error))
+_emb_default = _fn("cn_embedder_default_params", _EmbedderParams)
+_emb_create = _fn("cn_embedder_create", ctypes.c_int, c_void_p, P(_EmbedderParams), P(c_void_p), P(_Error))
+_emb_free = _fn("cn_embedder_free", None, c_void_p)
+_emb_n_embd = _fn("cn_embedder_n_embd", c_int32, c_void_p)
+_emb_pooling = _fn("cn_embedder_pooling", ctypes.c_int, c_void_p)
+_emb_texts = _fn("cn_embedder_embed_texts", ctypes.c_int, c_void_p, P(c_char_p), c_size_t, P(c_float), P(_Error))
+_emb_tokens = _fn("cn_embedder_embed", ctypes.c_int, c_void_p, P(P(c_int32)), P(c_int32), c_size_t, P(c_float),
+                  P(_Error))
+_ctx_n_threads = _fn("cn_context_n_threads", c_int32, c_void_p)
 _libc_free = ctypes.CDLL(None).free
 _libc_free.argtypes = [c_void_p]
 
@@ -241,7 +268,8 @@ for _name, _cls in (("cn_error", _Error), ("cn_sampling_params", _Sampling), ("c
                     ("cn_prompt", _Prompt), ("cn_result", _Result), ("cn_candidate", _Candidate),
                     ("cn_explain_result", _ExplainResult), ("cn_logit_bias", _LogitBias), ("cn_beam_params", _Beam),
                     ("cn_grammar_params", _GrammarParams), ("cn_chat_turn", _ChatTurn),
-                    ("cn_chat_turn_info", _ChatTurnInfo), ("cn_tool_event", _ToolEvent)):
+                    ("cn_chat_turn_info", _ChatTurnInfo), ("cn_tool_event", _ToolEvent), ("cn_fim_chunk", _FimChunk),
+                    ("cn_fim_params", _FimParams), ("cn_embedder_params", _EmbedderParams)):
     if _name == "cn_grammar_params" and _abi_size(_name.encode()) == 0:
         continue  # a library whose size table does not list it yet
     if _abi_size(_name.encode()) != ctypes.sizeof(_cls):
@@ -445,6 +473,7 @@ class Model:
         self._c = c_void_p()
         self._lock = threading.Lock()
         self._grammars: "collections.OrderedDict" = collections.OrderedDict()  # (kind, source) -> cn_grammar*
+        self._embedders: Dict[Tuple[int, bool, int], c_void_p] = {}  # (pooling, normalize, n_batch) -> cn_embedder*
         err = _Error()
         mp = _model_default()
         mp.prefault = prefault
@@ -476,6 +505,10 @@ class Model:
             _grammar_free(g)
         if getattr(self, "_grammars", None):
             self._grammars.clear()
+        for e in getattr(self, "_embedders", {}).values():
+            _emb_free(e)
+        if getattr(self, "_embedders", None):
+            self._embedders.clear()
         if getattr(self, "_c", None):
             _ctx_free(self._c)
             self._c = c_void_p()
@@ -596,6 +629,74 @@ class Model:
         is exactly one of the strings)."""
         return self._run(prompt, None, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                          min_p=min_p, seed=seed, stop=stop, logprobs=logprobs, **kw)
+
+    def fim_tokens(self, prefix: str, suffix: str, prompt: Optional[str] = None,
+                   extra: Optional[Sequence[Dict[str, str]]] = None) -> List[int]:
+        """The token ids of a fill-in-the-middle prompt: the model's FIM tokens around prefix
+        and suffix, laid out as `cinder serve`'s /infill (and llama-server's) lays them out;
+        prompt continues the prefix (the middle's start), extra is repository context
+        ([{"filename", "text"}]). CinderError("unsupported") for a model without FIM tokens."""
+        fp = _fim_default()
+        keep = [s.encode() for s in (prefix, suffix, prompt or "")]
+        fp.prefix, fp.suffix = keep[0], keep[1]
+        fp.prompt = keep[2] if prompt is not None else None
+        if extra:
+            chunks = (_FimChunk * len(extra))(*[_FimChunk(c["filename"].encode() if c.get("filename") else None,
+                                                          str(c["text"]).encode()) for c in extra])
+            fp.extra, fp.n_extra = chunks, len(extra)
+        fp.n_extra_max = max(0, self.n_ctx - fp.n_batch + 2)  # /infill's budget
+        ids, n, err = P(c_int32)(), c_size_t(), _Error()
+        _check(_fim_prompt(self._tok, ctypes.byref(fp), ctypes.byref(ids), ctypes.byref(n), ctypes.byref(err)), err)
+        try:
+            return list(ids[:n.value])
+        finally:
+            _libc_free(ctypes.cast(ids, c_void_p))
+
+    def infill(self, prefix: str, suffix: str, prompt: Optional[str] = None,
+               extra: Optional[Sequence[Dict[str, str]]] = None, **kw) -> Completion:
+        """Fills the middle between prefix and suffix (a code model with FIM tokens): the
+        prompt of fim_tokens, generated as generate() does (same keyword arguments), so
+        infill(p, s, max_tokens=n, temperature=0) gives the text `cinder serve`'s /infill
+        gives for input_prefix p, input_suffix s."""
+        return self.generate(self.fim_tokens(prefix, suffix, prompt, extra), **kw)
+
+    def embed(self, inputs: Union[str, Sequence[int], Sequence[Union[str, Sequence[int]]]],
+              pooling: Optional[str] = None, normalize: bool = True, n_batch: int = 512) -> List[List[float]]:
+        """Embeddings: one vector per input (a text, or a list of token ids; a single input
+        gives a list of one vector), the model's final hidden states pooled ("mean", "cls",
+        "last"; None: the model's <arch>.pooling_type, else "last") and L2-normalized
+        unless normalize=False; as `cinder serve`'s /v1/embeddings and `cinder embed`. Texts
+        are tokenized with BOS as the model says and special tokens parsed; an input may
+        have at most n_batch tokens."""
+        if pooling is not None and pooling not in POOLING:
+            raise CinderError("invalid_arg", f"pooling {pooling!r}: must be one of {sorted(POOLING)}", "pooling")
+        single = isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs
+                                             and isinstance(inputs[0], int))
+        items = [inputs] if single else list(inputs)
+        key = (POOLING.get(pooling, -1), bool(normalize), int(n_batch))
+        with self._lock:
+            e = self._embedders.get(key)
+            if e is None:
+                ep = _emb_default()
+                ep.n_threads, ep.n_batch, ep.pooling, ep.normalize = _ctx_n_threads(self._c), n_batch, key[0], key[1]
+                e, err = c_void_p(), _Error()
+                _check(_emb_create(self._m, ctypes.byref(ep), ctypes.byref(e), ctypes.byref(err)), err)
+                self._embedders[key] = e
+        dim = _emb_n_embd(e)
+        out = (c_float * max(1, len(items) * dim))()
+        err = _Error()
+        if all(isinstance(x, str) for x in items):
+            arr = (c_char_p * max(1, len(items)))(*[x.encode() for x in items])
+            st = _emb_texts(e, arr, len(items), out, ctypes.byref(err))
+        elif all(isinstance(x, (list, tuple)) for x in items):
+            bufs = [(c_int32 * max(1, len(x)))(*[int(t) for t in x]) for x in items]
+            ptrs = (P(c_int32) * max(1, len(items)))(*[ctypes.cast(b, P(c_int32)) for b in bufs])
+            lens = (c_int32 * max(1, len(items)))(*[len(x) for x in items])
+            st = _emb_tokens(e, ptrs, lens, len(items), out, ctypes.byref(err))
+        else:
+            raise TypeError("inputs: a string, a list of token ids, or a list of either (not mixed)")
+        _check(st, err)
+        return [list(out[i * dim:(i + 1) * dim]) for i in range(len(items))]
 
     def chat(self, messages: Sequence[Dict[str, Any]], tools: Optional[Sequence[Dict[str, Any]]] = None,
              tool_choice: Union[str, Dict[str, Any]] = "auto", parallel_tool_calls: bool = True, **kw) -> Completion:

@@ -12,6 +12,7 @@
 
 int cn_cli_inspect(int argc, char **argv);
 int cn_cli_tokenize(int argc, char **argv);
+int cn_cli_embed(int argc, char **argv);
 int cn_cli_perplexity(int argc, char **argv);
 int cn_cli_explain(int argc, char **argv);
 int cn_cli_run(int argc, char **argv);

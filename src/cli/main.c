@@ -97,6 +97,7 @@ static const command commands[] = {
     {"template", cn_cli_template, "render a conversation through a chat template (the model's or a file's)"},
     {"run", cn_cli_run, "generate text from a prompt (sampling, beams, stop strings) with timings"},
     {"chat", cn_cli_chat, "chat with a model interactively (its chat template, KV cache reuse)"},
+    {"embed", cn_cli_embed, "embeddings of texts (pooled final hidden states, L2-normalized)"},
     {"serve", cn_cli_serve, "an OpenAI-compatible HTTP server on the batched engine"},
     {"grammar", cn_cli_grammar, "check a text against a JSON Schema, GBNF grammar, regex or choice list"},
     {"quantize", cn_cli_quantize, "write a model in a smaller format (Q4_K_M, Q8_0, ...), as llama-quantize does"},

@@ -5,7 +5,9 @@
  * context renders the chat template and stops at the end of turn); --beams N runs beam
  * search; --draft / --lookup speculate; --json-schema, --json-object, --grammar, --regex
  * and --choice constrain the output (grammar.c compiles them against the model's
- * tokenizer). Argument handling and output only: the loop, stopping, sampling and
+ * tokenizer). --fim-prefix / --fim-suffix fill a hole: the prompt is the model's FIM
+ * tokens laid out as the server's /infill lays them out (cn_fim_prompt), -p if given
+ * continuing the prefix. Argument handling and output only: the loop, stopping, sampling and
  * grammars are the library's (cn_context_generate). */
 #include <jansson.h>
 #include <stdio.h>
@@ -19,7 +21,30 @@
 #define RUN_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_RUN | CLI_G_CHAT | CLI_G_GEN | CLI_G_SAMPLING | CLI_G_SPEC)
 
 static const char k_usage[] = "usage: cinder run [-m MODEL] -p PROMPT [options]\n"
-                              "  generates a continuation of PROMPT: text to stdout, one timing summary to stderr\n\n";
+                              "       cinder run [-m MODEL] --fim-prefix TEXT --fim-suffix TEXT [-p START] [options]\n"
+                              "  generates a continuation of PROMPT (or the middle between a prefix and a suffix):\n"
+                              "  text to stdout, one timing summary to stderr\n\n";
+
+/* --fim-prefix / --fim-suffix: the hole's FIM prompt as token ids (*ids malloc'ed). The
+ * budget is /infill's: 2048 tokens for prefix and suffix, the rest of the context for
+ * the repository lines. */
+static int fim_tokens(const cn_context *c, const char *prefix, const char *suffix, const char *start, int32_t **ids,
+                      int32_t *n) {
+    cn_fim_params fp = cn_fim_default_params();
+    fp.prefix = prefix;
+    fp.suffix = suffix;
+    fp.prompt = start;
+    const int64_t room = (int64_t)cn_context_n_ctx(c) - fp.n_batch + 2;
+    fp.n_extra_max = (int32_t)(room > 0 ? room : 0);
+    size_t k = 0;
+    cn_error err = {0};
+    if (cn_fim_prompt(cn_context_tokenizer(c), &fp, ids, &k, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("run: --fim-prefix/--fim-suffix: %s", err.msg);
+        return 1;
+    }
+    *n = (int32_t)k;
+    return 0;
+}
 
 /* Bytes as a JSON string, made valid UTF-8 by the library (a token's piece may be part
  * of a character). */
@@ -109,11 +134,26 @@ int cn_cli_run(int argc, char **argv) {
     memset(&go, 0, sizeof go);
     const cli_flag_group grammar_group = cli_grammar_group(&go);
     size_t n_groups;
-    const cli_flag_group *groups = cli_gen_groups(&o, RUN_GROUPS, &grammar_group, &n_groups);
+    const cli_flag_group *gen_groups = cli_gen_groups(&o, RUN_GROUPS, &grammar_group, &n_groups);
+    const char *fim_prefix = NULL, *fim_suffix = NULL;
+    const cli_flag fim[] = {
+        CLI_F_STR("--fim-prefix", NULL, &fim_prefix, "TEXT", "fill in the middle: the text before the hole"),
+        CLI_F_STR("--fim-suffix", NULL, &fim_suffix, "TEXT",
+                  "... and the text after it (-p, if given, starts the middle)"),
+    };
+    cli_flag_group groups[16];
+    if (n_groups + 1 > sizeof groups / sizeof groups[0]) return 1;
+    memcpy(groups, gen_groups, n_groups * sizeof *groups);
+    groups[n_groups++] = CLI_GROUP("fill in the middle (code models with FIM tokens)", fim);
     const int pr = cli_flags_parse("run", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
     if (pr) return CLI_FLAGS_EXIT(pr);
-    if (!o.prompt) {
-        cn_cli_errorf("run: no prompt: give -p PROMPT (see 'cinder run --help')");
+    const bool fill = fim_prefix || fim_suffix;
+    if (!o.prompt && !fill) {
+        cn_cli_errorf("run: no prompt: give -p PROMPT, or --fim-prefix/--fim-suffix (see 'cinder run --help')");
+        return 2;
+    }
+    if (fill && o.chat) {
+        cn_cli_errorf("run: --chat does not combine with --fim-prefix/--fim-suffix");
         return 2;
     }
     if (cli_gen_opts_check(&o, NULL, NULL) || cli_grammar_check_opts("run", &go)) return 2;
@@ -125,13 +165,19 @@ int cn_cli_run(int argc, char **argv) {
     cli_session s;
     cn_result r = {0};
     cn_grammar *grammar = NULL;
+    int32_t *fim_ids = NULL;
     int rc = cli_session_open(&s, &o);
     if (rc) goto done;
     if ((rc = cli_grammar_compile("run", &go, cn_context_tokenizer(s.ctx), &grammar))) goto done;
     o.gp.grammar = grammar;
     cn_chat_msg msgs[2];
     cn_prompt prompt = {.text = o.prompt};
-    if (o.chat) {
+    if (fill) {
+        int32_t n_ids = 0;
+        rc = fim_tokens(s.ctx, fim_prefix, fim_suffix, o.prompt, &fim_ids, &n_ids);
+        if (rc) goto done;
+        prompt = (cn_prompt){.tokens = fim_ids, .n_tokens = n_ids};
+    } else if (o.chat) {
         size_t n = 0;
         if (o.system) msgs[n++] = (cn_chat_msg){"system", o.system};
         msgs[n++] = (cn_chat_msg){"user", o.prompt};
@@ -157,6 +203,7 @@ int cn_cli_run(int argc, char **argv) {
         rc = 0;
     }
 done:
+    free(fim_ids);
     cn_result_free(&r);
     cn_grammar_free(grammar); /* before the context: it borrows the context's tokenizer */
     cli_session_close(&s);

@@ -25,6 +25,7 @@ typedef struct {
     cn_engine_params ep;
     int32_t n_ctx;             /* 0: the model's, at most 4096 */
     int64_t kv_mem;            /* MiB; 0: --parallel full contexts */
+    cn_embedder_params emp;    /* /v1/embeddings */
 } engine_cfg;
 
 /* An engine for m with its run loop started. */
@@ -47,11 +48,17 @@ static cn_status make_engine(const engine_cfg *c, const cn_model *m, cn_engine *
 }
 
 /* The server's loader (several models): the file's model and a started engine. */
-static cn_status load_engine(void *user, const char *path, cn_model **m, cn_engine **e, cn_error *err) {
+static cn_status load_engine(void *user, const char *path, cn_model **m, cn_engine **e, cn_embedder **emb,
+                             cn_error *err) {
+    const engine_cfg *ec = user;
     *e = NULL;
+    *emb = NULL;
     cn_status st = cn_cli_model_load(path, m, err);
-    if (st == CN_STATUS_OK) st = make_engine(user, *m, e, err);
+    if (st == CN_STATUS_OK) st = make_engine(ec, *m, e, err);
+    if (st == CN_STATUS_OK) st = cn_embedder_create(*m, &ec->emp, emb, err);
     if (st != CN_STATUS_OK) {
+        cn_engine_free(*e);
+        *e = NULL;
         cn_model_free(*m);
         *m = NULL;
         fprintf(stderr, "cinder: serve: loading %s failed: %s\n", path, err->msg);
@@ -113,11 +120,12 @@ int cn_cli_serve(int argc, char **argv) {
     const char *aliases[MAX_ALIASES], *model_aliases[MAX_ALIASES], *all_aliases[2 * MAX_ALIASES];
     int32_t n_alias = 0, n_model_alias = 0;
     cn_server_params sp = cn_server_default_params();
-    engine_cfg ec = {.ep = cn_engine_default_params()};
+    engine_cfg ec = {.ep = cn_engine_default_params(), .emp = cn_embedder_default_params()};
     cn_engine_params *const epp = &ec.ep;
     int32_t n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), shutdown_s = 10, models_max = 0;
     int64_t max_body = (int64_t)sp.max_body_bytes;
     bool no_prefix_cache = false;
+    const char *pooling = NULL;
     const cli_flag flags[] = {
         CLI_F_MODEL(&model),
         CLI_F_STR("--host", NULL, &sp.host, "ADDR", "IPv4 address to listen on (default 127.0.0.1: loopback only)"),
@@ -164,19 +172,30 @@ int cn_cli_serve(int argc, char **argv) {
                   "guesses per step and sequence (default 8)"),
         CLI_F_NUM("--shutdown-timeout", NULL, CLI_INT, &shutdown_s, 0, 3600, "S",
                   "on SIGINT/SIGTERM, let running requests finish this long (default 10)"),
+        CLI_F_STR("--pooling", NULL, &pooling, "KIND",
+                  "/v1/embeddings: mean, cls or last (default: the model's\n<arch>.pooling_type, else last)"),
+        CLI_F_NUM("--embd-batch", NULL, CLI_INT, &ec.emp.n_batch, 8, 65536, "N",
+                  "/v1/embeddings: tokens per pass, and so the longest input (default 512)"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     int n_pos = 0;
     const int pr = cli_flags_parse("serve",
                                    "usage: cinder serve [-m MODEL | --models-dir DIR] [options]\n"
                                    "  an OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions,\n"
-                                   "  /tokenize, /detokenize; GET /v1/models, /health, /metrics) on the batched engine\n",
+                                   "  /v1/embeddings, /infill, /tokenize, /detokenize; GET /v1/models, /health, /metrics)\n"
+                                   "  on the batched engine\n",
                                    groups, 1, argc, argv, NULL, 0, &n_pos);
     if (pr) return CLI_FLAGS_EXIT(pr);
+    cn_error err = {0};
+    if (pooling && cn_pooling_from_name(pooling, &ec.emp.pooling, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("serve: --pooling: %s", err.msg);
+        return 2;
+    }
     sp.max_body_bytes = (size_t)max_body;
     sp.api_key = api_key && *api_key ? api_key : NULL;
     epp->prefix_cache = !no_prefix_cache;
     epp->n_threads = n_threads;
+    ec.emp.n_threads = n_threads;
 
     /* several models: --models-dir, or --models-max / --model-alias without -m */
     char dir_buf[4096];
@@ -216,10 +235,10 @@ int cn_cli_serve(int argc, char **argv) {
     sp.model_id = model_id;
 
     sigset_t sigs = block_signals();
-    cn_error err = {0};
     cn_server *srv = NULL;
     cn_model *m = NULL, *dm = NULL;
     cn_engine *e = NULL;
+    cn_embedder *emb = NULL;
     int rc = 1;
     if (cn_server_start(&sp, &srv, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: %s", err.msg);
@@ -244,20 +263,27 @@ int cn_cli_serve(int argc, char **argv) {
     if (!chat)
         fprintf(stderr, "cinder: serve: the model has no chat template cinder renders (--chat-template NAME "
                         "chooses one); /v1/chat/completions will answer 400\n");
+    if (cn_embedder_create(m, &ec.emp, &emb, &err) != CN_STATUS_OK) {
+        cn_cli_errorf("serve: the embedder: %s", err.msg);
+        goto done;
+    }
     cn_server_set_engine(srv, e);
+    cn_server_set_embedder(srv, emb);
     cn_engine_stats st;
     cn_engine_get_stats(e, &st);
     fprintf(stderr,
             "cinder: serving %s at http://%s:%d/v1 (context %d, %d parallel, KV %lld blocks of %d tokens, "
-            "chat template %s%s%s%s)\n",
+            "chat template %s%s%s%s; embeddings: pooling %s)\n",
             model_id, sp.host, cn_server_port(srv), cn_engine_n_ctx(e), ec.ep.max_running,
             (long long)st.kv_blocks_total, st.kv_block_tokens, chat ? cn_chat_template_name(chat) : "none",
             sp.api_key ? ", API key required" : "", dm ? ", speculation: draft model " : "",
-            dm ? draft_path : sp.lookup_n ? ", speculation: n-gram lookup" : "");
+            dm ? draft_path : sp.lookup_n ? ", speculation: n-gram lookup" : "",
+            cn_pooling_name(cn_embedder_pooling(emb)));
     wait_and_drain(srv, &sigs, shutdown_s);
     rc = 0;
 done:
     cn_server_free(srv);
+    cn_embedder_free(emb);
     cn_engine_free(e);
     cn_model_free(dm);
     cn_model_free(m);

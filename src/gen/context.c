@@ -466,7 +466,8 @@ size_t cn_abi_size(const char *type_name) {
         ABI(cn_chat_msg), ABI(cn_context_params), ABI(cn_prompt), ABI(cn_result), ABI(cn_candidate),
         ABI(cn_explain_result), ABI(cn_engine_params), ABI(cn_engine_request), ABI(cn_engine_callbacks),
         ABI(cn_engine_stats), ABI(cn_batch_row), ABI(cn_batch), ABI(cn_grammar_params), ABI(cn_chat_turn),
-        ABI(cn_chat_turn_info), ABI(cn_tool_event),
+        ABI(cn_chat_turn_info), ABI(cn_tool_event), ABI(cn_fim_chunk), ABI(cn_fim_params),
+        ABI(cn_embedder_params),
     };
 #undef ABI
     for (size_t i = 0; type_name && i < sizeof types / sizeof types[0]; i++)

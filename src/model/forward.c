@@ -690,8 +690,9 @@ static uint64_t kv_bytes_read(const cn_ctx *c, const cn_kv_params *kp, int32_t n
     return (uint64_t)((double)positions * (double)kv_dim * 2.0 * per);
 }
 
-cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
-                     float *logits_out, cn_error *err) {
+/* cn_forward, or cn_forward_embd when embd_out is given (logits_out unused then). */
+static cn_status forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv, float *logits_out,
+                         float *embd_out, cn_error *err) {
     const cn_hparams *hp = cn_model_hparams(m);
     const cn_arch_desc *arch = cn_model_arch(m);
     const cn_kernels *K = c->kern;
@@ -772,6 +773,15 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
 
     /* the last FFN branch, the output norm and the LM head, for the rows that want logits */
     if (n_want == 0) return CN_STATUS_OK;
+    const cn_weight *last_post = arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL;
+    if (embd_out) { /* the same rows' final hidden state, after the output norm; no head */
+        for (int32_t i = 0; i < n_want; i++) {
+            const int64_t r = c->want_rows[i];
+            resid_norm_row(K, hp, c->x + r * E, c->tmp + r * E, c->tmp + r * E, last_post, cn_model_output_norm(m),
+                           embd_out + (int64_t)i * E);
+        }
+        return CN_STATUS_OK;
+    }
     const resid_norm out_in = {c->tmp, arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
                                cn_model_output_norm(m)};
     const cn_weight *const head = cn_model_output(m);
@@ -784,4 +794,12 @@ cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
     }
     prof_add(c, t0, ST_HEAD, &head, 1, 0);
     return CN_STATUS_OK;
+}
+
+cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv, float *logits_out, cn_error *err) {
+    return forward(m, c, b, kv, logits_out, NULL, err);
+}
+
+cn_status cn_forward_embd(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv, float *embd_out, cn_error *err) {
+    return forward(m, c, b, kv, NULL, embd_out, err);
 }

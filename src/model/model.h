@@ -117,6 +117,11 @@ int32_t cn_ctx_n_ctx(const cn_ctx *c);
  * must have been created with cn_model_kv_params' n_layer and kv_dim. */
 cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
                      float *logits_out, cn_error *err);
+/* As cn_forward, but embd_out gets (cn_batch_n_logits(b), n_embd) floats instead of
+ * logits: the wanting rows' final hidden states after the output norm (what the LM head
+ * would read; llama.cpp's "result_norm", which its embeddings pool). */
+cn_status cn_forward_embd(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
+                          float *embd_out, cn_error *err);
 
 /* The per-step profile of cn_forward (cinder.h's cn_context_profile): false when out of
  * memory turning it on. */

@@ -20,8 +20,8 @@
 
 #include "serve/openai.h"
 
-/* The dialect a job answers in. */
-typedef enum { API_CHAT, API_COMPLETION, API_ANTHROPIC, API_RESPONSES } api_kind;
+/* The dialect a job answers in (API_INFILL: llama-server's /infill, infill.h). */
+typedef enum { API_CHAT, API_COMPLETION, API_ANTHROPIC, API_RESPONSES, API_INFILL } api_kind;
 
 /* What an Anthropic or Responses request keeps besides its oai_request. */
 typedef struct {

@@ -15,14 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_ENDPOINTS 13
+#define N_ENDPOINTS 15
 #define N_STATUS 16
 #define MAX_BUCKETS 24
 
 static const char *const ENDPOINTS[N_ENDPOINTS] = {
     "/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
     "/v1/models", "/health", "/metrics",
-    "/tokenize", "/detokenize", "/", "other", NULL};
+    "/tokenize", "/detokenize", "/", "/infill", "/v1/embeddings", "other", NULL};
 
 typedef struct {
     const char *name, *help;

@@ -149,6 +149,12 @@ void models_set_engine(models *r, cn_engine *e) {
     pthread_mutex_unlock(&r->mu);
 }
 
+void models_set_embedder(models *r, cn_embedder *emb) {
+    pthread_mutex_lock(&r->mu);
+    r->v[0]->emb = emb;
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* ---- the folder ---- */
 
 /* The id of a file name: without ".gguf"; false for a name that is not served (hidden,
@@ -303,12 +309,15 @@ static void set_fail(models *r, smodel *sm, cn_status st, const char *msg, const
 static void unload(models *r, smodel *sm) {
     sm->state = SM_UNLOADING;
     cn_engine *e = sm->e;
+    cn_embedder *emb = sm->emb;
     cn_model *m = sm->m;
     const cn_tokenizer *tok = sm->oc.tok;
     sm->e = NULL;
+    sm->emb = NULL;
     sm->m = NULL;
     pthread_mutex_unlock(&r->mu);
     gcache_drop_tokenizer(r->gc, tok);
+    cn_embedder_free(emb);
     cn_engine_free(e);
     cn_model_free(m);
 #if defined(__GLIBC__)
@@ -328,9 +337,10 @@ static bool load(models *r, smodel *sm) {
     pthread_mutex_unlock(&r->mu);
     cn_model *m = NULL;
     cn_engine *e = NULL;
+    cn_embedder *emb = NULL;
     cn_error err = {0};
     const double t0 = now_s();
-    cn_status st = r->load(r->load_user, path, &m, &e, &err);
+    cn_status st = r->load(r->load_user, path, &m, &e, &emb, &err);
     const double dt = now_s() - t0;
     if (st == CN_STATUS_OK && (!m || !e)) st = set_err(&err, CN_STATUS_INVALID_ARG, "the loader made no engine");
     struct stat fs;
@@ -340,6 +350,7 @@ static bool load(models *r, smodel *sm) {
     if (st == CN_STATUS_OK) {
         sm->m = m;
         sm->e = e;
+        sm->emb = emb;
         fill_ctx(r, sm, e);
         sm->state = SM_LOADED;
     } else {
@@ -594,6 +605,7 @@ void models_free(models *r) {
         smodel *sm = r->v[i];
         if (sm->m) { /* loaded here (the model handed in is its caller's) */
             gcache_drop_tokenizer(r->gc, sm->oc.tok);
+            cn_embedder_free(sm->emb);
             cn_engine_free(sm->e);
             cn_model_free(sm->m);
         }

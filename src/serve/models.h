@@ -37,6 +37,7 @@ typedef struct smodel {
     smodel_state state;
     cn_model *m;               /* loaded from the folder (NULL for the model handed in) */
     cn_engine *e;              /* while loaded */
+    cn_embedder *emb;          /* while loaded: /v1/embeddings (NULL: 503) */
     oai_ctx oc;                /* while loaded: what its requests are parsed against */
     cn_metrics_series *ms;     /* its metrics (NULL: no memory for them) */
     int n_holds;               /* requests using it: never unloaded while > 0 */
@@ -66,6 +67,8 @@ bool models_multi(const models *r);
 cn_metrics_series *models_server_series(const models *r);
 /* Single model: it is ready, serving e (borrowed). */
 void models_set_engine(models *r, cn_engine *e);
+/* Single model: /v1/embeddings through emb (borrowed). */
+void models_set_embedder(models *r, cn_embedder *emb);
 
 /* The model a request names (name NULL: the request has none; with one model, that one;
  * with several, the only one in the folder, else 400), loaded if it is not (waiting if

@@ -151,9 +151,9 @@ static bool check_fields(oai_kind kind, json_t *body, oai_error *e) {
                             "unsupported field '%s' for %s", k,
                             kind == OAI_CHAT ? "/v1/chat/completions" : "/v1/completions");
         if (json_is_null(v)) continue;
-        const bool neutral = (!strcmp(k, "suffix") && json_is_string(v) && json_string_length(v) == 0) ||
-                             (!strcmp(k, "best_of") && json_is_integer(v) && json_integer_value(v) == 1);
-        if (!neutral && (!strcmp(k, "suffix") || !strcmp(k, "best_of")))
+        if (!strcmp(k, "suffix") && !json_is_string(v)) return bad_type(e, "suffix", "a string");
+        const bool neutral = json_is_integer(v) && json_integer_value(v) == 1;
+        if (!neutral && !strcmp(k, "best_of"))
             return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
                             "'%s' is not supported by this server (only its neutral value is accepted)", k);
     }
@@ -207,24 +207,52 @@ static bool token_array(const oai_ctx *c, json_t *a, int32_t **ids, int32_t *n, 
     return true;
 }
 
-static bool add_prompt_text(const oai_ctx *c, oai_request *r, const char *s, size_t len, oai_error *e) {
+/* The prompt as the prefix of a hole whose suffix is suffix: the model's FIM tokens
+ * around them (cn_fim_prompt with no repository context: PRE prompt SUF suffix MID). */
+static bool fim_text(const oai_ctx *c, const char *s, size_t len, const char *suffix, int32_t **ids, int32_t *n,
+                     oai_error *e) {
+    if (strlen(s) != len)
+        return oai_fail(e, 400, "invalid_request_error", "prompt", NULL, "a prompt with 'suffix' must not contain NUL");
+    cn_fim_params fp = cn_fim_default_params();
+    fp.prefix = s;
+    fp.suffix = suffix;
+    fp.n_extra_max = 0;
+    size_t cnt = 0;
+    cn_error err = {0};
+    const cn_status st = cn_fim_prompt(c->tok, &fp, ids, &cnt, &err);
+    if (st == CN_STATUS_UNSUPPORTED)
+        return oai_fail(e, 400, "invalid_request_error", "suffix", "fim_not_supported",
+                        "'suffix' needs a model that fills in the middle: %s", err.msg);
+    if (st != CN_STATUS_OK) return status_fail(e, st, "suffix", &err);
+    *n = (int32_t)cnt;
+    return true;
+}
+
+static bool add_prompt_text(const oai_ctx *c, oai_request *r, const char *s, size_t len, const char *suffix,
+                            oai_error *e) {
     if (r->n_prompts == OAI_MAX_PROMPTS)
         return oai_fail(e, 400, "invalid_request_error", "prompt", NULL, "at most %d prompts per request",
                         OAI_MAX_PROMPTS);
     const int i = r->n_prompts;
-    if (!tokenize_text(c, s, len, &r->prompt[i], &r->n_prompt[i], "prompt", e)) return false;
+    if (suffix ? !fim_text(c, s, len, suffix, &r->prompt[i], &r->n_prompt[i], e)
+               : !tokenize_text(c, s, len, &r->prompt[i], &r->n_prompt[i], "prompt", e))
+        return false;
     r->echo_text[i] = strndup(s, len);
     r->n_prompts++;
     if (!r->echo_text[i]) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
     return true;
 }
 
-static bool parse_prompt(const oai_ctx *c, json_t *p, oai_request *r, oai_error *e) {
+/* suffix: NULL, or the text after the hole (each prompt is then its prefix). */
+static bool parse_prompt(const oai_ctx *c, json_t *p, const char *suffix, oai_request *r, oai_error *e) {
     if (!p) return oai_fail(e, 400, "invalid_request_error", "prompt", NULL, "'prompt' is required");
-    if (json_is_string(p)) return add_prompt_text(c, r, json_string_value(p), json_string_length(p), e);
+    if (json_is_string(p)) return add_prompt_text(c, r, json_string_value(p), json_string_length(p), suffix, e);
     if (!json_is_array(p) || json_array_size(p) == 0)
         return bad_type(e, "prompt", "a string, an array of strings, or an array of token ids");
     json_t *first = json_array_get(p, 0);
+    if (suffix && !json_is_string(first))
+        return oai_fail(e, 400, "invalid_request_error", "prompt", NULL,
+                        "with 'suffix' the prompt must be text (a string or strings), not token ids");
     if (json_is_integer(first)) {
         if (!token_array(c, p, &r->prompt[0], &r->n_prompt[0], "prompt", e)) return false;
         r->n_prompts = 1;
@@ -234,8 +262,8 @@ static bool parse_prompt(const oai_ctx *c, json_t *p, oai_request *r, oai_error 
     json_t *x;
     json_array_foreach(p, i, x) {
         if (json_is_string(x)) {
-            if (!add_prompt_text(c, r, json_string_value(x), json_string_length(x), e)) return false;
-        } else if (json_is_array(x)) {
+            if (!add_prompt_text(c, r, json_string_value(x), json_string_length(x), suffix, e)) return false;
+        } else if (json_is_array(x) && !suffix) {
             if (r->n_prompts == OAI_MAX_PROMPTS)
                 return oai_fail(e, 400, "invalid_request_error", "prompt", NULL, "at most %d prompts per request",
                                 OAI_MAX_PROMPTS);
@@ -738,7 +766,14 @@ bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *r, oa
         if (r->echo && r->n_logprobs >= 0)
             return oai_fail(e, 400, "invalid_request_error", "echo", NULL,
                             "'echo' with 'logprobs' (prompt log-probabilities) is not supported");
-        if (!parse_prompt(c, json_object_get(body, "prompt"), r, e)) return false;
+        json_t *sx = json_object_get(body, "suffix");
+        const char *suffix = json_is_string(sx) && json_string_length(sx) > 0 ? json_string_value(sx) : NULL;
+        if (suffix && strlen(suffix) != json_string_length(sx))
+            return oai_fail(e, 400, "invalid_request_error", "suffix", NULL, "'suffix' must not contain NUL");
+        if (suffix && r->echo)
+            return oai_fail(e, 400, "invalid_request_error", "suffix", NULL,
+                            "'suffix' with 'echo' is not supported (the prompt is the text before the hole)");
+        if (!parse_prompt(c, json_object_get(body, "prompt"), suffix, r, e)) return false;
     } else {
         if (!parse_messages(c, body, r, e)) return false;
         if (!add_end_of_turn(c, r, e)) return false;

@@ -48,7 +48,9 @@
 #include <unistd.h>
 
 #include "serve/apis.h"
+#include "serve/embeddings.h"
 #include "serve/gcache.h"
+#include "serve/infill.h"
 #include "serve/json_mem.h"
 #include "serve/metrics.h"
 #include "serve/models.h"
@@ -149,6 +151,7 @@ typedef struct {
     api_writer w;              /* Anthropic / Responses: the reply as items */
     buf tok_text;              /* Anthropic with stop_sequences: the tokens' text */
     int32_t stop_index;        /* the stop sequence that ended it, or -1 */
+    int32_t n_gen;             /* tokens generated so far (/infill's chunks count them) */
 } job_choice;
 
 struct job {
@@ -283,6 +286,12 @@ static void sse_end(job *j) { j->stream_done = true; }
 static const char *sse_tail(job *j, size_t *n) {
     const char *t;
     const bool cancelled = j->n_choices > 0 && j->ch[0].finish == CN_FINISH_CANCELLED;
+    if (j->api == API_INFILL) { /* llama-server's stream: objects only, no [DONE] */
+        t = j->oom ? SSE_OOM_DONE : j->engine_failed ? SSE_FAILED_DONE : "";
+        if (j->oom || j->engine_failed) *n = strlen(t) - (sizeof SSE_DONE - 1); /* the error, without [DONE] */
+        else *n = 0;
+        return t;
+    }
     if (j->api == API_ANTHROPIC) {
         t = j->oom ? ANT_OOM : j->engine_failed ? ANT_FAILED : cancelled ? ANT_CANCELLED : "";
     } else if (j->api == API_RESPONSES) {
@@ -438,6 +447,21 @@ static json_t *usage_json(const job *j) {
                      "cached_tokens", (json_int_t)cached);
 }
 
+/* /infill's object for choice idx: a streamed chunk (text) or, once it finished, the
+ * whole response (the text so far when not streaming). */
+static json_t *infill_of(job *j, int32_t idx, const char *text, size_t n) {
+    const job_choice *c = &j->ch[idx];
+    const bool done = c->finish != CN_FINISH_NONE;
+    const bool whole = done && !j->r.stream;
+    const infill_out o = {.model = j->m->oc.model_id, .content = whole ? c->text.p : text,
+                          .n_content = whole ? c->text.n : n, .n_prompt = j->r.n_prompt[0], .done = done,
+                          .finish = c->finish, .stop_index = c->stop_index, .ar = &j->ar,
+                          .timings = done ? &c->timings : NULL, .n_predicted = c->n_gen};
+    return infill_json(&o);
+}
+
+static void infill_emit(job *j, int32_t idx, const char *text, size_t n) { sse_emit(j, infill_of(j, idx, text, n)); }
+
 /* ---- engine callbacks (engine thread, engine lock held) ---- */
 
 static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token *tok) {
@@ -449,6 +473,7 @@ static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token 
     job_choice *c = &j->ch[sub->prompt * j->r.n + index];
     if (c->t_last_token > 0) cn_metrics_itl(j->s->metrics, j->m->ms, t - c->t_last_token);
     c->t_last_token = t;
+    c->n_gen++;
     if (j->ar.n_stops > 0) {
         char piece[256];
         const size_t n = cn_token_to_piece(j->m->oc.tok, tok->id, false, piece, sizeof piece);
@@ -476,7 +501,10 @@ static void on_text(void *user, uint64_t id, int32_t index, const char *text, si
     pthread_mutex_lock(&j->mu);
     json_failed(); /* a mark left by another job's JSON work is not this one's */
     const int32_t idx = sub->prompt * j->r.n + index;
-    if (j->api >= API_ANTHROPIC) api_feed(j, idx, text, n, false);
+    if (j->api == API_INFILL && j->r.stream) infill_emit(j, idx, text, n);
+    else if (j->api == API_INFILL) {
+        if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
+    } else if (j->api >= API_ANTHROPIC) api_feed(j, idx, text, n, false);
     else if (j->ch[idx].reply.rd) reply_feed(j, idx, text, n, false);
     else if (j->r.stream) stream_delta(j, idx, text, n, false, NULL);
     else if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
@@ -497,7 +525,14 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     c->timings = *t;
     j->n_open--;
     if (reason == CN_FINISH_CANCELLED && !j->cancelling) j->engine_failed = true;
-    if (j->api >= API_ANTHROPIC) {
+    if (j->api == API_INFILL) {
+        if (reason == CN_FINISH_STOP && j->ar.n_stops > 0)
+            c->stop_index = ant_stop_match(&j->ar, c->tok_text.p ? c->tok_text.p : "", c->tok_text.n);
+        if (j->r.stream) {
+            infill_emit(j, idx, NULL, 0);
+            sse_end(j);
+        }
+    } else if (j->api >= API_ANTHROPIC) {
         if (c->reply.rd) api_feed(j, idx, NULL, 0, true);
         if (reason == CN_FINISH_STOP && j->ar.n_stops > 0)
             c->stop_index = ant_stop_match(&j->ar, c->tok_text.p ? c->tok_text.p : "", c->tok_text.n);
@@ -510,7 +545,7 @@ static void on_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r
     } else if (c->reply.rd) {
         reply_feed(j, idx, NULL, 0, true);
     }
-    if (j->r.stream && j->api < API_ANTHROPIC) {
+    if (j->r.stream && j->api < API_ANTHROPIC) { /* chat and completions */
         stream_delta(j, idx, NULL, 0, false, finish_of(c));
         if (j->n_open == 0) {
             if (j->r.include_usage) {
@@ -536,7 +571,7 @@ static api_kind api_of_url(const char *url) {
 static const char *endpoint_of(const char *url) {
     static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages",
                                         "/v1/messages/count_tokens", "/v1/responses", "/v1/models", "/health",
-                                        "/metrics", "/tokenize", "/detokenize", "/"};
+                                        "/metrics", "/tokenize", "/detokenize", "/", "/infill", "/v1/embeddings"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(url, known[i])) return known[i];
     return "other";
@@ -631,6 +666,7 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
 
 /* The whole non-streaming response of a finished job. */
 static json_t *completion_json(job *j) {
+    if (j->api == API_INFILL) return infill_of(j, 0, NULL, 0);
     if (j->api >= API_ANTHROPIC) {
         const api_meta m = job_meta(j, &j->ch[0]);
         return api_writer_response(&j->ch[0].w, &m);
@@ -773,7 +809,8 @@ static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, jso
     models_hold(s->models, sm);
     j->api = api;
     const oai_ctx *oc = &sm->oc;
-    const bool ok = api == API_ANTHROPIC   ? ant_parse(oc, body, false, &j->r, &j->ar, oe)
+    const bool ok = api == API_INFILL      ? infill_parse(oc, body, &j->r, &j->ar, oe)
+                    : api == API_ANTHROPIC ? ant_parse(oc, body, false, &j->r, &j->ar, oe)
                     : api == API_RESPONSES ? resp_parse(oc, body, &j->r, &j->ar, oe)
                                            : oai_parse(oc, api == API_CHAT ? OAI_CHAT : OAI_COMPLETION, body, &j->r, oe);
     if (ok && json_failed()) { /* the mapping's JSON may have lost a field */
@@ -794,12 +831,12 @@ static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, jso
     for (int32_t i = 0; i < j->n_choices; i++) {
         j->ch[i].stop_index = -1;
         api_writer_init(&j->ch[i].w, &j->ar);
-        if (api != API_COMPLETION && !oai_reply_init(&j->ch[i].reply, &j->r, oe)) {
+        if (api != API_COMPLETION && api != API_INFILL && !oai_reply_init(&j->ch[i].reply, &j->r, oe)) {
             job_free(j);
             return NULL;
         }
     }
-    static const char *const prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_"};
+    static const char *const prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_", "cmpl-"};
     snprintf(j->id, sizeof j->id, "%s%016llx%08llx", prefix[api],
              (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
     j->created = (long long)time(NULL);
@@ -808,7 +845,9 @@ static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, jso
     j->fd = ci ? ci->connect_fd : -1;
     for (int32_t i = 0; j->r.stream && i < j->n_choices; i++) {
         const char *et = j->r.echo ? j->r.echo_text[i / j->r.n] : NULL;
-        if (api >= API_ANTHROPIC) {
+        if (api == API_INFILL) {
+            /* llama-server's stream opens with the first token's object */
+        } else if (api >= API_ANTHROPIC) {
             json_t *events = json_array();
             const api_meta m = job_meta(j, &j->ch[i]);
             api_writer_open(&j->ch[i].w, &m, events);
@@ -1015,6 +1054,38 @@ static enum MHD_Result handle_detokenize(cn_server *s, smodel *sm, struct MHD_Co
     return send_json(s, conn, url, 200, json_pack("{s:o}", "content", js), NULL, NULL);
 }
 
+/* /v1/embeddings: parsed (embeddings.c), embedded on this connection's thread by the
+ * embedder (its own threads; one request at a time, its inputs batched together), and
+ * answered. */
+static enum MHD_Result handle_embeddings(cn_server *s, smodel *sm, struct MHD_Connection *conn, const char *url,
+                                         json_t *body) {
+    pthread_mutex_lock(&s->mu);
+    cn_embedder *emb = sm->emb; /* stable while the request holds sm */
+    const bool draining = s->draining;
+    pthread_mutex_unlock(&s->mu);
+    if (draining) return fail(s, conn, url, 503, "server_error", NULL, "shutting_down", "the server is shutting down");
+    if (!emb) return fail(s, conn, url, 503, "server_error", NULL, NULL, "this server has no embedder");
+    const int32_t dim = cn_embedder_n_embd(emb);
+    emb_request r;
+    oai_error oe = {0};
+    if (!emb_parse(&sm->oc, dim, cn_embedder_n_batch(emb), body, &r, &oe)) {
+        emb_request_free(&r);
+        return send_error(s, conn, url, &oe);
+    }
+    float *vec = malloc(r.n * (size_t)dim * sizeof *vec);
+    cn_error err = {0};
+    const cn_status st = vec ? cn_embedder_embed(emb, (const int32_t *const *)r.ids, r.n_ids, r.n, vec, &err)
+                             : CN_STATUS_NO_MEMORY;
+    enum MHD_Result res;
+    if (st == CN_STATUS_OK) res = send_json(s, conn, url, 200, emb_response(&r, sm->oc.model_id, vec, dim), NULL, NULL);
+    else if (st == CN_STATUS_INVALID_ARG || st == CN_STATUS_LIMIT)
+        res = fail(s, conn, url, 400, "invalid_request_error", "input", NULL, "%s", err.msg);
+    else res = fail(s, conn, url, 503, "server_error", NULL, NULL, "%s", vec ? err.msg : "out of memory");
+    free(vec);
+    emb_request_free(&r);
+    return res;
+}
+
 /* ---- the access handler ---- */
 
 static bool fd_gone(void *arg) { return client_gone(*(int *)arg); }
@@ -1059,6 +1130,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     struct { const char *path; bool post; } routes[] = {
         {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/v1/messages", true},
         {"/v1/messages/count_tokens", true}, {"/v1/responses", true}, {"/tokenize", true}, {"/detokenize", true},
+        {"/infill", true}, {"/v1/embeddings", true},
         {"/v1/models", false},          {"/health", false},        {"/metrics", false},
         {"/", false}};
     int r = -1;
@@ -1158,6 +1230,8 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     else if (!strcmp(url, "/v1/messages")) res = handle_completion(s, sm, conn, url, body, API_ANTHROPIC);
     else if (!strcmp(url, "/v1/messages/count_tokens")) res = handle_count_tokens(s, sm, conn, url, body);
     else if (!strcmp(url, "/v1/responses")) res = handle_completion(s, sm, conn, url, body, API_RESPONSES);
+    else if (!strcmp(url, "/infill")) res = handle_completion(s, sm, conn, url, body, API_INFILL);
+    else if (!strcmp(url, "/v1/embeddings")) res = handle_embeddings(s, sm, conn, url, body);
     else if (!strcmp(url, "/tokenize")) res = handle_tokenize(s, sm, conn, url, body);
     else res = handle_detokenize(s, sm, conn, url, body);
     tl_routed = false;
@@ -1290,6 +1364,11 @@ void cn_server_set_engine(cn_server *s, cn_engine *e) {
     pthread_mutex_lock(&s->mu);
     s->ready = true;
     pthread_mutex_unlock(&s->mu);
+}
+
+void cn_server_set_embedder(cn_server *s, cn_embedder *emb) {
+    if (models_multi(s->models)) return; /* several models: their loader makes them */
+    models_set_embedder(s->models, emb);
 }
 
 void cn_server_drain(cn_server *s, double deadline_s) {

@@ -13,10 +13,12 @@
 #include "cinder.h"
 
 /* Several models: loads the GGUF file at path into a model and an engine with its run
- * loop started (the caller's engine parameters), or fails with err filled. The server
- * frees them with cn_engine_free, then cn_model_free. Called from any connection thread,
- * several at once for different files. */
-typedef cn_status (*cn_server_load_fn)(void *user, const char *path, cn_model **m, cn_engine **e, cn_error *err);
+ * loop started (the caller's engine parameters), and optionally an embedder of the same
+ * model for /v1/embeddings (*emb may stay NULL: 503 there), or fails with err filled. The
+ * server frees them with cn_embedder_free, cn_engine_free, then cn_model_free. Called
+ * from any connection thread, several at once for different files. */
+typedef cn_status (*cn_server_load_fn)(void *user, const char *path, cn_model **m, cn_engine **e, cn_embedder **emb,
+                                       cn_error *err);
 
 typedef struct {
     const char *host;          /* address to bind; default "127.0.0.1" (loopback only) */
@@ -65,6 +67,10 @@ int cn_server_port(const cn_server *s);
  * requests get 400), end-of-turn stop and context size. Borrows e until cn_server_free;
  * e's run loop must be started. */
 void cn_server_set_engine(cn_server *s, cn_engine *e);
+/* Serves POST /v1/embeddings with emb (its tokens from the engine's tokenizer: emb must
+ * be made from the engine's model). Borrows emb until cn_server_free. Without one,
+ * /v1/embeddings answers 503. */
+void cn_server_set_embedder(cn_server *s, cn_embedder *emb);
 /* Graceful stop: new completion requests get 503, running ones may finish until
  * deadline_s from now, then the rest are cancelled; returns when none is left. */
 void cn_server_drain(cn_server *s, double deadline_s);

@@ -320,6 +320,41 @@ static void set_fim_ids(cn_tokenizer *t, const cn_gguf *g) {
     }
 }
 
+/* The FIM tokens (src/text/fim.c): by id from the metadata (the newer keys, then the
+ * older prefix/suffix/middle ones), else by text as llama.cpp finds them, plus
+ * StarCoder2's <repo_name> and <file_sep> (which llama.cpp does not look for). Only
+ * looked up: which of them end generation or are control tokens is set_eog's business. */
+static void set_fim(cn_tokenizer *t, const cn_gguf *g) {
+    static const char *const keys[CN_FIM_N_TOKENS][2] = {
+        {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+        {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+        {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+        {"tokenizer.ggml.fim_pad_token_id", NULL},
+        {"tokenizer.ggml.fim_rep_token_id", NULL},
+        {"tokenizer.ggml.fim_sep_token_id", NULL},
+    };
+    /* clang-format off */
+    static const char *const names[CN_FIM_N_TOKENS][10] = {
+        {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" FWBAR "fim" LOWBAR "begin" FWBAR ">", "<PRE>",
+         LOWBAR "<PRE>", "<|code_prefix|>", "<|prefix|>", NULL},
+        {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" FWBAR "fim" LOWBAR "hole" FWBAR ">", "<SUF>",
+         LOWBAR "<SUF>", "<|code_suffix|>", "<|suffix|>", NULL},
+        {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<" FWBAR "fim" LOWBAR "end" FWBAR ">", "<MID>",
+         LOWBAR "<MID>", "<|code_middle|>", "<|middle|>", NULL},
+        {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
+        {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<repo_name>", NULL},
+        {"<|file_sep|>", "<file_sep>", NULL},
+    };
+    /* clang-format on */
+    for (int k = 0; k < CN_FIM_N_TOKENS; k++) {
+        t->fim[k] = -1;
+        for (int j = 0; j < 2 && t->fim[k] < 0; j++)
+            if (keys[k][j]) read_id(t, g, keys[k][j], &t->fim[k]);
+        for (size_t j = 0; names[k][j] && t->fim[k] < 0; j++)
+            t->fim[k] = cn_tok_lookup(t, names[k][j], strlen(names[k][j]));
+    }
+}
+
 /* Strip attributes llama.cpp sets by model name (they are missing from GGUF files). */
 static void set_strip_attrs(cn_tokenizer *t, const cn_gguf *g) {
     cn_gguf_str s;
@@ -407,6 +442,7 @@ cn_status cn_tokenizer_load(const cn_gguf *g, cn_tokenizer **out, cn_error *err)
     read_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos);
     set_eog(t);
     set_fim_ids(t, g);
+    set_fim(t, g);
     set_strip_attrs(t, g);
 
     for (int b = 0; b < 256; b++) {

@@ -85,6 +85,7 @@ struct cn_tokenizer {
     int32_t *special_rank;  /* (n_vocab) order in which specials claim text, -1 if none */
 
     int32_t bos, eos, eot, eom, unk, sep, pad;
+    int32_t fim[CN_FIM_N_TOKENS]; /* fill-in-the-middle tokens by cn_fim_token, -1 if none */
     bool add_bos, add_eos, add_space_prefix;
 
     /* SPM: token for each byte (<0xXX>, else the raw one-byte text), -1 if none. */

@@ -608,13 +608,20 @@ static const char MULTI_A[] = "{\"model\": \"a\", \"prompt\": \"Once upon a time
 static const char MULTI_B[] = "{\"model\": \"b\", \"prompt\": \"Once upon a time\", \"max_tokens\": 6, "
                               "\"temperature\": 0}";
 
-static cn_status multi_load(void *user, const char *path, cn_model **m, cn_engine **e, cn_error *err) {
+static cn_status multi_load(void *user, const char *path, cn_model **m, cn_engine **e, cn_embedder **emb,
+                            cn_error *err) {
     const cn_engine_params *ep = user;
     cn_model_params mp = cn_model_default_params();
     *e = NULL;
+    *emb = NULL;
     cn_status st = cn_model_load(path, &mp, m, err);
     if (st == CN_STATUS_OK) st = cn_engine_create(*m, ep, e, err);
     if (st == CN_STATUS_OK) st = cn_engine_start(*e, err);
+    if (st == CN_STATUS_OK) {
+        cn_embedder_params emp = cn_embedder_default_params();
+        emp.n_threads = 1;
+        st = cn_embedder_create(*m, &emp, emb, err);
+    }
     if (st != CN_STATUS_OK) {
         cn_engine_free(*e);
         *e = NULL;

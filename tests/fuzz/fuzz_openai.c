@@ -1,7 +1,9 @@
 /* fuzz_openai.c — fuzz entry for the HTTP request body → engine request mapping
  * (src/serve/openai.c, anthropic.c, responses.c): the bytes a client POSTs, parsed as JSON
  * and mapped for /v1/chat/completions or /v1/completions (bit 0 of the first byte), or,
- * when bits 1-2 say 1 or 2, for /v1/messages (bit 0: count_tokens) or /v1/responses, with stories260K's
+ * when bits 1-2 say 1 or 2, for /v1/messages (bit 0: count_tokens) or /v1/responses, or when they
+ * say 3, for /v1/embeddings (bit 0) or /infill (which stories260K, without FIM tokens, refuses
+ * after checking the fields), with stories260K's
  * vocabulary (../shared/testdata/models) and the ChatML template, a 256-position context.
  *
  * Checked: a body that is not JSON is refused before mapping (as the server does); a
@@ -18,6 +20,8 @@
 #include "fuzz_util.h"
 #include "gguf/gguf.h"
 #include "serve/apis.h"
+#include "serve/embeddings.h"
+#include "serve/infill.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
 
@@ -53,16 +57,41 @@ int fuzz_openai_one(const uint8_t *data, size_t size) {
     if (size < 1) return -1;
     const oai_ctx *c = fuzz_oai_ctx();
     const oai_kind kind = data[0] & 1 ? OAI_CHAT : OAI_COMPLETION;
-    const int api = (data[0] >> 1) & 3; /* 1: Anthropic, 2: Responses, else OpenAI's */
+    const int api = (data[0] >> 1) & 3; /* 1: Anthropic, 2: Responses, 3: embeddings / infill, else OpenAI's */
     json_error_t jerr;
     json_t *body = json_loadb((const char *)data + 1, size - 1, JSON_REJECT_DUPLICATES, &jerr);
     if (!body) return -1;
+    if (api == 3 && (data[0] & 1)) { /* /v1/embeddings, an embedder of 64 floats and 64 tokens */
+        emb_request er;
+        memset(&er, 0, sizeof er);
+        oai_error e = {0};
+        const bool is_obj = json_is_object(body), ok = is_obj && emb_parse(c, 64, 64, body, &er, &e);
+        json_decref(body);
+        if (ok) {
+            if (er.n < 1 || er.n > EMB_MAX_INPUTS) abort();
+            for (size_t i = 0; i < er.n; i++) {
+                if (er.n_ids[i] < 1 || er.n_ids[i] > 64 || !er.ids[i]) abort();
+                for (int32_t j = 0; j < er.n_ids[i]; j++)
+                    if (er.ids[i][j] < 0 || er.ids[i][j] >= c->n_vocab) abort();
+            }
+            float *vec = calloc(er.n * 64, sizeof *vec);
+            json_t *resp = vec ? emb_response(&er, c->model_id, vec, 64) : NULL;
+            if (vec && !resp) abort();
+            json_decref(resp);
+            free(vec);
+        } else if (is_obj && (e.http_status < 400 || e.http_status > 404 || !e.message[0])) {
+            abort();
+        }
+        emb_request_free(&er);
+        return ok ? 0 : -1;
+    }
     oai_request r;
     api_request ar;
     memset(&ar, 0, sizeof ar);
     oai_error e = {0};
     const bool ok = api == 1   ? ant_parse(c, body, data[0] & 1, &r, &ar, &e)
                     : api == 2 ? resp_parse(c, body, &r, &ar, &e)
+                    : api == 3 ? infill_parse(c, body, &r, &ar, &e)
                                : oai_parse(c, kind, body, &r, &e);
     json_decref(body);
     if (!ok) {

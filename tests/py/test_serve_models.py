@@ -148,6 +148,31 @@ def test_every_api_routes_by_model(multi):
     assert st == 200 and d["content"] == "Grüße, 世界"
 
 
+def test_embeddings_and_infill_route_by_model(multi, binary):
+    """Each loaded model has its own embedder: /v1/embeddings answers in that model's
+    width, with the vector `cinder embed` gives for the same file and text (same pooling,
+    the model's default); /infill and `suffix` run on the model named."""
+    texts = ["The lighthouse keeper climbed the stairs.", "int main(void) { return 0; }"]
+    for m in (SMOL, QWEN):
+        r = multi.client().embeddings.create(model=m, input=texts)
+        assert r.model == m and len(r.data) == 2
+        cli = subprocess.run([str(binary), "embed", "-m", str(MODELS / f"{m}.gguf"), "-t", "2", *texts],
+                             capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert cli.returncode == 0, cli.stderr
+        want = [json.loads(line) for line in cli.stdout.splitlines()]
+        for got, ref in zip(r.data, want):
+            assert len(got.embedding) == len(ref)
+            assert max(abs(a - b) for a, b in zip(got.embedding, ref)) < 1e-5
+    widths = {m: len(multi.client().embeddings.create(model=m, input="x").data[0].embedding) for m in (SMOL, QWEN)}
+    assert widths[SMOL] != widths[QWEN]
+    st, body, _ = multi.post("/infill", {"model": QWEN, "input_prefix": "def add(a, b):\n    return ",
+                                         "input_suffix": "\n\nprint(add(1, 2))\n", "n_predict": 8, "temperature": 0})
+    assert st == 200 and isinstance(body["content"], str) and body["content"]
+    r = multi.client().completions.create(model="coder", prompt="def add(a, b):\n    return ", max_tokens=8,
+                                          suffix="\n\nprint(add(1, 2))\n", temperature=0)
+    assert r.model == QWEN and r.choices[0].text == body["content"]
+
+
 def test_unknown_missing_and_bad_model(multi):
     c = multi.client()
     with pytest.raises(openai.NotFoundError) as e:
