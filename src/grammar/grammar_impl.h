@@ -97,8 +97,22 @@ typedef struct {
     gr_top *tops;       /* scratch: the walk's levels, one after another */
     size_t n_tops, cap_tops;
     bool escaped;       /* set by gr_advance when a top popped GR_SENT */
-    bool oom;
+    bool oom;           /* out of memory, or over (below): the step failed */
+    bool over;          /* a byte needed more than GR_MAX_BYTE_STEPS steps or GR_MAX_TOPS
+                         * stacks (a very ambiguous grammar); oom is set with it */
+    uint32_t steps;     /* steps of the byte being advanced */
+    /* the dedupe of a byte's new tops past GR_TOPS_SCAN: open addressing over their
+     * indices, an entry live when its stamp is the byte's (lazily allocated) */
+    uint32_t *th_idx, *th_stamp, th_gen;
+    size_t th_from;     /* tops before this index are in the table */
 } gr_pda;
+
+/* The work one byte may take: an ambiguous grammar (nullable rules repeated, recursion
+ * through them) can otherwise multiply its parse stacks with every byte. Past either,
+ * the byte is refused, and a mask says why (gr_pda.over). */
+#define GR_MAX_BYTE_STEPS (1u << 16)
+#define GR_MAX_TOPS 2048
+#define GR_TOPS_SCAN 16 /* up to this many, a byte's new tops are deduped by a linear scan */
 
 int gr_pda_init(gr_pda *p, const gr_grammar *g); /* 0 or -1 (no memory) */
 void gr_pda_free(gr_pda *p);

@@ -246,7 +246,18 @@ static void entry_pda_reset(gr_matcher *m) {
     gr_auto_reset(&m->ea);
     gr_frames_truncate(&m->ep, 0);
     m->ep.n_tops = 0;
-    m->ep.oom = false;
+    m->ep.oom = m->ep.over = false;
+}
+
+/* A mask that could not be made: out of memory, or a byte past the work limits. */
+static cn_status mask_fail(gr_matcher *m, cn_error *err) {
+    const bool over = m->ep.over;
+    entry_pda_reset(m);
+    if (over)
+        return cn_err(err, CN_STATUS_LIMIT,
+                      "the grammar is too ambiguous here: one byte needs more than %u parse steps or %u parse stacks",
+                      GR_MAX_BYTE_STEPS, GR_MAX_TOPS);
+    return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
 }
 
 /* The entry of top (rule, state): a walk from it over GR_SENT, of the rest trie alone
@@ -311,10 +322,13 @@ static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
         if (!ok) goto fail;
     }
     return e;
-fail:
+fail: {
+    const bool over = m->ep.over; /* kept for the caller's message (mask_fail) */
     entry_pda_reset(m);
+    m->ep.over = over;
     entry_free(e);
     return NULL;
+}
 }
 
 /* The entry for (rule, state) from the caches, computing it when missing. *owned: the
@@ -405,7 +419,7 @@ cn_status gr_matcher_mask(gr_matcher *m, uint32_t *mask, cn_error *err) {
         if (dup) continue;
         bool owned;
         gr_entry *e = entry_get(m, t.rule, t.state, &owned);
-        if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
+        if (!e) return mask_fail(m, err);
         for (size_t w = 0; w < m->n_words; w++) mask[w] |= e->acc[w];
         bool ok = true;
         if ((e->suf.n_nodes || e->n_root) && t.parent >= 0) {
@@ -428,10 +442,7 @@ cn_status gr_matcher_mask(gr_matcher *m, uint32_t *mask, cn_error *err) {
             if (m->ep.oom) ok = false;
         }
         if (owned) entry_free(e);
-        if (!ok) {
-            entry_pda_reset(m);
-            return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory computing a grammar mask");
-        }
+        if (!ok) return mask_fail(m, err);
     }
     if (gr_tops_can_end(p, p->tops + s->at, s->n))
         for (size_t k = 0; k < m->v->n_eog; k++) {
@@ -453,7 +464,7 @@ bool gr_matcher_accept_bytes(gr_matcher *m, const uint8_t *b, size_t n) {
         size_t out_at = p->n_tops;
         size_t k = gr_advance(p, at, cnt, b[i]);
         if (k == 0 || p->oom) {
-            p->oom = false;
+            p->oom = p->over = false;
             p->n_tops = base;
             gr_frames_truncate(p, fr0);
             return false;

@@ -38,6 +38,8 @@ void gr_pda_free(gr_pda *p) {
     free(p->fr.head);
     free(p->fr.seen);
     free(p->tops);
+    free(p->th_idx);
+    free(p->th_stamp);
     memset(p, 0, sizeof *p);
 }
 
@@ -121,15 +123,62 @@ int gr_tops_reserve(gr_pda *p, size_t extra) {
     return 0;
 }
 
+static bool same_top(gr_top a, gr_top b) { return a.rule == b.rule && a.state == b.state && a.parent == b.parent; }
+
+enum { TH_CAP = 2 * GR_MAX_TOPS }; /* a power of two, at most half full */
+
+/* Whether t is among the byte's new tops already, through the table (adding the tops
+ * not yet in it first); false with p->oom when the table cannot be made. */
+static bool th_seen(gr_pda *p, size_t out_at, gr_top t) {
+    if (!p->th_idx) {
+        p->th_idx = malloc(TH_CAP * sizeof *p->th_idx);
+        p->th_stamp = calloc(TH_CAP, sizeof *p->th_stamp);
+        if (!p->th_idx || !p->th_stamp) {
+            p->oom = true;
+            return false;
+        }
+    }
+    if (p->th_from < out_at) p->th_from = out_at;
+    for (;; p->th_from++) {
+        const bool adding = p->th_from < p->n_tops;
+        const gr_top x = adding ? p->tops[p->th_from] : t;
+        uint32_t k = frame_hash(x) & (TH_CAP - 1);
+        for (; p->th_stamp[k] == p->th_gen; k = (k + 1) & (TH_CAP - 1))
+            if (same_top(p->tops[p->th_idx[k]], x)) {
+                if (!adding) return true;
+                break;
+            }
+        if (!adding) return false; /* t is new: emit adds it to the table after the append */
+        if (p->th_stamp[k] != p->th_gen) {
+            p->th_stamp[k] = p->th_gen;
+            p->th_idx[k] = (uint32_t)p->th_from;
+        }
+    }
+}
+
 static void emit(gr_pda *p, size_t out_at, gr_top t) {
-    /* dedupe: sets are small, a linear scan beats hashing */
-    for (size_t i = out_at; i < p->n_tops; i++)
-        if (p->tops[i].rule == t.rule && p->tops[i].state == t.state && p->tops[i].parent == t.parent) return;
+    /* dedupe: a linear scan while the set is small, then a hash table */
+    const size_t n = p->n_tops - out_at;
+    if (n <= GR_TOPS_SCAN) {
+        for (size_t i = out_at; i < p->n_tops; i++)
+            if (same_top(p->tops[i], t)) return;
+    } else if (th_seen(p, out_at, t) || p->oom) {
+        return;
+    }
+    if (n >= GR_MAX_TOPS) {
+        p->over = p->oom = true;
+        return;
+    }
     if (gr_tops_reserve(p, 1) != 0) return;
     p->tops[p->n_tops++] = t;
 }
 
 static void step(gr_pda *p, size_t out_at, gr_top t, uint8_t c, int depth) {
+    if (p->oom) return;
+    if (++p->steps > GR_MAX_BYTE_STEPS) {
+        p->over = p->oom = true;
+        return;
+    }
     const gr_dfa *d = &p->g->rules[t.rule];
     int32_t ns = d->trans[(size_t)t.state * d->n_class + d->cls[c]];
     if (ns >= 0) emit(p, out_at, (gr_top){ t.rule, ns, t.parent });
@@ -156,6 +205,12 @@ static void step(gr_pda *p, size_t out_at, gr_top t, uint8_t c, int depth) {
 
 size_t gr_advance(gr_pda *p, size_t in_at, size_t n_in, uint8_t c) {
     size_t out_at = p->n_tops;
+    p->steps = 0;
+    p->th_from = out_at; /* the table starts empty for this byte */
+    if (++p->th_gen == 0) { /* stamps wrapped: clear them */
+        if (p->th_stamp) memset(p->th_stamp, 0, TH_CAP * sizeof *p->th_stamp);
+        p->th_gen = 1;
+    }
     if (++p->fr.gen == 0) {
         for (uint32_t i = 0; i < p->fr.n; i++) p->fr.seen[i] = 0;
         p->fr.gen = 1;
@@ -228,7 +283,7 @@ bool gr_state_feed(gr_state *s, const uint8_t *bytes, size_t n) {
         if (m == 0 || p->oom) {
             gr_frames_truncate(p, mark);
             p->n_tops = tops_mark;
-            p->oom = false;
+            p->oom = p->over = false;
             return false;
         }
         at = out_at;

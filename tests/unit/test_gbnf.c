@@ -410,3 +410,26 @@ Test(grammar_choice, errors) {
     cr_assert(strstr(gr_builder_error(b)->msg, "choice 1 is NULL"));
     gr_builder_free(b);
 }
+
+/* A very ambiguous grammar: x is nullable and repeated 600 times under a recursion, so
+ * the parse stacks multiply with each byte (the fuzzer's slow units took minutes for 64
+ * bytes). Short texts still match; past GR_MAX_BYTE_STEPS steps or GR_MAX_TOPS stacks
+ * for one byte, the byte is refused instead of the matcher running on for minutes. */
+Test(grammar_gbnf, ambiguity_has_a_work_limit_per_byte, .timeout = 120) {
+    gr_grammar *g = gbnf_ok("root ::= [a-z] root? x{600}\nx ::= [a-z] | \"\"");
+    cr_expect(M(g, "a"));
+    cr_expect(M(g, "ab"));
+    cr_expect(!M(g, "A"));
+    char s[65];
+    memset(s, 'a', 64);
+    s[64] = 0;
+    gr_state *st = gr_state_new(g);
+    cr_assert_not_null(st);
+    size_t i = 0;
+    while (i < 64 && gr_state_feed(st, (const uint8_t *)s + i, 1)) i++;
+    cr_expect_lt(i, 64, "64 letters are past the limit: some byte is refused");
+    cr_expect_gt(i, 1, "the first letters are taken");
+    gr_state_free(st);
+    cr_expect(!M(g, s));
+    gr_grammar_free(g);
+}

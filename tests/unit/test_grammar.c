@@ -610,3 +610,45 @@ Test(grammar, masks_equal_brute_force_tool_calls) {
     }
     toy_free(&tv);
 }
+
+/* A grammar whose parse stacks multiply with each byte (a nullable rule repeated under a
+ * recursion): within 64 bytes either a byte is refused or a mask fails with LIMIT and a
+ * message naming the ambiguity, in well under the minutes it took before the limit; the
+ * matcher then works again after a reset. */
+Test(grammar_mask, ambiguity_limit_is_an_error_not_a_hang, .timeout = 120) {
+    const char *src = "root ::= [a-z] root? x{600}\nx ::= [a-z] | \"\"";
+    gr_builder *b = gr_builder_new();
+    const int32_t root = gr_gbnf(b, src, strlen(src), "root");
+    gr_grammar *g = NULL;
+    cn_error err = { 0 };
+    cr_assert_eq(gr_compile(b, root, NULL, &g, &err), CN_STATUS_OK, "%s", err.msg);
+    gr_builder_free(b);
+    toyvocab tv = toy("ab");
+    int32_t eog = tv.n - 1;
+    gr_vocab *v;
+    cr_assert_eq(gr_vocab_new(tv.n, (const char *const *)tv.tok, tv.len, &eog, 1, &v, NULL), CN_STATUS_OK);
+    gr_matcher *m;
+    cr_assert_eq(gr_matcher_new(g, v, &m, NULL), CN_STATUS_OK);
+    uint32_t *mask = calloc(((size_t)tv.n + 31) / 32, 4);
+    int i = 0;
+    bool limited = false;
+    for (; i < 64; i++) {
+        const cn_status st = gr_matcher_mask(m, mask, &err);
+        if (st != CN_STATUS_OK) {
+            cr_assert_eq(st, CN_STATUS_LIMIT, "%s", err.msg);
+            cr_assert(strstr(err.msg, "too ambiguous"), "%s", err.msg);
+            limited = true;
+            break;
+        }
+        if (!gr_matcher_accept_bytes(m, (const uint8_t *)"a", 1)) break;
+    }
+    cr_assert(limited || i < 64, "64 bytes went by with no limit");
+    cr_assert_gt(i, 0, "the first byte is taken");
+    gr_matcher_reset(m);
+    cr_assert_eq(gr_matcher_mask(m, mask, &err), CN_STATUS_OK, "%s", err.msg);
+    free(mask);
+    gr_matcher_free(m);
+    gr_vocab_free(v);
+    toy_free(&tv);
+    gr_grammar_free(g);
+}
