@@ -135,22 +135,7 @@ cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_
     const cn_hparams *hp = cn_model_hparams(m);
     e->n_embd = hp->n_embd;
     e->n_vocab = hp->n_vocab;
-    cn_status st = cn_tokenizer_from_model(m, &e->tok, err);
-    cn_ctx_params cp = cn_ctx_default_params();
-    cp.n_threads = e->p.n_threads;
-    cp.n_batch_max = e->p.n_batch;
-    cp.n_ctx = e->p.n_batch;
-    if (st == CN_STATUS_OK) st = cn_ctx_create(m, &cp, &e->ctx, err);
-    if (st == CN_STATUS_OK) {
-        cn_kv_params kp = cn_model_kv_params(m);
-        kp.max_seqs = e->p.max_seqs;
-        /* one pass: its tokens, plus a partly filled block per sequence */
-        kp.n_blocks = (e->p.n_batch + kp.block_tokens - 1) / kp.block_tokens + e->p.max_seqs;
-        st = cn_kv_create(&kp, &e->kv, err);
-    }
-    if (st == CN_STATUS_OK) st = cn_batch_init(&e->batch, e->p.n_batch, err);
-    if (st == CN_STATUS_OK && !(e->hidden = malloc((size_t)e->p.n_batch * (size_t)e->n_embd * sizeof(float))))
-        st = cn_err(err, CN_STATUS_NO_MEMORY, "embedder: out of memory");
+    const cn_status st = cn_tokenizer_from_model(m, &e->tok, err);
     if (st != CN_STATUS_OK) {
         cn_embedder_free(e);
         return st;
@@ -163,6 +148,37 @@ int32_t cn_embedder_n_embd(const cn_embedder *e) { return e->n_embd; }
 int32_t cn_embedder_n_batch(const cn_embedder *e) { return e->p.n_batch; }
 cn_pooling cn_embedder_pooling(const cn_embedder *e) { return e->p.pooling; }
 const cn_tokenizer *cn_embedder_tokenizer(const cn_embedder *e) { return e->tok; }
+
+/* The pass's context, cache, batch and hidden rows, made by the first embed (lock held):
+ * a server that loads a model for chat pays nothing for embeddings it is never asked
+ * for. On failure nothing is kept, so a later call tries again. */
+static cn_status ensure_pass(cn_embedder *e, cn_error *err) {
+    if (e->hidden) return CN_STATUS_OK;
+    cn_ctx_params cp = cn_ctx_default_params();
+    cp.n_threads = e->p.n_threads;
+    cp.n_batch_max = e->p.n_batch;
+    cp.n_ctx = e->p.n_batch;
+    cn_status st = cn_ctx_create(e->m, &cp, &e->ctx, err);
+    if (st == CN_STATUS_OK) {
+        cn_kv_params kp = cn_model_kv_params(e->m);
+        kp.max_seqs = e->p.max_seqs;
+        /* one pass: its tokens, plus a partly filled block per sequence */
+        kp.n_blocks = (e->p.n_batch + kp.block_tokens - 1) / kp.block_tokens + e->p.max_seqs;
+        st = cn_kv_create(&kp, &e->kv, err);
+    }
+    if (st == CN_STATUS_OK) st = cn_batch_init(&e->batch, e->p.n_batch, err);
+    if (st == CN_STATUS_OK && !(e->hidden = malloc((size_t)e->p.n_batch * (size_t)e->n_embd * sizeof(float))))
+        st = cn_err(err, CN_STATUS_NO_MEMORY, "embedder: out of memory");
+    if (st != CN_STATUS_OK) {
+        cn_batch_free(&e->batch);
+        memset(&e->batch, 0, sizeof e->batch);
+        cn_kv_free(e->kv);
+        cn_ctx_free(e->ctx);
+        e->kv = NULL;
+        e->ctx = NULL;
+    }
+    return st;
+}
 
 /* Inputs [i0, i1) in one pass: their vectors into out. */
 static cn_status run_pass(cn_embedder *e, const int32_t *const *tokens, const int32_t *n_tokens, size_t i0, size_t i1,
@@ -200,7 +216,7 @@ cn_status cn_embedder_embed(cn_embedder *e, const int32_t *const *tokens, const 
                                     "input %zu: token %d is %d, not an id in [0, %d)", i, t, tokens[i][t], e->n_vocab);
     }
     pthread_mutex_lock(&e->mu);
-    cn_status st = CN_STATUS_OK;
+    cn_status st = ensure_pass(e, err);
     for (size_t i0 = 0; i0 < n_inputs && st == CN_STATUS_OK;) {
         size_t i1 = i0;
         int64_t rows = 0;
