@@ -85,11 +85,13 @@ int cn_cli_quantize(int argc, char **argv) {
         return st == CN_STATUS_INVALID_ARG ? 2 : 1;
     }
     const double dt = now_s() - ps.t0;
+    char weighted[64] = "";
+    if (imatrix)
+        snprintf(weighted, sizeof weighted, " (%lld with importance weights)", (long long)s.n_imatrix);
     fprintf(stderr,
-            "cinder: quantize: wrote %s (file type %u): %lld tensors, %lld quantized (%lld with importance "
-            "weights), %lld fallbacks; %.2f MiB -> %.2f MiB (%.2f bpw) in %.2f s\n",
-            pos[1], s.file_type, (long long)s.n_tensors, (long long)s.n_quantized, (long long)s.n_imatrix,
-            (long long)s.n_fallback,
+            "cinder: quantize: wrote %s (file type %u): %lld tensors, %lld quantized%s, %lld fallbacks; "
+            "%.2f MiB -> %.2f MiB (%.2f bpw) in %.2f s\n",
+            pos[1], s.file_type, (long long)s.n_tensors, (long long)s.n_quantized, weighted, (long long)s.n_fallback,
             (double)s.n_bytes_in / 1048576.0, (double)s.n_bytes_out / 1048576.0,
             s.n_elem ? 8.0 * (double)s.n_bytes_out / (double)s.n_elem : 0.0, dt);
     return 0;

@@ -1,4 +1,5 @@
-/* quants_search.c — the quantizers `cinder quantize` writes Q4_K, Q5_K and Q6_K with:
+/* quants_search.c — the quantizers `cinder quantize` writes Q4_K, Q5_K and Q6_K with
+ * (and, given an importance matrix, every 4/5/6-bit type):
  * the same search as ggml's reference quantizers (quantize_row_q{4,5,6}_K_ref, which
  * llama-quantize runs when no importance matrix is given), operation for operation in
  * float32, so the bytes are llama-quantize's bytes. quants_k.c keeps cinder's own,
@@ -16,6 +17,8 @@
  *  - Q6_K (x ~ d*sc*(q-32)): each sub-block of 16 gets a symmetric scale by trying
  *    19 grids near max/-32 and keeping the one with the best x^2-weighted fit; the 16
  *    scales become int8 against the largest, and elements are re-rounded.
+ * With an importance matrix (cinder quantize --imatrix) the same searches run with the
+ * imatrix's column weights (ggml's quantize_row_<type>_impl, below: cn_type_quantizer_weighted).
  * The clang/gcc build must not contract a*b+c into an FMA here (see quants.h). */
 #include <math.h>
 #include <string.h>
