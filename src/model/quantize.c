@@ -319,6 +319,8 @@ static cn_status find_weights(const cn_imatrix *im, const char *name, const cn_g
         cn_log(CN_LOG_INFO, "%s: no importance matrix entry: quantized unweighted", name);
         return CN_STATUS_OK;
     }
+    if (t->ne[3] != 1) /* rows past the experts would index past the entry */
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor '%s': an imatrix for a 4-D tensor", name);
     const int64_t want = t->ne[0] * t->ne[2]; /* llama.cpp: columns times experts (dim 2) */
     if (e->n != want) {
         if (category_of(name) == CAT_TOKEN_EMBD) {
