@@ -583,6 +583,26 @@ def test_imatrix_k_types_byte_identical_to_llama_quantize(k_model, qtype, tmp_pa
         pytest.fail("%s: %s" % (qtype, first_difference(a, b)))
 
 
+def test_llama_imatrix_on_the_spot_both_formats(stories, tmp_path):
+    """llama-imatrix run here (GGUF and legacy .dat), then llama-quantize and cinder on each."""
+    lb = llama_bin()
+    if lb is None or not (lb / "llama-imatrix").exists():
+        pytest.skip("no llama-imatrix build: set CINDER_LLAMA_BIN to a folder with llama-imatrix and llama-quantize")
+    text = tmp_path / "calib.txt"
+    text.write_text(TEXT * 8)
+    for fmt in ("gguf", "dat"):
+        subprocess.run([str(lb / "llama-imatrix"), "-m", str(stories), "-f", str(text), "-o", "im." + fmt,
+                        "--output-format", fmt, "--chunks", "2", "-c", "128", "-t", "2"],
+                       check=True, capture_output=True, cwd=tmp_path)
+        for qtype in ("Q4_K_M", "Q5_1"):
+            cinder("quantize", "--imatrix", "im." + fmt, stories, "c.gguf", qtype, cwd=tmp_path)
+            subprocess.run([str(lb / "llama-quantize"), "--imatrix", "im." + fmt, str(stories), "l.gguf", qtype, "2"],
+                           check=True, capture_output=True, cwd=tmp_path)
+            a, b = (tmp_path / "c.gguf").read_bytes(), (tmp_path / "l.gguf").read_bytes()
+            if a != b:
+                pytest.fail("%s, %s imatrix: %s" % (qtype, fmt, first_difference(a, b)))
+
+
 def test_imatrix_q4_0_gives_q4_1_to_the_first_ffn_down(k_model, tmp_path):
     import gguf
     k_imatrix(k_model, tmp_path / "k.imatrix")
