@@ -1142,6 +1142,10 @@ typedef struct {
     bool pure;                      /* no mix: every quantizable tensor gets the type's base type */
     const char *output_type;        /* "q8_0", ... for output.weight; NULL: the mix's rule */
     const char *token_embd_type;    /* as output_type, for token_embd.weight */
+    /* an importance matrix from llama-imatrix (its GGUF or legacy .dat file): tensors it
+     * has an entry for are quantized with its column weights, as llama-quantize --imatrix
+     * does; the path is recorded in the output (quantize.imatrix.file). NULL: none */
+    const char *imatrix_path;
     /* called after each tensor (and once with n_done 0): tensors done of n_tensors, bytes
      * of the input read so far; NULL: none */
     void (*progress)(void *user, int64_t n_done, int64_t n_tensors, uint64_t n_bytes_in);
@@ -1154,6 +1158,7 @@ typedef struct {
     uint64_t n_bytes_in, n_bytes_out;           /* tensor data */
     int64_t n_elem;                             /* weights, for bits per weight */
     uint32_t file_type;                         /* general.file_type written */
+    int64_t n_imatrix;                          /* tensors quantized with importance weights */
 } cn_quantize_stats;
 
 CN_API cn_quantize_params cn_quantize_default(void);
@@ -1161,8 +1166,9 @@ CN_API cn_quantize_params cn_quantize_default(void);
  * failure nothing is left under either name). Metadata is copied, with general.file_type
  * and general.quantization_version set. stats may be NULL. Errors: INVALID_ARG for an
  * unknown type or tensor type (message names it), a type a tensor's rows cannot take, a
- * quantized input without allow_requantize, or in_path == out_path; CORRUPT / IO /
- * UNSUPPORTED from reading the input; IO when the output cannot be written (full disk). */
+ * quantized input without allow_requantize, in_path == out_path, or an imatrix entry whose
+ * size is not its tensor's columns; CORRUPT / IO / UNSUPPORTED from reading the input or
+ * the imatrix (the message names which); IO when the output cannot be written (full disk). */
 CN_API cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type,
                                    const cn_quantize_params *p, cn_quantize_stats *stats, cn_error *err);
 

@@ -46,7 +46,8 @@ int cn_cli_quantize(int argc, char **argv) {
         CLI_F_BOOL("--pure", NULL, &pure, "no mix: every quantized tensor gets TYPE's base type"),
         CLI_F_STR("--output-type", NULL, &out_type, "T", "type of output.weight (q8_0, q6_K, f16, ...)"),
         CLI_F_STR("--token-embedding-type", NULL, &emb_type, "T", "type of token_embd.weight"),
-        CLI_F_STR("--imatrix", NULL, &imatrix, "FILE", "importance matrix (not supported yet: refused)"),
+        CLI_F_STR("--imatrix", NULL, &imatrix, "FILE",
+                  "importance matrix from llama-imatrix (GGUF or .dat): weighted quantizers, llama-quantize's bytes"),
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[3];
@@ -63,10 +64,6 @@ int cn_cli_quantize(int argc, char **argv) {
         cn_cli_errorf("quantize: give IN.gguf OUT.gguf TYPE (see 'cinder quantize --help')");
         return 2;
     }
-    if (imatrix) {
-        cn_cli_errorf("quantize: --imatrix is not supported yet (cinder has no importance-matrix quantizers)");
-        return 2;
-    }
     if (!getenv("CINDER_LOG"))
         cn_log_set_level(CN_LOG_WARN); /* the fallbacks and the requantize warning */
     progress_state ps = {now_s(), isatty(2) == 1};
@@ -76,6 +73,7 @@ int cn_cli_quantize(int argc, char **argv) {
     p.pure = pure;
     p.output_type = out_type;
     p.token_embd_type = emb_type;
+    p.imatrix_path = imatrix;
     p.progress = on_progress;
     p.progress_user = &ps;
     cn_quantize_stats s;
@@ -87,10 +85,13 @@ int cn_cli_quantize(int argc, char **argv) {
         return st == CN_STATUS_INVALID_ARG ? 2 : 1;
     }
     const double dt = now_s() - ps.t0;
+    char weighted[64] = "";
+    if (imatrix)
+        snprintf(weighted, sizeof weighted, " (%lld with importance weights)", (long long)s.n_imatrix);
     fprintf(stderr,
-            "cinder: quantize: wrote %s (file type %u): %lld tensors, %lld quantized, %lld fallbacks; "
+            "cinder: quantize: wrote %s (file type %u): %lld tensors, %lld quantized%s, %lld fallbacks; "
             "%.2f MiB -> %.2f MiB (%.2f bpw) in %.2f s\n",
-            pos[1], s.file_type, (long long)s.n_tensors, (long long)s.n_quantized, (long long)s.n_fallback,
+            pos[1], s.file_type, (long long)s.n_tensors, (long long)s.n_quantized, weighted, (long long)s.n_fallback,
             (double)s.n_bytes_in / 1048576.0, (double)s.n_bytes_out / 1048576.0,
             s.n_elem ? 8.0 * (double)s.n_bytes_out / (double)s.n_elem : 0.0, dt);
     return 0;

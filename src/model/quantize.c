@@ -14,7 +14,15 @@
  * llama-quantize's. What differs: the order of the metadata keys (file_type and
  * quantization_version are replaced where they stand; llama.cpp moves them last), and
  * the rules for models cinder does not run (MoE with 8 experts, Falcon, 70B) are left out.
- * No importance matrix.
+ *
+ * With an importance matrix (model/imatrix.c reads llama-imatrix's files), as
+ * llama-quantize --imatrix: a tensor being converted whose name has an entry is
+ * quantized by the weighted row quantizers (cn_type_quantizer_weighted; Q8_0 and F16
+ * take no weights), one without an entry unweighted; an entry whose size is not the
+ * tensor's columns (times its experts) is an error, except for token_embd, which then
+ * goes unweighted; Q4_0 / Q5_0 files give Q4_1 / Q5_1 to ffn_down in the first eighth of
+ * the layers; and the output records quantize.imatrix.file (the path as given, at most
+ * 127 bytes), .dataset, .entries_count and .chunks_count after file_type.
  *
  * Design: the output is streamed. The header (all metadata, every tensor's entry) goes
  * first into a temporary file next to out_path; each tensor is then converted in slabs
@@ -31,6 +39,7 @@
 
 #include "core/pool.h"
 #include "gguf/gguf.h"
+#include "model/imatrix.h"
 #include "tensor/tensor.h"
 
 /* llama.cpp's llama_ftype numbers (general.file_type). */
@@ -119,6 +128,7 @@ typedef struct {
     int n_attn_v, i_attn_v; /* llama-quantize's counters, in file order */
     int n_layer, i_ffn_down;
     int64_t n_fallback;
+    bool has_imatrix;
 } plan_state;
 
 /* llama_tensor_get_type_impl, for the file types above. */
@@ -144,6 +154,8 @@ static cn_type mix_type(plan_state *ps, category cat, const cn_gguf_tensor_info 
             nt = CN_TYPE_Q6_K;
         else if (ft == FT_Q4_K_S && i < n / 8)
             nt = CN_TYPE_Q5_K;
+        else if ((ft == FT_Q4_0 || ft == FT_Q5_0) && ps->has_imatrix && i < n / 8)
+            nt = ft == FT_Q4_0 ? CN_TYPE_Q4_1 : CN_TYPE_Q5_1; /* llama.cpp's guard for the first layers */
         ps->i_ffn_down++;
     }
     return nt;
@@ -186,6 +198,9 @@ typedef struct {
     size_t src_row_bytes, dst_row_bytes;
     cn_to_float_fn to_float;
     cn_from_float_fn quant;
+    cn_from_float_w_fn quant_w; /* with qw: the weighted quantizer */
+    const float *qw;         /* (n_expert, ne0) importance weights, or NULL */
+    int64_t row0, ne1;       /* the slab's first row in the tensor; rows per expert */
     float *scratch;          /* (n_threads, ne0) */
 } slab_job;
 
@@ -196,7 +211,11 @@ static void convert_rows(void *ctx, int ith, int nth) {
     float *row = j->scratch + (size_t)ith * (size_t)j->ne0;
     for (int64_t r = r0; r < r1; r++) {
         j->to_float(j->src + (size_t)r * j->src_row_bytes, row, j->ne0);
-        j->quant(row, j->dst + (size_t)r * j->dst_row_bytes, j->ne0);
+        if (j->qw)
+            j->quant_w(row, j->dst + (size_t)r * j->dst_row_bytes, j->ne0,
+                       j->qw + (size_t)((j->row0 + r) / j->ne1) * (size_t)j->ne0);
+        else
+            j->quant(row, j->dst + (size_t)r * j->dst_row_bytes, j->ne0);
     }
 }
 
@@ -220,7 +239,8 @@ static cn_status write_pad(FILE *f, uint64_t n_bytes, uint32_t align, const char
 
 /* Converts (or copies) tensor t to type nt and appends it, padded, to f. */
 static cn_status write_tensor(FILE *f, const char *path, const cn_gguf_tensor_info *t, const char *name,
-                              cn_type nt, uint32_t align, cn_pool *pool, uint64_t *n_out, cn_error *err) {
+                              cn_type nt, const float *qw, uint32_t align, cn_pool *pool, uint64_t *n_out,
+                              cn_error *err) {
     if (t->type == (uint32_t)nt) {
         *n_out = t->n_bytes;
         cn_status st = write_bytes(f, t->data, (size_t)t->n_bytes, path, err);
@@ -247,8 +267,11 @@ static cn_status write_tensor(FILE *f, const char *path, const cn_gguf_tensor_in
             .src = (const uint8_t *)t->data + (size_t)r * src_rb, .dst = dst,
             .n_rows = CN_MIN(slab_rows, n_rows - r), .ne0 = ne0, .src_row_bytes = src_rb,
             .dst_row_bytes = dst_rb, .to_float = src_tr->to_float,
-            .quant = cn_type_quantizer((uint32_t)nt), .scratch = scratch,
+            .quant = cn_type_quantizer((uint32_t)nt), .quant_w = cn_type_quantizer_weighted((uint32_t)nt),
+            .qw = qw, .row0 = r, .ne1 = CN_MAX(t->ne[1], (int64_t)1), .scratch = scratch,
         };
+        if (!j.quant_w)
+            j.qw = NULL;
         cn_pool_run(pool, convert_rows, &j);
         st = write_bytes(f, dst, (size_t)j.n_rows * dst_rb, path, err);
     }
@@ -284,8 +307,40 @@ static long layer_of(const char *name) {
 
 /* ---- the plan: every tensor's output type, checked before a byte is written ---- */
 
+/* The importance weights for tensor name (being converted to nt), as llama-quantize
+ * finds them; *qw stays NULL when there are none or nt takes none. */
+static cn_status find_weights(const cn_imatrix *im, const char *name, const cn_gguf_tensor_info *t, cn_type nt,
+                              const float **qw, cn_quantize_stats *stats, cn_error *err) {
+    *qw = NULL;
+    if (!im)
+        return CN_STATUS_OK;
+    const cn_imatrix_entry *e = cn_imatrix_find(im, name);
+    if (!e) {
+        cn_log(CN_LOG_INFO, "%s: no importance matrix entry: quantized unweighted", name);
+        return CN_STATUS_OK;
+    }
+    if (t->ne[3] != 1) /* rows past the experts would index past the entry */
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor '%s': an imatrix for a 4-D tensor", name);
+    const int64_t want = t->ne[0] * t->ne[2]; /* llama.cpp: columns times experts (dim 2) */
+    if (e->n != want) {
+        if (category_of(name) == CAT_TOKEN_EMBD) {
+            cn_log(CN_LOG_WARN, "%s: importance matrix entry of %lld values for %lld: quantized unweighted", name,
+                   (long long)e->n, (long long)want);
+            return CN_STATUS_OK;
+        }
+        return cn_err(err, CN_STATUS_INVALID_ARG, "imatrix entry '%s' has %lld values, the tensor %lld columns "
+                      "(an imatrix made for another model?)", name, (long long)e->n, (long long)want);
+    }
+    if (cn_type_quantizer_weighted((uint32_t)nt)) {
+        *qw = e->w;
+        stats->n_imatrix++;
+    }
+    return CN_STATUS_OK;
+}
+
 static cn_status plan_types(const cn_gguf *g, const ordered *ord, const cn_quantize_params *p, plan_state *ps,
-                            cn_type *types, cn_quantize_stats *stats, cn_error *err) {
+                            const cn_imatrix *im, cn_type *types, const float **qws, cn_quantize_stats *stats,
+                            cn_error *err) {
     const int64_t n = cn_gguf_n_tensors(g);
     int out_t, emb_t;
     cn_status st = parse_override(p->output_type, "output type", &out_t, err);
@@ -333,6 +388,9 @@ static cn_status plan_types(const cn_gguf *g, const ordered *ord, const cn_quant
                    "format's compound; quantize from F32/F16/BF16 where there is one", cn_type_name((cn_type)t->type));
             warned = true;
         }
+        cn_status st = find_weights(im, name, t, nt, &qws[i], stats, err);
+        if (st)
+            return st;
         stats->n_quantized++;
     }
     return CN_STATUS_OK;
@@ -340,7 +398,18 @@ static cn_status plan_types(const cn_gguf *g, const ordered *ord, const cn_quant
 
 /* Every key but split.* (one file out) and the two the quantizer owns, which go last in
  * llama-quantize's order (its gguf_set_val removes a key and appends it). */
-static cn_status copy_meta(cn_gguf_writer *w, const cn_gguf *g, uint32_t ftype, cn_error *err) {
+static bool is_imatrix_key(const char *key) {
+    return !strcmp(key, "quantize.imatrix.file") || !strcmp(key, "quantize.imatrix.dataset") ||
+           !strcmp(key, "quantize.imatrix.entries_count") || !strcmp(key, "quantize.imatrix.chunks_count");
+}
+
+/* llama-quantize keeps 127 bytes of a string it records (a fixed 128-byte field) */
+static cn_status set_str127(cn_gguf_writer *w, const char *key, const char *v) {
+    return cn_gguf_writer_set_strn(w, key, v, strnlen(v, 127));
+}
+
+static cn_status copy_meta(cn_gguf_writer *w, const cn_gguf *g, uint32_t ftype, const cn_imatrix *im,
+                           const char *im_path, cn_error *err) {
     char key[512];
     cn_status st = CN_STATUS_OK;
     for (int64_t i = 0; i < cn_gguf_n_kv(g) && !st; i++) {
@@ -350,7 +419,7 @@ static cn_status copy_meta(cn_gguf_writer *w, const cn_gguf *g, uint32_t ftype, 
         memcpy(key, ks.ptr, ks.len);
         key[ks.len] = 0;
         if (!strncmp(key, "split.", 6) || !strcmp(key, "general.file_type") ||
-            !strcmp(key, "general.quantization_version"))
+            !strcmp(key, "general.quantization_version") || (im && is_imatrix_key(key)))
             continue;
         st = cn_gguf_writer_copy_kv(w, g, i, key, err);
     }
@@ -358,6 +427,15 @@ static cn_status copy_meta(cn_gguf_writer *w, const cn_gguf *g, uint32_t ftype, 
         st = cn_gguf_writer_set_u32(w, "general.quantization_version", 2);
     if (!st)
         st = cn_gguf_writer_set_u32(w, "general.file_type", ftype);
+    if (!st && im) {
+        st = set_str127(w, "quantize.imatrix.file", im_path);
+        if (!st && im->dataset)
+            st = set_str127(w, "quantize.imatrix.dataset", im->dataset);
+        if (!st)
+            st = cn_gguf_writer_set_u32(w, "quantize.imatrix.entries_count", (uint32_t)im->n_entries);
+        if (!st && im->chunk_count > 0)
+            st = cn_gguf_writer_set_u32(w, "quantize.imatrix.chunks_count", (uint32_t)im->chunk_count);
+    }
     if (st && err && !err->msg[0])
         cn_err(err, st, "cannot copy the metadata");
     return st;
@@ -386,17 +464,23 @@ cn_status cn_model_quantize(const char *in_path, const char *out_path, const cha
     cn_gguf_writer *w = NULL;
     cn_pool *pool = NULL;
     cn_type *types = NULL;
+    const float **qws = NULL;
+    cn_imatrix *im = NULL;
     ordered *ord = NULL;
     FILE *f = NULL;
     char *tmp = NULL;
-    cn_status st = cn_gguf_open(in_path, &g, err);
-    if (st)
+    cn_status st = CN_STATUS_OK;
+    if (p.imatrix_path && (st = cn_imatrix_load(p.imatrix_path, &im, err)))
+        goto done;
+    ps.has_imatrix = im != NULL;
+    if ((st = cn_gguf_open(in_path, &g, err)))
         goto done;
     const int64_t n = cn_gguf_n_tensors(g);
     types = calloc((size_t)n + 1, sizeof *types);
     ord = calloc((size_t)n + 1, sizeof *ord);
+    qws = calloc((size_t)n + 1, sizeof *qws);
     w = cn_gguf_writer_new();
-    if (!types || !ord || !w) {
+    if (!types || !ord || !qws || !w) {
         st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
         goto done;
     }
@@ -422,10 +506,10 @@ cn_status cn_model_quantize(const char *in_path, const char *out_path, const cha
         ord[i].layer = layer_of(ord[i].name);
     }
     qsort(ord, (size_t)n, sizeof *ord, cmp_ordered);
-    if ((st = plan_types(g, ord, &p, &ps, types, &stats, err)))
+    if ((st = plan_types(g, ord, &p, &ps, im, types, qws, &stats, err)))
         goto done;
     stats.n_fallback = ps.n_fallback;
-    if ((st = copy_meta(w, g, ps.ftype, err)))
+    if ((st = copy_meta(w, g, ps.ftype, im, p.imatrix_path, err)))
         goto done;
     for (int64_t i = 0; i < n && !st; i++) {
         const cn_gguf_tensor_info *t = cn_gguf_tensor(g, ord[i].index);
@@ -488,7 +572,7 @@ cn_status cn_model_quantize(const char *in_path, const char *out_path, const cha
     for (int64_t i = 0; i < n && !st; i++) {
         const cn_gguf_tensor_info *t = cn_gguf_tensor(g, ord[i].index);
         uint64_t n_out = 0;
-        st = write_tensor(f, out_path, t, ord[i].name, types[i], align, pool, &n_out, err);
+        st = write_tensor(f, out_path, t, ord[i].name, types[i], qws[i], align, pool, &n_out, err);
         stats.n_bytes_in += t->n_bytes;
         stats.n_bytes_out += n_out;
         if (!st && p.progress)
@@ -524,7 +608,9 @@ done:
     cn_gguf_writer_free(w);
     cn_gguf_close(g);
     free(types);
+    free(qws);
     free(ord);
+    cn_imatrix_free(im);
     if (stats_out)
         *stats_out = stats;
     return st;

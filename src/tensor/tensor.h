@@ -31,6 +31,12 @@ bool cn_type_from_name(const char *name, uint32_t *out);
  * F32/F16/BF16 and the 32-blocks are the traits' reference quantizers; Q4_K/Q5_K/Q6_K
  * ggml's search (quants_search.c), not the bounded ones of the traits. NULL otherwise. */
 cn_from_float_fn cn_type_quantizer(uint32_t type);
+/* With an importance matrix: ggml's quantize_row_<type>_impl bytes (llama-quantize
+ * --imatrix). Quantizes exactly one row of n_elem; qw (n_elem) the column weights. */
+typedef void (*cn_from_float_w_fn)(const float *src, void *dst, int64_t n_elem, const float *qw);
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; NULL for a type that takes no weights (Q8_0,
+ * F16, ...: ggml ignores them there). */
+cn_from_float_w_fn cn_type_quantizer_weighted(uint32_t type);
 
 float cn_f16_to_f32(uint16_t h);
 uint16_t cn_f32_to_f16(float f);   /* round to nearest even, as numpy's astype(float16) */

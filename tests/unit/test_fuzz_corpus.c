@@ -1,6 +1,6 @@
 /* test_fuzz_corpus.c — replays the libFuzzer harnesses of tests/fuzz (the GGUF reader,
  * tokenizer, chat templates, the Jinja interpreter, the HTTP body mapping, the stop-string
- * filter, the regex and GBNF grammar front ends) over their
+ * filter, the regex and GBNF grammar front ends, the imatrix reader) over their
  * committed corpora
  * (tests/fuzz/corpus/NAME: seeds, and every input a fuzzing run found worth keeping,
  * crashes made regression inputs included), so `make test` runs them under ASan+UBSan.
@@ -16,6 +16,7 @@
 #define CN_FUZZ_NO_ENTRY
 #include "../fuzz/fuzz_chat.c"
 #include "../fuzz/fuzz_gbnf.c"
+#include "../fuzz/fuzz_imatrix.c"
 #include "../fuzz/fuzz_jinja.c"
 #include "../fuzz/fuzz_openai.c"
 #include "../fuzz/fuzz_regex.c"
@@ -124,3 +125,4 @@ CORPUS_TEST(stop, fuzz_stop_one, 8)
 CORPUS_TEST(regex, fuzz_regex_one, 10)
 CORPUS_TEST(gbnf, fuzz_gbnf_one, 10)
 CORPUS_TEST(jinja, fuzz_jinja_one, 30)
+CORPUS_TEST(imatrix, fuzz_imatrix_one, 4)

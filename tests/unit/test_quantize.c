@@ -4,8 +4,10 @@
  * tests/py/test_quantize.py (golden rows and whole files from llama-quantize); here:
  * which types have a file quantizer, that the search quantizers are at least as close
  * as the bounded reference ones on Gaussian rows (they minimise a weighted error, so on
- * average they must not lose), that zeros stay zeros, and that a file streamed through
- * write_header is the very file write_mem makes. */
+ * average they must not lose), that zeros stay zeros, that a file streamed through
+ * write_header is the very file write_mem makes; the importance-weighted quantizers
+ * lower the error measured with their weights, and the imatrix reader's legacy format
+ * (duplicates, division by ncall, truncations, bad sizes). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "model/imatrix.h"
 #include "tensor/quants.h"
 #include "tensor/tensor.h"
 
@@ -120,4 +123,126 @@ Test(quantize, streamed_file_equals_write_mem) {
     free(mem);
     cn_gguf_writer_free(w);
     cn_gguf_writer_free(h);
+}
+
+/* ---- importance weights (quantize --imatrix) ---- */
+
+Test(quantize, weighted_quantizer_per_type) {
+    const uint32_t have[] = {CN_TYPE_Q4_0, CN_TYPE_Q4_1, CN_TYPE_Q5_0, CN_TYPE_Q5_1,
+                             CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof have / sizeof have[0]; i++)
+        cr_assert_not_null(cn_type_quantizer_weighted(have[i]), "type %u", have[i]);
+    /* ggml ignores the weights for these: the plain quantizer is used */
+    cr_assert_null(cn_type_quantizer_weighted(CN_TYPE_Q8_0));
+    cr_assert_null(cn_type_quantizer_weighted(CN_TYPE_F16));
+    cr_assert_null(cn_type_quantizer_weighted(CN_TYPE_Q2_K));
+}
+
+/* Weights that favour a few columns: the weighted quantizer's error, measured with those
+ * weights, must on the whole be below the unweighted one's (what it is for). */
+Test(quantize, weighted_quantizers_spend_precision_where_the_weights_are) {
+    const uint32_t types[] = {CN_TYPE_Q4_0, CN_TYPE_Q4_1, CN_TYPE_Q5_0, CN_TYPE_Q5_1,
+                              CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
+    enum { N = 512, ROWS = 24 };
+    static float x[N], qw[N], y[N];
+    static uint8_t buf[N * 2];
+    uint64_t s = 29;
+    for (int j = 0; j < N; j++)
+        qw[j] = j % 16 == 3 ? 50.0f : 0.2f + (float)(j % 7) * 0.1f;
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const cn_type_traits *tr = cn_type_traits_get(types[t]);
+        double e_w = 0, e_u = 0;
+        for (int r = 0; r < ROWS; r++) {
+            for (int j = 0; j < N; j++)
+                x[j] = (float)gauss(&s);
+            cn_type_quantizer_weighted(types[t])(x, buf, N, qw);
+            tr->to_float(buf, y, N);
+            for (int j = 0; j < N; j++)
+                e_w += qw[j] * (double)(x[j] - y[j]) * (x[j] - y[j]);
+            cn_type_quantizer(types[t])(x, buf, N);
+            tr->to_float(buf, y, N);
+            for (int j = 0; j < N; j++)
+                e_u += qw[j] * (double)(x[j] - y[j]) * (x[j] - y[j]);
+        }
+        cr_assert_lt(e_w, e_u, "%s: weighted error %g, unweighted %g", cn_type_name((cn_type)types[t]), e_w, e_u);
+    }
+}
+
+static size_t put_i32(uint8_t *p, int32_t v) {
+    memcpy(p, &v, 4);
+    return 4;
+}
+
+static size_t put_entry(uint8_t *p, const char *name, int32_t ncall, int32_t nval, float v0) {
+    size_t k = put_i32(p, (int32_t)strlen(name));
+    memcpy(p + k, name, strlen(name));
+    k += strlen(name);
+    k += put_i32(p + k, ncall);
+    k += put_i32(p + k, nval);
+    for (int32_t j = 0; j < nval; j++) {
+        float v = v0 + (float)j;
+        memcpy(p + k, &v, 4);
+        k += 4;
+    }
+    return k;
+}
+
+Test(quantize, imatrix_legacy_reads_as_llama_quantize_does) {
+    uint8_t b[512];
+    size_t n = put_i32(b, 4);
+    n += put_entry(b + n, "b.weight", 4, 3, 8.0f);  /* stored mean * ncall: / 4 */
+    n += put_entry(b + n, "a.weight", 0, 2, 5.0f);  /* ncall 0: as stored */
+    n += put_entry(b + n, "b.weight", 2, 2, 10.0f); /* a name again: the last one wins */
+    n += put_entry(b + n, "c.weight", 1, 1, 1.0f);
+    n += put_i32(b + n, 7);
+    n += put_i32(b + n, 4);
+    memcpy(b + n, "wiki", 4);
+    n += 4;
+    cn_imatrix *m = NULL;
+    cn_error err = {0};
+    cr_assert_eq(cn_imatrix_parse(b, n, &m, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(m->n_entries, 3);
+    cr_assert(m->legacy);
+    cr_assert_eq(m->chunk_count, 7);
+    cr_assert_str_eq(m->dataset, "wiki");
+    const cn_imatrix_entry *e = cn_imatrix_find(m, "b.weight");
+    cr_assert(e && e->n == 2 && e->w[0] == 5.0f && e->w[1] == 5.5f);
+    e = cn_imatrix_find(m, "a.weight");
+    cr_assert(e && e->n == 2 && e->w[0] == 5.0f && e->w[1] == 6.0f);
+    cr_assert_null(cn_imatrix_find(m, "d.weight"));
+    cn_imatrix_free(m);
+
+    /* every truncation is refused with a message, or (cut in the optional trailer) read */
+    for (size_t k = 0; k < n; k++) {
+        err.msg[0] = 0;
+        m = NULL;
+        cn_status st = cn_imatrix_parse(b, k, &m, &err);
+        if (st) {
+            cr_assert_null(m);
+            cr_assert(err.msg[0], "cut at %zu", k);
+        } else {
+            cr_assert_eq(m->n_entries, 3, "cut at %zu", k);
+            cn_imatrix_free(m);
+        }
+    }
+}
+
+Test(quantize, imatrix_bad_legacy_sizes) {
+    uint8_t b[64];
+    cn_imatrix *m = NULL;
+    cn_error err = {0};
+    size_t n = put_i32(b, 1);
+    n += put_i32(b + n, -5); /* a negative name length */
+    cr_assert_eq(cn_imatrix_parse(b, n, &m, &err), CN_STATUS_CORRUPT);
+    n = put_i32(b, 1);
+    n += put_entry(b + n, "w", 1, 0, 0.0f); /* no values */
+    cr_assert_eq(cn_imatrix_parse(b, n, &m, &err), CN_STATUS_CORRUPT);
+    n = put_i32(b, 0); /* no entries */
+    cr_assert_eq(cn_imatrix_parse(b, n, &m, &err), CN_STATUS_CORRUPT);
+    cr_assert(strstr(err.msg, "not an imatrix file"), "%s", err.msg);
+    n = put_i32(b, 1);
+    n += put_entry(b + n, "w", 1, 1, INFINITY);
+    cr_assert_eq(cn_imatrix_parse(b, n, &m, &err), CN_STATUS_CORRUPT);
+    cr_assert(strstr(err.msg, "non-finite"), "%s", err.msg);
+    cr_assert_null(m);
 }
