@@ -50,13 +50,13 @@ struct models {
     uint64_t clock;
 };
 
-static double now_s(void) {
+double serve_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
+void serve_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     t.tv_nsec += (long)ms * 1000000L;
@@ -65,8 +65,7 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
     pthread_cond_timedwait(cv, mu, &t);
 }
 
-static cn_status set_err(cn_error *err, cn_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static cn_status set_err(cn_error *err, cn_status s, const char *fmt, ...) {
+cn_status serve_err(cn_error *err, cn_status s, const char *fmt, ...) {
     if (!err) return s;
     memset(err, 0, sizeof *err);
     err->status = s;
@@ -223,10 +222,10 @@ static smodel *find(models *r, const char *name) {
 cn_status models_new_dir(const cn_server_params *p, const oai_ctx *base, cn_metrics *mx, gcache *gc, models **out,
                          cn_error *err) {
     *out = NULL;
-    if (!p->load) return set_err(err, CN_STATUS_INVALID_ARG, "server: several models need a loader");
+    if (!p->load) return serve_err(err, CN_STATUS_INVALID_ARG, "server: several models need a loader");
     DIR *d = opendir(p->models_dir);
     if (!d)
-        return set_err(err, CN_STATUS_IO, "cannot read the models folder '%.300s': %s", p->models_dir,
+        return serve_err(err, CN_STATUS_IO, "cannot read the models folder '%.300s': %s", p->models_dir,
                        strerror(errno));
     closedir(d);
     models *r = table_new(base, mx);
@@ -235,7 +234,7 @@ cn_status models_new_dir(const cn_server_params *p, const oai_ctx *base, cn_metr
     if (r && r->dir && p->n_aliases > 0) r->aliases = calloc((size_t)p->n_aliases, sizeof *r->aliases);
     if (!r || !r->dir || (p->n_aliases > 0 && !r->aliases)) {
         models_free(r);
-        return set_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+        return serve_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     }
     memcpy(r->dir, p->models_dir, n_dir);
     r->multi = true;
@@ -249,7 +248,7 @@ cn_status models_new_dir(const cn_server_params *p, const oai_ctx *base, cn_metr
         const char *a = p->aliases[i], *eq = strchr(a, '=');
         if (!eq || eq == a || !eq[1] || (size_t)(eq - a) >= sizeof r->aliases[i].name) {
             models_free(r);
-            return set_err(err, CN_STATUS_INVALID_ARG, "alias '%.200s' is not NAME=FILE", a);
+            return serve_err(err, CN_STATUS_INVALID_ARG, "alias '%.200s' is not NAME=FILE", a);
         }
         alias *al = &r->aliases[r->n_aliases];
         memcpy(al->name, a, (size_t)(eq - a));
@@ -264,11 +263,11 @@ cn_status models_new_dir(const cn_server_params *p, const oai_ctx *base, cn_metr
         }
         if (!al->to) {
             models_free(r);
-            return set_err(err, CN_STATUS_INVALID_ARG, "alias '%.200s': no model '%.200s' in %.300s", a, eq + 1,
+            return serve_err(err, CN_STATUS_INVALID_ARG, "alias '%.200s': no model '%.200s' in %.300s", a, eq + 1,
                            p->models_dir);
         }
         if (find(r, al->name)) {
-            set_err(err, CN_STATUS_INVALID_ARG, "alias '%.200s': the name '%.200s' is already served", a, al->name);
+            serve_err(err, CN_STATUS_INVALID_ARG, "alias '%.200s': the name '%.200s' is already served", a, al->name);
             models_free(r);
             return CN_STATUS_INVALID_ARG;
         }
@@ -339,10 +338,10 @@ static bool load(models *r, smodel *sm) {
     cn_engine *e = NULL;
     cn_embedder *emb = NULL;
     cn_error err = {0};
-    const double t0 = now_s();
+    const double t0 = serve_now_s();
     cn_status st = r->load(r->load_user, path, &m, &e, &emb, &err);
-    const double dt = now_s() - t0;
-    if (st == CN_STATUS_OK && (!m || !e)) st = set_err(&err, CN_STATUS_INVALID_ARG, "the loader made no engine");
+    const double dt = serve_now_s() - t0;
+    if (st == CN_STATUS_OK && (!m || !e)) st = serve_err(&err, CN_STATUS_INVALID_ARG, "the loader made no engine");
     struct stat fs;
     const bool have_stat = stat(path, &fs) == 0;
     pthread_mutex_lock(&r->mu);
@@ -500,13 +499,13 @@ int models_acquire(models *r, const char *name, double deadline_s, bool (*gone)(
             }
         }
         /* loading or unloading elsewhere, or every loaded model busy: wait */
-        if (now_s() > deadline_s) {
+        if (serve_now_s() > deadline_s) {
             rc = oai_fail(e, 504, "timeout_error", "model", "timeout",
                           "the model '%.200s' did not become ready in time (%s)", sm->id,
                           sm->state == SM_LOADING ? "still loading" : "every loaded model is busy (--models-max)");
             break;
         }
-        timed_wait(&r->cv, &r->mu, WAKE_MS);
+        serve_timed_wait(&r->cv, &r->mu, WAKE_MS);
         if (gone && sm->state != SM_LOADED) {
             pthread_mutex_unlock(&r->mu);
             const bool left = gone(arg);

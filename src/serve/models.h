@@ -17,6 +17,7 @@
 #define CN_SERVE_MODELS_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -26,6 +27,12 @@
 #include "serve/metrics.h"
 #include "serve/openai.h"
 #include "serve/server.h"
+
+/* What the server and the table share: a monotonic clock in seconds, a condition wait
+ * of at most ms, and an error filled as the library's calls fill it (s returned). */
+double serve_now_s(void);
+void serve_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
+cn_status serve_err(cn_error *err, cn_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 typedef enum { SM_UNLOADED, SM_LOADING, SM_LOADED, SM_UNLOADING, SM_FAILED } smodel_state;
 

@@ -59,19 +59,6 @@
 
 #define WAKE_MS 50
 
-/* Fills err (as the library's calls do) and returns s. */
-static cn_status server_err(cn_error *err, cn_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static cn_status server_err(cn_error *err, cn_status s, const char *fmt, ...) {
-    if (!err) return s;
-    memset(err, 0, sizeof *err);
-    err->status = s;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return s;
-}
-
 cn_server_params cn_server_default_params(void) {
     return (cn_server_params){.host = "127.0.0.1", .port = 8080, .request_timeout_s = 600, .idle_timeout_s = 30,
                               .max_body_bytes = 8u << 20, .max_connections = 256, .max_draft = 8,
@@ -100,11 +87,6 @@ struct cn_server {
  * there, the extra ones get a 503 that says why. */
 #define CONN_MARGIN 64
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* jansson's allocations go through json_mem (json_mem.h): a failure marks the thread. */
 static bool json_failed(void) { return json_mem_failed(); }
@@ -468,7 +450,7 @@ static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token 
     (void)id;
     job_sub *sub = user;
     job *j = sub->j;
-    const double t = now_s();
+    const double t = serve_now_s();
     pthread_mutex_lock(&j->mu);
     job_choice *c = &j->ch[sub->prompt * j->r.n + index];
     if (c->t_last_token > 0) cn_metrics_itl(j->s->metrics, j->m->ms, t - c->t_last_token);
@@ -655,14 +637,6 @@ static bool client_gone(int fd) {
     return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_nsec += (long)ms * 1000000L;
-    t.tv_sec += t.tv_nsec / 1000000000L;
-    t.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &t);
-}
 
 /* The whole non-streaming response of a finished job. */
 static json_t *completion_json(job *j) {
@@ -716,10 +690,10 @@ static const char SSE_KEEPALIVE[] = ": keep-alive\n\n";
 static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     job *j = cls;
-    const double keepalive_s = j->s->p.idle_timeout_s / 3.0, t_called = now_s(); /* MHD just sent the last */
+    const double keepalive_s = j->s->p.idle_timeout_s / 3.0, t_called = serve_now_s(); /* MHD just sent the last */
     for (;;) {
         /* checked on every call: a stream that always has bytes waiting must time out too */
-        if (now_s() > j->t_deadline) {
+        if (serve_now_s() > j->t_deadline) {
             pthread_mutex_lock(&j->mu);
             const bool cancelling = j->cancelling;
             pthread_mutex_unlock(&j->mu);
@@ -745,7 +719,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             pthread_mutex_unlock(&j->mu);
             return k ? (ssize_t)k : MHD_CONTENT_READER_END_OF_STREAM;
         }
-        timed_wait(&j->cv, &j->mu, WAKE_MS);
+        serve_timed_wait(&j->cv, &j->mu, WAKE_MS);
         const bool has = j->out_sent < j->out.n || j->stream_done, oom = j->oom;
         pthread_mutex_unlock(&j->mu);
         if (has) continue;
@@ -758,7 +732,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (oom) job_cancel(j); /* its finish chunks follow */
-        else if (now_s() - t_called > keepalive_s && max >= sizeof SSE_KEEPALIVE - 1) {
+        else if (serve_now_s() - t_called > keepalive_s && max >= sizeof SSE_KEEPALIVE - 1) {
             memcpy(out, SSE_KEEPALIVE, sizeof SSE_KEEPALIVE - 1);
             return (ssize_t)(sizeof SSE_KEEPALIVE - 1);
         }
@@ -840,7 +814,7 @@ static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, jso
     snprintf(j->id, sizeof j->id, "%s%016llx%08llx", prefix[api],
              (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
     j->created = (long long)time(NULL);
-    j->t_deadline = now_s() + s->p.request_timeout_s;
+    j->t_deadline = serve_now_s() + s->p.request_timeout_s;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     for (int32_t i = 0; j->r.stream && i < j->n_choices; i++) {
@@ -930,7 +904,7 @@ static enum MHD_Result respond_whole(cn_server *s, struct MHD_Connection *conn, 
     bool gone = false, timed_out = false;
     pthread_mutex_lock(&j->mu);
     while (j->n_open > 0) {
-        timed_wait(&j->cv, &j->mu, WAKE_MS);
+        serve_timed_wait(&j->cv, &j->mu, WAKE_MS);
         if (j->n_open == 0) break;
         const bool oom = j->oom;
         pthread_mutex_unlock(&j->mu);
@@ -938,7 +912,7 @@ static enum MHD_Result respond_whole(cn_server *s, struct MHD_Connection *conn, 
             gone = true;
             cn_metrics_disconnect(s->metrics, j->m->ms);
             job_cancel(j);
-        } else if (!timed_out && (oom || now_s() > j->t_deadline)) {
+        } else if (!timed_out && (oom || serve_now_s() > j->t_deadline)) {
             timed_out = true;
             job_cancel(j);
         }
@@ -1213,7 +1187,7 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
     cn_metrics_series *ms = NULL;
-    const int got = models_acquire(s->models, json_string_value(mj), now_s() + s->p.request_timeout_s, fd_gone, &fd,
+    const int got = models_acquire(s->models, json_string_value(mj), serve_now_s() + s->p.request_timeout_s, fd_gone, &fd,
                                    &sm, &ms, &oe);
     tl_series = ms;
     tl_routed = true;
@@ -1307,15 +1281,15 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     if ((!multi && !p->model_id) || (multi && !p->load) || p->models_max < 0 || p->n_aliases < 0 || p->port < 0 ||
         p->port > 65535 || p->max_connections < 1 || p->request_timeout_s < 1 || p->idle_timeout_s < 1 ||
         p->max_body_bytes < 1 || p->grammar_cache_entries < 1 || !(p->grammar_compile_ms > 0))
-        return server_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
+        return serve_err(err, CN_STATUS_INVALID_ARG, "server: bad parameters");
     struct sockaddr_in addr = {0};
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)p->port);
     if (inet_pton(AF_INET, p->host ? p->host : "127.0.0.1", &addr.sin_addr) != 1)
-        return server_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
+        return serve_err(err, CN_STATUS_INVALID_ARG, "server: --host '%.64s' is not an IPv4 address", p->host);
     json_mem_init();
     cn_server *s = calloc(1, sizeof *s);
-    if (!s) return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+    if (!s) return serve_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     s->p = *p;
     s->metrics = cn_metrics_new();
     s->grammars = gcache_new((size_t)p->grammar_cache_entries, 0);
@@ -1325,7 +1299,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
                           .grammar_max_compile_ms = p->grammar_compile_ms};
     if (!s->metrics || !s->grammars) {
         cn_server_free(s);
-        return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+        return serve_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     }
     if (multi) {
         const cn_status st = models_new_dir(p, &base, s->metrics, s->grammars, &s->models, err);
@@ -1336,7 +1310,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
         s->ready = true; /* nothing to load before answering */
     } else if (!(s->models = models_new_single(p->model_id, &base, s->metrics))) {
         cn_server_free(s);
-        return server_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
+        return serve_err(err, CN_STATUS_NO_MEMORY, "server: out of memory");
     }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)p->port, NULL,
                             NULL, access_handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
@@ -1347,7 +1321,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     if (!s->d) {
         const int port = p->port;
         cn_server_free(s);
-        return server_err(err, CN_STATUS_IO, "server: cannot listen on %s:%d (in use, or not an address here)",
+        return serve_err(err, CN_STATUS_IO, "server: cannot listen on %s:%d (in use, or not an address here)",
                       p->host ? p->host : "127.0.0.1", port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -1373,14 +1347,14 @@ void cn_server_set_embedder(cn_server *s, cn_embedder *emb) {
 
 void cn_server_drain(cn_server *s, double deadline_s) {
     if (!s) return;
-    const double end = now_s() + deadline_s;
+    const double end = serve_now_s() + deadline_s;
     models_drain(s->models); /* requests waiting for a model load stop waiting */
     pthread_mutex_lock(&s->mu);
     s->draining = true;
-    while (s->n_jobs > 0 && now_s() < end) timed_wait(&s->idle_cv, &s->mu, WAKE_MS);
+    while (s->n_jobs > 0 && serve_now_s() < end) serve_timed_wait(&s->idle_cv, &s->mu, WAKE_MS);
     for (job *j = s->jobs; j; j = j->next) job_cancel(j);
-    const double end2 = now_s() + 5.0;
-    while (s->n_jobs > 0 && now_s() < end2) timed_wait(&s->idle_cv, &s->mu, WAKE_MS);
+    const double end2 = serve_now_s() + 5.0;
+    while (s->n_jobs > 0 && serve_now_s() < end2) serve_timed_wait(&s->idle_cv, &s->mu, WAKE_MS);
     pthread_mutex_unlock(&s->mu);
 }
 
