@@ -31,6 +31,7 @@ struct nfa {
     nfa_edge *e;
     uint32_t n_e, cap_e;
     size_t budget_states, used_states;
+    uint64_t steps;    /* frag calls: the deadline is read every 1024 of them */
     double deadline_ms;
     cn_error *err;
     cn_status st;      /* first failure */
@@ -106,7 +107,9 @@ static int32_t frag(nfa *a, int32_t x, int32_t in, int depth) {
         fail(a, CN_STATUS_INVALID_ARG, "the grammar is nested too deeply (more than 4000 levels)");
         return -1;
     }
-    if ((a->used_states & 1023) == 0 && cn_time_ms() > a->deadline_ms) {
+    /* Counted in calls, not states: a repeat of an item that adds no state (empty) makes
+     * no states however large its count, and must still run out of time. */
+    if ((++a->steps & 1023) == 0 && cn_time_ms() > a->deadline_ms) {
         fail(a, CN_STATUS_INVALID_ARG, "compile budget: compiling took longer than allowed (max_compile_ms)");
         return -1;
     }
@@ -143,7 +146,13 @@ static int32_t frag(nfa *a, int32_t x, int32_t in, int depth) {
         int32_t item = (int32_t)n->first;
         uint32_t min = n->a, max = n->b;
         int32_t cur = in;
-        for (uint32_t i = 0; i < min && a->st == CN_STATUS_OK; i++) cur = frag(a, item, cur, depth + 1);
+        /* An item that adds no state matches only the empty string: so does any number of
+         * copies of it, and a count of millions must not be walked copy by copy. */
+        for (uint32_t i = 0; i < min && a->st == CN_STATUS_OK; i++) {
+            int32_t o = frag(a, item, cur, depth + 1);
+            if (o == cur) return cur;
+            cur = o;
+        }
         if (max == GR_INF) {
             int32_t s = nfa_state(a);
             nfa_edge_add(a, cur, E_EPS, 0, s);
@@ -157,6 +166,7 @@ static int32_t frag(nfa *a, int32_t x, int32_t in, int depth) {
             int32_t s = nfa_state(a);
             nfa_edge_add(a, cur, E_EPS, 0, s);
             cur = frag(a, item, s, depth + 1);
+            if (cur == s) break;
         }
         nfa_edge_add(a, cur, E_EPS, 0, end);
         return end;
@@ -478,7 +488,7 @@ done:
 
 static bool operand_dfa(nfa *a, int32_t x, int depth, gr_dfa *d) {
     nfa s = { .b = a->b, .root = a->root, .budget_states = a->budget_states, .used_states = a->used_states,
-              .deadline_ms = a->deadline_ms, .err = a->err };
+              .steps = a->steps, .deadline_ms = a->deadline_ms, .err = a->err };
     int32_t s0 = nfa_state(&s);
     int32_t fin = frag(&s, x, s0, depth + 1);
     for (uint32_t e = 0; s.st == CN_STATUS_OK && e < s.n_e; e++)
@@ -488,6 +498,7 @@ static bool operand_dfa(nfa *a, int32_t x, int depth, gr_dfa *d) {
         }
     cn_status st = s.st == CN_STATUS_OK ? determinize(&s, fin, d) : s.st;
     a->used_states = s.used_states;
+    a->steps = s.steps;
     free(s.head);
     free(s.e);
     if (st != CN_STATUS_OK && a->st == CN_STATUS_OK) a->st = st; /* the message is in err already */
