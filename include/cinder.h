@@ -703,6 +703,17 @@ CN_API void cn_context_profile(cn_context *c, bool on);
 /* Copies up to max ops into out (in the order first met); returns how many there are. */
 CN_API int32_t cn_context_profile_read(const cn_context *c, cn_profile_op *out, int32_t max);
 
+/* The rows that enter each matrix multiplication (`cinder imatrix`): with an observer set,
+ * every cn_context_decode of two or more rows calls fn on the calling thread, once per
+ * weight it multiplies, with the weight's GGUF name ("blk.0.attn_q.weight") and the f32
+ * rows (n_rows of k, row-major) as they are before being quantized for the kernel: the
+ * normed hidden state for the q/k/v and gate/up weights (one call each, the same rows),
+ * the attention output for attn_output, act(gate)·up for ffn_down, and for the LM head
+ * only the rows that want logits. One-row decodes are not observed. x is valid during the
+ * call only. fn NULL: off. */
+typedef void (*cn_matmul_observer)(void *user, const char *weight, const float *x, int64_t n_rows, int64_t k);
+CN_API void cn_context_observe_matmuls(cn_context *c, cn_matmul_observer fn, void *user);
+
 /* ==== end of the low tier ================================================================= */
 
 /* ==== explain: the sampler chain stage by stage ===========================================
@@ -1132,6 +1143,26 @@ CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn
 CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, int32_t n_layers,
                                       int32_t *n_layer_model, cn_error *err);
 
+/* Importance matrices (src/model/imatrix.c): `cinder imatrix`, llama-imatrix's statistics
+ * and its GGUF file. Per weight, the sum over every observed row of each column's squared
+ * activation, and the number of rows: llama-quantize --imatrix and `cinder quantize
+ * --imatrix` spend a quantized row's precision where these are large. Not thread-safe:
+ * one thread adds (the observer's calling thread). */
+typedef struct cn_imatrix_stats cn_imatrix_stats;
+CN_API cn_status cn_imatrix_stats_create(cn_imatrix_stats **out, cn_error *err);
+CN_API void cn_imatrix_stats_free(cn_imatrix_stats *s); /* NULL is a no-op */
+/* Adds n_rows rows of k columns for weight. Errors: INVALID_ARG when the weight was seen
+ * before with another k, or a value is not finite (named); NO_MEMORY. */
+CN_API cn_status cn_imatrix_stats_add(cn_imatrix_stats *s, const char *weight, const float *x, int64_t n_rows,
+                                      int64_t k, cn_error *err);
+CN_API int64_t cn_imatrix_stats_n_weights(const cn_imatrix_stats *s);
+/* Writes llama-imatrix's GGUF file (general.type "imatrix"; imatrix.datasets [dataset],
+ * imatrix.chunk_count, imatrix.chunk_size; per weight, in name order, "<name>.in_sum2"
+ * F32 [k, 1] and "<name>.counts" F32 [1, 1]) through a temporary file renamed at the end,
+ * so a failure leaves no partial file. Errors: INVALID_ARG when nothing was added; IO. */
+CN_API cn_status cn_imatrix_stats_save(const cn_imatrix_stats *s, const char *path, const char *dataset,
+                                       int32_t chunk_count, int32_t chunk_size, cn_error *err);
+
 /* Quantizing a model file (src/model/quantize.c): `cinder quantize`, llama-quantize's
  * rules. type is a file type as llama-quantize spells it (case-insensitive): Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q6_K, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, and Q4_K / Q5_K, which are
@@ -1146,6 +1177,13 @@ typedef struct {
      * has an entry for are quantized with its column weights, as llama-quantize --imatrix
      * does; the path is recorded in the output (quantize.imatrix.file). NULL: none */
     const char *imatrix_path;
+    /* llama-quantize's --include-weights / --exclude-weights: keep only the imatrix entries
+     * whose name contains one of include[0..n_include), or drop those that contain one of
+     * exclude[0..n_exclude) (not both; the rest are quantized unweighted). Borrowed. */
+    const char *const *include_weights;
+    int32_t n_include;
+    const char *const *exclude_weights;
+    int32_t n_exclude;
     /* called after each tensor (and once with n_done 0): tensors done of n_tensors, bytes
      * of the input read so far; NULL: none */
     void (*progress)(void *user, int64_t n_done, int64_t n_tensors, uint64_t n_bytes_in);

@@ -13,8 +13,6 @@ int cn_cli_bench_parallel(int argc, char **argv);
 
 /* j as one line on stdout (json_dumps flags), flushed; takes j (NULL: nothing printed). */
 void cli_print_json(json_t *j, size_t flags);
-/* A monotonic clock in milliseconds. */
-double cli_now_ms(void);
 /* The 1-minute load average, -1 where unknown: every figure is printed with it. */
 double cli_load1(void);
 

@@ -24,6 +24,7 @@ int cn_cli_quantize(int argc, char **argv);    /* quantize.c: cinder quantize */
 int cn_cli_bench_spec(int argc, char **argv); /* bench_spec.c: cinder bench --spec */
 int cn_cli_grammar(int argc, char **argv);    /* grammar.c: cinder grammar check */
 int cn_cli_template(int argc, char **argv);   /* template.c: cinder template render */
+int cn_cli_imatrix(int argc, char **argv);    /* imatrix.c: cinder imatrix */
 
 /* Parses a comma-separated list of integers in [lo, hi] ("1,4,8") into out[0..max):
  * false on an empty list, a bad or out-of-range item, or more than max items. */
@@ -43,6 +44,9 @@ int cli_parse_kv_type(void *dst, const char *v, const char *cmd, const char *nam
 cn_status cn_cli_model_load(const char *path, cn_model **out, cn_error *err);
 /* The index of the largest of x[0..n) (n > 0), the first on ties. */
 int32_t cn_cli_argmax(const float *x, int32_t n);
+
+/* A monotonic clock in milliseconds (bench.c). */
+double cli_now_ms(void);
 
 /* Prints "cinder: <msg>" to stderr as one line. */
 void cn_cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -39,6 +39,8 @@ int cn_cli_quantize(int argc, char **argv) {
     int32_t n_threads = 0;
     bool requant = false, pure = false;
     const char *out_type = NULL, *emb_type = NULL, *imatrix = NULL;
+    const char *include[64], *exclude[64];
+    int32_t n_include = 0, n_exclude = 0;
     const cli_flag flags[] = {
         CLI_F_THREADS(&n_threads),
         CLI_F_BOOL("--allow-requantize", NULL, &requant,
@@ -47,7 +49,12 @@ int cn_cli_quantize(int argc, char **argv) {
         CLI_F_STR("--output-type", NULL, &out_type, "T", "type of output.weight (q8_0, q6_K, f16, ...)"),
         CLI_F_STR("--token-embedding-type", NULL, &emb_type, "T", "type of token_embd.weight"),
         CLI_F_STR("--imatrix", NULL, &imatrix, "FILE",
-                  "importance matrix from llama-imatrix (GGUF or .dat): weighted quantizers, llama-quantize's bytes"),
+                  "importance matrix from llama-imatrix or cinder imatrix (GGUF or .dat): weighted\n"
+                  "quantizers, llama-quantize's bytes"),
+        {.name = "--include-weights", .kind = CLI_STRS, .dst = include, .max = 64, .count = &n_include,
+         .metavar = "NAME", .help = "use the imatrix only for tensors whose name contains NAME (repeatable)"},
+        {.name = "--exclude-weights", .kind = CLI_STRS, .dst = exclude, .max = 64, .count = &n_exclude,
+         .metavar = "NAME", .help = "do not use the imatrix for tensors whose name contains NAME (repeatable)"},
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[3];
@@ -74,6 +81,10 @@ int cn_cli_quantize(int argc, char **argv) {
     p.output_type = out_type;
     p.token_embd_type = emb_type;
     p.imatrix_path = imatrix;
+    p.include_weights = include;
+    p.n_include = n_include;
+    p.exclude_weights = exclude;
+    p.n_exclude = n_exclude;
     p.progress = on_progress;
     p.progress_user = &ps;
     cn_quantize_stats s;

@@ -410,6 +410,10 @@ int32_t cn_context_profile_read(const cn_context *c, cn_profile_op *out, int32_t
     return c && (out || max == 0) ? cn_ctx_profile_read(c->ctx, out, max) : 0;
 }
 
+void cn_context_observe_matmuls(cn_context *c, cn_matmul_observer fn, void *user) {
+    if (c) cn_ctx_observe(c->ctx, fn, user);
+}
+
 const float *cn_context_logits_row(const cn_context *c, int32_t i) {
     if (!c || i < 0 || i >= c->n_logits) return NULL;
     return c->logits + (size_t)i * (size_t)c->n_vocab;

@@ -45,6 +45,8 @@ struct cn_ctx {
     int32_t *want_rows;           /* (B) */
     struct prof *prof;            /* NULL: not profiling; else prof_data */
     struct prof *prof_data;       /* the counts, kept when profiling stops */
+    cn_matmul_observer obs;       /* NULL: none (cn_ctx_observe) */
+    void *obs_user;
 };
 
 /* ---- the per-step profile (cn_ctx_profile) ----
@@ -115,6 +117,17 @@ int32_t cn_ctx_profile_read(const cn_ctx *c, cn_profile_op *out, int32_t max) {
     if (!p) return 0;
     for (int32_t i = 0; i < p->n && i < max; i++) out[i] = p->op[i];
     return p->n;
+}
+
+void cn_ctx_observe(cn_ctx *c, cn_matmul_observer fn, void *user) {
+    c->obs = fn;
+    c->obs_user = user;
+}
+
+/* Shows the observer the rows x (n of k) that enter weights w[0..nw). */
+static void observe(const cn_ctx *c, const cn_weight *const *w, int nw, const float *x, int64_t n, int64_t k) {
+    if (!c->obs) return;
+    for (int i = 0; i < nw; i++) c->obs(c->obs_user, w[i]->name, x, n, k);
 }
 
 cn_ctx_params cn_ctx_default_params(void) {
@@ -526,6 +539,7 @@ static void norm_matmuls(cn_ctx *c, int64_t n, const int32_t *want, int64_t n_wa
     resid_norm_task t = {c, rows, rn, want, {0}};
     quant_plan(c, w, nw, &t.qs, wi);
     cn_pool_run(c->pool, resid_norm_run, &t);
+    observe(c, w, nw, c->xb, rows, cn_model_hparams(c->m)->n_embd);
     run_matmuls(c, &t.qs, wi, rows, nw, w, y);
 }
 
@@ -541,6 +555,7 @@ static void quant_matmul(cn_ctx *c, int64_t n, const float *src, int64_t k, cons
     quant_plan(c, &w, 1, &qs, &wi);
     quant_task qt = {c->kern, qs.act[0], src, k, n, qs.buf[0], qs.rb[0]};
     cn_pool_run(c->pool, quant_run, &qt);
+    observe(c, &w, 1, src, n, k);
     run_matmuls(c, &qs, &wi, n, 1, &w, &y);
 }
 
@@ -555,6 +570,7 @@ static void act_matmul(cn_ctx *c, int64_t n, cn_act act, const cn_weight *w, flo
     act_task t = {c, n, act, {0}};
     quant_plan(c, &w, 1, &t.qs, &wi);
     cn_pool_run(c->pool, act_run, &t);
+    observe(c, &w, 1, c->hg, n, cn_model_hparams(c->m)->n_ff);
     run_matmuls(c, &t.qs, &wi, n, 1, &w, &y);
 }
 

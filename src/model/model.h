@@ -127,5 +127,7 @@ cn_status cn_forward_embd(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv
  * memory turning it on. */
 bool cn_ctx_profile(cn_ctx *c, bool on);
 int32_t cn_ctx_profile_read(const cn_ctx *c, cn_profile_op *out, int32_t max);
+/* cn_context_observe_matmuls's observer, for the batch path (two or more rows). */
+void cn_ctx_observe(cn_ctx *c, cn_matmul_observer fn, void *user);
 
 #endif

@@ -441,6 +441,33 @@ static cn_status copy_meta(cn_gguf_writer *w, const cn_gguf *g, uint32_t ftype, 
     return st;
 }
 
+/* Any of names[0..n) a substring of name. */
+static bool name_has_any(const char *name, const char *const *names, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (names[i] && strstr(name, names[i]))
+            return true;
+    return false;
+}
+
+/* --include-weights / --exclude-weights, as llama-quantize applies them: by substring. */
+static void imatrix_select(cn_imatrix *im, const cn_quantize_params *p) {
+    if (p->n_include <= 0 && p->n_exclude <= 0)
+        return;
+    int64_t k = 0;
+    for (int64_t i = 0; i < im->n_entries; i++) {
+        cn_imatrix_entry *e = &im->e[i];
+        const bool keep = p->n_include > 0 ? name_has_any(e->name, p->include_weights, p->n_include)
+                                           : !name_has_any(e->name, p->exclude_weights, p->n_exclude);
+        if (keep) {
+            im->e[k++] = *e;
+        } else {
+            free(e->name);
+            free(e->w);
+        }
+    }
+    im->n_entries = k; /* still sorted: the kept ones keep their order */
+}
+
 cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type,
                             const cn_quantize_params *pp, cn_quantize_stats *stats_out, cn_error *err) {
     const cn_quantize_params p = pp ? *pp : cn_quantize_default();
@@ -457,6 +484,14 @@ cn_status cn_model_quantize(const char *in_path, const char *out_path, const cha
     if (!found)
         return cn_err(err, CN_STATUS_INVALID_ARG, "unknown type '%s' (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, "
                       "Q4_K_S, Q4_K_M, Q4_K, Q5_K_S, Q5_K_M, Q5_K)", type ? type : "(null)");
+    if (p.n_include < 0 || p.n_exclude < 0 || (p.n_include > 0 && !p.include_weights) ||
+        (p.n_exclude > 0 && !p.exclude_weights))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "bad include/exclude weight lists");
+    if (p.n_include > 0 && p.n_exclude > 0)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "give --include-weights or --exclude-weights, not both");
+    if ((p.n_include > 0 || p.n_exclude > 0) && !p.imatrix_path)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "--include-weights / --exclude-weights select imatrix entries: "
+                      "they need --imatrix");
     if (p.n_threads < 0 || p.n_threads > 1024)
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_threads %d is out of range [0, 1024]", p.n_threads);
 
@@ -472,6 +507,12 @@ cn_status cn_model_quantize(const char *in_path, const char *out_path, const cha
     cn_status st = CN_STATUS_OK;
     if (p.imatrix_path && (st = cn_imatrix_load(p.imatrix_path, &im, err)))
         goto done;
+    if (im)
+        imatrix_select(im, &p);
+    if (im && im->n_entries == 0) { /* every entry filtered out: no imatrix at all, as llama-quantize */
+        cn_imatrix_free(im);
+        im = NULL;
+    }
     ps.has_imatrix = im != NULL;
     if ((st = cn_gguf_open(in_path, &g, err)))
         goto done;

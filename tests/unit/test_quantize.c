@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "gguf/gguf.h"
@@ -245,4 +246,58 @@ Test(quantize, imatrix_bad_legacy_sizes) {
     cr_assert_eq(cn_imatrix_parse(b, n, &m, &err), CN_STATUS_CORRUPT);
     cr_assert(strstr(err.msg, "non-finite"), "%s", err.msg);
     cr_assert_null(m);
+}
+
+/* ---- collecting (cinder imatrix): sums of squares per column, read back as llama-quantize
+ * reads them (sum / count) ---- */
+
+Test(quantize, imatrix_stats_round_trip_through_the_reader) {
+    cn_imatrix_stats *s = NULL;
+    cn_error err = {0};
+    cr_assert_eq(cn_imatrix_stats_create(&s, &err), CN_STATUS_OK);
+    const float a1[2 * 3] = {1, 2, 3, -1, 0, 0.5f}, a2[3] = {2, 2, 2}, b1[4] = {3, -4, 0, 1};
+    cr_assert_eq(cn_imatrix_stats_add(s, "blk.1.w", a1, 2, 3, &err), CN_STATUS_OK);
+    cr_assert_eq(cn_imatrix_stats_add(s, "blk.0.w", b1, 1, 4, &err), CN_STATUS_OK);
+    cr_assert_eq(cn_imatrix_stats_add(s, "blk.1.w", a2, 1, 3, &err), CN_STATUS_OK);
+    cr_assert_eq(cn_imatrix_stats_n_weights(s), 2);
+    /* another width for a known weight, and a value that is not finite, are refused */
+    cr_assert_eq(cn_imatrix_stats_add(s, "blk.0.w", a2, 1, 3, &err), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(err.msg, "blk.0.w"), "%s", err.msg);
+    const float inf[4] = {1, INFINITY, 0, 0};
+    cr_assert_eq(cn_imatrix_stats_add(s, "blk.2.w", inf, 1, 4, &err), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(err.msg, "not finite"), "%s", err.msg);
+
+    char path[] = "/tmp/cinder_imatrix_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(cn_imatrix_stats_save(s, path, "text.txt", 3, 64, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_imatrix *m = NULL;
+    cr_assert_eq(cn_imatrix_load(path, &m, &err), CN_STATUS_OK, "%s", err.msg);
+    unlink(path);
+    cr_assert_eq(m->n_entries, 2); /* the refused adds left nothing behind */
+    cr_assert_str_eq(m->dataset, "text.txt");
+    cr_assert_eq(m->chunk_count, 3);
+    const cn_imatrix_entry *e = cn_imatrix_find(m, "blk.1.w");
+    const float want1[3] = {(1 + 1 + 4) / 3.0f, (4 + 0 + 4) / 3.0f, (9 + 0.25f + 4) / 3.0f};
+    cr_assert_eq(e->n, 3);
+    for (int j = 0; j < 3; j++) cr_assert_float_eq(e->w[j], want1[j], 1e-6f, "column %d", j);
+    e = cn_imatrix_find(m, "blk.0.w");
+    const float want0[4] = {9, 16, 0, 1};
+    for (int j = 0; j < 4; j++) cr_assert_float_eq(e->w[j], want0[j], 1e-6f, "column %d", j);
+    cn_imatrix_free(m);
+    cn_imatrix_stats_free(s);
+}
+
+Test(quantize, imatrix_stats_save_refuses_empty_and_leaves_nothing) {
+    cn_imatrix_stats *s = NULL;
+    cn_error err = {0};
+    cr_assert_eq(cn_imatrix_stats_create(&s, &err), CN_STATUS_OK);
+    cr_assert_eq(cn_imatrix_stats_save(s, "/tmp/cinder_imatrix_empty.gguf", "t", 1, 8, &err), CN_STATUS_INVALID_ARG);
+    cr_assert(access("/tmp/cinder_imatrix_empty.gguf", F_OK) != 0);
+    const float x[2] = {1, 2};
+    cr_assert_eq(cn_imatrix_stats_add(s, "w", x, 1, 2, &err), CN_STATUS_OK);
+    cr_assert_eq(cn_imatrix_stats_save(s, "/nonexistent-dir/im.gguf", "t", 1, 8, &err), CN_STATUS_IO);
+    cr_assert(strstr(err.msg, "/nonexistent-dir/im.gguf"), "%s", err.msg);
+    cn_imatrix_stats_free(s);
 }
