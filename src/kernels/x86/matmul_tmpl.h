@@ -227,8 +227,16 @@ typedef struct {
 } prefetcher;
 
 #define PF_TILES 2 /* how many tiles ahead (measured: 2 beats 1 and 3 from DRAM) */
+/* On the AVX-512 family a packed tile is one forward run that the hardware prefetchers
+ * follow by themselves, and below 8 tokens (decode) the software prefetches only get in
+ * their way: on Zen 4, one thread, the 151936 x 1536 head streamed Q4_K at 13-17 GB/s
+ * with them and 19-23 without, Q6_K 12-14 against 17-19, and the 1.5B decoded 16.6 tok/s
+ * against 26 (2026-12-05). From 8 tokens on (prefill, batched decode) they pay: 9.7
+ * against 6.4 GB/s at 8. The AVX2 family and unpacked weights (AMX) keep them. */
+#define PF_MIN_TOK 8
 static inline prefetcher pf_setup(const cn_matmul_args *a, const tile_rows *R, int64_t n_blocks) {
     prefetcher p = {R->rp[0] + (size_t)PF_TILES * VL * a->w_row_bytes, 0};
+    if (CN_X86_AVX512 && a->w_packed && a->n_tok < PF_MIN_TOK) return p; /* see PF_MIN_TOK */
     if (R->row0 + PF_TILES * VL < a->n_out && n_blocks > 0)
         p.step = ((size_t)VL * a->w_row_bytes + (size_t)n_blocks - 1) / (size_t)n_blocks;
     return p;
@@ -395,6 +403,15 @@ static bool pack_type(uint32_t type) {
  * families (measured on the 1.5B Q4_K_M model at AVX-512: decode +6-9%, pp512 +5-10%);
  * the AMX family reads them as stored, because no machine this was written on could
  * run its tests. */
+/* Q6_K's packed block holds its 13 groups of 4 dwords (ql 0..7, qh 8..11, scales 12) in
+ * the order tile_q6k reads them (scales; then per half and pass: two ql groups and their
+ * qh group), so a tile streams forward through memory, as Q4_K's does, instead of
+ * jumping to the scales at the block's end and back: from DRAM the jumps cost the
+ * prefetchers (measured on Zen 4, one thread: the 151936 x 1536 head 10.9 -> see
+ * BENCHMARKS.md). Stored dword c is packed dword q6_dw(c); d stays last. */
+static const int8_t Q6_SLOT[13] = {1, 4, 2, 5, 7, 10, 8, 11, 3, 6, 9, 12, 0};
+CN_INLINE int q6_dw(int c) { return 4 * Q6_SLOT[c / 4] + c % 4; }
+
 static bool pack_k_type(uint32_t type) {
     return !CN_X86_AMX && (type == CN_TYPE_Q4_K || type == CN_TYPE_Q5_K || type == CN_TYPE_Q6_K);
 }
@@ -413,7 +430,8 @@ static size_t CN_X86_SUFFIX(packed_size)(uint32_t type, int64_t n_out, int64_t k
 static void pack_row_block(uint32_t type, const uint8_t *s, int r, uint8_t *o) {
     if (pack_k_type(type)) {
         const size_t bb = cn_type_traits_get(type)->type_size, n_dw = bb / 4;
-        for (size_t c = 0; c < n_dw; c++) memcpy(o + c * 4 * VL + 4 * (size_t)r, s + 4 * c, 4);
+        for (size_t c = 0; c < n_dw; c++)
+            memcpy(o + (size_t)(type == CN_TYPE_Q6_K ? q6_dw((int)c) : (int)c) * 4 * VL + 4 * (size_t)r, s + 4 * c, 4);
         if (bb % 4) memcpy(o + n_dw * 4 * VL + 2 * (size_t)r, s + 4 * n_dw, 2); /* Q6_K's d */
         return;
     }
@@ -912,6 +930,9 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
 
 /* ---------------------------------------------------------------- Q6_K */
 
+/* kq_load4 of stored dwords c .. c+3 (c a multiple of 4), through Q6_SLOT when packed. */
+CN_INLINE void q6_load4(const kq_tile *K, int64_t b, int c, vi v[4]) { kq_load4(K, b, K->pk ? q6_dw(c) : c, v); }
+
 /* Block dwords: ql (0..31), qh (32..47), scales (48..51, int8); then d (f16, byte 208). */
 CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
     const int64_t nb = a->k / CN_QK_K;
@@ -928,7 +949,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
     for (int64_t b = 0; b < nb; b++) {
         pf_block(&pf, b);
         vi sv[4];
-        kq_load4(&K, b, 48, sv); /* scales[16], int8 */
+        q6_load4(&K, b, 48, sv); /* scales[16], int8 */
         vi sq[TKMAX];
         CN_UNROLL
         for (int t = 0; t < T; t++) sq[t] = vi_zero();
@@ -938,16 +959,16 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
             for (int lp = 0; lp < 2; lp++) {
                 vi qa[4], qb[4], qh[4];
 #if CN_X86_AVX512
-                kq_load4(&K, b, 16 * hh + 4 * lp, qa);     /* k = 0 low, 2 high */
-                kq_load4(&K, b, 16 * hh + 8 + 4 * lp, qb); /* k = 1 low, 3 high */
-                kq_load4(&K, b, 32 + 8 * hh + 4 * lp, qh);
+                q6_load4(&K, b, 16 * hh + 4 * lp, qa);     /* k = 0 low, 2 high */
+                q6_load4(&K, b, 16 * hh + 8 + 4 * lp, qb); /* k = 1 low, 3 high */
+                q6_load4(&K, b, 32 + 8 * hh + 4 * lp, qh);
 #endif
                 CN_UNROLL
                 for (int kk = 0; kk < 4; kk++) {
                     const int j = 8 * hh + 2 * kk + lp; /* sub-block of 16 */
 #if !CN_X86_AVX512 /* 16 registers: loaded for each kk (from L1) rather than kept, which spills */
-                    kq_load4(&K, b, kk & 1 ? 16 * hh + 8 + 4 * lp : 16 * hh + 4 * lp, kk & 1 ? qb : qa);
-                    kq_load4(&K, b, 32 + 8 * hh + 4 * lp, qh);
+                    q6_load4(&K, b, kk & 1 ? 16 * hh + 8 + 4 * lp : 16 * hh + 4 * lp, kk & 1 ? qb : qa);
+                    q6_load4(&K, b, 32 + 8 * hh + 4 * lp, qh);
 #endif
                     const vi *src = kk & 1 ? qb : qa;
                     vi w[4];
@@ -960,7 +981,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
 #if CN_X86_AVX512
                     const vi scj = vi_srai(vi_sllv(sv[j / 4], vi_set1(24 - 8 * (j % 4))), 24);
 #else /* the int16 (sc, sc) pair kq_dot takes: the byte into the high half of both int16, then an arithmetic shift */
-                    const vi scj = vi_srai16(byte_to_high16(K.pk ? kq_dword(&K, b, 48 + j / 4) : sv[j / 4], j % 4), 8);
+                    const vi scj = vi_srai16(byte_to_high16(K.pk ? kq_dword(&K, b, q6_dw(48 + j / 4)) : sv[j / 4], j % 4), 8);
 #endif
                     CN_UNROLL
                     for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 16 * j, 4, 2, scj));
@@ -968,7 +989,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
             }
         /* the -32 offset: 32 * sum_j sc_j * bsums[j], as int16 pair dots (sc_2i, sc_2i+1) */
         vi pr[8];
-        if (K.pk) kq_load4(&K, b, 48, sv);
+        if (K.pk) q6_load4(&K, b, 48, sv);
         CN_UNROLL
         for (int q = 0; q < 4; q++) {
             const vi ev = vi_srai16(vi_slli16(sv[q], 8), 8), od = vi_srai16(sv[q], 8); /* (b0, b2), (b1, b3) */
