@@ -232,7 +232,9 @@ typedef struct {
  * their way: on Zen 4, one thread, the 151936 x 1536 head streamed Q4_K at 13-17 GB/s
  * with them and 19-23 without, Q6_K 12-14 against 17-19, and the 1.5B decoded 16.6 tok/s
  * against 26 (2026-12-05). From 8 tokens on (prefill, batched decode) they pay: 9.7
- * against 6.4 GB/s at 8. The AVX2 family and unpacked weights (AMX) keep them. */
+ * against 6.4 GB/s at 8. The AVX2 family keeps them, and so do weights read as stored
+ * (the AMX family's K-quants); the AMX family's packed 32-element formats follow this
+ * rule unmeasured on an AMX machine. */
 #define PF_MIN_TOK 8
 static inline prefetcher pf_setup(const cn_matmul_args *a, const tile_rows *R, int64_t n_blocks) {
     prefetcher p = {R->rp[0] + (size_t)PF_TILES * VL * a->w_row_bytes, 0};
