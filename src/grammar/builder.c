@@ -285,7 +285,6 @@ int32_t gr_repeat(gr_builder *b, int32_t item, uint32_t min, uint32_t max) {
     }
     if (max == 0) return gr_empty(b);
     if (min == 1 && max == 1) return item;
-    if (b->nodes[item].kind == GR_N_EMPTY) return item; /* any number of nothing is nothing */
     uint64_t copies = max == GR_INF ? (uint64_t)min + 1 : max;
     uint64_t at = b->repeat_chunk_at ? b->repeat_chunk_at : REPEAT_CHUNK_AT;
     if (copies > 16 || b->repeat_chunk_at) {
