@@ -504,7 +504,7 @@ json_t *ant_error_json(const oai_error *e) {
     json_t *m = oai_error_json(e); /* its message made valid UTF-8 */
     json_t *msg = json_object_get(json_object_get(m, "error"), "message");
     json_t *out = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", type, "message",
-                            json_is_string(msg) ? json_string_value(msg) : e->message);
+                            json_is_string(msg) ? json_string_value(msg) : "error");
     json_decref(m);
     return out;
 }

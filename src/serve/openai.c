@@ -21,16 +21,28 @@
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Drops a UTF-8 sequence that a cut to the buffer's size left incomplete at the end of s. */
+static void utf8_trim_cut(char *s) {
+    size_t n = strlen(s), i = n;
+    while (i > 0 && n - i < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--; /* continuation bytes */
+    if (i == 0 || (unsigned char)s[i - 1] < 0xC0) return;                     /* ends in ASCII or a stray byte */
+    const unsigned char c = (unsigned char)s[i - 1];
+    const size_t len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+    if (n - (i - 1) < len) s[i - 1] = 0;
+}
+
 bool oai_fail(oai_error *e, int http_status, const char *type, const char *param, const char *code,
               const char *fmt, ...) {
     e->http_status = http_status;
     e->type = type;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    utf8_trim_cut(e->param);
     e->code = code;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    utf8_trim_cut(e->message);
     return false;
 }
 
@@ -73,8 +85,10 @@ static char *utf8_clean(const char *s, size_t n, size_t *n_out) {
 json_t *oai_error_json(const oai_error *e) {
     size_t n = 0;
     char *msg = utf8_clean(e->message, strlen(e->message), &n);
+    char param[3 * sizeof e->param + 1]; /* made valid UTF-8 too: json_pack refuses anything else */
+    utf8_clean_into(e->param, strlen(e->param), param);
     json_t *err = json_pack("{s:s?,s:s,s:s?,s:s?}", "message", msg, "type", e->type ? e->type : "invalid_request_error",
-                            "param", e->param[0] ? e->param : NULL, "code", e->code);
+                            "param", param[0] ? param : NULL, "code", e->code);
     free(msg);
     return json_pack("{s:o}", "error", err ? err : json_object());
 }

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "serve/apis.h"
 #include "serve/openai.h"
 #include "serve/server.h"
 #include "test_engine_util.h"
@@ -181,6 +182,25 @@ static void refused(oai_kind kind, const char *body, int status, const char *typ
     cr_expect(json_object_get(o, "param") && json_object_get(o, "code"));
     json_decref(j);
     oai_request_free(&r);
+}
+
+/* A field name longer than the error's param buffer, cut inside a character (the fuzzer's
+ * find): the param keeps whole characters, and both error shapes still build (json_pack
+ * refuses invalid UTF-8, which had turned the 400 into a 503 "out of memory"). */
+Test(openai, error_param_cut_at_a_character) {
+    char name[80];
+    memset(name, 'a', 62);
+    memcpy(name + 62, "\xE2\x80\x9C" "b", 5); /* U+201C across bytes 62..64 of a 64-byte buffer */
+    oai_error e;
+    oai_fail(&e, 400, "invalid_request_error", name, NULL, "unsupported field '%s'", name);
+    cr_assert_eq(strlen(e.param), 62, "%s", e.param);
+    json_t *j = oai_error_json(&e), *o = json_object_get(j, "error");
+    cr_assert_str_eq(json_string_value(json_object_get(o, "param")), e.param);
+    cr_assert(strstr(json_string_value(json_object_get(o, "message")), "\xE2\x80\x9C" "b'"));
+    json_decref(j);
+    j = ant_error_json(&e);
+    cr_assert(j && strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "unsupported"));
+    json_decref(j);
 }
 
 Test(openai, bad_fields_are_refused_by_name) {
