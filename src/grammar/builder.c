@@ -40,6 +40,8 @@ void gr_builder_fail(gr_builder *b, cn_status st, const char *fmt, ...) {
     va_end(ap);
 }
 
+void gr_builder_set_deadline(gr_builder *b, double deadline_ms) { b->deadline_ms = deadline_ms; }
+
 static bool grow(gr_builder *b, void **p, uint32_t *cap, uint32_t need, size_t elem, uint32_t limit) {
     if (need <= *cap) return true;
     if (need > limit) {
@@ -60,6 +62,10 @@ static bool grow(gr_builder *b, void **p, uint32_t *cap, uint32_t need, size_t e
 
 static int32_t node_new(gr_builder *b, uint8_t kind, uint32_t a, uint32_t c, uint32_t first, uint32_t n) {
     if (b->err.status != CN_STATUS_OK) return -1;
+    if ((b->n_nodes & 1023) == 1023 && b->deadline_ms > 0 && cn_time_ms() > b->deadline_ms) {
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "compile budget: building the grammar took longer than allowed (max_compile_ms)");
+        return -1;
+    }
     if (!grow(b, (void **)&b->nodes, &b->cap_nodes, b->n_nodes + 1, sizeof *b->nodes, GR_MAX_NODES)) return -1;
     gr_node *x = &b->nodes[b->n_nodes];
     x->kind = kind;

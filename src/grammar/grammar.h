@@ -36,6 +36,10 @@ const cn_error *gr_builder_error(const gr_builder *b);
 /* Records an error (a front end's own: "unsupported keyword ..."), if none yet. */
 void gr_builder_fail(gr_builder *b, cn_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A clock for the front end (cn_time_ms() value; 0, the default: none). Past it the
+ * next node fails with a "compile budget" error, so a schema whose front-end work grows
+ * fast (a oneOf of many long required lists) is refused in time, not just its automata. */
+void gr_builder_set_deadline(gr_builder *b, double deadline_ms);
 
 /* The rule called name: declared on first use (forward references are fine), defined once
  * with gr_rule_define. Names are only for messages and GBNF; a front end may make fresh

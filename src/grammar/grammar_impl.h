@@ -38,6 +38,7 @@ struct gr_builder {
     /* long repeats are cut into chunks (builder.c) past chunk_at unrolled NFA states, K
      * items a chunk (0: the defaults; tests set them small to reach chunk borders) */
     uint32_t repeat_chunk_at, repeat_chunk_k;
+    double deadline_ms; /* gr_builder_set_deadline; read every 1024 nodes */
     cn_error err;
 };
 

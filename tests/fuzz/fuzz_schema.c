@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "fuzz_util.h"
 #include "grammar/grammar.h"
 
@@ -17,6 +18,7 @@ int fuzz_schema_one(const uint8_t *data, size_t size) {
     for (int flex = 0; flex < 2; flex++) {
         gr_builder *b = gr_builder_new();
         if (!b) abort();
+        gr_builder_set_deadline(b, cn_time_ms() + 20);
         int32_t root = gr_json_schema(b, (const char *)data, size, flex);
         if (root < 0) {
             if (gr_builder_error(b)->msg[0] == 0) abort(); /* a refusal says why */

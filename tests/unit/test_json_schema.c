@@ -14,6 +14,7 @@
 #include "../tools/schema_bytes.c"
 #define CN_FUZZ_NO_ENTRY
 #include "../fuzz/fuzz_schema.c"
+#include "grammar/grammar_impl.h"
 
 static gr_grammar *compile_schema(const char *schema, bool flex) {
     gr_builder *b = gr_builder_new();
@@ -46,6 +47,27 @@ static void check(const char *schema, bool flex, const char *const *yes, const c
 }
 
 #define L(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+/* The front end runs on the builder's clock: a oneOf of long required lists (thousands
+ * of nodes for the exclusivity proof) is refused with the budget's message once the
+ * deadline has passed, and builds without one. A deadline long past keeps this free of
+ * timing. */
+Test(json_schema, front_end_deadline) {
+    char s[8192];
+    size_t n = (size_t)snprintf(s, sizeof s, "{\"oneOf\":[");
+    for (int i = 0; i < 12; i++)
+        n += (size_t)snprintf(s + n, sizeof s - n, "%s{\"required\":[\"name_%d_abcdefghijklmnop\"]}", i ? "," : "", i);
+    n += (size_t)snprintf(s + n, sizeof s - n, "]}");
+    gr_builder *b = gr_builder_new();
+    cr_assert_geq(gr_json_schema(b, s, n, false), 0, "%s", gr_builder_error(b)->msg);
+    cr_assert_gt(b->n_nodes, 4096u, "the schema should build many nodes (%u)", b->n_nodes);
+    gr_builder_free(b);
+    b = gr_builder_new();
+    gr_builder_set_deadline(b, 1.0); /* CLOCK_MONOTONIC's first millisecond */
+    cr_assert_lt(gr_json_schema(b, s, n, false), 0);
+    cr_assert(strstr(gr_builder_error(b)->msg, "compile budget"), "%s", gr_builder_error(b)->msg);
+    gr_builder_free(b);
+}
 
 Test(json_schema, types_and_literals) {
     check("{\"type\":\"integer\"}", false, L("0", "-0", "12", "-907"), L("01", "1.0", "1e3", "+1", "", " 1"));
