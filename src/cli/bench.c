@@ -22,7 +22,8 @@
  * (cn_context_profile) and prints where a token's time goes: each step of the forward
  * pass by weight formats and shape, its ms per token, the bytes it read and so its GB/s,
  * against the read bandwidth measured beside it; "other" is the run's wall time outside
- * the steps (batch setup, the caller's loop). */
+ * the steps (batch setup, the caller's loop). A third profile is the batched engine's
+ * decode step: PROF_SEQS sequences advanced one token each per forward pass, per step. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -169,12 +170,12 @@ typedef struct {
     bool json, profile;
 } opts;
 
-enum { MAX_PROF = 48 };
+enum { MAX_PROF = 48, PROF_SEQS = 8 };
 typedef struct {
     cn_profile_op op[MAX_PROF];
     int32_t n;
     double ms;      /* the run's wall time */
-    int32_t tokens; /* tokens it ran */
+    int32_t tokens; /* tokens it ran (steps, for the PROF_SEQS-row profile) */
 } profile;
 
 typedef struct {
@@ -182,7 +183,7 @@ typedef struct {
     stat pp, tg;
     double ttft_p50, ttft_p90, itl_p50, itl_p90;
     double read_gb_s, copy_gb_s, load;
-    profile prof_tg, prof_pp;
+    profile prof_tg, prof_pp, prof_tg8;
 } result;
 
 static int parse_threads(void *dst, const char *v, const char *cmd, const char *name) {
@@ -209,6 +210,7 @@ static void print_json(const char *path, const cn_model_info *mi, const opts *o,
     if (j && o->profile) {
         json_object_set_new(j, "profile_tg", profile_json(&res->prof_tg));
         json_object_set_new(j, "profile_pp", profile_json(&res->prof_pp));
+        json_object_set_new(j, "profile_tg8", profile_json(&res->prof_tg8));
     }
     cli_print_json(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
 }
@@ -228,10 +230,25 @@ static void print_row(const char *path, const result *r, uint64_t wb, bool heade
     fflush(stdout);
 }
 
-/* One tg (prompt false) or pp run of n tokens with the profile on. */
-static cn_status profile_run(runner *r, int32_t *tok, int32_t n, bool prompt, profile *p, cn_error *err) {
+/* n steps of PROF_SEQS rows, sequence q at position i in step i, every row's logits
+ * wanted: the batched engine's decode step. */
+static cn_status run_tg_seqs(runner *r, int32_t n, double *ms, cn_error *err) {
+    cn_status s = CN_STATUS_OK;
+    for (int32_t q = 0; q < PROF_SEQS && s == CN_STATUS_OK; q++) s = cn_context_seq_rm(r->c, q, 0, err);
+    const double t0 = cli_now_ms();
+    for (int32_t i = 0; i < n && s == CN_STATUS_OK; i++) {
+        cn_batch_clear(&r->b);
+        for (int32_t q = 0; q < PROF_SEQS; q++) cn_batch_add(&r->b, rand_token(r), i, q, true);
+        s = cn_context_decode(r->c, &r->b, err);
+    }
+    *ms = cli_now_ms() - t0;
+    return s;
+}
+
+/* One run of n tokens with the profile on: tg, pp, or (seqs) tg of PROF_SEQS rows a step. */
+static cn_status profile_run(runner *r, int32_t *tok, int32_t n, bool prompt, bool seqs, profile *p, cn_error *err) {
     cn_context_profile(r->c, true);
-    const cn_status s = prompt ? run_pp(r, tok, n, &p->ms, err) : run_tg(r, n, &p->ms, err);
+    const cn_status s = seqs ? run_tg_seqs(r, n, &p->ms, err) : prompt ? run_pp(r, tok, n, &p->ms, err) : run_tg(r, n, &p->ms, err);
     cn_context_profile(r->c, false);
     p->tokens = n;
     p->n = cn_context_profile_read(r->c, p->op, MAX_PROF);
@@ -239,12 +256,15 @@ static cn_status profile_run(runner *r, int32_t *tok, int32_t n, bool prompt, pr
     return s;
 }
 
-static void print_profile(const char *what, const profile *p, double read_gb_s) {
+static void print_profile(const char *what, const profile *p, double read_gb_s, const char *unit) {
     if (p->tokens <= 0 || p->ms <= 0) return;
     const double per = 1.0 / p->tokens;
-    printf("\n%s: %d tokens, %.2f ms a token\n\n", what, p->tokens, p->ms * per);
-    printf("| %-52s | %6s | %9s | %6s | %9s | %7s | %7s |\n", "step (weights, in->out)", "calls", "ms/token", "share",
-           "MB/token", "GB/s", "of bw");
+    char ms_u[16], mb_u[16];
+    snprintf(ms_u, sizeof ms_u, "ms/%s", unit);
+    snprintf(mb_u, sizeof mb_u, "MB/%s", unit);
+    printf("\n%s: %d %ss, %.2f ms a %s\n\n", what, p->tokens, unit, p->ms * per, unit);
+    printf("| %-52s | %6s | %9s | %6s | %9s | %7s | %7s |\n", "step (weights, in->out)", "calls", ms_u, "share",
+           mb_u, "GB/s", "of bw");
     printf("| %.52s | -----: | --------: | -----: | --------: | ------: | ------: |\n",
            "-----------------------------------------------------");
     double sum = 0, bytes = 0;
@@ -283,6 +303,8 @@ static cn_status bench_threads(const cn_model *m, const opts *o, const int32_t *
     cp.n_ctx = n_ctx;
     cp.n_batch = o->n_p > n_prompt ? o->n_p : n_prompt;
     if (cp.n_batch > MAX_ROWS) cp.n_batch = MAX_ROWS;
+    if (o->profile && cp.n_batch < PROF_SEQS) cp.n_batch = PROF_SEQS;
+    if (o->profile) cp.n_seq_max = PROF_SEQS;
     double *pp = buf, *tg = pp + o->reps, *ttft = tg + o->reps, *itl = ttft + o->reps;
     int32_t *tok = malloc(((size_t)o->n_p + 1) * sizeof *tok);
     cn_status s = tok ? cn_context_create(m, &cp, &r.c, err) : CN_STATUS_NO_MEMORY;
@@ -311,8 +333,9 @@ static cn_status bench_threads(const cn_model *m, const opts *o, const int32_t *
     }
     if (o->profile) {
         fprintf(stderr, ", profile");
-        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, false, &res->prof_tg, err)) != CN_STATUS_OK) goto done;
-        if (o->n_p > 0 && (s = profile_run(&r, tok, o->n_p, true, &res->prof_pp, err)) != CN_STATUS_OK) goto done;
+        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, false, false, &res->prof_tg, err)) != CN_STATUS_OK) goto done;
+        if (o->n_p > 0 && (s = profile_run(&r, tok, o->n_p, true, false, &res->prof_pp, err)) != CN_STATUS_OK) goto done;
+        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, false, true, &res->prof_tg8, err)) != CN_STATUS_OK) goto done;
     }
     res->load = cli_load1();
     res->pp = stats(pp, o->n_p > 0 ? o->reps : 0);
@@ -370,10 +393,13 @@ static int bench_model(const char *path, const opts *o, bool first) {
             if (o->profile) {
                 char what[160];
                 snprintf(what, sizeof what, "decode profile, %s, %d thread(s), %s", path, res.threads, cn_kernels_family());
-                print_profile(what, &res.prof_tg, res.read_gb_s);
+                print_profile(what, &res.prof_tg, res.read_gb_s, "token");
                 snprintf(what, sizeof what, "prefill profile (pp%d), %s, %d thread(s), %s", o->n_p, path, res.threads,
                          cn_kernels_family());
-                print_profile(what, &res.prof_pp, res.read_gb_s);
+                print_profile(what, &res.prof_pp, res.read_gb_s, "token");
+                snprintf(what, sizeof what, "batched decode profile (%d sequences, a token each per step), %s, %d thread(s), %s",
+                         PROF_SEQS, path, res.threads, cn_kernels_family());
+                print_profile(what, &res.prof_tg8, res.read_gb_s, "step");
             }
         }
     }

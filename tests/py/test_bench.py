@@ -71,6 +71,31 @@ def test_table(cinder):
     assert "load" in r.stderr
 
 
+def test_profile_batched_step(cinder):
+    """--profile's third table: 8 sequences a token each per step read the same weights per
+    step as one sequence does per token (each matrix once per forward pass), and 8 times
+    its embedding rows and KV cache."""
+    r = run(cinder, "-m", str(STORIES), "-p", "16", "-n", "8", "-t", "1", "-r", "1", "--profile", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    tg, tg8 = j["profile_tg"], j["profile_tg8"]
+    assert tg["tokens"] == tg8["tokens"] == 8 and tg8["ms"] > 0
+    assert [o["op"] for o in tg8["ops"]] == [o["op"] for o in tg["ops"]]
+    for one, eight in zip(tg["ops"], tg8["ops"]):
+        assert eight["calls"] == one["calls"], eight["op"]
+        times = 8 if eight["op"].startswith(("attention", "embed")) else 1
+        assert eight["bytes"] == times * one["bytes"], (eight["op"], eight["bytes"], one["bytes"])
+    weights = sum(o["bytes"] for o in tg8["ops"] if not o["op"].startswith(("attention", "embed")))
+    rd = GGUFReader(STORIES)
+    tied = "output.weight" not in {t.name for t in rd.tensors}
+    matrices = sum(int(t.n_bytes) for t in rd.tensors
+                   if len(t.shape) == 2 and (t.name != "token_embd.weight" or tied))
+    assert weights == matrices * 8  # 8 steps, every matrix once a step (norm vectors are not counted)
+    t = run(cinder, "-m", str(STORIES), "-p", "8", "-n", "4", "-t", "1", "-r", "1", "--profile")
+    assert t.returncode == 0, t.stderr
+    assert "batched decode profile (8 sequences" in t.stdout and "ms/step" in t.stdout
+
+
 def test_pp_only_and_tg_only(cinder):
     r = run(cinder, "-m", str(STORIES), "-p", "0", "-n", "4", "-t", "1", "-r", "1", "--json")
     assert r.returncode == 0, r.stderr
