@@ -44,7 +44,8 @@
  * changes no bit: a float stored and reloaded is the same float). */
 #define TMAX (VL == 16 ? 16 : 4)
 /* The K-quants' widest token tile: on AVX2 8 (tile_q45k's half sub-blocks), so that a
- * decoded code vector serves twice the tokens of the 32-element formats' tiles. */
+ * decoded code vector serves twice the tokens of the 32-element formats' tiles. Packed
+ * weights take at most 8 on every family (mmk says why). */
 #define TKMAX (VL == 16 ? 16 : 8)
 #define CN_UNROLL _Pragma("GCC unroll 16")
 #define KCH 256
@@ -1035,12 +1036,19 @@ typedef void (*tilek_fn)(const cn_matmul_args *a, int64_t t0, int T, int64_t til
 #ifndef KQ_PANEL_BYTES
 #define KQ_PANEL_BYTES (64 << 10)
 #endif
+/* The token tile: TKMAX over weights read as stored (the AMX family's K-quants), whose
+ * gathers a taller tile amortizes, but 8 over packed ones, whose loads are cheap: there
+ * 16 tokens' sums and accumulators fill all 32 registers and spill. Zen 4, one thread,
+ * 512 tokens, GMAC/s at 8 / 16 tokens (2026-12-05): packed Q4_K 155 / 140, Q6_K 121 /
+ * 100, Q5_K 133 / 133, and the 1.5B's pp512 +5-7%; stored Q4_K 127 / 139, Q6_K 100 /
+ * 102, Q5_K 120 / 128. */
 static void mmk(tilek_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t tile1) {
+    const int tkmax = a->w_packed ? 8 : TKMAX;
     const int64_t per = CN_MAX((int64_t)1, (int64_t)(KQ_PANEL_BYTES / ((size_t)VL * a->w_row_bytes)));
     for (int64_t p0 = tile0; p0 < tile1; p0 += per) {
         const int64_t p1 = CN_MIN(tile1, p0 + per);
         for (int64_t t0 = 0; t0 < a->n_tok;) {
-            const int T = tok_tile(a->n_tok - t0, TKMAX);
+            const int T = tok_tile(a->n_tok - t0, tkmax);
             for (int64_t tile = p0; tile < p1; tile++) fn(a, t0, T, tile);
             t0 += T;
         }
