@@ -768,9 +768,18 @@ CN_INLINE vi kq_scale(vi s) {
  * long as g dwords of pair sums fit int16: |a| <= 127 (Q8_K), so a pair is at most
  * 2 * 127 * code; callers pick g = 8 for codes <= 15 (30480), 4 for <= 31 (31496) and
  * 2 for <= 63 (32004). */
-CN_INLINE vi kq_dot(const vi *w, const int8_t *aq, const int n, const int g, vi sc) {
+CN_INLINE vi kq_dot(const vi *w, const int8_t *aq, const int n, const int g, vi sc, const int T) {
 #if CN_X86_AVX512
     (void)g;
+    /* Short sums over several tokens (Q6_K's 16-element sub-blocks): the tokens' chains side
+     * by side hide vpdpbusd's latency, so one chain each, which saves an add (Zen 4, packed
+     * Q6_K at 8 tokens: 132 against 119 GMAC/s). Q4_K's 8-dword sums lost 2-3% that way. */
+    if (T >= 4 && n <= 4) {
+        vi s = vi_zero();
+        CN_UNROLL
+        for (int c = 0; c < n; c++) s = vi_dp4(s, w[c], vi_bcast32(aq + 4 * c));
+        return vi_mullo(s, sc);
+    }
     vi s0 = vi_zero(), s1 = vi_zero();
     CN_UNROLL
     for (int c = 0; c < n; c += 2) {
@@ -779,6 +788,7 @@ CN_INLINE vi kq_dot(const vi *w, const int8_t *aq, const int n, const int g, vi 
     }
     return vi_mullo(vi_add(s0, s1), sc);
 #else
+    (void)T;
     vi r = vi_zero();
     CN_UNROLL
     for (int c0 = 0; c0 < n; c0 += g) {
@@ -881,7 +891,7 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                 CN_UNROLL
                 for (int cc = 0; cc < 4; cc++) w[cc] = k45_codes(w[cc], five ? qh4[cc] : w[cc], j, five);
                 CN_UNROLL
-                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j + 16 * q, 4, 4, scj));
+                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j + 16 * q, 4, 4, scj, T));
             }
         }
         CN_UNROLL
@@ -905,7 +915,7 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                 for (int cc = 0; cc < 8; cc++) w[cc] = k45_codes(v[cc], five ? qh[cc] : v[cc], j, five);
                 const vi scj = k4_scale(sc, j);
                 CN_UNROLL
-                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj));
+                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj, T));
             }
         }
         const vf dv = vf_h2f_lo(h), dmv = vf_h2f_hi(h);
@@ -987,7 +997,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
                     const vi scj = vi_srai16(byte_to_high16(K.pk ? kq_dword(&K, b, q6_dw(48 + j / 4)) : sv[j / 4], j % 4), 8);
 #endif
                     CN_UNROLL
-                    for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 16 * j, 4, 2, scj));
+                    for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 16 * j, 4, 2, scj, T));
                 }
             }
         /* the -32 offset: 32 * sum_j sc_j * bsums[j], as int16 pair dots (sc_2i, sc_2i+1) */
