@@ -220,7 +220,8 @@ check-layers:
 #   make fuzz                build the harnesses
 #   make fuzz FUZZ_S=600     and run each for 600 s on its corpus (new inputs go to
 #                            $(FUZZ_BUILD)/corpus/NAME, crashes to $(FUZZ_BUILD)/crash-NAME-*;
-#                            tests/fuzz/corpus/NAME is read, never written)
+#                            tests/fuzz/corpus/NAME is read, never written); fails,
+#                            naming the harnesses, if any found a crash
 FUZZ_CC    ?= clang-14
 FUZZ_BUILD ?= build-fuzz
 FUZZ_S     ?= 0
@@ -229,14 +230,17 @@ FUZZ_BINS  := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz/fuzz_%)
 .PHONY: fuzz fuzz-lib
 fuzz: fuzz-lib
 	$(Q)$(MAKE) --no-print-directory $(FUZZ_BINS)
-	$(Q)if [ "$(FUZZ_S)" != 0 ]; then set -e; for n in $(FUZZ_NAMES); do \
+	$(Q)if [ "$(FUZZ_S)" != 0 ]; then set -e; failed=; for n in $(FUZZ_NAMES); do \
 	    mkdir -p $(FUZZ_BUILD)/corpus/$$n tests/fuzz/corpus/$$n; \
 	    [ $$n != gguf ] || $(FUZZ_BUILD)/tools/gguf_tool seeds $(FUZZ_BUILD)/corpus/$$n >/dev/null; \
 	    echo "  FUZZ    $$n for $(FUZZ_S) s"; \
-	    $(FUZZ_BUILD)/fuzz/fuzz_$$n -max_total_time=$(FUZZ_S) -print_final_stats=1 -max_len=8192 \
+	    if ! $(FUZZ_BUILD)/fuzz/fuzz_$$n -max_total_time=$(FUZZ_S) -print_final_stats=1 -max_len=8192 \
 	        -artifact_prefix=$(FUZZ_BUILD)/crash-$$n- $(FUZZ_BUILD)/corpus/$$n tests/fuzz/corpus/$$n \
-	        2>&1 | grep -E '^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::peak_rss|^==[0-9]+==|^SUMMARY' ; \
-	done; fi
+	        >$(FUZZ_BUILD)/fuzz-$$n.log 2>&1; then failed="$$failed $$n"; fi; \
+	    grep -E '^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::peak_rss|^==[0-9]+==|^SUMMARY' \
+	        $(FUZZ_BUILD)/fuzz-$$n.log || true; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: a harness failed:$$failed (log: $(FUZZ_BUILD)/fuzz-NAME.log, input: $(FUZZ_BUILD)/crash-NAME-*)" >&2; exit 1; fi; fi
 
 # The SIMD kernel files are built without the sanitizers there (KERNEL_NOSAN): no harness
 # reaches them, and clang's ASan takes many minutes over their intrinsics.
