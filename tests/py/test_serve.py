@@ -528,6 +528,8 @@ def test_stream_queued_past_idle_timeout_arrives_whole():
                     m = srv.metrics()
                     if m["cinder:num_requests_running"][0][1] >= 1 and m["cinder:num_requests_open"][0][1] >= ahead:
                         break
+                    if all(f.done() for f in firsts):
+                        break  # done before a poll saw it queued (a loaded machine): the retry doubles it
                     assert time.time() < deadline
                     time.sleep(0.01)
                 t0 = time.time()
