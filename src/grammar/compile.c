@@ -1217,6 +1217,7 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
     }
     a.budget_states = lim && lim->max_states ? lim->max_states : 1000000;
     a.deadline_ms = cn_time_ms() + (lim && lim->max_compile_ms > 0 ? lim->max_compile_ms : 10000);
+    if (b->deadline_ms > 0 && b->deadline_ms < a.deadline_ms) a.deadline_ms = b->deadline_ms; /* one budget with the front end */
     for (uint32_t r = 0; r < b->n_rules; r++) {
         gr_dfa *d = &g->rules[r];
         d->name = strdup(b->rules[r].name);

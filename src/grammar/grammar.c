@@ -124,10 +124,8 @@ cn_status cn_grammar_compile(const cn_tokenizer *tok, const cn_grammar_params *p
     if (err) cn_err_clear(err);
     gr_builder *b = gr_builder_new();
     if (!b) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
-    /* one budget for the front end and the automata together */
-    const double budget_ms = p->max_compile_ms > 0 ? p->max_compile_ms : 10000;
-    const double deadline = cn_time_ms() + budget_ms;
-    gr_builder_set_deadline(b, deadline);
+    /* one budget for the front end and the automata together (gr_compile keeps to it) */
+    gr_builder_set_deadline(b, cn_time_ms() + (p->max_compile_ms > 0 ? p->max_compile_ms : 10000));
     int32_t root = build(b, p, err);
     cn_status st;
     if (root < 0) {
@@ -141,8 +139,7 @@ cn_status cn_grammar_compile(const cn_tokenizer *tok, const cn_grammar_params *p
         gr_builder_free(b);
         return st;
     }
-    /* what the front end left of the budget (at least a millisecond: 0 means the default) */
-    gr_limits lim = { .max_states = p->max_states, .max_compile_ms = CN_MAX(deadline - cn_time_ms(), 1.0) };
+    gr_limits lim = { .max_states = p->max_states, .max_compile_ms = p->max_compile_ms };
     gr_grammar *g;
     st = gr_compile(b, root, &lim, &g, err);
     gr_builder_free(b);

@@ -124,7 +124,8 @@ typedef struct {
 
 /* Compiles every rule reachable from root. Errors: INVALID_ARG (an undefined rule named,
  * left recursion named by rule, a rule that can never finish: "rule 'x' matches no
- * text"), the budget ("compile budget: ..."), NO_MEMORY. The builder may be freed after. */
+ * text"), the budget ("compile budget: ..."; the builder's deadline, when it has one, ends
+ * it too), NO_MEMORY. The builder may be freed after. */
 cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_grammar **out,
                      cn_error *err);
 void gr_grammar_free(gr_grammar *g);
