@@ -245,10 +245,14 @@ static cn_status run_tg_seqs(runner *r, int32_t n, double *ms, cn_error *err) {
     return s;
 }
 
-/* One run of n tokens with the profile on: tg, pp, or (seqs) tg of PROF_SEQS rows a step. */
-static cn_status profile_run(runner *r, int32_t *tok, int32_t n, bool prompt, bool seqs, profile *p, cn_error *err) {
+typedef enum { PROF_TG, PROF_PP, PROF_TG_SEQS } prof_kind;
+
+/* One run of n tokens (steps, for PROF_TG_SEQS) with the profile on. */
+static cn_status profile_run(runner *r, int32_t *tok, int32_t n, prof_kind kind, profile *p, cn_error *err) {
     cn_context_profile(r->c, true);
-    const cn_status s = seqs ? run_tg_seqs(r, n, &p->ms, err) : prompt ? run_pp(r, tok, n, &p->ms, err) : run_tg(r, n, &p->ms, err);
+    const cn_status s = kind == PROF_TG_SEQS ? run_tg_seqs(r, n, &p->ms, err)
+                        : kind == PROF_PP    ? run_pp(r, tok, n, &p->ms, err)
+                                             : run_tg(r, n, &p->ms, err);
     cn_context_profile(r->c, false);
     p->tokens = n;
     p->n = cn_context_profile_read(r->c, p->op, MAX_PROF);
@@ -333,9 +337,9 @@ static cn_status bench_threads(const cn_model *m, const opts *o, const int32_t *
     }
     if (o->profile) {
         fprintf(stderr, ", profile");
-        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, false, false, &res->prof_tg, err)) != CN_STATUS_OK) goto done;
-        if (o->n_p > 0 && (s = profile_run(&r, tok, o->n_p, true, false, &res->prof_pp, err)) != CN_STATUS_OK) goto done;
-        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, false, true, &res->prof_tg8, err)) != CN_STATUS_OK) goto done;
+        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, PROF_TG, &res->prof_tg, err)) != CN_STATUS_OK) goto done;
+        if (o->n_p > 0 && (s = profile_run(&r, tok, o->n_p, PROF_PP, &res->prof_pp, err)) != CN_STATUS_OK) goto done;
+        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, PROF_TG_SEQS, &res->prof_tg8, err)) != CN_STATUS_OK) goto done;
     }
     res->load = cli_load1();
     res->pp = stats(pp, o->n_p > 0 ? o->reps : 0);
