@@ -77,10 +77,12 @@ static int run_one(uint32_t type, const char *name, int64_t n_out, int64_t k, in
         fprintf(stderr, "matmul: k=%lld does not fit %s blocks\n", (long long)k, name);
         return 1;
     }
-    uint8_t *w = malloc(rb * (size_t)n_out), *xq = malloc(arb * (size_t)n_tok);
+    /* the weights in 2 MiB pages where the kernel grants them, as the model's are
+     * (model.c): from DRAM, 4 KiB pages cost a TLB walk every 4 KiB of the stream */
+    uint8_t *w = cn_alloc_huge(rb * (size_t)n_out), *xq = malloc(arb * (size_t)n_tok);
     float *x = malloc(sizeof(float) * (size_t)(k * n_tok)), *y = malloc(sizeof(float) * (size_t)(n_out * n_tok));
     const size_t ps = K->packed_size ? K->packed_size(type, n_out, k) : 0;
-    void *wp = ps ? aligned_alloc(64, (ps + 63) / 64 * 64) : NULL;
+    void *wp = ps ? cn_alloc_huge((ps + 63) / 64 * 64) : NULL;
     if (!w || !xq || !x || !y || (ps && !wp)) {
         fprintf(stderr, "matmul: out of memory\n");
         return 1;
@@ -115,11 +117,11 @@ static int run_one(uint32_t type, const char *name, int64_t n_out, int64_t k, in
         free(y0);
     }
     printf("\n");
-    free(w);
+    cn_free_aligned(w);
     free(xq);
     free(x);
     free(y);
-    free(wp);
+    cn_free_aligned(wp);
     return bad;
 }
 
