@@ -1052,8 +1052,23 @@ typedef void (*tilek_fn)(const cn_matmul_args *a, int64_t t0, int T, int64_t til
  * 512 tokens, GMAC/s at 8 / 16 tokens (2026-12-05): packed Q4_K 155 / 140, Q6_K 121 /
  * 100, Q5_K 133 / 133, and the 1.5B's pp512 +5-7%; stored Q4_K 127 / 139, Q6_K 100 /
  * 102, Q5_K 120 / 128. */
+static int kq_tok_max(const cn_matmul_args *a) {
+    if (!a->w_packed) return TKMAX;
+    /* AVX-512 Q6_K over a batch of at most 8 tokens (the batched engine's decode step,
+     * weights from DRAM): two passes of 4 over each panel, the second from L2. An 8-token
+     * tile computes too long per byte for the hardware prefetchers to keep ahead, and the
+     * software prefetches (PF_MIN_TOK) peak near 10 GB/s a core, under the 13.6 it needs;
+     * 4-token tiles stream 20 GB/s without them. Zen 4, one thread, 8 tokens, GMAC/s:
+     * 30720 x 8960 from DRAM 93 -> 103-106, 151936 x 1536 equal (94-96), 1536 x 8960 in
+     * cache 133 -> 119; the 1.5B's 8-way decode +8% at two threads, +10% at one
+     * (2026-12-05). Q4_K needs 10.3 GB/s at 8 tokens, which the prefetches give (146 GMAC/s
+     * from DRAM against 158-164 in cache); split the same way, 8-way decode lost 5-13%. */
+    if (CN_X86_AVX512 && a->w_type == CN_TYPE_Q6_K && a->n_tok <= 8) return 4;
+    return 8;
+}
+
 static void mmk(tilek_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t tile1) {
-    const int tkmax = a->w_packed ? 8 : TKMAX;
+    const int tkmax = kq_tok_max(a);
     const int64_t per = CN_MAX((int64_t)1, (int64_t)(KQ_PANEL_BYTES / ((size_t)VL * a->w_row_bytes)));
     for (int64_t p0 = tile0; p0 < tile1; p0 += per) {
         const int64_t p1 = CN_MIN(tile1, p0 + per);
