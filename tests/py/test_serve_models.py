@@ -272,10 +272,14 @@ def test_models_max_never_unloads_a_busy_model(binary, tmp_path):
     # a stream to SMOL is open while QWEN is asked for: QWEN waits until SMOL is idle.
     # Checked on /metrics snapshots: whenever SMOL has a request open, SMOL is loaded and
     # QWEN is not.
+    # The stream must outlast the snapshots. The server writes it whether or not the
+    # client reads, so on a loaded machine 400 tokens of the sanitizer build could end
+    # before the first snapshot (seen once in the full suite); 4,000 cannot, and the
+    # client's close below cancels them long before the end.
     folder = models_dir(tmp_path)
-    s = MultiServer(binary, folder, "--models-max", "1")
+    s = MultiServer(binary, folder, "--models-max", "1", "--ctx", "4096")
     try:
-        stream = s.client().chat.completions.create(model=SMOL, messages=HI, max_tokens=400, temperature=0,
+        stream = s.client().chat.completions.create(model=SMOL, messages=HI, max_tokens=4000, temperature=0,
                                                     stream=True, extra_body={"ignore_eos": True})
         it = iter(stream)
         assert next(it).model == SMOL  # SMOL is running this request
