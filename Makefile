@@ -46,6 +46,9 @@ LIB_SRC  += $(sort $(wildcard src/kernels/arm/*.c))
 endif
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/*.c))
+ifneq ($(ARCH),x86_64)
+TEST_SRC := $(filter-out %_avx512.c,$(TEST_SRC))
+endif
 TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
@@ -116,6 +119,12 @@ $(BUILD)/obj/src/kernels/x86/%_amx.o: src/kernels/x86/%_amx.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC amx  $<"
 	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AMX) -c $< -o $@
+
+# Test code built on a kernel template (tests/unit/amx_emu_avx512.c), like the kernels.
+$(BUILD)/obj/tests/unit/%_avx512.o: tests/unit/%_avx512.c $(FLAGS_STAMP)
+	@mkdir -p $(dir $@)
+	@echo "  CC avx512 $<"
+	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX512) -c $< -o $@
 
 # The chat page is embedded with .incbin (src/serve/page.c): rebuild when it changes.
 $(BUILD)/obj/src/serve/page.o: src/serve/chat.html

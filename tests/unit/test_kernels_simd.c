@@ -1,6 +1,7 @@
 /* test_kernels_simd.c — every SIMD kernel family this CPU runs (cn_cpu_get() decides;
- * with CINDER_ISA=ref there is none and the checks pass vacuously on ref alone) against
- * the scalar reference, kernels/ref:
+ * with CINDER_ISA=ref there is none and the checks pass vacuously on ref alone), and
+ * wherever the AVX-512 family runs the AMX family with software tiles (amx_emu_avx512.c),
+ * against the scalar reference, kernels/ref:
  *  - matmul for every weight format on random weight bytes and random activations, odd
  *    block counts, n_out off the lane tile, n_tok 1..17, rows longer than the kernels'
  *    K-chunk, a y stride wider than n_out: the SIMD result must be BIT-IDENTICAL to ref
@@ -19,6 +20,7 @@
 #include "kernels/kernels.h"
 #include "tensor/tensor.h"
 #if defined(__x86_64__)
+#include "amx_emu.h"
 #include "kernels/x86/x86.h"
 #endif
 #if defined(__aarch64__)
@@ -43,6 +45,9 @@ static int simd_families(const cn_kernels **out) {
     if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni)
         out[n++] = cn_kernels_avx512();
     if (f->amx_int8) out[n++] = cn_kernels_amx();
+    /* the AMX family's tile code with software tiles, wherever its vector code runs */
+    if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni)
+        out[n++] = cn_test_kernels_amx_emu();
 #elif defined(__aarch64__)
     out[0] = cn_kernels_neon(); /* baseline arm64; counted unless CINDER_ISA=ref took it away */
     n = cn_cpu_get()->neon ? 1 : 0;
@@ -143,7 +148,7 @@ static void check_one(const cn_kernels *K, uint32_t type, int64_t k, int64_t n_o
 static int64_t block_of(uint32_t type) { return cn_type_traits_get(type)->block_size; }
 
 Test(kernels_simd, matmul_bit_identical_to_ref, .timeout = 300) {
-    const cn_kernels *fam[4];
+    const cn_kernels *fam[5];
     const int nf = simd_families(fam);
     for (int f = 0; f < nf; f++)
         for (size_t i = 0; i < CN_ARRAY_LEN(k_types); i++) {
@@ -171,7 +176,7 @@ Test(kernels_simd, matmul_bit_identical_to_ref, .timeout = 300) {
 }
 
 Test(kernels_simd, matmul_extreme_codes_bit_identical_to_ref, .timeout = 60) {
-    const cn_kernels *fam[4];
+    const cn_kernels *fam[5];
     const int nf = simd_families(fam);
     g_extreme = true;
     for (int f = 0; f < nf; f++)
@@ -179,13 +184,14 @@ Test(kernels_simd, matmul_extreme_codes_bit_identical_to_ref, .timeout = 60) {
             const int64_t bs = block_of(k_types[i]);
             if (bs == 1) continue; /* float formats: 0xFF bytes are NaNs */
             check_one(fam[f], k_types[i], bs * (bs == 256 ? 3 : 9), 19, 6);
+            check_one(fam[f], k_types[i], bs * (bs == 256 ? 2 : 5), 17, 17); /* 16-token tiles (AMX) */
         }
     g_extreme = false;
 }
 
 /* Within a family: each token alone, and any thread split, give the batch's bits. */
 Test(kernels_simd, batch_and_thread_invariance, .timeout = 120) {
-    const cn_kernels *fam[4];
+    const cn_kernels *fam[5];
     int nf = simd_families(fam);
     fam[nf++] = cn_kernels_ref();
     const int64_t n_tok = 17, n_out = 45;
@@ -245,7 +251,7 @@ static void check_quant(const cn_kernels *K, uint32_t at, const float *x, int64_
 }
 
 Test(kernels_simd, quantize_rows_byte_identical_to_ref) {
-    const cn_kernels *fam[4];
+    const cn_kernels *fam[5];
     const int nf = simd_families(fam);
     enum { K = 1024, ROWS = 5 };
     static float x[ROWS * K];
@@ -357,7 +363,7 @@ static void check_attn(const cn_kernels *K, attn_case c) {
 }
 
 Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
-    const cn_kernels *fam[4];
+    const cn_kernels *fam[5];
     const int nf = simd_families(fam);
     const attn_case cases[] = {
         {5, 9, 3, 64, 16, 77, CN_TYPE_F16},   /* SmolLM2's heads */
@@ -381,7 +387,7 @@ Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
 /* GELU (through f16, as ggml) equals ref bit for bit; SiLU (polynomial exp) within a few
  * ulp; and an element's value does not depend on the array's length or its place. */
 Test(kernels_simd, gated_act_vs_ref) {
-    const cn_kernels *fam[4];
+    const cn_kernels *fam[5];
     const int nf = simd_families(fam);
     enum { N = 4099 };
     static float g[N], u[N], r[N], o[N], o2[N];
@@ -414,7 +420,7 @@ Test(kernels_simd, gated_act_vs_ref) {
 /* RMS norm: ref's float squares are summed in double in another order, so the scale may
  * differ in its last bit: within 2 ulp of ref; in place and with or without weights. */
 Test(kernels_simd, rmsnorm_vs_ref) {
-    const cn_kernels *fam[4];
+    const cn_kernels *fam[5];
     const int nf = simd_families(fam);
     const cn_kernels *R = cn_kernels_ref();
     static float x[1100], w[1100], r[1100], o[1100];
@@ -437,7 +443,7 @@ Test(kernels_simd, rmsnorm_vs_ref) {
  * n_rot below head_dim (the rest passes through), odd n_rot (the last dim passes
  * through), and rotations shorter or longer than a vector. */
 Test(kernels_simd, rope_bit_identical_to_ref) {
-    const cn_kernels *fam[4];
+    const cn_kernels *fam[5];
     const int nf = simd_families(fam);
     const cn_kernels *R = cn_kernels_ref();
     static float x[9 * 256], r[9 * 256], o[9 * 256], cs[256];

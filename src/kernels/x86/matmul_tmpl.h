@@ -402,10 +402,10 @@ static bool pack_type(uint32_t type) {
            type == CN_TYPE_Q8_0;
 }
 
-/* The K-quants' packed layout (kq_tile, below) is used by the AVX2 and AVX-512
- * families (measured on the 1.5B Q4_K_M model at AVX-512: decode +6-9%, pp512 +5-10%);
- * the AMX family reads them as stored, because no machine this was written on could
- * run its tests. */
+/* The K-quants' packed layout (kq_tile, below), in every x86 family (measured on the
+ * 1.5B Q4_K_M model at AVX-512: decode +6-9%, pp512 +5-10%). The AMX family's K-quant
+ * code is the AVX-512 family's, which the tests also run as the AMX family's build (with
+ * software tiles where there is no AMX: tests/unit/amx_emu_avx512.c). */
 /* Q6_K's packed block holds its 13 groups of 4 dwords (ql 0..7, qh 8..11, scales 12) in
  * the order tile_q6k reads them (scales; then per half and pass: two ql groups and their
  * qh group), so a tile streams forward through memory, as Q4_K's does, instead of
@@ -416,7 +416,7 @@ static const int8_t Q6_SLOT[13] = {1, 4, 2, 5, 7, 10, 8, 11, 3, 6, 9, 12, 0};
 CN_INLINE int q6_dw(int c) { return 4 * Q6_SLOT[c / 4] + c % 4; }
 
 static bool pack_k_type(uint32_t type) {
-    return !CN_X86_AMX && (type == CN_TYPE_Q4_K || type == CN_TYPE_Q5_K || type == CN_TYPE_Q6_K);
+    return type == CN_TYPE_Q4_K || type == CN_TYPE_Q5_K || type == CN_TYPE_Q6_K;
 }
 
 static size_t CN_X86_SUFFIX(packed_size)(uint32_t type, int64_t n_out, int64_t k) {
@@ -1046,7 +1046,7 @@ typedef void (*tilek_fn)(const cn_matmul_args *a, int64_t t0, int T, int64_t til
 #ifndef KQ_PANEL_BYTES
 #define KQ_PANEL_BYTES (64 << 10)
 #endif
-/* The token tile: TKMAX over weights read as stored (the AMX family's K-quants), whose
+/* The token tile: TKMAX over weights read as stored (when packing is off), whose
  * gathers a taller tile amortizes, but 8 over packed ones, whose loads are cheap: there
  * 16 tokens' sums and accumulators fill all 32 registers and spill. Zen 4, one thread,
  * 512 tokens, GMAC/s at 8 / 16 tokens (2026-12-05): packed Q4_K 155 / 140, Q6_K 121 /
@@ -1057,12 +1057,15 @@ static int kq_tok_max(const cn_matmul_args *a) {
     /* AVX-512 Q6_K over a batch of at most 8 tokens (the batched engine's decode step,
      * weights from DRAM): two passes of 4 over each panel, the second from L2. An 8-token
      * tile computes too long per byte for the hardware prefetchers to keep ahead, and the
-     * software prefetches (PF_MIN_TOK) peak near 10 GB/s a core, under the 13.6 it needs;
-     * 4-token tiles stream 20 GB/s without them. Zen 4, one thread, 8 tokens, GMAC/s:
-     * 30720 x 8960 from DRAM 93 -> 103-106, 151936 x 1536 equal (94-96), 1536 x 8960 in
-     * cache 133 -> 119; the 1.5B's 8-way decode +8% at two threads, +10% at one
-     * (2026-12-05). Q4_K needs 10.3 GB/s at 8 tokens, which the prefetches give (146 GMAC/s
-     * from DRAM against 158-164 in cache); split the same way, 8-way decode lost 5-13%. */
+     * software prefetches (PF_MIN_TOK) peak near 10 GB/s a core, under the 13.6 it needs; a
+     * 4-token tile's rate leaves the hardware prefetchers room to help them. Zen 4, one
+     * thread, 8 tokens, GMAC/s: 30720 x 8960 from DRAM 93 -> 103-106, 151936 x 1536 equal
+     * (94-96), 1536 x 8960 in cache 133 -> 119; the 1.5B's 8-way decode +8% at two threads,
+     * +10% at one (2026-12-05). The passes keep the software prefetches (PF_MIN_TOK counts
+     * the call's tokens, not the pass's): switched off by the pass's 4 tokens, 30720 x 8960
+     * fell to 98 against 105 GMAC/s and the head stayed equal (2026-12-05, later). Q4_K needs
+     * 10.3 GB/s at 8 tokens, which the prefetches give (146 GMAC/s from DRAM against 158-164
+     * in cache); split the same way, 8-way decode lost 5-13%. */
     if (CN_X86_AVX512 && a->w_type == CN_TYPE_Q6_K && a->n_tok <= 8) return 4;
     return 8;
 }
