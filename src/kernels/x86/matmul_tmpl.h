@@ -404,8 +404,8 @@ static bool pack_type(uint32_t type) {
 
 /* The K-quants' packed layout (kq_tile, below), in every x86 family (measured on the
  * 1.5B Q4_K_M model at AVX-512: decode +6-9%, pp512 +5-10%). The AMX family's K-quant
- * code is the AVX-512 family's, which the tests also run as the AMX family's build (with
- * software tiles where there is no AMX: tests/unit/amx_emu_avx512.c). */
+ * code is the AVX-512 family's plus its tiles, which the tests run with software tiles
+ * where there is no AMX (tests/unit/amx_emu_avx512.c). */
 /* Q6_K's packed block holds its 13 groups of 4 dwords (ql 0..7, qh 8..11, scales 12) in
  * the order tile_q6k reads them (scales; then per half and pass: two ql groups and their
  * qh group), so a tile streams forward through memory, as Q4_K's does, instead of
@@ -534,7 +534,9 @@ typedef struct __attribute__((packed)) {
     uint8_t rows[16];
 } amx_cfg;
 
-static void amx_config(int T) {
+/* C tiles 0..3: T tokens × VL int32; A tiles 4, 5: T tokens × kb activation bytes; B
+ * tiles 6, 7: kb / 4 rows of VL weight rows × 4 codes (kb: 32, or Q6_K's 16). */
+static void amx_config(int T, int kb) {
     amx_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -543,11 +545,11 @@ static void amx_config(int T) {
         cfg.colsb[i] = VL * 4;
     }
     for (int i = 4; i < 6; i++) {
-        cfg.rows[i] = (uint8_t)T; /* A: T tokens × 32 codes */
-        cfg.colsb[i] = 32;
+        cfg.rows[i] = (uint8_t)T; /* A: T tokens × kb codes */
+        cfg.colsb[i] = (uint16_t)kb;
     }
     for (int i = 6; i < 8; i++) {
-        cfg.rows[i] = 8; /* B: 8 × (VL rows × 4 codes) */
+        cfg.rows[i] = (uint8_t)(kb / 4); /* B: kb / 4 × (VL rows × 4 codes) */
         cfg.colsb[i] = VL * 4;
     }
     /* GCC's ldtilecfg asm names only 8 bytes of its operand: without this barrier the
@@ -699,7 +701,7 @@ static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t til
         const int T = tok_tile(a->n_tok - t0, TMAX);
 #if CN_X86_AMX
         if (T >= 8 && T != cfg_T) {
-            amx_config(T);
+            amx_config(T, 32);
             cfg_T = T;
         }
 #endif
@@ -850,6 +852,32 @@ CN_INLINE vi k45_codes(vi v, vi qh, int j, bool five) {
     return vi_or(w, vi_and(j <= 4 ? vi_sllv(qh, vi_set1(4 - j)) : vi_srlv(qh, vi_set1(j - 4)), vi_set1_8(0x10)));
 }
 
+/* Block b's float step for T tokens from the integer sums sq[t] = sum_j sc_j * dot_j:
+ * acc[t] += d * ad * sq - dmin * ad * sum_j m_j * bsum_j, ref's operations in ref's
+ * order. h: the block's d | dmin << 16 per lane; mn: k4_scales' mins. */
+CN_INLINE void k45_finish(const int T, vi h, const vi *mn, const vi *sq, const cn_block_q8_K *const *arow, int64_t b,
+                          vf *acc) {
+    const vf dv = vf_h2f_lo(h), dmv = vf_h2f_hi(h);
+    vi mp[4]; /* (m_2i, m_2i+1) as 16-bit halves */
+    CN_UNROLL
+    for (int i = 0; i < 4; i++) mp[i] = bytes_to_pair(mn[i / 2], 2 * (i % 2));
+    CN_UNROLL
+    for (int t = 0; t < T; t++) {
+        /* sum_j m_j * (bsums[2j] + bsums[2j+1]): the pair sums (|.| <= 4064) as int16,
+         * then int16 pair dots with (m_2i, m_2i+1) */
+        const int16_t *bs = arow[t][b].bsums;
+        int32_t ps[4];
+        _mm_storeu_si128((__m128i *)(void *)ps, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
+                                                               _mm_loadu_si128((const __m128i *)(const void *)(bs + 8))));
+        vi sm = vi_zero();
+        CN_UNROLL
+        for (int i = 0; i < 4; i++) sm = vi_dp2w(sm, mp[i], vi_set1(ps[i]));
+        const vf ad = vf_set1(arow[t][b].d);
+        const vf d = vf_mul(dv, ad), dmin = vf_mul(dmv, ad);
+        acc[t] = vf_add(acc[t], vf_sub(vf_mul(d, vf_cvt(sq[t])), vf_mul(dmin, vf_cvt(sm))));
+    }
+}
+
 /* Block dwords: d | dmin << 16 (0), scales (1..3), Q5_K's qh (4..11), qs (Q4_K 4..35,
  * Q5_K 12..43). */
 CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
@@ -918,25 +946,7 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                 for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj, T));
             }
         }
-        const vf dv = vf_h2f_lo(h), dmv = vf_h2f_hi(h);
-        vi mp[4]; /* (m_2i, m_2i+1) as 16-bit halves */
-        CN_UNROLL
-        for (int i = 0; i < 4; i++) mp[i] = bytes_to_pair(mn[i / 2], 2 * (i % 2));
-        CN_UNROLL
-        for (int t = 0; t < T; t++) {
-            /* sum_j m_j * (bsums[2j] + bsums[2j+1]): the pair sums (|.| <= 4064) as int16,
-             * then int16 pair dots with (m_2i, m_2i+1) */
-            const int16_t *bs = arow[t][b].bsums;
-            int32_t ps[4];
-            _mm_storeu_si128((__m128i *)(void *)ps, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
-                                                                   _mm_loadu_si128((const __m128i *)(const void *)(bs + 8))));
-            vi sm = vi_zero();
-            CN_UNROLL
-            for (int i = 0; i < 4; i++) sm = vi_dp2w(sm, mp[i], vi_set1(ps[i]));
-            const vf ad = vf_set1(arow[t][b].d);
-            const vf d = vf_mul(dv, ad), dmin = vf_mul(dmv, ad);
-            acc[t] = vf_add(acc[t], vf_sub(vf_mul(d, vf_cvt(sq[t])), vf_mul(dmin, vf_cvt(sm))));
-        }
+        k45_finish(T, h, mn, sq, arow, b, acc);
     }
     acc_store(&c, &K.R, T, acc);
 }
@@ -945,6 +955,30 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
 
 /* kq_load4 of stored dwords c .. c+3 (c a multiple of 4), through Q6_SLOT when packed. */
 CN_INLINE void q6_load4(const kq_tile *K, int64_t b, int c, vi v[4]) { kq_load4(K, b, K->pk ? q6_dw(c) : c, v); }
+
+/* Block b's float step for T tokens from sq[t] = sum_j sc_j * dot_j (unsigned codes):
+ * the -32 offset, 32 * sum_j sc_j * bsums[j], as int16 pair dots (sc_2i, sc_2i+1), then
+ * acc[t] += d * ad * (sq - offset). sv: the block's scales dwords (48..51). */
+CN_INLINE void q6k_finish(const int T, const kq_tile *K, int64_t b, const vi *sv, const vi *sq,
+                          const cn_block_q8_K *const *arow, vf *acc) {
+    vi pr[8];
+    CN_UNROLL
+    for (int q = 0; q < 4; q++) {
+        const vi ev = vi_srai16(vi_slli16(sv[q], 8), 8), od = vi_srai16(sv[q], 8); /* (b0, b2), (b1, b3) */
+        pr[2 * q] = vi_or(vi_and(ev, vi_set1(0xFFFF)), vi_slli(od, 16));
+        pr[2 * q + 1] = vi_or(vi_srli(ev, 16), vi_and(od, vi_set1((int32_t)0xFFFF0000)));
+    }
+    const vf dv = K->pk ? vf_load_h((const uint16_t *)(const void *)(K->pk + (size_t)b * VL * K->bb + 208 * VL))
+                        : vf_h2f_hi(vi_gather32(K->R.rp[0] + (size_t)b * K->bb + 206, K->R.ridx));
+    CN_UNROLL
+    for (int t = 0; t < T; t++) {
+        vi cs = vi_zero();
+        CN_UNROLL
+        for (int q = 0; q < 8; q++) cs = vi_dp2w(cs, pr[q], vi_bcast32(&arow[t][b].bsums[2 * q]));
+        const vi s = vi_sub(sq[t], vi_slli(cs, 5));
+        acc[t] = vf_add(acc[t], vf_mul(vf_mul(dv, vf_set1(arow[t][b].d)), vf_cvt(s)));
+    }
+}
 
 /* Block dwords: ql (0..31), qh (32..47), scales (48..51, int8); then d (f16, byte 208). */
 CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
@@ -1000,28 +1034,174 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
                     for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 16 * j, 4, 2, scj, T));
                 }
             }
-        /* the -32 offset: 32 * sum_j sc_j * bsums[j], as int16 pair dots (sc_2i, sc_2i+1) */
-        vi pr[8];
         if (K.pk) q6_load4(&K, b, 48, sv);
-        CN_UNROLL
-        for (int q = 0; q < 4; q++) {
-            const vi ev = vi_srai16(vi_slli16(sv[q], 8), 8), od = vi_srai16(sv[q], 8); /* (b0, b2), (b1, b3) */
-            pr[2 * q] = vi_or(vi_and(ev, vi_set1(0xFFFF)), vi_slli(od, 16));
-            pr[2 * q + 1] = vi_or(vi_srli(ev, 16), vi_and(od, vi_set1((int32_t)0xFFFF0000)));
-        }
-        const vf dv = K.pk ? vf_load_h((const uint16_t *)(const void *)(K.pk + (size_t)b * VL * K.bb + 208 * VL))
-                           : vf_h2f_hi(vi_gather32(K.R.rp[0] + (size_t)b * K.bb + 206, K.R.ridx));
-        CN_UNROLL
-        for (int t = 0; t < T; t++) {
-            vi cs = vi_zero();
-            CN_UNROLL
-            for (int q = 0; q < 8; q++) cs = vi_dp2w(cs, pr[q], vi_bcast32(&arow[t][b].bsums[2 * q]));
-            const vi s = vi_sub(sq[t], vi_slli(cs, 5));
-            acc[t] = vf_add(acc[t], vf_mul(vf_mul(dv, vf_set1(arow[t][b].d)), vf_cvt(s)));
-        }
+        q6k_finish(T, &K, b, sv, sq, arow, acc);
     }
     acc_store(&c, &K.R, T, acc);
 }
+
+#if CN_X86_AMX
+/* The K-quant tiles on AMX (kernels_amx.c), for 16-token tiles: per sub-block j, one
+ * tile multiply makes its T × VL integer dots, as tile32_amx does per 32-element block.
+ * A (tmm4/5) = the T activation rows' elements of sub-block j, read in place (stride:
+ * the activation row); B (tmm6/7) = sub-block j's code vectors as k45_block / q6k_block
+ * make them (vector c, lane r = row r's codes 4c .. 4c+3: already B's layout), stored
+ * to bv; C (tmm0..3) = dot_j[t][r], stored to cv, then sq[t] += dot_j * sc_j per lane
+ * (vpmulld): the integers the VNNI loop makes, then the same k45_finish / q6k_finish.
+ * Tiles are not renamed, and tile loads and vector loads wait for the stores they read
+ * to commit, so a block's steps are spread out: its multiplies are issued (four
+ * sub-blocks at a time on C tiles 0..3, A and B alternating between two tiles, each
+ * group's dots to its own cv buffer), then the next block's codes are made (to the other
+ * bv buffer), and only then are this block's dots read back. Checked bit for bit against
+ * ref with software tiles (tests/unit/amx_emu_avx512.c); not yet timed on an AMX
+ * machine. */
+#define KQ_AMX_MUL(TC, TA, TB, bptr, aptr)                                                \
+    do {                                                                                  \
+        _tile_loadd(TB, (bptr), VL * 4);                                                  \
+        _tile_loadd(TA, (aptr), as);                                                      \
+        _tile_zero(TC);                                                                   \
+        _tile_dpbsud(TC, TA, TB);                                                         \
+    } while (0)
+/* Sub-blocks j0 .. j0+3 of block b (n code dwords each) into cv[j0 .. j0+3]. */
+#define KQ_AMX_ISSUE(bvb, j0, n)                                                          \
+    do {                                                                                  \
+        const int8_t *a0_ = arow[0][b].qs + (j0) * 4 * (n);                               \
+        KQ_AMX_MUL(0, 4, 6, (bvb)[(j0) + 0], a0_);                                        \
+        KQ_AMX_MUL(1, 5, 7, (bvb)[(j0) + 1], a0_ + 4 * (n));                              \
+        KQ_AMX_MUL(2, 4, 6, (bvb)[(j0) + 2], a0_ + 8 * (n));                              \
+        KQ_AMX_MUL(3, 5, 7, (bvb)[(j0) + 3], a0_ + 12 * (n));                             \
+        _tile_stored(0, cv[(j0) + 0], VL * 4);                                            \
+        _tile_stored(1, cv[(j0) + 1], VL * 4);                                            \
+        _tile_stored(2, cv[(j0) + 2], VL * 4);                                            \
+        _tile_stored(3, cv[(j0) + 3], VL * 4);                                            \
+    } while (0)
+/* sq[t] = sum over the nj sub-blocks of dot_j * sc(j). */
+#define KQ_AMX_READ(nj, SC)                                                               \
+    do {                                                                                  \
+        CN_UNROLL                                                                         \
+        for (int t = 0; t < T; t++) sq[t] = vi_zero();                                    \
+        CN_UNROLL                                                                         \
+        for (int j_ = 0; j_ < (nj); j_++) {                                               \
+            const vi sc_ = SC(j_);                                                        \
+            CN_UNROLL                                                                     \
+            for (int t = 0; t < T; t++)                                                   \
+                sq[t] = vi_add(sq[t], vi_mullo(_mm512_load_si512((const void *)cv[j_][t]), sc_)); \
+        }                                                                                 \
+    } while (0)
+
+/* Block b's 8 sub-blocks' code vectors (k45_block's) into B layout. */
+CN_INLINE void k45_amx_codes(const bool five, const kq_tile *K, int64_t b, vi (*bv)[8]) {
+    const int qs = five ? 12 : 4;
+    vi qh[8];
+    if (five) {
+        kq_load4(K, b, 4, qh);
+        kq_load4(K, b, 8, qh + 4);
+    }
+    CN_UNROLL
+    for (int p = 0; p < 4; p++) {
+        vi v[8];
+        kq_load4(K, b, qs + 8 * p, v);
+        kq_load4(K, b, qs + 8 * p + 4, v + 4);
+        CN_UNROLL
+        for (int cc = 0; cc < 8; cc++) {
+            bv[2 * p][cc] = k45_codes(v[cc], five ? qh[cc] : v[cc], 2 * p, five);
+            bv[2 * p + 1][cc] = k45_codes(v[cc], five ? qh[cc] : v[cc], 2 * p + 1, five);
+        }
+    }
+}
+
+CN_INLINE void tile_q45k_amx(const bool five, const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
+    const int64_t nb = a->k / CN_QK_K;
+    const long as = (long)a->xq_row_bytes;
+    const mm_ctx c = {.a = a, .t0 = t0};
+    kq_tile K;
+    kq_setup(a, tile, five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K), &K);
+    vf acc[TKMAX];
+    acc_init(&c, &K.R, T, acc, false);
+    const cn_block_q8_K *arow[TKMAX];
+    CN_UNROLL
+    for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
+    const prefetcher pf = pf_setup(a, &K.R, nb);
+    _Alignas(64) vi bv[2][8][8];           /* B: two blocks' 8 sub-blocks' code vectors */
+    _Alignas(64) int32_t cv[8][TKMAX][VL]; /* C: a block's 8 sub-blocks' dots */
+    k45_amx_codes(five, &K, 0, bv[0]);
+    for (int64_t b = 0; b < nb; b++) {
+        pf_block(&pf, b);
+        KQ_AMX_ISSUE(bv[b & 1], 0, 8);
+        KQ_AMX_ISSUE(bv[b & 1], 4, 8);
+        if (b + 1 < nb) k45_amx_codes(five, &K, b + 1, bv[(b + 1) & 1]);
+        const vi h = kq_dword(&K, b, 0);
+        vi s[4], sc[2], mn[2], sq[TKMAX];
+        kq_load4(&K, b, 1, s);
+        k4_scales(s, sc, mn);
+#define K45_SC(j) k4_scale(sc, (j))
+        KQ_AMX_READ(8, K45_SC);
+#undef K45_SC
+        k45_finish(T, h, mn, sq, arow, b, acc);
+    }
+    acc_store(&c, &K.R, T, acc);
+}
+
+/* Block b's 16 sub-blocks' code vectors (q6k_block's) into B layout. */
+CN_INLINE void q6k_amx_codes(const kq_tile *K, int64_t b, vi (*bv)[4]) {
+    const vi lo4 = vi_set1_8(0x0F), hi2 = vi_set1_8(0x30);
+    CN_UNROLL
+    for (int hh = 0; hh < 2; hh++)
+        CN_UNROLL
+        for (int lp = 0; lp < 2; lp++) {
+            vi qa[4], qb[4], qh[4];
+            q6_load4(K, b, 16 * hh + 4 * lp, qa);     /* k = 0 low, 2 high */
+            q6_load4(K, b, 16 * hh + 8 + 4 * lp, qb); /* k = 1 low, 3 high */
+            q6_load4(K, b, 32 + 8 * hh + 4 * lp, qh);
+            CN_UNROLL
+            for (int kk = 0; kk < 4; kk++) {
+                const int j = 8 * hh + 2 * kk + lp; /* sub-block of 16 */
+                const vi *src = kk & 1 ? qb : qa;
+                CN_UNROLL
+                for (int cc = 0; cc < 4; cc++) { /* low nibble | bits 2kk, 2kk+1 of qh at 4, 5 */
+                    const vi lo = kk < 2 ? vi_and(src[cc], lo4) : vi_and(vi_srli(src[cc], 4), lo4);
+                    const vi hi = kk == 0 ? vi_slli(qh[cc], 4) : kk == 1 ? vi_slli(qh[cc], 2) : kk == 2 ? qh[cc] : vi_srli(qh[cc], 2);
+                    bv[j][cc] = vi_or(lo, vi_and(hi, hi2));
+                }
+            }
+        }
+}
+
+CN_INLINE void tile_q6k_amx(const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
+    const int64_t nb = a->k / CN_QK_K;
+    const long as = (long)a->xq_row_bytes;
+    const mm_ctx c = {.a = a, .t0 = t0};
+    kq_tile K;
+    kq_setup(a, tile, sizeof(cn_block_q6_K), &K);
+    vf acc[TKMAX];
+    acc_init(&c, &K.R, T, acc, false);
+    const cn_block_q8_K *arow[TKMAX];
+    CN_UNROLL
+    for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
+    const prefetcher pf = pf_setup(a, &K.R, nb);
+    _Alignas(64) vi bv[2][16][4];           /* B: two blocks' 16 sub-blocks' code vectors */
+    _Alignas(64) int32_t cv[16][TKMAX][VL]; /* C: a block's 16 sub-blocks' dots */
+    q6k_amx_codes(&K, 0, bv[0]);
+    for (int64_t b = 0; b < nb; b++) {
+        pf_block(&pf, b);
+        KQ_AMX_ISSUE(bv[b & 1], 0, 4);
+        KQ_AMX_ISSUE(bv[b & 1], 4, 4);
+        KQ_AMX_ISSUE(bv[b & 1], 8, 4);
+        KQ_AMX_ISSUE(bv[b & 1], 12, 4);
+        if (b + 1 < nb) q6k_amx_codes(&K, b + 1, bv[(b + 1) & 1]);
+        vi sv[4], sq[TKMAX];
+        q6_load4(&K, b, 48, sv); /* scales[16], int8 */
+#define Q6_SC(j) vi_srai(vi_sllv(sv[(j) / 4], vi_set1(24 - 8 * ((j) % 4))), 24)
+        KQ_AMX_READ(16, Q6_SC);
+#undef Q6_SC
+        q6k_finish(T, &K, b, sv, sq, arow, acc);
+    }
+    acc_store(&c, &K.R, T, acc);
+}
+#undef KQ_AMX_MUL
+#undef KQ_AMX_ISSUE
+#undef KQ_AMX_READ
+#endif
 
 #define TILEK_FN(NAME, CALL)                                                            \
     static void NAME(const cn_matmul_args *a, int64_t t0, int T, int64_t tile) {        \
@@ -1030,9 +1210,15 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
         else if (T == 4) CALL(4, a, t0, tile);                                          \
         else CALL(1, a, t0, tile);                                                      \
     }
+#if CN_X86_AMX /* 16-token tiles on AMX (mmk configures it), the rest as AVX-512's */
+#define Q4K_CALL(T, a, t0, tile) ((T) == TKMAX ? tile_q45k_amx(false, T, a, t0, tile) : tile_q45k(false, T, a, t0, tile))
+#define Q5K_CALL(T, a, t0, tile) ((T) == TKMAX ? tile_q45k_amx(true, T, a, t0, tile) : tile_q45k(true, T, a, t0, tile))
+#define Q6K_CALL(T, a, t0, tile) ((T) == TKMAX ? tile_q6k_amx(T, a, t0, tile) : tile_q6k(T, a, t0, tile))
+#else
 #define Q4K_CALL(T, a, t0, tile) tile_q45k(false, T, a, t0, tile)
 #define Q5K_CALL(T, a, t0, tile) tile_q45k(true, T, a, t0, tile)
 #define Q6K_CALL(T, a, t0, tile) tile_q6k(T, a, t0, tile)
+#endif
 TILEK_FN(tilek_q4_k, Q4K_CALL)
 TILEK_FN(tilek_q5_k, Q5K_CALL)
 TILEK_FN(tilek_q6_k, Q6K_CALL)
@@ -1047,8 +1233,9 @@ typedef void (*tilek_fn)(const cn_matmul_args *a, int64_t t0, int T, int64_t til
 #define KQ_PANEL_BYTES (64 << 10)
 #endif
 /* The token tile: TKMAX over weights read as stored (when packing is off), whose
- * gathers a taller tile amortizes, but 8 over packed ones, whose loads are cheap: there
- * 16 tokens' sums and accumulators fill all 32 registers and spill. Zen 4, one thread,
+ * gathers a taller tile amortizes, and on AMX (its tiles take 16 tokens), but 8 over
+ * packed ones in the vector loops, whose loads are cheap: there 16 tokens' sums and
+ * accumulators fill all 32 registers and spill. Zen 4, one thread,
  * 512 tokens, GMAC/s at 8 / 16 tokens (2026-12-05): packed Q4_K 155 / 140, Q6_K 121 /
  * 100, Q5_K 133 / 133, and the 1.5B's pp512 +5-7%; stored Q4_K 127 / 139, Q6_K 100 /
  * 102, Q5_K 120 / 128. */
@@ -1067,11 +1254,15 @@ static int kq_tok_max(const cn_matmul_args *a) {
      * 10.3 GB/s at 8 tokens, which the prefetches give (146 GMAC/s from DRAM against 158-164
      * in cache); split the same way, 8-way decode lost 5-13%. */
     if (CN_X86_AVX512 && a->w_type == CN_TYPE_Q6_K && a->n_tok <= 8) return 4;
-    return 8;
+    return CN_X86_AMX ? TKMAX : 8; /* AMX: 16-token tiles on the tile unit */
 }
 
 static void mmk(tilek_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t tile1) {
     const int tkmax = kq_tok_max(a);
+#if CN_X86_AMX
+    const bool amx = tkmax == TKMAX && a->n_tok >= TKMAX && tile0 < tile1;
+    if (amx) amx_config(TKMAX, a->w_type == CN_TYPE_Q6_K ? 16 : 32);
+#endif
     const int64_t per = CN_MAX((int64_t)1, (int64_t)(KQ_PANEL_BYTES / ((size_t)VL * a->w_row_bytes)));
     for (int64_t p0 = tile0; p0 < tile1; p0 += per) {
         const int64_t p1 = CN_MIN(tile1, p0 + per);
@@ -1081,6 +1272,9 @@ static void mmk(tilek_fn fn, const cn_matmul_args *a, int64_t tile0, int64_t til
             t0 += T;
         }
     }
+#if CN_X86_AMX
+    if (amx) _tile_release();
+#endif
 }
 
 /* ---------------------------------------------------------------- float weights */
