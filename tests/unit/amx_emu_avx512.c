@@ -115,18 +115,10 @@ static void emu_dp(int c, int a, int b, int a_signed, int b_signed) {
 
 #include "amx_emu.h"
 
-/* The AVX-512 family with the AMX family's matmul, quantizer and packing (as
- * kernels_amx.c builds it), the tiles in software. */
+/* The AMX family's table as kernels_amx.c makes it, the tiles in software. */
 const cn_kernels *cn_test_kernels_amx_emu(void) {
     static cn_kernels k;
-    if (!k.name) {
-        k = *cn_kernels_avx512();
-        k.name = "amx-emulated";
-        k.matmul = amxemu_matmul;
-        k.quantize_rows = amxemu_quantize_rows;
-        k.packed_size = amxemu_packed_size;
-        k.pack = amxemu_pack;
-    }
+    if (!k.name) k = amxemu_table("amx-emulated");
     return &k;
 }
 #endif

@@ -36,18 +36,18 @@ static uint32_t rnd(void) {
 }
 static float frnd(void) { return (float)(rnd() & 0xFFFFFF) / (float)(1 << 23) - 1.0f; } /* [-1, 1) */
 
-/* The SIMD families this CPU can run. */
+/* The SIMD families this CPU can run: at most 4 (FAM_MAX leaves room for ref). */
+enum { FAM_MAX = 5 };
 static int simd_families(const cn_kernels **out) {
     int n = 0;
 #if defined(__x86_64__)
     const cn_cpu_features *f = cn_cpu_get();
     if (f->avx2 && f->fma && f->f16c) out[n++] = cn_kernels_avx2();
-    if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni)
-        out[n++] = cn_kernels_avx512();
+    const bool avx512 = f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    if (avx512) out[n++] = cn_kernels_avx512();
     if (f->amx_int8) out[n++] = cn_kernels_amx();
     /* the AMX family's tile code with software tiles, wherever its vector code runs */
-    if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni)
-        out[n++] = cn_test_kernels_amx_emu();
+    if (avx512) out[n++] = cn_test_kernels_amx_emu();
 #elif defined(__aarch64__)
     out[0] = cn_kernels_neon(); /* baseline arm64; counted unless CINDER_ISA=ref took it away */
     n = cn_cpu_get()->neon ? 1 : 0;
@@ -148,7 +148,7 @@ static void check_one(const cn_kernels *K, uint32_t type, int64_t k, int64_t n_o
 static int64_t block_of(uint32_t type) { return cn_type_traits_get(type)->block_size; }
 
 Test(kernels_simd, matmul_bit_identical_to_ref, .timeout = 300) {
-    const cn_kernels *fam[5];
+    const cn_kernels *fam[FAM_MAX];
     const int nf = simd_families(fam);
     for (int f = 0; f < nf; f++)
         for (size_t i = 0; i < CN_ARRAY_LEN(k_types); i++) {
@@ -176,7 +176,7 @@ Test(kernels_simd, matmul_bit_identical_to_ref, .timeout = 300) {
 }
 
 Test(kernels_simd, matmul_extreme_codes_bit_identical_to_ref, .timeout = 60) {
-    const cn_kernels *fam[5];
+    const cn_kernels *fam[FAM_MAX];
     const int nf = simd_families(fam);
     g_extreme = true;
     for (int f = 0; f < nf; f++)
@@ -191,7 +191,7 @@ Test(kernels_simd, matmul_extreme_codes_bit_identical_to_ref, .timeout = 60) {
 
 /* Within a family: each token alone, and any thread split, give the batch's bits. */
 Test(kernels_simd, batch_and_thread_invariance, .timeout = 120) {
-    const cn_kernels *fam[5];
+    const cn_kernels *fam[FAM_MAX];
     int nf = simd_families(fam);
     fam[nf++] = cn_kernels_ref();
     const int64_t n_tok = 17, n_out = 45;
@@ -251,7 +251,7 @@ static void check_quant(const cn_kernels *K, uint32_t at, const float *x, int64_
 }
 
 Test(kernels_simd, quantize_rows_byte_identical_to_ref) {
-    const cn_kernels *fam[5];
+    const cn_kernels *fam[FAM_MAX];
     const int nf = simd_families(fam);
     enum { K = 1024, ROWS = 5 };
     static float x[ROWS * K];
@@ -363,7 +363,7 @@ static void check_attn(const cn_kernels *K, attn_case c) {
 }
 
 Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
-    const cn_kernels *fam[5];
+    const cn_kernels *fam[FAM_MAX];
     const int nf = simd_families(fam);
     const attn_case cases[] = {
         {5, 9, 3, 64, 16, 77, CN_TYPE_F16},   /* SmolLM2's heads */
@@ -387,7 +387,7 @@ Test(kernels_simd, attention_close_to_ref_and_invariant, .timeout = 120) {
 /* GELU (through f16, as ggml) equals ref bit for bit; SiLU (polynomial exp) within a few
  * ulp; and an element's value does not depend on the array's length or its place. */
 Test(kernels_simd, gated_act_vs_ref) {
-    const cn_kernels *fam[5];
+    const cn_kernels *fam[FAM_MAX];
     const int nf = simd_families(fam);
     enum { N = 4099 };
     static float g[N], u[N], r[N], o[N], o2[N];
@@ -420,7 +420,7 @@ Test(kernels_simd, gated_act_vs_ref) {
 /* RMS norm: ref's float squares are summed in double in another order, so the scale may
  * differ in its last bit: within 2 ulp of ref; in place and with or without weights. */
 Test(kernels_simd, rmsnorm_vs_ref) {
-    const cn_kernels *fam[5];
+    const cn_kernels *fam[FAM_MAX];
     const int nf = simd_families(fam);
     const cn_kernels *R = cn_kernels_ref();
     static float x[1100], w[1100], r[1100], o[1100];
@@ -443,7 +443,7 @@ Test(kernels_simd, rmsnorm_vs_ref) {
  * n_rot below head_dim (the rest passes through), odd n_rot (the last dim passes
  * through), and rotations shorter or longer than a vector. */
 Test(kernels_simd, rope_bit_identical_to_ref) {
-    const cn_kernels *fam[5];
+    const cn_kernels *fam[FAM_MAX];
     const int nf = simd_families(fam);
     const cn_kernels *R = cn_kernels_ref();
     static float x[9 * 256], r[9 * 256], o[9 * 256], cs[256];

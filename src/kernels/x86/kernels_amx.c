@@ -21,14 +21,7 @@
 static cn_kernels g_amx;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void init(void) {
-    g_amx = *cn_kernels_avx512();
-    g_amx.name = "amx";
-    g_amx.matmul = amx_matmul;
-    g_amx.quantize_rows = amx_quantize_rows;
-    g_amx.packed_size = amx_packed_size;
-    g_amx.pack = amx_pack;
-}
+static void init(void) { g_amx = amx_table("amx"); }
 
 const cn_kernels *cn_kernels_amx(void) {
     pthread_once(&g_once, init);

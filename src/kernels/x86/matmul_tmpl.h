@@ -753,6 +753,26 @@ CN_INLINE vi kq_dword(const kq_tile *K, int64_t b, int c) {
     return vi_gather32(K->R.rp[0] + (size_t)b * K->bb + 4 * (size_t)c, K->R.ridx);
 }
 
+/* What every K-quant tile sets up: its rows, zeroed accumulators (acc), the T tokens'
+ * activation rows, and the prefetcher of its weights. */
+typedef struct {
+    mm_ctx c;
+    kq_tile K;
+    const cn_block_q8_K *arow[TKMAX];
+    prefetcher pf;
+    int64_t nb; /* 256-element blocks of a row */
+} kq_run;
+
+CN_INLINE void kq_begin(const cn_matmul_args *a, int64_t t0, int64_t tile, size_t bb, const int T, kq_run *r, vf *acc) {
+    r->nb = a->k / CN_QK_K;
+    r->c = (mm_ctx){.a = a, .t0 = t0};
+    kq_setup(a, tile, bb, &r->K);
+    acc_init(&r->c, &r->K.R, T, acc, false);
+    CN_UNROLL
+    for (int t = 0; t < T; t++) r->arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
+    r->pf = pf_setup(a, &r->K.R, r->nb);
+}
+
 /* A lane's sub-block scale (int32, |s| < 128) as kq_dot takes it. */
 CN_INLINE vi kq_scale(vi s) {
 #if CN_X86_AVX512
@@ -881,27 +901,20 @@ CN_INLINE void k45_finish(const int T, vi h, const vi *mn, const vi *sq, const c
 /* Block dwords: d | dmin << 16 (0), scales (1..3), Q5_K's qh (4..11), qs (Q4_K 4..35,
  * Q5_K 12..43). */
 CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
-    const int64_t nb = a->k / CN_QK_K;
-    const mm_ctx c = {.a = a, .t0 = t0};
-    kq_tile K;
-    kq_setup(a, tile, five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K), &K);
     vf acc[TKMAX];
-    acc_init(&c, &K.R, T, acc, false);
-    const cn_block_q8_K *arow[TKMAX];
-    CN_UNROLL
-    for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
-    const prefetcher pf = pf_setup(a, &K.R, nb);
+    kq_run r;
+    kq_begin(a, t0, tile, five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K), T, &r, acc);
     const int qs = five ? 12 : 4;
-    for (int64_t b = 0; b < nb; b++) {
-        pf_block(&pf, b);
-        const vi h = kq_dword(&K, b, 0);
+    for (int64_t b = 0; b < r.nb; b++) {
+        pf_block(&r.pf, b);
+        const vi h = kq_dword(&r.K, b, 0);
         vi s[4], sc[2], mn[2], qh[8];
-        kq_load4(&K, b, 1, s); /* scales[12] and the dword past them */
+        kq_load4(&r.K, b, 1, s); /* scales[12] and the dword past them */
         k4_scales(s, sc, mn);
         const bool wide = !CN_X86_AVX512 && T == 8;
         if (five && !wide) {
-            kq_load4(&K, b, 4, qh);
-            kq_load4(&K, b, 8, qh + 4);
+            kq_load4(&r.K, b, 4, qh);
+            kq_load4(&r.K, b, 8, qh + 4);
         }
         vi sq[TKMAX];
         CN_UNROLL
@@ -914,19 +927,19 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
             CN_UNROLL
             for (int q = 0; q < 2; q++) {
                 vi w[4], qh4[4];
-                kq_load4(&K, b, qs + 8 * (j / 2) + 4 * q, w);
-                if (five) kq_load4(&K, b, 4 + 4 * q, qh4);
+                kq_load4(&r.K, b, qs + 8 * (j / 2) + 4 * q, w);
+                if (five) kq_load4(&r.K, b, 4 + 4 * q, qh4);
                 CN_UNROLL
                 for (int cc = 0; cc < 4; cc++) w[cc] = k45_codes(w[cc], five ? qh4[cc] : w[cc], j, five);
                 CN_UNROLL
-                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j + 16 * q, 4, 4, scj, T));
+                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, r.arow[t][b].qs + 32 * j + 16 * q, 4, 4, scj, T));
             }
         }
         CN_UNROLL
         for (int p = 0; !wide && p < 4; p++) {
             vi v[8];
-            kq_load4(&K, b, qs + 8 * p, v);
-            kq_load4(&K, b, qs + 8 * p + 4, v + 4);
+            kq_load4(&r.K, b, qs + 8 * p, v);
+            kq_load4(&r.K, b, qs + 8 * p + 4, v + 4);
             CN_UNROLL
             for (int half = 0; half < 2; half++) {
                 const int j = 2 * p + half;
@@ -934,8 +947,8 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                 /* 16 registers: the codes are loaded again for the high nibbles (from L1,
                  * plain loads when packed) rather than kept, which spills */
                 if (half) {
-                    kq_load4(&K, b, qs + 8 * p, v);
-                    kq_load4(&K, b, qs + 8 * p + 4, v + 4);
+                    kq_load4(&r.K, b, qs + 8 * p, v);
+                    kq_load4(&r.K, b, qs + 8 * p + 4, v + 4);
                 }
 #endif
                 vi w[8];
@@ -943,18 +956,35 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                 for (int cc = 0; cc < 8; cc++) w[cc] = k45_codes(v[cc], five ? qh[cc] : v[cc], j, five);
                 const vi scj = k4_scale(sc, j);
                 CN_UNROLL
-                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj, T));
+                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, r.arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj, T));
             }
         }
-        k45_finish(T, h, mn, sq, arow, b, acc);
+        k45_finish(T, h, mn, sq, r.arow, b, acc);
     }
-    acc_store(&c, &K.R, T, acc);
+    acc_store(&r.c, &r.K.R, T, acc);
 }
 
 /* ---------------------------------------------------------------- Q6_K */
 
 /* kq_load4 of stored dwords c .. c+3 (c a multiple of 4), through Q6_SLOT when packed. */
 CN_INLINE void q6_load4(const kq_tile *K, int64_t b, int c, vi v[4]) { kq_load4(K, b, K->pk ? q6_dw(c) : c, v); }
+
+/* Sub-block j's 4 code vectors (6-bit, unsigned), kk = (j / 2) % 4: the low nibbles of
+ * src (kk < 2) or its high ones, | bits 2kk, 2kk+1 of qh at 4, 5. */
+CN_INLINE void q6_codes(const vi *src, const vi *qh, const int kk, vi *w) {
+    const vi lo4 = vi_set1_8(0x0F), hi2 = vi_set1_8(0x30);
+    CN_UNROLL
+    for (int cc = 0; cc < 4; cc++) {
+        const vi lo = kk < 2 ? vi_and(src[cc], lo4) : vi_and(vi_srli(src[cc], 4), lo4);
+        const vi hi = kk == 0 ? vi_slli(qh[cc], 4) : kk == 1 ? vi_slli(qh[cc], 2) : kk == 2 ? qh[cc] : vi_srli(qh[cc], 2);
+        w[cc] = vi_or(lo, vi_and(hi, hi2));
+    }
+}
+
+#if CN_X86_AVX512
+/* Sub-block j's scale (int8 byte j of the scales dwords sv), sign-extended per lane. */
+CN_INLINE vi q6_scale(const vi *sv, const int j) { return vi_srai(vi_sllv(sv[j / 4], vi_set1(24 - 8 * (j % 4))), 24); }
+#endif
 
 /* Block b's float step for T tokens from sq[t] = sum_j sc_j * dot_j (unsigned codes):
  * the -32 offset, 32 * sum_j sc_j * bsums[j], as int16 pair dots (sc_2i, sc_2i+1), then
@@ -982,21 +1012,13 @@ CN_INLINE void q6k_finish(const int T, const kq_tile *K, int64_t b, const vi *sv
 
 /* Block dwords: ql (0..31), qh (32..47), scales (48..51, int8); then d (f16, byte 208). */
 CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
-    const int64_t nb = a->k / CN_QK_K;
-    const mm_ctx c = {.a = a, .t0 = t0};
-    kq_tile K;
-    kq_setup(a, tile, sizeof(cn_block_q6_K), &K);
     vf acc[TKMAX];
-    acc_init(&c, &K.R, T, acc, false);
-    const cn_block_q8_K *arow[TKMAX];
-    CN_UNROLL
-    for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
-    const vi lo4 = vi_set1_8(0x0F), hi2 = vi_set1_8(0x30);
-    const prefetcher pf = pf_setup(a, &K.R, nb);
-    for (int64_t b = 0; b < nb; b++) {
-        pf_block(&pf, b);
+    kq_run r;
+    kq_begin(a, t0, tile, sizeof(cn_block_q6_K), T, &r, acc);
+    for (int64_t b = 0; b < r.nb; b++) {
+        pf_block(&r.pf, b);
         vi sv[4];
-        q6_load4(&K, b, 48, sv); /* scales[16], int8 */
+        q6_load4(&r.K, b, 48, sv); /* scales[16], int8 */
         vi sq[TKMAX];
         CN_UNROLL
         for (int t = 0; t < T; t++) sq[t] = vi_zero();
@@ -1006,38 +1028,32 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
             for (int lp = 0; lp < 2; lp++) {
                 vi qa[4], qb[4], qh[4];
 #if CN_X86_AVX512
-                q6_load4(&K, b, 16 * hh + 4 * lp, qa);     /* k = 0 low, 2 high */
-                q6_load4(&K, b, 16 * hh + 8 + 4 * lp, qb); /* k = 1 low, 3 high */
-                q6_load4(&K, b, 32 + 8 * hh + 4 * lp, qh);
+                q6_load4(&r.K, b, 16 * hh + 4 * lp, qa);     /* k = 0 low, 2 high */
+                q6_load4(&r.K, b, 16 * hh + 8 + 4 * lp, qb); /* k = 1 low, 3 high */
+                q6_load4(&r.K, b, 32 + 8 * hh + 4 * lp, qh);
 #endif
                 CN_UNROLL
                 for (int kk = 0; kk < 4; kk++) {
                     const int j = 8 * hh + 2 * kk + lp; /* sub-block of 16 */
 #if !CN_X86_AVX512 /* 16 registers: loaded for each kk (from L1) rather than kept, which spills */
-                    q6_load4(&K, b, kk & 1 ? 16 * hh + 8 + 4 * lp : 16 * hh + 4 * lp, kk & 1 ? qb : qa);
-                    q6_load4(&K, b, 32 + 8 * hh + 4 * lp, qh);
+                    q6_load4(&r.K, b, kk & 1 ? 16 * hh + 8 + 4 * lp : 16 * hh + 4 * lp, kk & 1 ? qb : qa);
+                    q6_load4(&r.K, b, 32 + 8 * hh + 4 * lp, qh);
 #endif
-                    const vi *src = kk & 1 ? qb : qa;
                     vi w[4];
-                    CN_UNROLL
-                    for (int cc = 0; cc < 4; cc++) { /* low nibble | bits 2kk, 2kk+1 of qh at 4, 5 */
-                        const vi lo = kk < 2 ? vi_and(src[cc], lo4) : vi_and(vi_srli(src[cc], 4), lo4);
-                        const vi hi = kk == 0 ? vi_slli(qh[cc], 4) : kk == 1 ? vi_slli(qh[cc], 2) : kk == 2 ? qh[cc] : vi_srli(qh[cc], 2);
-                        w[cc] = vi_or(lo, vi_and(hi, hi2));
-                    }
+                    q6_codes(kk & 1 ? qb : qa, qh, kk, w);
 #if CN_X86_AVX512
-                    const vi scj = vi_srai(vi_sllv(sv[j / 4], vi_set1(24 - 8 * (j % 4))), 24);
+                    const vi scj = q6_scale(sv, j);
 #else /* the int16 (sc, sc) pair kq_dot takes: the byte into the high half of both int16, then an arithmetic shift */
-                    const vi scj = vi_srai16(byte_to_high16(K.pk ? kq_dword(&K, b, q6_dw(48 + j / 4)) : sv[j / 4], j % 4), 8);
+                    const vi scj = vi_srai16(byte_to_high16(r.K.pk ? kq_dword(&r.K, b, q6_dw(48 + j / 4)) : sv[j / 4], j % 4), 8);
 #endif
                     CN_UNROLL
-                    for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, arow[t][b].qs + 16 * j, 4, 2, scj, T));
+                    for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, r.arow[t][b].qs + 16 * j, 4, 2, scj, T));
                 }
             }
-        if (K.pk) q6_load4(&K, b, 48, sv);
-        q6k_finish(T, &K, b, sv, sq, arow, acc);
+        if (r.K.pk) q6_load4(&r.K, b, 48, sv);
+        q6k_finish(T, &r.K, b, sv, sq, r.arow, acc);
     }
-    acc_store(&c, &K.R, T, acc);
+    acc_store(&r.c, &r.K.R, T, acc);
 }
 
 #if CN_X86_AMX
@@ -1065,7 +1081,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
 /* Sub-blocks j0 .. j0+3 of block b (n code dwords each) into cv[j0 .. j0+3]. */
 #define KQ_AMX_ISSUE(bvb, j0, n)                                                          \
     do {                                                                                  \
-        const int8_t *a0_ = arow[0][b].qs + (j0) * 4 * (n);                               \
+        const int8_t *a0_ = r.arow[0][b].qs + (j0) * 4 * (n);                             \
         KQ_AMX_MUL(0, 4, 6, (bvb)[(j0) + 0], a0_);                                        \
         KQ_AMX_MUL(1, 5, 7, (bvb)[(j0) + 1], a0_ + 4 * (n));                              \
         KQ_AMX_MUL(2, 4, 6, (bvb)[(j0) + 2], a0_ + 8 * (n));                              \
@@ -1111,40 +1127,32 @@ CN_INLINE void k45_amx_codes(const bool five, const kq_tile *K, int64_t b, vi (*
 }
 
 CN_INLINE void tile_q45k_amx(const bool five, const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
-    const int64_t nb = a->k / CN_QK_K;
-    const long as = (long)a->xq_row_bytes;
-    const mm_ctx c = {.a = a, .t0 = t0};
-    kq_tile K;
-    kq_setup(a, tile, five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K), &K);
     vf acc[TKMAX];
-    acc_init(&c, &K.R, T, acc, false);
-    const cn_block_q8_K *arow[TKMAX];
-    CN_UNROLL
-    for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
-    const prefetcher pf = pf_setup(a, &K.R, nb);
+    kq_run r;
+    kq_begin(a, t0, tile, five ? sizeof(cn_block_q5_K) : sizeof(cn_block_q4_K), T, &r, acc);
+    const long as = (long)a->xq_row_bytes;
     _Alignas(64) vi bv[2][8][8];           /* B: two blocks' 8 sub-blocks' code vectors */
     _Alignas(64) int32_t cv[8][TKMAX][VL]; /* C: a block's 8 sub-blocks' dots */
-    k45_amx_codes(five, &K, 0, bv[0]);
-    for (int64_t b = 0; b < nb; b++) {
-        pf_block(&pf, b);
+    k45_amx_codes(five, &r.K, 0, bv[0]);
+    for (int64_t b = 0; b < r.nb; b++) {
+        pf_block(&r.pf, b);
         KQ_AMX_ISSUE(bv[b & 1], 0, 8);
         KQ_AMX_ISSUE(bv[b & 1], 4, 8);
-        if (b + 1 < nb) k45_amx_codes(five, &K, b + 1, bv[(b + 1) & 1]);
-        const vi h = kq_dword(&K, b, 0);
+        if (b + 1 < r.nb) k45_amx_codes(five, &r.K, b + 1, bv[(b + 1) & 1]);
+        const vi h = kq_dword(&r.K, b, 0);
         vi s[4], sc[2], mn[2], sq[TKMAX];
-        kq_load4(&K, b, 1, s);
+        kq_load4(&r.K, b, 1, s);
         k4_scales(s, sc, mn);
 #define K45_SC(j) k4_scale(sc, (j))
         KQ_AMX_READ(8, K45_SC);
 #undef K45_SC
-        k45_finish(T, h, mn, sq, arow, b, acc);
+        k45_finish(T, h, mn, sq, r.arow, b, acc);
     }
-    acc_store(&c, &K.R, T, acc);
+    acc_store(&r.c, &r.K.R, T, acc);
 }
 
 /* Block b's 16 sub-blocks' code vectors (q6k_block's) into B layout. */
 CN_INLINE void q6k_amx_codes(const kq_tile *K, int64_t b, vi (*bv)[4]) {
-    const vi lo4 = vi_set1_8(0x0F), hi2 = vi_set1_8(0x30);
     CN_UNROLL
     for (int hh = 0; hh < 2; hh++)
         CN_UNROLL
@@ -1154,49 +1162,33 @@ CN_INLINE void q6k_amx_codes(const kq_tile *K, int64_t b, vi (*bv)[4]) {
             q6_load4(K, b, 16 * hh + 8 + 4 * lp, qb); /* k = 1 low, 3 high */
             q6_load4(K, b, 32 + 8 * hh + 4 * lp, qh);
             CN_UNROLL
-            for (int kk = 0; kk < 4; kk++) {
-                const int j = 8 * hh + 2 * kk + lp; /* sub-block of 16 */
-                const vi *src = kk & 1 ? qb : qa;
-                CN_UNROLL
-                for (int cc = 0; cc < 4; cc++) { /* low nibble | bits 2kk, 2kk+1 of qh at 4, 5 */
-                    const vi lo = kk < 2 ? vi_and(src[cc], lo4) : vi_and(vi_srli(src[cc], 4), lo4);
-                    const vi hi = kk == 0 ? vi_slli(qh[cc], 4) : kk == 1 ? vi_slli(qh[cc], 2) : kk == 2 ? qh[cc] : vi_srli(qh[cc], 2);
-                    bv[j][cc] = vi_or(lo, vi_and(hi, hi2));
-                }
-            }
+            for (int kk = 0; kk < 4; kk++) q6_codes(kk & 1 ? qb : qa, qh, kk, bv[8 * hh + 2 * kk + lp]);
         }
 }
 
 CN_INLINE void tile_q6k_amx(const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
-    const int64_t nb = a->k / CN_QK_K;
-    const long as = (long)a->xq_row_bytes;
-    const mm_ctx c = {.a = a, .t0 = t0};
-    kq_tile K;
-    kq_setup(a, tile, sizeof(cn_block_q6_K), &K);
     vf acc[TKMAX];
-    acc_init(&c, &K.R, T, acc, false);
-    const cn_block_q8_K *arow[TKMAX];
-    CN_UNROLL
-    for (int t = 0; t < T; t++) arow[t] = (const cn_block_q8_K *)(const void *)act_row(a, t0 + t);
-    const prefetcher pf = pf_setup(a, &K.R, nb);
+    kq_run r;
+    kq_begin(a, t0, tile, sizeof(cn_block_q6_K), T, &r, acc);
+    const long as = (long)a->xq_row_bytes;
     _Alignas(64) vi bv[2][16][4];           /* B: two blocks' 16 sub-blocks' code vectors */
     _Alignas(64) int32_t cv[16][TKMAX][VL]; /* C: a block's 16 sub-blocks' dots */
-    q6k_amx_codes(&K, 0, bv[0]);
-    for (int64_t b = 0; b < nb; b++) {
-        pf_block(&pf, b);
+    q6k_amx_codes(&r.K, 0, bv[0]);
+    for (int64_t b = 0; b < r.nb; b++) {
+        pf_block(&r.pf, b);
         KQ_AMX_ISSUE(bv[b & 1], 0, 4);
         KQ_AMX_ISSUE(bv[b & 1], 4, 4);
         KQ_AMX_ISSUE(bv[b & 1], 8, 4);
         KQ_AMX_ISSUE(bv[b & 1], 12, 4);
-        if (b + 1 < nb) q6k_amx_codes(&K, b + 1, bv[(b + 1) & 1]);
+        if (b + 1 < r.nb) q6k_amx_codes(&r.K, b + 1, bv[(b + 1) & 1]);
         vi sv[4], sq[TKMAX];
-        q6_load4(&K, b, 48, sv); /* scales[16], int8 */
-#define Q6_SC(j) vi_srai(vi_sllv(sv[(j) / 4], vi_set1(24 - 8 * ((j) % 4))), 24)
+        q6_load4(&r.K, b, 48, sv); /* scales[16], int8 */
+#define Q6_SC(j) q6_scale(sv, (j))
         KQ_AMX_READ(16, Q6_SC);
 #undef Q6_SC
-        q6k_finish(T, &K, b, sv, sq, arow, acc);
+        q6k_finish(T, &r.K, b, sv, sq, r.arow, acc);
     }
-    acc_store(&c, &K.R, T, acc);
+    acc_store(&r.c, &r.K.R, T, acc);
 }
 #undef KQ_AMX_MUL
 #undef KQ_AMX_ISSUE
@@ -1372,3 +1364,17 @@ static void CN_X86_SUFFIX(matmul)(const cn_matmul_args *a, int ith, int nth) {
     default: cn_ref_matmul(a, ith, nth); break;
     }
 }
+
+#if CN_X86_AMX
+/* The AMX family's table (kernels_amx.c, and the tests' software-tile build): the
+ * AVX-512 family's, with this file's matmul, quantizer and packing. */
+static cn_kernels CN_X86_SUFFIX(table)(const char *name) {
+    cn_kernels k = *cn_kernels_avx512();
+    k.name = name;
+    k.matmul = CN_X86_SUFFIX(matmul);
+    k.quantize_rows = CN_X86_SUFFIX(quantize_rows);
+    k.packed_size = CN_X86_SUFFIX(packed_size);
+    k.pack = CN_X86_SUFFIX(pack);
+    return k;
+}
+#endif
