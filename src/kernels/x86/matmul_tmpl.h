@@ -1220,9 +1220,17 @@ typedef void (*tilek_fn)(const cn_matmul_args *a, int64_t t0, int T, int64_t til
 /* Every token tile reads all of the thread's weight tiles, which for a real model's
  * matrix (megabytes) means from L3 or memory each time: the tiles are taken a panel
  * that fits in L2 at a time, and each panel is done for every token tile before the
- * next, so prefill re-reads weights from L2. Decode (one token tile) is unchanged. */
+ * next, so prefill re-reads weights from L2. Decode (one token tile) is unchanged.
+ * Each (panel, token tile) also reads the token tile's activations, T rows of K, from
+ * L3: per MAC that traffic grows with K over the panel's bytes, so the panel must not
+ * be small against long rows (ffn_down: K = 8960, 5 KB a Q4_K row, 80 KB a 16-row
+ * tile). One thread, 512 tokens, GMAC/s at 64 -> 256 KB (Zen 4, 2026-12-05): AVX-512
+ * Q4_K 1536 x 8960 153 -> 159, Q6_K 130 -> 133, 17920 x 1536 154 -> 157; AVX2 Q4_K
+ * 92 -> 105, Q6_K 69 -> 81, 17920 x 1536 equal (104); 512 KB and 1 MB no better. The
+ * 1.5B's pp512: AVX-512 +7% at one thread, +10% at two, AVX2 +5% / +7%. It is half of
+ * Zen 3's L2 (512 KB), beside at most 164 KB of activations (16 tokens x 8960). */
 #ifndef KQ_PANEL_BYTES
-#define KQ_PANEL_BYTES (64 << 10)
+#define KQ_PANEL_BYTES (256 << 10)
 #endif
 /* The token tile: TKMAX over weights read as stored (when packing is off), whose
  * gathers a taller tile amortizes, and on AMX (its tiles take 16 tokens), but 8 over
