@@ -12,6 +12,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,19 @@ def test_missing_and_bad_files(cinder, tmp_path):
     r = run(cinder, "-m", str(bad), "-p", "4", "-n", "2", "-r", "1")
     assert r.returncode == 1 and r.stdout == "", r.stdout
     assert r.stderr.splitlines()[-1].startswith("cinder: "), r.stderr
+
+
+def test_serve_script_names_a_missing_binary_or_model(tmp_path):
+    """bench/serve checks its inputs before starting anything: a clear line, no traceback."""
+    serve = [sys.executable, str(ROOT / "bench" / "serve")]
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    r = subprocess.run([*serve, str(tmp_path / "no-llama"), "-m", str(model), "-c", "1"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert "no-llama/bin/llama-server: no such file" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "llama-server").write_text("")
+    r = subprocess.run([*serve, str(tmp_path), "-m", str(tmp_path / "gone.gguf"), "-c", "1"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and "gone.gguf: no such file" in r.stderr and "Traceback" not in r.stderr, r.stderr
