@@ -1213,7 +1213,7 @@ CN_API cn_status cn_model_quantize(const char *in_path, const char *out_path, co
 /* ==== end of gguf files =================================================================== */
 
 /* ==== text helpers ========================================================================
- * Bytes made safe to show or to put in JSON (src/text/tokenizer_utf8.c). */
+ * Bytes made safe to show or to put in JSON (src/core/utf8.c). */
 
 /* s[0..n) as valid UTF-8: each maximal ill-formed subsequence becomes one U+FFFD (as
  * Python's decode(errors="replace") does). *out is NUL-terminated, freed by the caller

@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define CN_RELAX() _mm_pause()
@@ -73,10 +74,22 @@ static void *worker_main(void *argp) {
     return NULL;
 }
 
+cn_status cn_threads_check(int32_t n, const char *who, cn_error *err) {
+    if (n >= 0 && n <= CN_MAX_THREADS) return CN_STATUS_OK;
+    return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_threads",
+                        "%s: n_threads = %d is out of range [0, %d] (0 = every CPU)", who, n, CN_MAX_THREADS);
+}
+
+int32_t cn_threads_resolve(int32_t n) {
+    if (n > 0) return CN_MIN(n, CN_MAX_THREADS);
+    const long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return (int32_t)CN_MAX(1L, CN_MIN(c, (long)CN_MAX_THREADS));
+}
+
 cn_status cn_pool_create(int n_threads, cn_pool **out, cn_error *err) {
     *out = NULL;
-    if (n_threads < 1 || n_threads > 1024)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "thread count %d out of range [1, 1024]", n_threads);
+    if (n_threads < 1 || n_threads > CN_MAX_THREADS)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "thread count %d out of range [1, %d]", n_threads, CN_MAX_THREADS);
     cn_pool *p = calloc(1, sizeof *p);
     if (!p) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory creating thread pool");
     p->n_threads = n_threads;

@@ -9,7 +9,7 @@
 
 #include "core/core.h"
 #include "grammar/grammar_impl.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 #define GR_MAX_NODES (8u << 20)
 #define GR_MAX_RULES (1u << 20)

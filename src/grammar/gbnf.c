@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "grammar/grammar_impl.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 #define GB_MAX_DEPTH 200 /* nested parentheses */
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "grammar/json_schema_impl.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 struct js_strc {
     uint32_t min, max;

@@ -38,7 +38,7 @@
 #include <string.h>
 
 #include "grammar/grammar_impl.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 #define RX_MAX_DEPTH 200       /* nested groups */
 #define RX_NONE (-2)           /* an empty language (never passed to the builder) */

@@ -8,7 +8,7 @@
 
 #include "core/core.h"
 #include "grammar/grammar_impl.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 void gr_trie_free(gr_trie *t) {
     free(t->byte);

@@ -1,16 +1,16 @@
 /* tokenizer_impl.h — internals shared by the tokenizer files (tokenizer.c: loading,
  * special tokens, the tokenize driver and the detokenizer; tokenizer_spm.c: the
  * SentencePiece-style bigram merge; tokenizer_bpe.c: byte-level BPE and its
- * pre-tokenizer regexes; tokenizer_utf8.c: UTF-8 helpers; merge_heap.c: the merge queue
- * both merges run). Calls go one way: tokenizer.c calls the SPM and BPE files, they
- * call merge_heap.c and tokenizer_utf8.c, and nothing calls back up into tokenizer.c —
+ * pre-tokenizer regexes; merge_heap.c: the merge queue both merges run; UTF-8 is
+ * core/utf8.h). Calls go one way: tokenizer.c calls the SPM and BPE files, they
+ * call merge_heap.c, and nothing calls back up into tokenizer.c —
  * which is why the small helpers over the struct below are inline here. Not a public
  * header: only src/text/tokenizer*.c (and the tokenizer tests) include it. */
 #ifndef CN_TOKENIZER_IMPL_H
 #define CN_TOKENIZER_IMPL_H
 
 #include "text/tokenizer.h"
-#include "text/utf8.h"
+#include "core/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -125,8 +125,6 @@ static inline int32_t cn_tok_lookup(const cn_tokenizer *t, const char *s, size_t
         if (t->text_len[id] == n && !memcmp(cn_tok_text(t, id), s, n)) return id;
     }
 }
-
-/* --- UTF-8: text/utf8.h --- */
 
 /* --- SentencePiece merge (tokenizer_spm.c) --- */
 /* Tokenizes one raw fragment (no special tokens in it). prefix_space: add the leading

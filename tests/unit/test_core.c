@@ -1,14 +1,20 @@
 /* test_core.c — the bottom layer: errors, checked arithmetic, file mapping, the thread
- * pool (every index runs exactly once per region, many regions in a row) and the
- * contiguous split helper. */
+ * pool (every index runs exactly once per region, many regions in a row), the
+ * contiguous split helper, the one thread-count rule, the growable buffer and the
+ * output-file writer. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/buf.h"
 #include "core/core.h"
 #include "core/cpu.h"
+#include "core/outfile.h"
 #include "core/pool.h"
 
 Test(core, err_formats_and_truncates) {
@@ -183,4 +189,129 @@ Test(core, alloc_huge_alignment_and_use) {
         cn_free_aligned(p);
     }
     cr_assert_null(cn_alloc_huge(SIZE_MAX - 100)); /* rounding overflows: NULL, not a tiny buffer */
+}
+
+/* ---- the one thread rule (pool.h) ---- */
+
+Test(core, threads_zero_is_every_cpu_and_bad_counts_name_who_asked) {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cr_assert_eq(cn_threads_resolve(0), (int32_t)(n < 1 ? 1 : n > 1024 ? 1024 : n));
+    cr_assert_eq(cn_threads_resolve(3), 3);
+    cr_assert_eq(cn_threads_check(0, "engine", NULL), CN_STATUS_OK);
+    cr_assert_eq(cn_threads_check(1024, "engine", NULL), CN_STATUS_OK);
+    cn_error e = {0};
+    cr_assert_eq(cn_threads_check(1025, "embedder", &e), CN_STATUS_INVALID_ARG);
+    cr_assert_str_eq(e.msg, "embedder: n_threads = 1025 is out of range [0, 1024] (0 = every CPU)");
+    cr_assert_str_eq(e.param, "n_threads");
+    cr_assert_eq(cn_threads_check(-1, "context", &e), CN_STATUS_INVALID_ARG);
+}
+
+/* ---- the one growable buffer (buf.h) ---- */
+
+Test(core, grow_keeps_elements_and_refuses_overflow) {
+    int32_t *a = NULL;
+    size_t cap = 0;
+    for (int32_t i = 0; i < 1000; i++) {
+        cr_assert(CN_GROW(a, cap, (size_t)i + 1));
+        cr_assert_geq(cap, (size_t)i + 1);
+        a[i] = i * 7;
+    }
+    for (int32_t i = 0; i < 1000; i++) cr_assert_eq(a[i], i * 7);
+    int32_t *before = a;
+    const size_t cap_before = cap;
+    cr_assert_not(CN_GROW(a, cap, SIZE_MAX / 2)); /* bytes overflow: refused, untouched */
+    cr_assert_eq(a, before);
+    cr_assert_eq(cap, cap_before);
+    cr_assert_eq(cn_grow_cap(0, 1, 4), 8);
+    cr_assert_eq(cn_grow_cap(8, 9, 4), 16);
+    cr_assert_eq(cn_grow_cap(8, 100, 4), 100);
+    cr_assert_eq(cn_grow_cap(16, 3, 4), 16);
+    free(a);
+}
+
+Test(core, buf_appends_formats_and_hands_over) {
+    cn_buf b = {0};
+    cr_assert(cn_buf_puts(&b, "abc"));
+    cr_assert(cn_buf_putc(&b, '-'));
+    cr_assert(cn_buf_printf(&b, "%d:%s", 42, "x"));
+    char big[1000];
+    memset(big, 'z', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    cr_assert(cn_buf_printf(&b, "[%s]", big)); /* longer than the small first pass */
+    cr_assert_eq(b.n, 3 + 1 + 4 + 1001);
+    cr_assert_eq(strncmp(b.p, "abc-42:x[zzz", 12), 0);
+    cr_assert_eq(b.p[b.n - 1], ']');
+    size_t n = 0;
+    char *s = cn_buf_take(&b, &n);
+    cr_assert_eq(n, 1009);
+    cr_assert_eq(strlen(s), n);
+    cr_assert_null(b.p);
+    free(s);
+    s = cn_buf_take(&b, &n); /* nothing written: an empty string, not NULL */
+    cr_assert_str_eq(s, "");
+    cr_assert_eq(n, 0);
+    free(s);
+    b.failed = true; /* a failed write sticks: later writes are refused, take gives NULL */
+    cr_assert_not(cn_buf_puts(&b, "x"));
+    cr_assert_null(cn_buf_take(&b, NULL));
+}
+
+/* ---- the one output-file writer (outfile.h) ---- */
+
+static char *tmp_dir(void) {
+    char tpl[] = "/tmp/cinder-outfile-XXXXXX";
+    char *d = mkdtemp(tpl);
+    cr_assert_not_null(d);
+    return strdup(d);
+}
+
+static size_t entries(const char *dir) {
+    DIR *d = opendir(dir);
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+Test(core, outfile_replaces_only_on_commit_and_leaves_nothing_on_abort) {
+    char *dir = tmp_dir(), path[512];
+    snprintf(path, sizeof path, "%s/out.bin", dir);
+    FILE *f = fopen(path, "wb");
+    fputs("old contents", f);
+    fclose(f);
+
+    cn_outfile o;
+    cr_assert_eq(cn_outfile_open(&o, path, NULL), CN_STATUS_OK);
+    fputs("new", o.f);
+    fflush(o.f);
+    cn_mapped_file m = {0};
+    cr_assert_eq(cn_map_file(path, &m, NULL), CN_STATUS_OK); /* not truncated while writing */
+    cr_assert_eq(m.n_bytes, 12);
+    cn_unmap_file(&m);
+    cr_assert_eq(entries(dir), 2);
+    cn_outfile_abort(&o);
+    cr_assert_eq(entries(dir), 1); /* the temporary file is gone, the old one intact */
+    cr_assert_eq(cn_map_file(path, &m, NULL), CN_STATUS_OK);
+    cr_assert_eq(memcmp(m.data, "old contents", 12), 0);
+    cn_unmap_file(&m);
+    cn_outfile_abort(&o); /* spent: a no-op */
+
+    const mode_t old = umask(027);
+    cr_assert_eq(cn_outfile_write_all(path, "fresh", 5, NULL), CN_STATUS_OK);
+    umask(old);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_size, 5);
+    cr_assert_eq(st.st_mode & 0777, 0640); /* 0666 less the umask */
+    cr_assert_eq(entries(dir), 1);
+
+    cn_error e = {0};
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/no/such/folder/x.bin", dir);
+    cr_assert_eq(cn_outfile_open(&o, bad, &e), CN_STATUS_IO);
+    cr_assert(strstr(e.msg, "no/such/folder/x.bin") != NULL, "%s", e.msg);
+    cn_outfile_abort(&o);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
 }

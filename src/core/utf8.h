@@ -1,8 +1,10 @@
-/* utf8.h — strict UTF-8 (tokenizer_utf8.c): validation, replacement, encode and decode
- * of one code point. Strict: no overlong forms, no surrogates, nothing above U+10FFFF.
- * The one codec of the tree: the tokenizers and the grammar front ends use it. */
-#ifndef CN_TEXT_UTF8_H
-#define CN_TEXT_UTF8_H
+/* utf8.h — strict UTF-8 (utf8.c): validation, replacement, encode and decode of one
+ * code point. Strict: no overlong forms, no surrogates, nothing above U+10FFFF.
+ * The one codec of the tree: the tokenizers, the Jinja interpreter, the chat templates,
+ * stop strings and the grammar front ends use it (the server and the CLI, which stand
+ * on cinder.h, clean text with cn_text_utf8_clean). */
+#ifndef CN_CORE_UTF8_H
+#define CN_CORE_UTF8_H
 
 #include <stdbool.h>
 #include <stddef.h>

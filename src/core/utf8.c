@@ -1,10 +1,11 @@
-/* tokenizer_utf8.c — the UTF-8 rules the tokenizers need: strict validation (what is a
- * complete, well-formed sequence; what is a valid prefix still waiting for bytes),
- * replacement of invalid input by U+FFFD, encode/decode of one code point. Strict means
+/* utf8.c — the UTF-8 rules of the tree: strict validation (what is a complete,
+ * well-formed sequence; what is a valid prefix still waiting for bytes), replacement of
+ * invalid input by U+FFFD, encode/decode of one code point. Strict means
  * no overlong forms, no surrogates, nothing above U+10FFFF (the rules PCRE2 enforces).
  * cn_text_utf8_clean is the public door to the replacement, so every caller (the CLI's
  * JSON, the server) cleans text the one same way. */
-#include "text/tokenizer_impl.h"
+#include "core/utf8.h"
+#include "core/core.h"
 
 #include <stdlib.h>
 #include <string.h>
