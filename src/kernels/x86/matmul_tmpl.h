@@ -12,9 +12,11 @@
  *
  * Results are bit-identical to the scalar reference (kernels/ref/matmul.c): per block
  * the integer dot is exact, and each lane then does the reference's float operations
- * in the reference's order (no FMA: this file must not be compiled with FP contraction,
- * which -std=c11 turns off in GCC; clang gets the pragma below). So an output element
- * does not depend on the tile it fell in, on n_tok, or on the thread split.
+ * in the reference's order: a fused multiply-add exactly where the reference calls fmaf
+ * (vf_fmadd), and none anywhere else (this file must not be compiled with FP
+ * contraction, which -std=c11 turns off in GCC; clang gets the pragma below). So an
+ * output element does not depend on the tile it fell in, on n_tok, or on the thread
+ * split.
  *
  * The including file defines CN_X86_AVX512 and CN_X86_SUFFIX(name), and CN_X86_AMX for
  * the AMX family (kernels_amx.c: the AVX-512 code plus AMX tiles for token tiles). */
