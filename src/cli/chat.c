@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "core/buf.h"
 #include "genopts.h"
 
 /* -p, --json, --chat and --beams are parsed (so their message says why) and refused. */
@@ -38,13 +39,7 @@ typedef struct {
 } conversation;
 
 static bool conv_add(conversation *c, const char *role, const char *content, size_t len) {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 16;
-        cn_chat_msg *m = realloc(c->msgs, cap * sizeof *m);
-        if (!m) return false;
-        c->msgs = m;
-        c->cap = cap;
-    }
+    if (!CN_GROW(c->msgs, c->cap, c->n + 1)) return false;
     char *copy = strndup(content, len);
     if (!copy) return false;
     c->msgs[c->n++] = (cn_chat_msg){role, copy};
@@ -62,28 +57,14 @@ static void conv_free(conversation *c) {
 typedef struct {
     cn_tool_reader *rd;
     json_t *calls;      /* [{"id", "type", "function": {"name", "arguments"}}] */
-    char *content_p;
-    size_t content_n, content_cap;
+    cn_buf content;
     bool oom;
 } tool_state;
 
 static void ts_content(tool_state *t, const char *s, size_t n) {
     fwrite(s, 1, n, stdout);
     fflush(stdout);
-    if (t->content_n + n + 1 > t->content_cap) {
-        size_t cap = t->content_cap ? t->content_cap * 2 : 256;
-        while (cap < t->content_n + n + 1) cap *= 2;
-        char *q = realloc(t->content_p, cap);
-        if (!q) {
-            t->oom = true;
-            return;
-        }
-        t->content_p = q;
-        t->content_cap = cap;
-    }
-    memcpy(t->content_p + t->content_n, s, n);
-    t->content_n += n;
-    t->content_p[t->content_n] = 0;
+    if (!cn_buf_put(&t->content, s, n)) t->oom = true;
 }
 
 static void ts_events(tool_state *t, const cn_tool_event *ev, size_t n_ev) {
@@ -214,7 +195,7 @@ static int chat_tools(cli_session *s, cli_gen_opts *o, const char *tools_path) {
         if (st != CN_STATUS_OK || ts.oom) {
             cn_cli_errorf("chat: %s", st != CN_STATUS_OK ? err.msg : "out of memory");
             json_decref(ts.calls);
-            free(ts.content_p);
+            cn_buf_free(&ts.content);
             goto done;
         }
         fputc('\n', stdout);
@@ -225,10 +206,11 @@ static int chat_tools(cli_session *s, cli_gen_opts *o, const char *tools_path) {
                 turn, t->n_prompt_tokens, t->n_cached_tokens, t->n_generated_tokens, t->decode_tok_s, n_calls,
                 n_calls == 1 ? "" : "s", cn_finish_reason_str(r.finish_reason));
         cn_result_free(&r);
-        json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", ts.content_p ? ts.content_p : "", ts.content_n);
+        json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", ts.content.p ? ts.content.p : "",
+                               ts.content.n);
         if (n_calls) json_object_set(am, "tool_calls", ts.calls);
         json_array_append_new(msgs, am);
-        free(ts.content_p);
+        cn_buf_free(&ts.content);
         /* each call's result is the next line */
         need_user = n_calls == 0;
         for (size_t i = 0; i < n_calls; i++) {

@@ -50,7 +50,8 @@ double cli_now_ms(void);
 
 /* Prints "cinder: <msg>" to stderr as one line. */
 void cn_cli_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* A whole file (at most 1 GiB), NUL-terminated, *n its length; NULL after an error message. */
+/* A whole file (at most 1 GiB; "-" is stdin), NUL-terminated, *n its length; NULL after an
+ * error message. */
 char *cn_cli_read_file(const char *path, size_t *n);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "cinder.h"
 #include "cli.h"
+#include "core/buf.h"
 #include "flags.h"
 #include "genopts.h"
 
@@ -24,7 +25,7 @@ static double now_ms(void) {
  * ran out (after printing why). */
 static bool read_lines(FILE *f, char ***texts, size_t *n) {
     char *line = NULL;
-    size_t cap = 0;
+    size_t cap = 0, cap_texts = *n;
     ssize_t len;
     while ((len = getline(&line, &cap, f)) >= 0) {
         if (len > 0 && line[len - 1] == '\n') line[--len] = 0;
@@ -33,14 +34,11 @@ static bool read_lines(FILE *f, char ***texts, size_t *n) {
             free(line);
             return false;
         }
-        char **t = realloc(*texts, (*n + 1) * sizeof *t);
-        if (!t || !(t[*n] = strdup(line))) {
-            if (t) *texts = t;
+        if (!CN_GROW(*texts, cap_texts, *n + 1) || !((*texts)[*n] = strdup(line))) {
             cn_cli_errorf("embed: out of memory");
             free(line);
             return false;
         }
-        *texts = t;
         (*n)++;
     }
     free(line);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cinder.h"
+#include "core/buf.h"
 #include "flags.h"
 
 bool cn_cli_parse_int_list(const char *s, long lo, long hi, int32_t *out, int max, int *n) {
@@ -143,34 +144,32 @@ int main(int argc, char **argv) {
 }
 
 char *cn_cli_read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
+    const bool is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
     if (!f) {
         cn_cli_errorf("cannot open '%s': %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
-    char *buf = NULL, *nb;
-    bool ok = false;
-    while ((nb = realloc(buf, cap + 1))) {
-        buf = nb;
-        len += fread(buf + len, 1, cap - len, f);
-        if (len < cap) {
-            ok = !ferror(f);
-            if (!ok) cn_cli_errorf("cannot read '%s'", path);
-            break;
+    const char *name = is_stdin ? "stdin" : path;
+    cn_buf b = {0};
+    char chunk[1 << 16];
+    bool ok = true;
+    for (size_t k; ok && (k = fread(chunk, 1, sizeof chunk, f)) > 0;) {
+        if (b.n + k > ((size_t)1 << 30)) {
+            cn_cli_errorf("'%s' is larger than 1 GiB", name);
+            ok = false;
+        } else if (!cn_buf_put(&b, chunk, k)) {
+            cn_cli_errorf("out of memory reading '%s'", name);
+            ok = false;
         }
-        if (cap > ((size_t)1 << 30)) {
-            cn_cli_errorf("'%s' is larger than 1 GiB", path);
-            break;
-        }
-        cap *= 2;
     }
-    fclose(f);
-    if (!ok) {
-        free(buf);
-        return NULL;
+    if (ok && ferror(f)) {
+        cn_cli_errorf("cannot read '%s'", name);
+        ok = false;
     }
-    buf[len] = 0;
-    *n = len;
-    return buf;
+    if (!is_stdin) fclose(f);
+    char *text = ok ? cn_buf_take(&b, n) : NULL;
+    cn_buf_free(&b);
+    if (ok && !text) cn_cli_errorf("out of memory reading '%s'", name);
+    return text;
 }

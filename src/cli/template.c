@@ -51,33 +51,6 @@ static char *vars_object(const char *const *vars, int n) {
     return s;
 }
 
-static char *read_arg_file(const char *path, size_t *n) {
-    if (strcmp(path, "-") != 0) return cn_cli_read_file(path, n);
-    size_t cap = 1 << 16, len = 0;
-    char *b = malloc(cap);
-    while (b) {
-        const size_t k = fread(b + len, 1, cap - len - 1, stdin);
-        len += k;
-        if (k == 0) break;
-        if (len + 1 == cap) {
-            char *nb = cap < (1u << 30) ? realloc(b, cap * 2) : NULL;
-            if (!nb) {
-                free(b);
-                b = NULL;
-                break;
-            }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    if (!b) {
-        cn_cli_errorf("template: cannot read stdin");
-        return NULL;
-    }
-    b[len] = 0;
-    *n = len;
-    return b;
-}
 
 int cn_cli_template(int argc, char **argv) {
     const char *model = NULL, *tmpl_path = NULL, *messages_path = NULL, *tools_path = NULL;
@@ -118,14 +91,14 @@ int cn_cli_template(int argc, char **argv) {
     char *src = NULL, *messages = NULL, *tools = NULL, *vars_json = NULL, *out = NULL;
     size_t n = 0, out_len = 0;
     rc = 1;
-    if (!(messages = read_arg_file(messages_path, &n))) goto done;
-    if (tools_path && !(tools = read_arg_file(tools_path, &n))) goto done;
+    if (!(messages = cn_cli_read_file(messages_path, &n))) goto done;
+    if (tools_path && !(tools = cn_cli_read_file(tools_path, &n))) goto done;
     if (n_vars && !(vars_json = vars_object(vars, n_vars))) {
         rc = 2;
         goto done;
     }
     if (tmpl_path) {
-        if (!(src = read_arg_file(tmpl_path, &n))) goto done;
+        if (!(src = cn_cli_read_file(tmpl_path, &n))) goto done;
         if (cn_chat_template_from_jinja(src, n, &t, &err) != CN_STATUS_OK) {
             cn_cli_errorf("%s: %s", tmpl_path, err.msg);
             goto done;

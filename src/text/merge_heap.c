@@ -2,6 +2,7 @@
  * The tie on left keeps both tokenizers' merge order equal to llama.cpp's (leftmost
  * pair first among equal scores/ranks). It must stay free of tokenizer knowledge. */
 #include "text/merge_heap.h"
+#include "core/buf.h"
 
 #include <stdlib.h>
 
@@ -11,13 +12,7 @@ static bool merge_before(const cn_merge *a, const cn_merge *b) {
 }
 
 bool cn_merge_push(cn_merge_heap *h, cn_merge x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        cn_merge *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return false;
-        h->v = v;
-        h->cap = cap;
-    }
+    if (!CN_GROW(h->v, h->cap, h->n + 1)) return false;
     size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;

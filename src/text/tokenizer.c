@@ -8,6 +8,7 @@
  * token text → id map is a hash table, so a 262k-token vocabulary loads in linear time.
  * It must not know about models beyond the metadata keys. */
 #include "text/tokenizer_impl.h"
+#include "core/buf.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -43,13 +44,7 @@ static int32_t trie_child(const cn_tokenizer *t, int32_t node, uint8_t b) {
 }
 
 static int32_t trie_new_node(cn_tokenizer *t, uint8_t b) {
-    if (t->n_trie == t->cap_trie) {
-        int32_t cap = t->cap_trie ? t->cap_trie * 2 : 256;
-        cn_tok_trie_node *v = realloc(t->trie, (size_t)cap * sizeof *v);
-        if (!v) return -1;
-        t->trie = v;
-        t->cap_trie = cap;
-    }
+    if (t->n_trie == INT32_MAX || !CN_GROW(t->trie, t->cap_trie, (size_t)t->n_trie + 1)) return -1;
     t->trie[t->n_trie] = (cn_tok_trie_node){-1, -1, -1, b};
     return t->n_trie++;
 }
@@ -544,13 +539,7 @@ typedef struct {
 } frag_vec;
 
 static bool frag_push(frag_vec *a, size_t off, size_t len, int32_t id) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 16;
-        fragment *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!CN_GROW(a->v, a->cap, a->n + 1)) return false;
     a->v[a->n++] = (fragment){off, len, id};
     return true;
 }
@@ -576,12 +565,7 @@ static cn_status partition(const cn_tokenizer *t, const char *text, size_t len, 
         for (size_t q = p + 1; node >= 0; q++) {
             int32_t id = t->trie[node].id;
             if (id >= 0 && (parse_special || !(t->attr[id] & CN_TA_SPECIAL))) {
-                if (n_m == cap_m) {
-                    cap_m = cap_m ? cap_m * 2 : 16;
-                    st_match *v = realloc(m, cap_m * sizeof *v);
-                    if (!v) goto done;
-                    m = v;
-                }
+                if (!CN_GROW(m, cap_m, n_m + 1)) goto done;
                 m[n_m++] = (st_match){p, (uint32_t)(q - p), id, t->special_rank[id]};
             }
             if (q >= len) break;
@@ -795,16 +779,7 @@ void cn_detok_free(cn_detok *d) {
     free(d);
 }
 
-static bool out_reserve(cn_detok *d, size_t more) {
-    if (d->n_out + more <= d->cap_out) return true;
-    size_t cap = d->cap_out ? d->cap_out : 64;
-    while (cap < d->n_out + more) cap *= 2;
-    char *v = realloc(d->out, cap);
-    if (!v) return false;
-    d->out = v;
-    d->cap_out = cap;
-    return true;
-}
+static bool out_reserve(cn_detok *d, size_t more) { return CN_GROW(d->out, d->cap_out, d->n_out + more); }
 
 static void out_put(cn_detok *d, const void *p, size_t n) {
     memcpy(d->out + d->n_out, p, n);
@@ -902,32 +877,20 @@ cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, boo
     cn_detok *d = NULL;
     if (cn_detok_new(t, render_special, &d) != CN_STATUS_OK)
         return cn_err(err, CN_STATUS_NO_MEMORY, "detokenize: out of memory");
-    size_t cap = 64, used = 0;
-    char *buf = malloc(cap);
-    cn_status st = buf ? CN_STATUS_OK : CN_STATUS_NO_MEMORY;
+    cn_buf b = {0};
+    cn_status st = CN_STATUS_OK;
     for (size_t i = 0; i <= n && st == CN_STATUS_OK; i++) {
         const char *p;
         size_t k = 0;
         st = i < n ? cn_detok_push(d, ids[i], &p, &k) : cn_detok_flush(d, &p, &k);
-        if (st != CN_STATUS_OK) break;
-        if (used + k + 1 > cap) {
-            while (used + k + 1 > cap) cap *= 2;
-            char *q = realloc(buf, cap);
-            if (!q) {
-                st = CN_STATUS_NO_MEMORY;
-                break;
-            }
-            buf = q;
-        }
-        memcpy(buf + used, p, k);
-        used += k;
+        if (st == CN_STATUS_OK && !cn_buf_put(&b, p, k)) st = CN_STATUS_NO_MEMORY;
     }
     cn_detok_free(d);
-    if (st != CN_STATUS_OK) {
-        free(buf);
-        return cn_err(err, st, "detokenize: %s", st == CN_STATUS_NO_MEMORY ? "out of memory" : "failed");
-    }
-    buf[used] = 0;
+    size_t used = 0;
+    char *buf = st == CN_STATUS_OK ? cn_buf_take(&b, &used) : NULL;
+    cn_buf_free(&b);
+    if (st == CN_STATUS_OK && !buf) st = CN_STATUS_NO_MEMORY;
+    if (st != CN_STATUS_OK) return cn_err(err, st, "detokenize: %s", st == CN_STATUS_NO_MEMORY ? "out of memory" : "failed");
     *out = buf;
     if (n_out) *n_out = used;
     return CN_STATUS_OK;

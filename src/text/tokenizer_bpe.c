@@ -9,6 +9,7 @@
  * No special tokens here: tokenizer.c has already cut them out. */
 #include "text/merge_heap.h"
 #include "text/tokenizer_impl.h"
+#include "core/buf.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -342,13 +343,7 @@ typedef struct {
 } span_vec;
 
 static bool span_push(span_vec *a, size_t s, size_t e) {
-    if (a->n + 2 > a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        size_t *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return false;
-        a->v = v;
-        a->cap = cap;
-    }
+    if (!CN_GROW(a->v, a->cap, a->n + 2)) return false;
     a->v[a->n++] = s;
     a->v[a->n++] = e;
     return true;

@@ -80,7 +80,8 @@ struct cn_tokenizer {
 
     /* Special tokens matched in input text (control, user-defined, unknown). */
     cn_tok_trie_node *trie;
-    int32_t n_trie, cap_trie;
+    int32_t n_trie;
+    size_t cap_trie;
     int32_t trie_root[256]; /* first-level children by byte, -1 if none */
     int32_t *special_rank;  /* (n_vocab) order in which specials claim text, -1 if none */
 

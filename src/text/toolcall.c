@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "cinder.h"
+#include "core/buf.h"
+#include "core/utf8.h"
 
 /* ---- formats ---- */
 
@@ -66,25 +68,6 @@ enum {
     C_CLOSE,    /* after the object (or array): whitespace, then the close text */
 };
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} buf;
-
-static bool buf_add(buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 64;
-        while (nc < b->n + n + 1) nc *= 2;
-        char *q = realloc(b->p, nc);
-        if (!q) return false;
-        b->p = q;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return true;
-}
 
 typedef struct {
     cn_tool_event_kind kind;
@@ -98,10 +81,10 @@ struct cn_tool_reader {
     bool think;
     int mode;
     bool at_start;        /* nothing but whitespace in the reply so far (or since </think>) */
-    buf hold;             /* text (or thought) not yet given out */
+    cn_buf hold;          /* text (or thought) not yet given out */
     /* the call being read */
     const cn_tool_trigger *trig;
-    buf call;             /* its text from the trigger on */
+    cn_buf call;          /* its text from the trigger on */
     size_t call_open_len; /* the trigger's bytes at the start of call */
     int phase;
     int depth;            /* JSON nesting inside the call object (1: its top level) */
@@ -126,7 +109,7 @@ struct cn_tool_reader {
     /* events of the current feed */
     pending_ev *ev;
     size_t n_ev, cap_ev;
-    buf arena;
+    cn_buf arena;
     cn_tool_event *out;
     size_t cap_out;
     bool oom;
@@ -166,29 +149,23 @@ static void emit(cn_tool_reader *r, cn_tool_event_kind k, int32_t index, const c
     if (r->n_ev && k != CN_TOOL_EV_CALL && k != CN_TOOL_EV_BROKEN) {
         pending_ev *last = &r->ev[r->n_ev - 1];
         if (last->kind == k && last->index == index && last->at + last->len == r->arena.n) {
-            if (!buf_add(&r->arena, s, n)) r->oom = true;
+            if (!cn_buf_put(&r->arena, s, n)) r->oom = true;
             last->len += n;
             return;
         }
     }
-    if (r->n_ev == r->cap_ev) {
-        size_t nc = r->cap_ev ? r->cap_ev * 2 : 16;
-        pending_ev *q = realloc(r->ev, nc * sizeof *q);
-        if (!q) {
-            r->oom = true;
-            return;
-        }
-        r->ev = q;
-        r->cap_ev = nc;
+    if (!CN_GROW(r->ev, r->cap_ev, r->n_ev + 1)) {
+        r->oom = true;
+        return;
     }
     pending_ev e = { k, index, SIZE_MAX, 0, 0 };
     if (name) {
         e.name_at = r->arena.n;
-        if (!buf_add(&r->arena, name, strlen(name) + 1)) r->oom = true;
+        if (!cn_buf_put(&r->arena, name, strlen(name) + 1)) r->oom = true;
     }
     e.at = r->arena.n;
     e.len = n;
-    if (n && !buf_add(&r->arena, s, n)) r->oom = true;
+    if (n && !cn_buf_put(&r->arena, s, n)) r->oom = true;
     r->ev[r->n_ev++] = e;
 }
 
@@ -211,7 +188,7 @@ static void start_call(cn_tool_reader *r, const cn_tool_trigger *t, const char *
     r->mode = M_CALL;
     r->trig = t;
     r->call.n = 0;
-    if (!buf_add(&r->call, open, n_open)) r->oom = true;
+    if (!cn_buf_put(&r->call, open, n_open)) r->oom = true;
     r->call_open_len = n_open;
     r->phase = C_OPEN;
     r->in_array = false;
@@ -231,6 +208,19 @@ static void object_begin(cn_tool_reader *r) {
     r->index = r->n_calls;
     free(r->name);
     r->name = NULL;
+}
+
+/* The value of the four hex digits at s, or -1 when one is not a hex digit. */
+static int32_t hex4(const char *s) {
+    int32_t v = 0;
+    for (int j = 0; j < 4; j++) {
+        const char h = s[j];
+        const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
 }
 
 /* Decodes the JSON string s[0..n) (between the quotes) into a new string; NULL if it is
@@ -257,34 +247,18 @@ static char *json_unquote(const char *s, size_t n) {
         case 'r': o[k++] = '\r'; break;
         case 't': o[k++] = '\t'; break;
         case 'u': {
-            uint32_t cp = 0;
-            for (int j = 0; j < 4; j++) {
-                if (++i >= n) goto bad;
-                char h = s[i];
-                cp = cp * 16 + (uint32_t)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                                             : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
-                if (cp > 0xFFFFF) goto bad;
-            }
+            if (i + 4 >= n) goto bad;
+            int32_t cp = hex4(s + i + 1);
+            i += 4;
             if (cp >= 0xD800 && cp < 0xDC00 && i + 6 < n && s[i + 1] == '\\' && s[i + 2] == 'u') {
-                uint32_t lo = 0;
-                for (int j = 0; j < 4; j++) {
-                    char h = s[i + 3 + j];
-                    lo = lo * 16 + (uint32_t)(h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                                                 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : 99);
-                }
+                const int32_t lo = hex4(s + i + 3);
                 if (lo >= 0xDC00 && lo < 0xE000) {
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                     i += 6;
                 }
             }
-            if (cp == 0 || (cp >= 0xD800 && cp < 0xE000)) goto bad;
-            if (cp < 0x80) o[k++] = (char)cp;
-            else if (cp < 0x800) o[k++] = (char)(0xC0 | cp >> 6), o[k++] = (char)(0x80 | (cp & 63));
-            else if (cp < 0x10000)
-                o[k++] = (char)(0xE0 | cp >> 12), o[k++] = (char)(0x80 | ((cp >> 6) & 63)), o[k++] = (char)(0x80 | (cp & 63));
-            else
-                o[k++] = (char)(0xF0 | cp >> 18), o[k++] = (char)(0x80 | ((cp >> 12) & 63)),
-                o[k++] = (char)(0x80 | ((cp >> 6) & 63)), o[k++] = (char)(0x80 | (cp & 63));
+            if (cp <= 0 || (cp >= 0xD800 && cp < 0xE000)) goto bad;
+            k += cn_utf8_encode((uint32_t)cp, o + k);
             break;
         }
         default: goto bad;
@@ -479,7 +453,7 @@ static void object_byte(cn_tool_reader *r, char c) {
 }
 
 static void call_byte(cn_tool_reader *r, char c) {
-    if (!buf_add(&r->call, &c, 1)) {
+    if (!cn_buf_put(&r->call, &c, 1)) {
         r->oom = true;
         return;
     }
@@ -583,7 +557,7 @@ static void text_byte(cn_tool_reader *r, char c) {
         return;
     }
     if (r->mode == M_THINK) {
-        if (!buf_add(&r->hold, &c, 1)) {
+        if (!cn_buf_put(&r->hold, &c, 1)) {
             r->oom = true;
             return;
         }
@@ -605,10 +579,10 @@ static void text_byte(cn_tool_reader *r, char c) {
     }
     /* text: leading whitespace waits for what follows it */
     if (r->at_start && is_ws(c)) {
-        if (!buf_add(&r->hold, &c, 1)) r->oom = true;
+        if (!cn_buf_put(&r->hold, &c, 1)) r->oom = true;
         return;
     }
-    if (!buf_add(&r->hold, &c, 1)) {
+    if (!cn_buf_put(&r->hold, &c, 1)) {
         r->oom = true;
         return;
     }
@@ -694,12 +668,7 @@ cn_status cn_tool_reader_feed(cn_tool_reader *r, const char *text, size_t n, boo
         }
     }
     if (r->oom) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading tool calls");
-    if (r->cap_out < r->n_ev) {
-        cn_tool_event *q = realloc(r->out, r->n_ev * sizeof *q);
-        if (!q) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading tool calls");
-        r->out = q;
-        r->cap_out = r->n_ev;
-    }
+    if (!CN_GROW(r->out, r->cap_out, r->n_ev)) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading tool calls");
     for (size_t i = 0; i < r->n_ev; i++) {
         const pending_ev *p = &r->ev[i];
         r->out[i] = (cn_tool_event){ p->kind, p->index, p->name_at == SIZE_MAX ? NULL : r->arena.p + p->name_at,
