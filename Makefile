@@ -20,9 +20,13 @@ OPT     ?= -O2
 endif
 
 CC      ?= cc
-PKGS     = libpcre2-8 jansson libmicrohttpd
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# The library needs PCRE2 and jansson; only the HTTP server (its own archive, linked by
+# the CLI and the tests) needs libmicrohttpd, so libcinder.so does not.
+PKGS     = libpcre2-8 jansson
+SERVE_PKGS = libmicrohttpd
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) $(SERVE_PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+SERVE_LIBS := $(shell pkg-config --libs $(SERVE_PKGS) 2>/dev/null)
 CFLAGS  ?=
 CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc \
            -fno-strict-aliasing -fPIC -fvisibility=hidden $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
@@ -37,7 +41,10 @@ ISA_AVX512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -m
 ISA_AMX    = $(ISA_AVX512) -mamx-tile -mamx-int8
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
-              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/text/*.c src/grammar/*.c src/gen/*.c src/engine/*.c src/serve/*.c))
+              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/text/*.c src/grammar/*.c src/gen/*.c src/engine/*.c))
+# The HTTP server: an archive of its own over the public API (tools/layers.txt: serve
+# includes cinder.h only), linked by the CLI, the unit tests and the fuzz/alloc harnesses.
+SERVE_SRC := $(sort $(wildcard src/serve/*.c))
 ifeq ($(ARCH),x86_64)
 LIB_SRC  += $(sort $(wildcard src/kernels/x86/*.c))
 endif
@@ -52,11 +59,13 @@ endif
 TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+SERVE_OBJ := $(SERVE_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 
 LIB   := $(BUILD)/libcinder.a
+SERVE_LIB := $(BUILD)/libcinder-serve.a
 # The shared library: the same objects (all -fPIC, symbols hidden unless cinder.h marks
 # them CN_API), soname libcinder.so.MAJOR. Not in the sanitizer build.
 VERSION := $(shell sed -n 's/^\#define CN_VERSION "\(.*\)"/\1/p' include/cinder.h)
@@ -84,7 +93,7 @@ endif
 # the tests, since Criterion's runner does not cope with tests that fork.
 TINY := $(patsubst %,$(BUILD)/tiny/tiny-%.gguf,qwen2 qwen3 llama)
 
-all: $(LIB) $(CLI) $(UNIT) $(TOOLS) $(BENCHES) $(TINY)
+all: $(LIB) $(SERVE_LIB) $(CLI) $(UNIT) $(TOOLS) $(BENCHES) $(TINY)
 ifneq ($(SAN),1)
 all: $(SO)
 endif
@@ -135,6 +144,12 @@ $(LIB): $(LIB_OBJ)
 	$(Q)rm -f $@
 	$(Q)ar rcs $@ $^
 
+$(SERVE_LIB): $(SERVE_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  AR      $@"
+	$(Q)rm -f $@
+	$(Q)ar rcs $@ $^
+
 $(SO): $(LIB_OBJ)
 	@echo "  LD      $@"
 	$(Q)$(CC) -shared -Wl,-soname,libcinder.so.$(SOMAJOR) -Wl,--no-undefined $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -159,13 +174,13 @@ install: $(LIB) $(SO) $(CLI)
 	    > $(INSTALL_DIR)/lib/pkgconfig/cinder.pc
 	$(Q)install -m 755 $(CLI) $(INSTALL_DIR)/bin/cinder
 
-$(CLI): $(CLI_OBJ) $(LIB)
+$(CLI): $(CLI_OBJ) $(SERVE_LIB) $(LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(LIB) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(SERVE_LIB) $(LIB) $(SERVE_LIBS) $(LDLIBS)
 
-$(UNIT): $(TEST_OBJ) $(LIB)
+$(UNIT): $(TEST_OBJ) $(SERVE_LIB) $(LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(LIB) $(LDLIBS) -lcriterion
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(SERVE_LIB) $(LIB) $(SERVE_LIBS) $(LDLIBS) -lcriterion
 
 # Allocation-failure injection (tests/alloc/alloc_fail.c): every allocation the library
 # makes goes through the test's counter (-Wl,--wrap), so each can be made to fail in
@@ -182,10 +197,10 @@ $(API_TEST): tests/api/api_test.c include/cinder.h $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(SANFLAGS) -Iinclude -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
-$(ALLOC_FAIL): $(BUILD)/obj/tests/alloc/alloc_fail.o $(LIB)
+$(ALLOC_FAIL): $(BUILD)/obj/tests/alloc/alloc_fail.o $(SERVE_LIB) $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) $(ALLOC_WRAP) -o $@ $< $(LIB) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) $(ALLOC_WRAP) -o $@ $< $(SERVE_LIB) $(LIB) $(SERVE_LIBS) $(LDLIBS)
 
 $(TOOLS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(LIB)
 	@mkdir -p $(dir $@)
@@ -263,14 +278,15 @@ FUZZ_COV ?=
 FUZZ_SAN := -fsanitize=fuzzer-no-link,$(FUZZ_SANITIZERS) -fno-sanitize-recover=undefined $(FUZZ_COV)
 fuzz-lib:
 	$(Q)$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) SANFLAGS="$(FUZZ_SAN) -g" \
-	    KERNEL_NOSAN="$(FUZZ_SAN)" OPT=-O1 $(FUZZ_BUILD)/libcinder.a $(FUZZ_BUILD)/tools/gguf_tool
+	    KERNEL_NOSAN="$(FUZZ_SAN)" OPT=-O1 $(FUZZ_BUILD)/libcinder.a $(FUZZ_BUILD)/libcinder-serve.a \
+	    $(FUZZ_BUILD)/tools/gguf_tool
 
-$(FUZZ_BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_BUILD)/libcinder.a
+$(FUZZ_BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_BUILD)/libcinder.a $(FUZZ_BUILD)/libcinder-serve.a
 	@mkdir -p $(dir $@)
 	@echo "  LD fuzz $@"
 	$(Q)$(FUZZ_CC) -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
 	    -fsanitize=fuzzer,$(FUZZ_SANITIZERS) -fno-sanitize-recover=undefined $(FUZZ_COV) -o $@ $< \
-	    $(FUZZ_BUILD)/libcinder.a $(PKG_LIBS) -lpthread -lm
+	    $(FUZZ_BUILD)/libcinder-serve.a $(FUZZ_BUILD)/libcinder.a $(SERVE_LIBS) $(PKG_LIBS) -lpthread -lm
 
 # arm64 cross check, for x86 hosts (scripts/test.sh runs it there): every library and
 # CLI source an aarch64 build compiles (so not kernels/x86) is compiled by $(ARM_CC) with

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The library as its users get it (issue 18), run by scripts/test.sh:
-#   1. `make install` into build/prefix; libcinder.so must export only the cn_ API
+#   1. `make install` into build/prefix; libcinder.so must export only the cn_ API and
+#      need no HTTP library (the server is the CLI's own archive, not the library's)
 #   2. examples/*.c (generate, engine, decode) and tests/api/api_test.c (they include only <cinder.h>) built against
 #      the *installed* library through pkg-config, and run on stories260K
 #   3. a fresh virtualenv: `pip install ./python` (which builds or finds libcinder.so),
@@ -16,6 +17,10 @@ export PKG_CONFIG_PATH=$P/lib/pkgconfig
 
 others=$(nm -D --defined-only "$P/lib/libcinder.so" | awk '{print $3}' | grep -v '^cn_' || true)
 if [ -n "$others" ]; then echo "libcinder.so exports symbols outside the cn_ API:"; echo "$others"; exit 1; fi
+needed=$(objdump -p "$P/lib/libcinder.so" | awk '/NEEDED/ {print $2}')
+if grep -q microhttpd <<< "$needed"; then echo "libcinder.so needs libmicrohttpd:"; echo "$needed"; exit 1; fi
+if nm -D --undefined-only "$P/lib/libcinder.so" | grep -q 'MHD_'; then echo "libcinder.so calls libmicrohttpd"; exit 1; fi
+echo "libcinder.so needs: $(tr '\n' ' ' <<< "$needed")"
 echo "libcinder.so: $(nm -D --defined-only "$P/lib/libcinder.so" | wc -l) symbols, all cn_; soname" \
      "$(objdump -p "$P/lib/libcinder.so" | awk '/SONAME/ {print $2}')"
 
