@@ -21,6 +21,12 @@ def cinder_binaries() -> list[Path]:
     return out
 
 
+def sanitized(binary: Path) -> bool:
+    """Whether binary is the ASan+UBSan build ($CINDER_SAN_BIN): its allocator keeps
+    freed memory in quarantine, so resident-memory figures are not the program's own."""
+    return len(cinder_binaries()) > 1 and binary == cinder_binaries()[1]
+
+
 @pytest.fixture(params=cinder_binaries(), ids=lambda p: p.parent.name)
 def cinder(request):
     return request.param

@@ -244,10 +244,12 @@ def test_costly_schemas_are_refused_and_the_server_keeps_serving(server, client)
     ]
     for t in threads:
         t.start()
-    # while those compile, the server answers others at once
+    # while those compile, the server answers others at once: /health takes a small part
+    # of the time the blowup's compile takes (both timed in this run, so a slow or loaded
+    # machine slows both alike), where waiting behind the compile would take most of it
     t0 = time.time()
     assert server.get("/health")[0] == 200
-    assert time.time() - t0 < 2
+    health_s = time.time() - t0
     r = client.chat.completions.create(model=M, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4,
                                        temperature=0)
     assert r.choices[0].finish_reason in ("stop", "length")
@@ -255,7 +257,7 @@ def test_costly_schemas_are_refused_and_the_server_keeps_serving(server, client)
         t.join(150)
     st, j, dt = results["blowup"]
     assert st == 400 and j["error"]["param"] == "guided_regex" and "budget" in j["error"]["message"], j
-    assert dt < 30, dt
+    assert health_s < dt / 2, (health_s, dt)
     st, j, _ = results["deep"]
     assert st in (200, 400), (st, j)  # compiled, or refused with a message
     if st == 400:

@@ -24,6 +24,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from conftest import sanitized
 from test_serve import ROOT, Server, binaries, free_port
 
 MODELS = Path(os.environ.get("CINDER_MODELS") or os.path.expanduser("~/.cache/cinder/models"))
@@ -59,6 +60,12 @@ class MultiServer(Server):
                 pass
             time.sleep(0.05)
         raise AssertionError("server did not become ready")
+
+    def maps_file(self, path: Path) -> bool:
+        """Whether the process maps the file at path (its resolved name in /proc/PID/maps)."""
+        target = str(path.resolve())
+        return any(line.split(maxsplit=5)[5:] == [target]
+                   for line in Path(f"/proc/{self.proc.pid}/maps").read_text().splitlines())
 
     def rss_kib(self):
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -240,17 +247,29 @@ def s_status(server, model):
 # ---- --models-max: least recently used idle model unloaded, memory given back ----
 
 def test_models_max_unloads_lru_and_rss_comes_back_down(binary, tmp_path):
+    # What the server controls is checked on every build: the unloaded model's file is
+    # no longer mapped. Resident memory is the allocator's business as much as the
+    # server's (ASan's allocator keeps freed blocks in quarantine, and a loaded machine
+    # moves the margins), so it is compared on the optimized build only.
     folder = models_dir(tmp_path)
     s = MultiServer(binary, folder, "--models-max", "1")
+    optimized = not sanitized(binary)
+    qwen_file = MODELS / f"{QWEN}.gguf"
     try:
         base = s.rss_kib()
+        assert not s.maps_file(qwen_file)
         chat(s, QWEN)
         peak = s.rss_kib()
-        qwen_kib = (MODELS / f"{QWEN}.gguf").stat().st_size // 1024
-        assert peak - base > qwen_kib // 2, (base, peak)  # its weights are resident
+        assert s.maps_file(qwen_file)
+        qwen_kib = qwen_file.stat().st_size // 1024
+        if optimized:
+            assert peak - base > qwen_kib // 2, (base, peak)  # its weights are resident
         chat(s, SMOL)  # loads SMOL: QWEN, idle and least recently used, is unloaded first
         after = s.rss_kib()
-        assert after < peak - qwen_kib // 2, (base, peak, after)
+        assert not s.maps_file(qwen_file)  # the mapping is released
+        assert s.maps_file(MODELS / f"{SMOL}.gguf")
+        if optimized:
+            assert after < peak - qwen_kib // 2, (base, peak, after)
         assert s.by_model("cinder:model_loaded") == {SMOL: 1.0, QWEN: 0.0, "broken": 0.0}
         assert s.by_model("cinder:model_unloads_total")[QWEN] == 1
         assert s.by_model("cinder:models_loaded") == {None: 1.0}
