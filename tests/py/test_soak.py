@@ -2,7 +2,7 @@
 clients with random valid and invalid requests, cancels and disconnects, against the
 ASan + UBSan build when make test provides one (a memory error, a leak at exit or UB
 fails it), else the optimized build. The resident-memory check is left to the 10-minute
-soak on the optimized build (BENCHMARKS.md): an ASan build's quarantine grows by design,
+soak on the optimized build (docs/testing.md): an ASan build's quarantine grows by design,
 and one minute is mostly warm-up."""
 import soak
 from conftest import cinder_binaries

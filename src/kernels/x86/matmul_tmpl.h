@@ -413,7 +413,7 @@ static bool pack_type(uint32_t type) {
  * qh group), so a tile streams forward through memory, as Q4_K's does, instead of
  * jumping to the scales at the block's end and back: from DRAM the jumps cost the
  * prefetchers (measured on Zen 4, one thread: the 151936 x 1536 head 10.9 -> see
- * BENCHMARKS.md). Stored dword c is packed dword q6_dw(c); d stays last. */
+ * bench/history/one-request.md). Stored dword c is packed dword q6_dw(c); d stays last. */
 static const int8_t Q6_SLOT[13] = {1, 4, 2, 5, 7, 10, 8, 11, 3, 6, 9, 12, 0};
 CN_INLINE int q6_dw(int c) { return 4 * Q6_SLOT[c / 4] + c % 4; }
 
