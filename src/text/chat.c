@@ -1,5 +1,5 @@
 /* chat.c — chat templates: the model's own Jinja template run by the interpreter
- * (text/jinja.h), and three families (ChatML, Gemma, Llama-3) rendered by hand-written C.
+ * (jinja/jinja.h), and three families (ChatML, Gemma, Llama-3) rendered by hand-written C.
  *
  * Jinja templates get the conversation as Hugging Face's apply_chat_template passes it:
  * messages, tools (or None), documents (None), add_generation_prompt, bos_token,
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 #include "text/tokenizer.h"
 
 struct cn_chat_template {

@@ -1,4 +1,4 @@
-/* test_jinja.c — the Jinja interpreter (src/text/jinja*.c) piece by piece: whitespace
+/* test_jinja.c — the Jinja interpreter (src/jinja) piece by piece: whitespace
  * control, expressions with Python's semantics, loops and scoping, macros, filters,
  * tests, methods, HF's tojson, Undefined, the sandbox, errors with line numbers and the
  * three budgets.
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 static cn_jinja_limits test_limits(void) {
     cn_jinja_limits lim = cn_jinja_default_limits();

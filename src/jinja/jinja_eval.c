@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "text/jinja_impl.h"
+#include "jinja/jinja_impl.h"
 
 typedef enum { X_OK, X_ERR, X_BREAK, X_CONTINUE } xres;
 

@@ -1,6 +1,6 @@
 /* jinja_impl.h — what the files of the Jinja interpreter share (jinja.h is the contract
  * for everyone else): values, the AST, the render state and the helpers between them.
- * Nothing outside src/text/jinja*.c includes this.
+ * Nothing outside src/jinja includes this.
  *
  * Values (jv) are small structs passed by value. Scalars live inside; strings, lists,
  * dicts and the other heap objects are reference-counted, and objects are never changed
@@ -13,7 +13,7 @@
 #ifndef CN_JINJA_IMPL_H
 #define CN_JINJA_IMPL_H
 
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/jinja_impl.h"
+#include "jinja/jinja_impl.h"
 
 /* ---- objects ---- */
 

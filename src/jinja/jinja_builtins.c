@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "text/jinja_impl.h"
+#include "jinja/jinja_impl.h"
 
 /* ---- names ---- */
 
