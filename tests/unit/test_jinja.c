@@ -351,6 +351,13 @@ Test(jinja, errors_name_the_line) {
     check_error("{{ 1 }}", "{\"a\": ", CN_STATUS_INVALID_ARG, "invalid JSON", NULL);
 }
 
+/* The lexer's message names the quote that opens the string left open (it once printed a
+ * byte of a pointer instead). */
+Test(jinja, unterminated_string_names_its_quote) {
+    check_error("{{ 'unterminated }}", NULL, CN_STATUS_INVALID_ARG, "unexpected char '''", NULL);
+    check_error("{{ \"unterminated }}", NULL, CN_STATUS_INVALID_ARG, "unexpected char '\"'", NULL);
+}
+
 Test(jinja, budgets) {
     cn_jinja_limits lim = test_limits();
     cn_status st;
