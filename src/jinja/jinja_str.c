@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
 #include "jinja/jinja_impl.h"
 
 /* ---- buffers ---- */
@@ -58,31 +59,14 @@ void jbuf_free(jbuf *b) {
 
 /* ---- UTF-8 ---- */
 
+/* The core codec, with Python's view of invalid bytes: each one is a code point of its own
+ * value (cn_utf8_decode would make it U+FFFD), so text that is not UTF-8 passes through. */
 size_t ju8_next(const char *s, size_t n, uint32_t *cp, bool *valid) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t len;
-    uint32_t c, min;
-    *valid = true;
-    if (p[0] < 0x80) {
-        *cp = p[0];
-        return 1;
-    }
-    if ((p[0] & 0xE0) == 0xC0) { len = 2; c = p[0] & 0x1F; min = 0x80; }
-    else if ((p[0] & 0xF0) == 0xE0) { len = 3; c = p[0] & 0x0F; min = 0x800; }
-    else if ((p[0] & 0xF8) == 0xF0) { len = 4; c = p[0] & 0x07; min = 0x10000; }
-    else goto bad;
-    if (n < len) goto bad;
-    for (size_t k = 1; k < len; k++) {
-        if ((p[k] & 0xC0) != 0x80) goto bad;
-        c = (c << 6) | (p[k] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) goto bad;
-    *cp = c;
+    const unsigned char b0 = (unsigned char)s[0];
+    const size_t len = cn_utf8_decode(s, n, cp);
+    *valid = len > 1 || b0 < 0x80;
+    if (!*valid) *cp = b0;
     return len;
-bad:
-    *valid = false;
-    *cp = p[0];
-    return 1;
 }
 
 size_t ju8_prev(const char *s, size_t n) {
@@ -97,16 +81,7 @@ size_t ju8_prev(const char *s, size_t n) {
 
 void ju8_put(jbuf *b, uint32_t c) {
     char t[4];
-    size_t k;
-    if (c < 0x80) { t[0] = (char)c; k = 1; }
-    else if (c < 0x800) { t[0] = (char)(0xC0 | (c >> 6)); t[1] = (char)(0x80 | (c & 0x3F)); k = 2; }
-    else if (c < 0x10000) {
-        t[0] = (char)(0xE0 | (c >> 12)); t[1] = (char)(0x80 | ((c >> 6) & 0x3F)); t[2] = (char)(0x80 | (c & 0x3F)); k = 3;
-    } else {
-        t[0] = (char)(0xF0 | (c >> 18)); t[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-        t[2] = (char)(0x80 | ((c >> 6) & 0x3F)); t[3] = (char)(0x80 | (c & 0x3F)); k = 4;
-    }
-    jbuf_put(b, t, k);
+    jbuf_put(b, t, cn_utf8_encode(c, t));
 }
 
 size_t jstr_ncp(jstr *s) {
