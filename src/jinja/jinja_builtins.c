@@ -10,7 +10,13 @@
  * true even when empty; items() is a view), its errors. Filters jinja2 has that no chat
  * template uses (groupby, batch, slice, truncate, wordwrap, urlize, xmlattr, urlencode,
  * filesizeformat, pprint, striptags, random) are known names that fail when run, so
- * templates naming them still parse as under jinja2. */
+ * templates naming them still parse as under jinja2.
+ *
+ * Filters, tests and str methods are tables of small handlers, one row a name: its
+ * parameters, bound by name before the handler runs as Python binds them (so every
+ * "takes at most", "unexpected keyword" and "multiple values" error is jr_bind's), and
+ * the int a handler shared by several names is told (the case of upper / lower, the
+ * side of lstrip / rstrip). */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,41 +26,32 @@
 
 #include "jinja/jinja_impl.h"
 
-/* ---- names ---- */
+/* ---- the tables' shape ---- */
 
-enum {
-    F_ABS, F_ATTR, F_CAPITALIZE, F_CENTER, F_COUNT, F_D, F_DEFAULT, F_DICTSORT, F_E, F_ESCAPE, F_FIRST, F_FLOAT,
-    F_FORCEESCAPE, F_FORMAT, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN,
-    F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT, F_STRING, F_SUM,
-    F_TITLE, F_TOJSON, F_TRIM, F_TRUNCATE, F_UNIQUE, F_UPPER, F_WORDCOUNT,
-    F_UNSUPPORTED_FIRST,
-    F_BATCH = F_UNSUPPORTED_FIRST, F_FILESIZEFORMAT, F_GROUPBY, F_PPRINT, F_RANDOM, F_SLICE, F_STRIPTAGS,
-    F_URLENCODE, F_URLIZE, F_WORDWRAP, F_XMLATTR,
-    F_COUNT_ALL
-};
-static const char *const FILTERS[F_COUNT_ALL] = {
-    "abs", "attr", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape", "first", "float",
-    "forceescape", "format", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min",
-    "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum",
-    "title", "tojson", "trim", "truncate", "unique", "upper", "wordcount",
-    "batch", "filesizeformat", "groupby", "pprint", "random", "slice", "striptags",
-    "urlencode", "urlize", "wordwrap", "xmlattr",
-};
+/* One call of a builtin from the tables below (filters, str methods): v the filter's
+ * input or the method's receiver, p the parameters bound by name (borrowed, missing when
+ * not given), a the arguments as the template passed them, arg the table entry's. */
+typedef struct {
+    jv v;
+    jv p[4];
+    const jargs *a;
+    const char *name;
+    int arg;
+} jcall;
 
-enum {
-    TS_BOOLEAN, TS_CALLABLE, TS_DEFINED, TS_DIVISIBLEBY, TS_EQ, TS_EQUALTO, TS_ESCAPED, TS_EVEN, TS_FALSE, TS_FILTER, TS_FLOAT,
-    TS_GE, TS_GT, TS_GREATERTHAN, TS_IN, TS_INTEGER, TS_ITERABLE, TS_LE, TS_LESSTHAN, TS_LOWER, TS_LT, TS_MAPPING, TS_NE, TS_NONE,
-    TS_NUMBER, TS_ODD, TS_SAMEAS, TS_SEQUENCE, TS_STRING, TS_TEST, TS_TRUE, TS_UNDEFINED, TS_UPPER, TS_SYM_EQ, TS_SYM_NE,
-    TS_SYM_LT, TS_SYM_LE, TS_SYM_GT, TS_SYM_GE, TS_COUNT_ALL
-};
-static const char *const TESTS[TS_COUNT_ALL] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false", "filter", "float",
-    "ge", "gt", "greaterthan", "in", "integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none",
-    "number", "odd", "sameas", "sequence", "string", "test", "true", "undefined", "upper", "==", "!=",
-    "<", "<=", ">", ">=",
-};
+typedef bool (*jb_fn)(jr *r, const jcall *c, jv *out);
 
-/* Python methods by name; the receivers each one exists on. */
+typedef struct {
+    const char *name;
+    jb_fn fn;              /* NULL: a name jinja2 (or Python) has that cinder does not run */
+    const char *params[4]; /* bound by name before fn runs, NULL-ended */
+    int arg;               /* what a handler that serves several names needs to know */
+    bool raw;              /* fn reads c->a itself (any number of arguments) */
+    bool soft_str;         /* filters: the input made a string first, as jinja2's soft_str */
+    uint8_t on;            /* methods: the receivers it exists on (R_*) */
+} jb_entry;
+
+/* Python methods by id; the receivers each one exists on. */
 enum { R_STR = 1, R_LIST = 2, R_TUPLE = 4, R_DICT = 8, R_LOOP = 16, R_RANGE = 32, R_MUT_LIST = 64, R_MUT_DICT = 128 };
 enum {
     M_CAPITALIZE, M_CASEFOLD, M_CENTER, M_COUNT, M_ENDSWITH, M_FIND, M_FORMAT, M_INDEX, M_ISALNUM, M_ISALPHA,
@@ -65,48 +62,20 @@ enum {
     M_POP, M_REMOVE, M_REVERSE, M_SORT, M_POPITEM, M_SETDEFAULT, M_UPDATE, M_ENCODE, M_EXPANDTABS, M_FORMAT_MAP,
     M_ISIDENTIFIER, M_ISPRINTABLE, M_TRANSLATE, M_MAKETRANS, M_FROMKEYS, M_COUNT_ALL
 };
-static const struct {
-    const char *name;
-    uint8_t on;
-} METHODS[M_COUNT_ALL] = {
-    {"capitalize", R_STR}, {"casefold", R_STR}, {"center", R_STR}, {"count", R_STR | R_LIST | R_TUPLE | R_RANGE},
-    {"endswith", R_STR}, {"find", R_STR}, {"format", R_STR}, {"index", R_STR | R_LIST | R_TUPLE | R_RANGE},
-    {"isalnum", R_STR}, {"isalpha", R_STR}, {"isascii", R_STR}, {"isdecimal", R_STR}, {"isdigit", R_STR},
-    {"islower", R_STR}, {"isnumeric", R_STR}, {"isspace", R_STR}, {"istitle", R_STR}, {"isupper", R_STR},
-    {"join", R_STR}, {"ljust", R_STR}, {"lower", R_STR}, {"lstrip", R_STR}, {"partition", R_STR},
-    {"removeprefix", R_STR}, {"removesuffix", R_STR}, {"replace", R_STR}, {"rfind", R_STR}, {"rindex", R_STR},
-    {"rjust", R_STR}, {"rpartition", R_STR}, {"rsplit", R_STR}, {"rstrip", R_STR}, {"split", R_STR},
-    {"splitlines", R_STR}, {"startswith", R_STR}, {"strip", R_STR}, {"swapcase", R_STR}, {"title", R_STR},
-    {"upper", R_STR}, {"zfill", R_STR}, {"copy", R_LIST | R_DICT}, {"get", R_DICT}, {"items", R_DICT},
-    {"keys", R_DICT}, {"values", R_DICT}, {"cycle", R_LOOP}, {"changed", R_LOOP}, {"append", R_MUT_LIST},
-    {"clear", R_MUT_LIST | R_MUT_DICT}, {"extend", R_MUT_LIST}, {"insert", R_MUT_LIST},
-    {"pop", R_MUT_LIST | R_MUT_DICT}, {"remove", R_MUT_LIST}, {"reverse", R_MUT_LIST}, {"sort", R_MUT_LIST},
-    {"popitem", R_MUT_DICT}, {"setdefault", R_MUT_DICT}, {"update", R_MUT_DICT}, {"encode", R_STR},
-    {"expandtabs", R_STR}, {"format_map", R_STR}, {"isidentifier", R_STR}, {"isprintable", R_STR},
-    {"translate", R_STR}, {"maketrans", R_STR}, {"fromkeys", R_DICT},
-};
 
 enum { G_RANGE, G_DICT, G_NAMESPACE, G_RAISE_EXCEPTION, G_STRFTIME_NOW, G_LIPSUM, G_CYCLER, G_JOINER, G_COUNT_ALL };
 static const char *const GLOBALS[G_COUNT_ALL] = {"range", "dict", "namespace", "raise_exception", "strftime_now",
                                                  "lipsum", "cycler", "joiner"};
 
-static int find_name(const char *const *names, int n, const char *s) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(names[i], s)) return i;
+int jb_global_id(const char *name) {
+    for (int i = 0; i < G_COUNT_ALL; i++)
+        if (!strcmp(GLOBALS[i], name)) return i;
     return -1;
 }
 
-int jb_filter_id(const char *name) { return find_name(FILTERS, F_COUNT_ALL, name); }
-int jb_test_id(const char *name) { return find_name(TESTS, TS_COUNT_ALL, name); }
-int jb_global_id(const char *name) { return find_name(GLOBALS, G_COUNT_ALL, name); }
-const char *jb_filter_name(int id) { return id >= 0 && id < F_COUNT_ALL ? FILTERS[id] : "?"; }
-const char *jb_test_name(int id) { return id >= 0 && id < TS_COUNT_ALL ? TESTS[id] : "?"; }
-const char *jb_method_name(int id) { return id >= 0 && id < M_COUNT_ALL ? METHODS[id].name : "?"; }
-int jb_method_id(const char *name) {
-    for (int i = 0; i < M_COUNT_ALL; i++)
-        if (!strcmp(METHODS[i].name, name)) return i;
-    return -1;
-}
+/* jpy_strip's sides and pad_str's alignments, by name */
+enum { STRIP_LEFT = 1, STRIP_RIGHT = 2, STRIP_BOTH = 3 };
+enum { PAD_CENTER, PAD_LJUST, PAD_RJUST };
 
 /* ---- helpers ---- */
 
@@ -162,6 +131,20 @@ static bool soft_str(jr *r, jv v, jv *out) {
         return true;
     }
     return jr_to_str(r, v, out);
+}
+
+/* Runs a table entry: binds the parameters (unless raw), makes the input a string when
+ * the entry asks, then calls the handler. */
+static bool jb_run(jr *r, const jb_entry *e, jv v, const jargs *a, jv *out) {
+    jcall c = {.v = v, .a = a, .name = e->name, .arg = e->arg};
+    size_t n = 0;
+    while (n < CN_ARRAY_LEN(e->params) && e->params[n]) n++;
+    if (!e->raw && !jr_bind(r, e->name, e->params, n, a, c.p)) return false;
+    if (!e->soft_str) return e->fn(r, &c, out);
+    if (!soft_str(r, v, &c.v)) return false;
+    const bool ok = e->fn(r, &c, out);
+    jv_unref(c.v);
+    return ok;
 }
 
 static bool str_result(jr *r, jbuf *b, bool markup, jv *out) {
@@ -311,6 +294,24 @@ static size_t cp_count(const char *s, size_t n) {
         i += ju8_next(s + i, n - i, &cp, &ok);
     }
     return k;
+}
+
+/* Where the line that starts at s[i] ends (at str.splitlines' line breaks), and in *eol
+ * the length of its break: 0 at the end of s, 2 for \r\n. */
+static size_t line_end(const char *s, size_t n, size_t i, size_t *eol) {
+    *eol = 0;
+    for (size_t j = i; j < n;) {
+        uint32_t cp;
+        bool ok;
+        const size_t k = ju8_next(s + j, n - j, &cp, &ok);
+        if (ok && (cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D || cp == 0x1E ||
+                   cp == 0x85 || cp == 0x2028 || cp == 0x2029)) {
+            *eol = k + (cp == '\r' && j + 1 < n && s[j + 1] == '\n');
+            return j;
+        }
+        j += k;
+    }
+    return n;
 }
 
 /* Python whitespace split (sep None) or by sep; maxsplit < 0 for all; from the right
@@ -844,7 +845,402 @@ static bool str_format(jr *r, jv fmt, const jargs *a, jv *out) {
     return str_result(r, &b, markup, out);
 }
 
-/* ---- methods ---- */
+/* ---- str methods ---- */
+
+/* upper, lower, casefold, title, capitalize, swapcase; the case filters (arg: the jcase) */
+static bool case_fn(jr *r, const jcall *c, jv *out) { return case_str(r, c->v, (jcase)c->arg, out); }
+
+/* strip, lstrip, rstrip; the trim filter (arg: the sides) */
+static bool strip_fn(jr *r, const jcall *c, jv *out) { return strip_str(r, c->v, c->p[0], c->arg, out); }
+
+/* split, rsplit (arg: from the right) */
+static bool m_split(jr *r, const jcall *c, jv *out) {
+    int64_t maxsplit = -1;
+    if (!jv_is_missing(c->p[1]) && !need_int(r, c->p[1], c->name, &maxsplit)) return false;
+    if (!jv_is_missing(c->p[0]) && c->p[0].kind != JV_NONE && !need_str(r, c->p[0], "sep")) return false;
+    return split_str(r, c->v, c->p[0], maxsplit, c->arg, out);
+}
+
+static bool m_splitlines(jr *r, const jcall *c, jv *out) {
+    const jstr *s = c->v.u.s;
+    const bool keep = is_true_arg(c->p[0]);
+    jlist *l;
+    if (!new_list(r, 0, &l)) return false;
+    for (size_t i = 0; i < s->len;) {
+        size_t eol;
+        const size_t j = line_end(s->b, s->len, i, &eol);
+        jv piece;
+        if (!jr_str(r, s->b + i, j - i + (keep ? eol : 0), &piece)) goto fail;
+        piece.flags = c->v.flags & JF_MARKUP;
+        if (!push(r, l, piece)) goto fail;
+        i = j + eol;
+    }
+    *out = jv_list(l, false);
+    return true;
+fail:
+    jv_unref(jv_list(l, false));
+    return false;
+}
+
+/* startswith, endswith (arg: the end) */
+static bool m_affix(jr *r, const jcall *c, jv *out) {
+    if (jv_is_missing(c->p[0])) return jr_fail(r, "%s() takes at least 1 argument (0 given)", c->name);
+    size_t lo, hi;
+    bool res;
+    if (!cp_range(r, c->v.u.s, c->p[1], c->p[2], &lo, &hi) || !affix_test(r, c->v, c->p[0], lo, hi, c->arg, &res))
+        return false;
+    *out = jv_bool(res);
+    return true;
+}
+
+static bool m_replace(jr *r, const jcall *c, jv *out) {
+    const bool mk = c->v.flags & JF_MARKUP;
+    if (!need_str(r, c->p[0], "replace() argument 1") || !need_str(r, c->p[1], "replace() argument 2")) return false;
+    int64_t count = -1;
+    if (!jv_is_missing(c->p[2]) && !need_int(r, c->p[2], c->name, &count)) return false;
+    jv rep = jv_ref(c->p[1]), old = jv_ref(c->p[0]);
+    if (mk) { /* Markup.replace escapes its arguments */
+        jv e1, e2;
+        const bool ok = jr_escape(r, c->p[0], &e1) && (jr_escape(r, c->p[1], &e2) || (jv_unref(e1), false));
+        jv_unref(rep);
+        jv_unref(old);
+        if (!ok) return false;
+        old = e1;
+        rep = e2;
+    }
+    const bool ok = replace_str(r, c->v, old, rep, count, mk, out);
+    jv_unref(rep);
+    jv_unref(old);
+    return ok;
+}
+
+/* find, rfind, index, rindex (arg: FIND_* flags): the code point index of sub in s[start:end] */
+enum { FIND_RIGHT = 1, FIND_RAISE = 2 };
+static bool m_find(jr *r, const jcall *c, jv *out) {
+    const jstr *s = c->v.u.s;
+    if (!need_str(r, c->p[0], "substring")) return false;
+    size_t lo, hi;
+    if (!cp_range(r, c->v.u.s, c->p[1], c->p[2], &lo, &hi)) return false;
+    const char *sub = c->p[0].u.s->b;
+    const size_t k = c->p[0].u.s->len;
+    int64_t at = -1;
+    if (!(c->arg & FIND_RIGHT)) {
+        const char *f = k <= hi - lo ? memmem(s->b + lo, hi - lo, sub, k) : NULL;
+        if (f) at = (int64_t)cp_count(s->b, (size_t)(f - s->b));
+    } else if (k <= hi - lo) {
+        for (size_t j = hi - k + 1; j-- > lo;)
+            if (memcmp(s->b + j, sub, k) == 0) {
+                at = (int64_t)cp_count(s->b, j);
+                break;
+            }
+    }
+    if (at < 0 && (c->arg & FIND_RAISE)) return jr_fail(r, "substring not found");
+    *out = jv_int(at);
+    return true;
+}
+
+static bool m_count(jr *r, const jcall *c, jv *out) {
+    const jstr *s = c->v.u.s;
+    if (!need_str(r, c->p[0], "substring")) return false;
+    size_t lo, hi;
+    if (!cp_range(r, c->v.u.s, c->p[1], c->p[2], &lo, &hi)) return false;
+    const char *sub = c->p[0].u.s->b;
+    const size_t k = c->p[0].u.s->len;
+    int64_t n = 0;
+    if (k == 0) n = (int64_t)cp_count(s->b + lo, hi - lo) + 1;
+    else
+        for (size_t i = lo; hi - i >= k && i <= hi;) {
+            const char *f = memmem(s->b + i, hi - i, sub, k);
+            if (!f) break;
+            n++;
+            i = (size_t)(f - s->b) + k;
+        }
+    *out = jv_int(n);
+    return true;
+}
+
+static bool m_join(jr *r, const jcall *c, jv *out) {
+    const jstr *s = c->v.u.s;
+    const bool mk = c->v.flags & JF_MARKUP;
+    if (jv_is_missing(c->p[0])) return jr_fail(r, "join() takes exactly one argument (0 given)");
+    jlist *l;
+    if (!jr_iterate(r, c->p[0], &l)) return false;
+    jbuf b;
+    jr_buf_init(r, &b);
+    bool ok = true;
+    for (size_t i = 0; i < l->n && ok; i++) {
+        if (i) jbuf_put(&b, s->b, s->len);
+        jv item = l->v[i];
+        if (item.kind != JV_STR) {
+            ok = jr_fail(r, "sequence item %zu: expected str instance, %s found", i, jv_type_name(item));
+            break;
+        }
+        if (mk && !(item.flags & JF_MARKUP)) {
+            jv e;
+            if (!(ok = jr_escape(r, item, &e))) break;
+            jbuf_put(&b, e.u.s->b, e.u.s->len);
+            jv_unref(e);
+        } else {
+            jbuf_put(&b, item.u.s->b, item.u.s->len);
+        }
+    }
+    jv_unref(jv_list(l, false));
+    if (!ok) {
+        jbuf_free(&b);
+        return false;
+    }
+    return str_result(r, &b, mk, out);
+}
+
+/* center, ljust, rjust (arg: PAD_*) */
+static bool m_pad(jr *r, const jcall *c, jv *out) {
+    int64_t w = 0;
+    if (!need_int(r, c->p[0], c->name, &w)) return false;
+    return pad_str(r, c->v, w, c->p[1], c->arg, out);
+}
+
+static bool m_zfill(jr *r, const jcall *c, jv *out) {
+    const jstr *s = c->v.u.s;
+    int64_t w = 0;
+    if (!need_int(r, c->p[0], c->name, &w)) return false;
+    const int64_t len = (int64_t)jstr_ncp(c->v.u.s);
+    if (w <= len) {
+        *out = jv_ref(c->v);
+        return true;
+    }
+    if (w > (int64_t)r->lim.max_output_bytes) return jr_limit(r, "the output budget is spent: zfill");
+    jbuf b;
+    jr_buf_init(r, &b);
+    size_t start = 0;
+    if (s->len && (s->b[0] == '+' || s->b[0] == '-')) {
+        jbuf_putc(&b, s->b[0]);
+        start = 1;
+    }
+    for (int64_t i = 0; i < w - len; i++) jbuf_putc(&b, '0');
+    jbuf_put(&b, s->b + start, s->len - start);
+    return str_result(r, &b, c->v.flags & JF_MARKUP, out);
+}
+
+/* partition, rpartition (arg: from the right) */
+static bool m_partition(jr *r, const jcall *c, jv *out) {
+    const jv self = c->v, sep = c->p[0];
+    const jstr *s = self.u.s;
+    const bool right = c->arg;
+    if (!need_str(r, sep, "sep")) return false;
+    const size_t k = sep.u.s->len;
+    if (!k) return jr_fail(r, "empty separator");
+    const char *f = NULL;
+    if (!right) f = memmem(s->b, s->len, sep.u.s->b, k);
+    else
+        for (size_t j = s->len >= k ? s->len - k + 1 : 0; j-- > 0;)
+            if (memcmp(s->b + j, sep.u.s->b, k) == 0) {
+                f = s->b + j;
+                break;
+            }
+    jv parts[3];
+    if (!f) {
+        jv empty;
+        if (!jr_str(r, "", 0, &empty)) return false;
+        parts[0] = !right ? jv_ref(self) : jv_ref(empty);
+        parts[1] = jv_ref(empty);
+        parts[2] = !right ? empty : jv_ref(self);
+        if (right) jv_unref(empty);
+    } else {
+        const size_t at = (size_t)(f - s->b);
+        parts[0] = parts[1] = parts[2] = jv_undef();
+        if (!jr_str(r, s->b, at, &parts[0]) || !jr_str(r, f, k, &parts[1]) ||
+            !jr_str(r, f + k, s->len - at - k, &parts[2])) {
+            for (int i = 0; i < 3; i++) jv_unref(parts[i]);
+            return false;
+        }
+    }
+    jlist *t = jlist_new(3);
+    if (!t) {
+        for (int i = 0; i < 3; i++) jv_unref(parts[i]);
+        return jr_oom(r);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (parts[i].kind == JV_STR) parts[i].flags = self.flags & JF_MARKUP;
+        jlist_push(t, parts[i]);
+    }
+    *out = jv_list(t, true);
+    return true;
+}
+
+/* removeprefix, removesuffix (arg: the suffix) */
+static bool m_remove_affix(jr *r, const jcall *c, jv *out) {
+    const jstr *s = c->v.u.s;
+    if (!need_str(r, c->p[0], c->name)) return false;
+    const size_t k = c->p[0].u.s->len;
+    size_t lo = 0, hi = s->len;
+    if (k <= s->len && memcmp(c->arg ? s->b + s->len - k : s->b, c->p[0].u.s->b, k) == 0) {
+        if (!c->arg) lo = k;
+        else hi = s->len - k;
+    }
+    if (!jr_str(r, s->b + lo, hi - lo, out)) return false;
+    out->flags = c->v.flags & JF_MARKUP;
+    return true;
+}
+
+static bool m_format(jr *r, const jcall *c, jv *out) { return str_format(r, c->v, c->a, out); }
+
+/* Does cp pass str.isalnum, isalpha, ... (id: the method; first: the string's first code point)? */
+static bool cp_is(int id, uint32_t cp, bool valid, bool first) {
+    switch (id) {
+    case M_ISALNUM: return jpy_isalpha(cp) || jpy_isdigit(cp);
+    case M_ISALPHA: return jpy_isalpha(cp);
+    case M_ISASCII: return valid && cp < 0x80;
+    case M_ISSPACE: return jpy_isspace(cp);
+    case M_ISPRINTABLE: return jpy_isprintable(cp);
+    case M_ISIDENTIFIER: return cp == '_' || jpy_isalpha(cp) || (!first && jpy_isdigit(cp));
+    default: return jpy_isdigit(cp); /* isdecimal, isdigit, isnumeric */
+    }
+}
+
+/* The str.is* methods that every code point must pass (arg: the method id); an empty
+ * string passes only isascii and isprintable. */
+static bool m_is(jr *r, const jcall *c, jv *out) {
+    const jstr *s = c->v.u.s;
+    bool all = s->len > 0 || c->arg == M_ISASCII || c->arg == M_ISPRINTABLE;
+    for (size_t i = 0; i < s->len && all;) {
+        uint32_t cp;
+        bool ok;
+        const size_t k = ju8_next(s->b + i, s->len - i, &cp, &ok);
+        all = cp_is(c->arg, cp, ok, i == 0);
+        i += k;
+    }
+    (void)r;
+    *out = jv_bool(all);
+    return true;
+}
+
+/* str.islower (upper false) / isupper: a cased code point, and none of the other case. */
+static bool str_is_cased(const jstr *s, bool upper) {
+    bool any = false;
+    for (size_t i = 0; i < s->len;) {
+        uint32_t cp;
+        bool ok;
+        i += ju8_next(s->b + i, s->len - i, &cp, &ok);
+        if (upper ? jpy_islower(cp) : jpy_isupper(cp)) return false;
+        any |= upper ? jpy_isupper(cp) : jpy_islower(cp);
+    }
+    return any;
+}
+
+/* islower, isupper (arg: upper) */
+static bool m_is_cased(jr *r, const jcall *c, jv *out) {
+    (void)r;
+    *out = jv_bool(str_is_cased(c->v.u.s, c->arg));
+    return true;
+}
+
+/* str.istitle: an upper or title character only after an uncased one, a lower one only
+ * after a cased one, and some cased character. */
+static bool m_istitle(jr *r, const jcall *c, jv *out) {
+    const jstr *s = c->v.u.s;
+    bool any = false, prev_cased = false, title = true;
+    for (size_t i = 0; i < s->len && title;) {
+        uint32_t cp;
+        bool ok;
+        i += ju8_next(s->b + i, s->len - i, &cp, &ok);
+        if (jpy_isupper(cp) || jpy_istitle_char(cp)) {
+            title = !prev_cased;
+            prev_cased = any = true;
+        } else if (jpy_islower(cp)) {
+            title = prev_cased;
+            prev_cased = any = true;
+        } else {
+            prev_cased = false;
+        }
+    }
+    (void)r;
+    *out = jv_bool(title && any);
+    return true;
+}
+
+#define IS(m, id) [id] = {m, m_is, .arg = id, .on = R_STR}
+#define SEQ (R_STR | R_LIST | R_TUPLE | R_RANGE)
+static const jb_entry METHODS[M_COUNT_ALL] = {
+    [M_CAPITALIZE] = {"capitalize", case_fn, .arg = JCASE_CAPITALIZE, .on = R_STR},
+    [M_CASEFOLD] = {"casefold", case_fn, .arg = JCASE_LOWER, .on = R_STR},
+    [M_CENTER] = {"center", m_pad, {"width", "fillchar"}, .arg = PAD_CENTER, .on = R_STR},
+    [M_COUNT] = {"count", m_count, {"sub", "start", "end"}, .on = SEQ},
+    [M_ENDSWITH] = {"endswith", m_affix, {"prefix", "start", "end"}, .arg = true, .on = R_STR},
+    [M_FIND] = {"find", m_find, {"sub", "start", "end"}, .on = R_STR},
+    [M_FORMAT] = {"format", m_format, .raw = true, .on = R_STR},
+    [M_INDEX] = {"index", m_find, {"sub", "start", "end"}, .arg = FIND_RAISE, .on = SEQ},
+    IS("isalnum", M_ISALNUM),
+    IS("isalpha", M_ISALPHA),
+    IS("isascii", M_ISASCII),
+    IS("isdecimal", M_ISDECIMAL),
+    IS("isdigit", M_ISDIGIT),
+    [M_ISLOWER] = {"islower", m_is_cased, .arg = false, .on = R_STR},
+    IS("isnumeric", M_ISNUMERIC),
+    IS("isspace", M_ISSPACE),
+    [M_ISTITLE] = {"istitle", m_istitle, .on = R_STR},
+    [M_ISUPPER] = {"isupper", m_is_cased, .arg = true, .on = R_STR},
+    IS("isidentifier", M_ISIDENTIFIER),
+    IS("isprintable", M_ISPRINTABLE),
+    [M_JOIN] = {"join", m_join, {"iterable"}, .on = R_STR},
+    [M_LJUST] = {"ljust", m_pad, {"width", "fillchar"}, .arg = PAD_LJUST, .on = R_STR},
+    [M_LOWER] = {"lower", case_fn, .arg = JCASE_LOWER, .on = R_STR},
+    [M_LSTRIP] = {"lstrip", strip_fn, {"chars"}, .arg = STRIP_LEFT, .on = R_STR},
+    [M_PARTITION] = {"partition", m_partition, {"sep"}, .on = R_STR},
+    [M_REMOVEPREFIX] = {"removeprefix", m_remove_affix, {"affix"}, .on = R_STR},
+    [M_REMOVESUFFIX] = {"removesuffix", m_remove_affix, {"affix"}, .arg = true, .on = R_STR},
+    [M_REPLACE] = {"replace", m_replace, {"old", "new", "count"}, .on = R_STR},
+    [M_RFIND] = {"rfind", m_find, {"sub", "start", "end"}, .arg = FIND_RIGHT, .on = R_STR},
+    [M_RINDEX] = {"rindex", m_find, {"sub", "start", "end"}, .arg = FIND_RIGHT | FIND_RAISE, .on = R_STR},
+    [M_RJUST] = {"rjust", m_pad, {"width", "fillchar"}, .arg = PAD_RJUST, .on = R_STR},
+    [M_RPARTITION] = {"rpartition", m_partition, {"sep"}, .arg = true, .on = R_STR},
+    [M_RSPLIT] = {"rsplit", m_split, {"sep", "maxsplit"}, .arg = true, .on = R_STR},
+    [M_RSTRIP] = {"rstrip", strip_fn, {"chars"}, .arg = STRIP_RIGHT, .on = R_STR},
+    [M_SPLIT] = {"split", m_split, {"sep", "maxsplit"}, .on = R_STR},
+    [M_SPLITLINES] = {"splitlines", m_splitlines, {"keepends"}, .on = R_STR},
+    [M_STARTSWITH] = {"startswith", m_affix, {"prefix", "start", "end"}, .on = R_STR},
+    [M_STRIP] = {"strip", strip_fn, {"chars"}, .arg = STRIP_BOTH, .on = R_STR},
+    [M_SWAPCASE] = {"swapcase", case_fn, .arg = JCASE_SWAP, .on = R_STR},
+    [M_TITLE] = {"title", case_fn, .arg = JCASE_TITLE_WORDS, .on = R_STR},
+    [M_UPPER] = {"upper", case_fn, .arg = JCASE_UPPER, .on = R_STR},
+    [M_ZFILL] = {"zfill", m_zfill, {"width"}, .on = R_STR},
+    /* the methods of other receivers: jb_call_method runs them */
+    [M_COPY] = {"copy", .on = R_LIST | R_DICT},
+    [M_GET] = {"get", .on = R_DICT},
+    [M_ITEMS] = {"items", .on = R_DICT},
+    [M_KEYS] = {"keys", .on = R_DICT},
+    [M_VALUES] = {"values", .on = R_DICT},
+    [M_CYCLE] = {"cycle", .on = R_LOOP},
+    [M_CHANGED] = {"changed", .on = R_LOOP},
+    /* the mutating ones the immutable sandbox refuses */
+    [M_APPEND] = {"append", .on = R_MUT_LIST},
+    [M_CLEAR] = {"clear", .on = R_MUT_LIST | R_MUT_DICT},
+    [M_EXTEND] = {"extend", .on = R_MUT_LIST},
+    [M_INSERT] = {"insert", .on = R_MUT_LIST},
+    [M_POP] = {"pop", .on = R_MUT_LIST | R_MUT_DICT},
+    [M_REMOVE] = {"remove", .on = R_MUT_LIST},
+    [M_REVERSE] = {"reverse", .on = R_MUT_LIST},
+    [M_SORT] = {"sort", .on = R_MUT_LIST},
+    [M_POPITEM] = {"popitem", .on = R_MUT_DICT},
+    [M_SETDEFAULT] = {"setdefault", .on = R_MUT_DICT},
+    [M_UPDATE] = {"update", .on = R_MUT_DICT},
+    /* str methods cinder does not run */
+    [M_ENCODE] = {"encode", .on = R_STR},
+    [M_EXPANDTABS] = {"expandtabs", .on = R_STR},
+    [M_FORMAT_MAP] = {"format_map", .on = R_STR},
+    [M_TRANSLATE] = {"translate", .on = R_STR},
+    [M_MAKETRANS] = {"maketrans", .on = R_STR},
+    [M_FROMKEYS] = {"fromkeys", .on = R_DICT},
+};
+#undef IS
+#undef SEQ
+
+int jb_method_id(const char *name) {
+    for (int i = 0; i < M_COUNT_ALL; i++)
+        if (!strcmp(METHODS[i].name, name)) return i;
+    return -1;
+}
+
+const char *jb_method_name(int id) { return id >= 0 && id < M_COUNT_ALL ? METHODS[id].name : "?"; }
 
 jb_attr jb_method_attr(jr *r, jv obj, int id, jv *out) {
     if (id < 0 || id >= M_COUNT_ALL) return JB_ATTR_NONE;
@@ -871,321 +1267,16 @@ jb_attr jb_method_attr(jr *r, jv obj, int id, jv *out) {
 }
 
 static bool str_method(jr *r, jv self, int id, const jargs *a, jv *out) {
-    jstr *s = self.u.s;
-    const bool mk = self.flags & JF_MARKUP;
-    const char *name = METHODS[id].name;
-    jv p[4];
-    switch (id) {
-    case M_UPPER:
-    case M_LOWER:
-    case M_CASEFOLD:
-    case M_TITLE:
-    case M_CAPITALIZE:
-    case M_SWAPCASE:
-        if (!jr_bind(r, name, NULL, 0, a, p)) return false;
-        return case_str(r, self, id == M_UPPER ? JCASE_UPPER : id == M_TITLE ? JCASE_TITLE_WORDS
-                                 : id == M_CAPITALIZE ? JCASE_CAPITALIZE : id == M_SWAPCASE ? JCASE_SWAP : JCASE_LOWER, out);
-    case M_STRIP:
-    case M_LSTRIP:
-    case M_RSTRIP: {
-        static const char *const ps[] = {"chars"};
-        if (!jr_bind(r, name, ps, 1, a, p)) return false;
-        return strip_str(r, self, p[0], id == M_STRIP ? 3 : id == M_LSTRIP ? 1 : 2, out);
-    }
-    case M_SPLIT:
-    case M_RSPLIT: {
-        static const char *const ps[] = {"sep", "maxsplit"};
-        if (!jr_bind(r, name, ps, 2, a, p)) return false;
-        int64_t maxsplit = -1;
-        if (!jv_is_missing(p[1]) && !need_int(r, p[1], name, &maxsplit)) return false;
-        if (!jv_is_missing(p[0]) && p[0].kind != JV_NONE && !need_str(r, p[0], "sep")) return false;
-        return split_str(r, self, p[0], maxsplit, id == M_RSPLIT, out);
-    }
-    case M_SPLITLINES: {
-        static const char *const ps[] = {"keepends"};
-        if (!jr_bind(r, name, ps, 1, a, p)) return false;
-        const bool keep = is_true_arg(p[0]);
-        jlist *l;
-        if (!new_list(r, 0, &l)) return false;
-        size_t i = 0;
-        while (i < s->len) {
-            size_t j = i, eol = 0;
-            while (j < s->len) {
-                uint32_t cp;
-                bool ok;
-                const size_t k = ju8_next(s->b + j, s->len - j, &cp, &ok);
-                if (ok && (cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D ||
-                           cp == 0x1E || cp == 0x85 || cp == 0x2028 || cp == 0x2029)) {
-                    eol = k + (cp == '\r' && j + 1 < s->len && s->b[j + 1] == '\n');
-                    break;
-                }
-                j += k;
-            }
-            jv piece;
-            if (!jr_str(r, s->b + i, j - i + (keep ? eol : 0), &piece)) goto sl_fail;
-            piece.flags = mk ? JF_MARKUP : 0;
-            if (!push(r, l, piece)) goto sl_fail;
-            i = j + eol;
-        }
-        *out = jv_list(l, false);
-        return true;
-    sl_fail:
-        jv_unref(jv_list(l, false));
-        return false;
-    }
-    case M_STARTSWITH:
-    case M_ENDSWITH: {
-        static const char *const ps[] = {"prefix", "start", "end"};
-        if (!jr_bind(r, name, ps, 3, a, p)) return false;
-        if (jv_is_missing(p[0])) return jr_fail(r, "%s() takes at least 1 argument (0 given)", name);
-        size_t lo, hi;
-        bool res;
-        if (!cp_range(r, s, p[1], p[2], &lo, &hi) || !affix_test(r, self, p[0], lo, hi, id == M_ENDSWITH, &res))
-            return false;
-        *out = jv_bool(res);
-        return true;
-    }
-    case M_REPLACE: {
-        static const char *const ps[] = {"old", "new", "count"};
-        if (!jr_bind(r, name, ps, 3, a, p)) return false;
-        if (!need_str(r, p[0], "replace() argument 1") || !need_str(r, p[1], "replace() argument 2")) return false;
-        int64_t count = -1;
-        if (!jv_is_missing(p[2]) && !need_int(r, p[2], name, &count)) return false;
-        jv rep = jv_ref(p[1]), old = jv_ref(p[0]);
-        if (mk) { /* Markup.replace escapes its arguments */
-            jv e1, e2;
-            const bool ok = jr_escape(r, p[0], &e1) && (jr_escape(r, p[1], &e2) || (jv_unref(e1), false));
-            jv_unref(rep);
-            jv_unref(old);
-            if (!ok) return false;
-            old = e1;
-            rep = e2;
-        }
-        const bool ok = replace_str(r, self, old, rep, count, mk, out);
-        jv_unref(rep);
-        jv_unref(old);
-        return ok;
-    }
-    case M_FIND:
-    case M_RFIND:
-    case M_INDEX:
-    case M_RINDEX:
-    case M_COUNT: {
-        static const char *const ps[] = {"sub", "start", "end"};
-        if (!jr_bind(r, name, ps, 3, a, p)) return false;
-        if (!need_str(r, p[0], "substring")) return false;
-        size_t lo, hi;
-        if (!cp_range(r, s, p[1], p[2], &lo, &hi)) return false;
-        const char *sub = p[0].u.s->b;
-        const size_t k = p[0].u.s->len;
-        if (id == M_COUNT) {
-            int64_t c = 0;
-            if (k == 0) c = (int64_t)cp_count(s->b + lo, hi - lo) + 1;
-            else
-                for (size_t i = lo; hi - i >= k && i <= hi;) {
-                    const char *f = memmem(s->b + i, hi - i, sub, k);
-                    if (!f) break;
-                    c++;
-                    i = (size_t)(f - s->b) + k;
-                }
-            *out = jv_int(c);
-            return true;
-        }
-        int64_t at = -1;
-        if (id == M_FIND || id == M_INDEX) {
-            const char *f = k <= hi - lo ? memmem(s->b + lo, hi - lo, sub, k) : NULL;
-            if (f) at = (int64_t)cp_count(s->b, (size_t)(f - s->b));
-        } else if (k <= hi - lo) {
-            for (size_t j = hi - k + 1; j-- > lo;)
-                if (memcmp(s->b + j, sub, k) == 0) {
-                    at = (int64_t)cp_count(s->b, j);
-                    break;
-                }
-        }
-        if (at < 0 && (id == M_INDEX || id == M_RINDEX)) return jr_fail(r, "substring not found");
-        *out = jv_int(at);
-        return true;
-    }
-    case M_JOIN: {
-        static const char *const ps[] = {"iterable"};
-        if (!jr_bind(r, name, ps, 1, a, p)) return false;
-        if (jv_is_missing(p[0])) return jr_fail(r, "join() takes exactly one argument (0 given)");
-        jlist *l;
-        if (!jr_iterate(r, p[0], &l)) return false;
-        jbuf b;
-        jr_buf_init(r, &b);
-        bool ok = true;
-        for (size_t i = 0; i < l->n && ok; i++) {
-            if (i) jbuf_put(&b, s->b, s->len);
-            jv item = l->v[i];
-            if (item.kind != JV_STR) {
-                ok = jr_fail(r, "sequence item %zu: expected str instance, %s found", i, jv_type_name(item));
-                break;
-            }
-            if (mk && !(item.flags & JF_MARKUP)) {
-                jv e;
-                if (!(ok = jr_escape(r, item, &e))) break;
-                jbuf_put(&b, e.u.s->b, e.u.s->len);
-                jv_unref(e);
-            } else {
-                jbuf_put(&b, item.u.s->b, item.u.s->len);
-            }
-        }
-        jv_unref(jv_list(l, false));
-        if (!ok) {
-            jbuf_free(&b);
-            return false;
-        }
-        return str_result(r, &b, mk, out);
-    }
-    case M_CENTER:
-    case M_LJUST:
-    case M_RJUST: {
-        static const char *const ps[] = {"width", "fillchar"};
-        if (!jr_bind(r, name, ps, 2, a, p)) return false;
-        int64_t w = 0;
-        if (!need_int(r, p[0], name, &w)) return false;
-        return pad_str(r, self, w, p[1], id == M_CENTER ? 0 : id == M_LJUST ? 1 : 2, out);
-    }
-    case M_ZFILL: {
-        static const char *const ps[] = {"width"};
-        if (!jr_bind(r, name, ps, 1, a, p)) return false;
-        int64_t w = 0;
-        if (!need_int(r, p[0], name, &w)) return false;
-        const int64_t len = (int64_t)jstr_ncp(s);
-        if (w <= len) {
-            *out = jv_ref(self);
-            return true;
-        }
-        if (w > (int64_t)r->lim.max_output_bytes) return jr_limit(r, "the output budget is spent: zfill");
-        jbuf b;
-        jr_buf_init(r, &b);
-        size_t start = 0;
-        if (s->len && (s->b[0] == '+' || s->b[0] == '-')) {
-            jbuf_putc(&b, s->b[0]);
-            start = 1;
-        }
-        for (int64_t i = 0; i < w - len; i++) jbuf_putc(&b, '0');
-        jbuf_put(&b, s->b + start, s->len - start);
-        return str_result(r, &b, mk, out);
-    }
-    case M_PARTITION:
-    case M_RPARTITION: {
-        static const char *const ps[] = {"sep"};
-        if (!jr_bind(r, name, ps, 1, a, p)) return false;
-        if (!need_str(r, p[0], "sep")) return false;
-        const size_t k = p[0].u.s->len;
-        if (!k) return jr_fail(r, "empty separator");
-        const char *f = NULL;
-        if (id == M_PARTITION) f = memmem(s->b, s->len, p[0].u.s->b, k);
-        else
-            for (size_t j = s->len >= k ? s->len - k + 1 : 0; j-- > 0;)
-                if (memcmp(s->b + j, p[0].u.s->b, k) == 0) {
-                    f = s->b + j;
-                    break;
-                }
-        jv parts[3];
-        bool ok;
-        if (!f) {
-            jv empty;
-            ok = jr_str(r, "", 0, &empty);
-            if (!ok) return false;
-            parts[0] = id == M_PARTITION ? jv_ref(self) : jv_ref(empty);
-            parts[1] = jv_ref(empty);
-            parts[2] = id == M_PARTITION ? empty : jv_ref(self);
-            if (id != M_PARTITION) jv_unref(empty);
-        } else {
-            const size_t at = (size_t)(f - s->b);
-            parts[0] = parts[1] = parts[2] = jv_undef();
-            ok = jr_str(r, s->b, at, &parts[0]) && jr_str(r, f, k, &parts[1]) && jr_str(r, f + k, s->len - at - k, &parts[2]);
-            if (!ok) {
-                for (int i = 0; i < 3; i++) jv_unref(parts[i]);
-                return false;
-            }
-        }
-        jlist *t = jlist_new(3);
-        if (!t) {
-            for (int i = 0; i < 3; i++) jv_unref(parts[i]);
-            return jr_oom(r);
-        }
-        for (int i = 0; i < 3; i++) {
-            if (parts[i].kind == JV_STR) parts[i].flags = mk ? JF_MARKUP : 0;
-            jlist_push(t, parts[i]);
-        }
-        *out = jv_list(t, true);
-        return true;
-    }
-    case M_REMOVEPREFIX:
-    case M_REMOVESUFFIX: {
-        static const char *const ps[] = {"affix"};
-        if (!jr_bind(r, name, ps, 1, a, p)) return false;
-        if (!need_str(r, p[0], name)) return false;
-        const size_t k = p[0].u.s->len;
-        size_t lo = 0, hi = s->len;
-        if (k <= s->len && memcmp(id == M_REMOVEPREFIX ? s->b : s->b + s->len - k, p[0].u.s->b, k) == 0) {
-            if (id == M_REMOVEPREFIX) lo = k;
-            else hi = s->len - k;
-        }
-        if (!jr_str(r, s->b + lo, hi - lo, out)) return false;
-        out->flags = mk ? JF_MARKUP : 0;
-        return true;
-    }
-    case M_FORMAT: return str_format(r, self, a, out);
-    case M_ISALNUM:
-    case M_ISALPHA:
-    case M_ISASCII:
-    case M_ISDECIMAL:
-    case M_ISDIGIT:
-    case M_ISNUMERIC:
-    case M_ISSPACE:
-    case M_ISLOWER:
-    case M_ISUPPER:
-    case M_ISTITLE:
-    case M_ISPRINTABLE:
-    case M_ISIDENTIFIER: {
-        if (!jr_bind(r, name, NULL, 0, a, p)) return false;
-        bool all = s->len > 0 || id == M_ISASCII || id == M_ISPRINTABLE, any_cased = false, prev_cased = false,
-             title_ok = true;
-        for (size_t i = 0; i < s->len && all;) {
-            uint32_t cp;
-            bool ok;
-            const size_t k = ju8_next(s->b + i, s->len - i, &cp, &ok);
-            const bool up = jpy_isupper(cp), lo = jpy_islower(cp);
-            switch (id) {
-            case M_ISALNUM: all = jpy_isalpha(cp) || jpy_isdigit(cp); break;
-            case M_ISALPHA: all = jpy_isalpha(cp); break;
-            case M_ISASCII: all = ok && cp < 0x80; break;
-            case M_ISDECIMAL:
-            case M_ISDIGIT:
-            case M_ISNUMERIC: all = jpy_isdigit(cp); break;
-            case M_ISSPACE: all = jpy_isspace(cp); break;
-            case M_ISPRINTABLE: all = jpy_isprintable(cp); break;
-            case M_ISIDENTIFIER: all = cp == '_' || jpy_isalpha(cp) || (i > 0 && jpy_isdigit(cp)); break;
-            case M_ISLOWER: if (up) all = false; any_cased |= lo; break;
-            case M_ISUPPER: if (lo) all = false; any_cased |= up; break;
-            default: /* istitle: an upper or title character only after an uncased one */
-                if (up || jpy_istitle_char(cp)) {
-                    if (prev_cased) title_ok = false;
-                    prev_cased = any_cased = true;
-                } else if (lo) {
-                    if (!prev_cased) title_ok = false;
-                    prev_cased = any_cased = true;
-                } else {
-                    prev_cased = false;
-                }
-                break;
-            }
-            i += k;
-        }
-        if (id == M_ISLOWER || id == M_ISUPPER) all = all && any_cased;
-        if (id == M_ISTITLE) all = title_ok && any_cased;
-        *out = jv_bool(all);
-        return true;
-    }
-    default: return jr_fail(r, "str.%s() is not supported by cinder's template engine", name);
-    }
+    const jb_entry *m = &METHODS[id];
+    if (!m->fn) return jr_fail(r, "str.%s() is not supported by cinder's template engine", m->name);
+    return jb_run(r, m, self, a, out);
 }
 
+static bool no_method(jr *r, jv self, int id) {
+    return jr_fail(r, "'%s' object has no method %s", jv_type_name(self), jb_method_name(id));
+}
+
+/* list.count / index, and range's and tuple's */
 static bool seq_index_count(jr *r, jv self, int id, const jargs *a, jv *out) {
     static const char *const ps[] = {"value", "start", "stop"};
     jv p[3];
@@ -1206,99 +1297,106 @@ static bool seq_index_count(jr *r, jv self, int id, const jargs *a, jv *out) {
     return true;
 }
 
-bool jb_call_method(jr *r, jv self, int id, const jargs *a, jv *out) {
+static bool list_method(jr *r, jv self, int id, const jargs *a, jv *out) {
+    if (id != M_COPY) return seq_index_count(r, self, id, a, out);
+    if (!jr_bind(r, "copy", NULL, 0, a, NULL)) return false;
+    jlist *l;
+    if (!new_list(r, self.u.l->n, &l)) return false;
+    for (size_t i = 0; i < self.u.l->n; i++) jlist_push(l, jv_ref(self.u.l->v[i]));
+    *out = jv_list(l, false);
+    return true;
+}
+
+/* dict.items / keys / values: a view over a copy of the entries */
+static bool dict_view(jr *r, const jdict *d, int id, const jargs *a, jv *out) {
+    if (!jr_bind(r, METHODS[id].name, NULL, 0, a, NULL)) return false;
+    jlist *l;
+    if (!new_list(r, d->n, &l)) return false;
+    for (size_t i = 0; i < d->n; i++) {
+        jv item;
+        if (id == M_ITEMS) {
+            if (!tuple2(r, d->k[i], d->v[i], &item)) {
+                jv_unref(jv_list(l, false));
+                return false;
+            }
+        } else {
+            item = jv_ref(id == M_KEYS ? d->k[i] : d->v[i]);
+        }
+        jlist_push(l, item);
+    }
+    return make_iter(r, l, id == M_ITEMS ? IT_DICT_ITEMS : id == M_KEYS ? IT_DICT_KEYS : IT_DICT_VALUES, out);
+}
+
+static bool dict_method(jr *r, jv self, int id, const jargs *a, jv *out) {
+    const jdict *d = self.u.d;
     jv p[2];
+    switch (id) {
+    case M_GET: {
+        static const char *const ps[] = {"key", "default"};
+        if (!jr_bind(r, "get", ps, 2, a, p)) return false;
+        if (jv_is_missing(p[0])) return jr_fail(r, "get expected at least 1 argument, got 0");
+        if (!jv_hashable(p[0])) return jr_fail(r, "unhashable type: '%s'", jv_type_name(p[0]));
+        const jv *v = jdict_get(d, p[0]);
+        *out = v ? jv_ref(*v) : jv_is_missing(p[1]) ? jv_none() : jv_ref(p[1]);
+        return true;
+    }
+    case M_ITEMS:
+    case M_KEYS:
+    case M_VALUES: return dict_view(r, d, id, a, out);
+    case M_COPY: {
+        if (!jr_bind(r, "copy", NULL, 0, a, NULL)) return false;
+        jdict *c = jdict_new(d->n);
+        if (!c) return jr_oom(r);
+        for (size_t i = 0; i < d->n; i++) jdict_set(c, jv_ref(d->k[i]), jv_ref(d->v[i]));
+        *out = jv_dict(c);
+        return true;
+    }
+    default: return no_method(r, self, id);
+    }
+}
+
+/* loop.changed(*values): true when they differ from the previous call's */
+static bool loop_changed(jr *r, jloop *l, const jargs *a, jv *out) {
+    jlist *now;
+    if (!new_list(r, a->n_pos, &now)) return false;
+    for (size_t i = 0; i < a->n_pos; i++) jlist_push(now, jv_ref(a->pos[i]));
+    const jv nv = jv_list(now, false);
+    bool deep = false;
+    const bool changed = !l->changed_last || !jv_equal(*l->changed_last, nv, &deep);
+    if (changed) {
+        if (l->changed_last) {
+            jv_unref(*l->changed_last);
+        } else if (!(l->changed_last = malloc(sizeof *l->changed_last))) {
+            jv_unref(nv);
+            return jr_oom(r);
+        }
+        *l->changed_last = nv;
+    } else {
+        jv_unref(nv);
+    }
+    *out = jv_bool(changed);
+    return true;
+}
+
+static bool loop_method(jr *r, jv self, int id, const jargs *a, jv *out) {
+    jloop *l = self.u.loop;
+    if (id == M_CHANGED) return loop_changed(r, l, a, out);
+    if (id != M_CYCLE) return no_method(r, self, id);
+    if (a->n_kw) return jr_fail(r, "cycle() takes no keyword arguments");
+    if (!a->n_pos) return jr_fail(r, "no items for cycling given");
+    *out = jv_ref(a->pos[l->index0 % (int64_t)a->n_pos]);
+    return true;
+}
+
+bool jb_call_method(jr *r, jv self, int id, const jargs *a, jv *out) {
     switch (self.kind) {
     case JV_STR: return str_method(r, self, id, a, out);
     case JV_LIST:
-    case JV_RANGE:
-        if (id == M_COPY) {
-            if (!jr_bind(r, "copy", NULL, 0, a, p)) return false;
-            jlist *l;
-            if (!new_list(r, self.u.l->n, &l)) return false;
-            for (size_t i = 0; i < self.u.l->n; i++) jlist_push(l, jv_ref(self.u.l->v[i]));
-            *out = jv_list(l, false);
-            return true;
-        }
-        return seq_index_count(r, self, id, a, out);
-    case JV_DICT: {
-        const jdict *d = self.u.d;
-        switch (id) {
-        case M_GET: {
-            static const char *const ps[] = {"key", "default"};
-            if (!jr_bind(r, "get", ps, 2, a, p)) return false;
-            if (jv_is_missing(p[0])) return jr_fail(r, "get expected at least 1 argument, got 0");
-            if (!jv_hashable(p[0])) return jr_fail(r, "unhashable type: '%s'", jv_type_name(p[0]));
-            const jv *v = jdict_get(d, p[0]);
-            *out = v ? jv_ref(*v) : jv_is_missing(p[1]) ? jv_none() : jv_ref(p[1]);
-            return true;
-        }
-        case M_ITEMS:
-        case M_KEYS:
-        case M_VALUES: {
-            if (!jr_bind(r, METHODS[id].name, NULL, 0, a, p)) return false;
-            jlist *l;
-            if (!new_list(r, d->n, &l)) return false;
-            for (size_t i = 0; i < d->n; i++) {
-                jv item;
-                if (id == M_ITEMS) {
-                    if (!tuple2(r, d->k[i], d->v[i], &item)) {
-                        jv_unref(jv_list(l, false));
-                        return false;
-                    }
-                } else {
-                    item = jv_ref(id == M_KEYS ? d->k[i] : d->v[i]);
-                }
-                jlist_push(l, item);
-            }
-            return make_iter(r, l, id == M_ITEMS ? IT_DICT_ITEMS : id == M_KEYS ? IT_DICT_KEYS : IT_DICT_VALUES, out);
-        }
-        case M_COPY: {
-            if (!jr_bind(r, "copy", NULL, 0, a, p)) return false;
-            jdict *c = jdict_new(d->n);
-            if (!c) return jr_oom(r);
-            for (size_t i = 0; i < d->n; i++) jdict_set(c, jv_ref(d->k[i]), jv_ref(d->v[i]));
-            *out = jv_dict(c);
-            return true;
-        }
-        default: break;
-        }
-        break;
+    case JV_RANGE: return list_method(r, self, id, a, out);
+    case JV_DICT: return dict_method(r, self, id, a, out);
+    case JV_LOOP: return loop_method(r, self, id, a, out);
+    default: return no_method(r, self, id);
     }
-    case JV_LOOP: {
-        jloop *l = self.u.loop;
-        if (id == M_CYCLE) {
-            if (a->n_kw) return jr_fail(r, "cycle() takes no keyword arguments");
-            if (!a->n_pos) return jr_fail(r, "no items for cycling given");
-            *out = jv_ref(a->pos[l->index0 % (int64_t)a->n_pos]);
-            return true;
-        }
-        if (id == M_CHANGED) {
-            jlist *now;
-            if (!new_list(r, a->n_pos, &now)) return false;
-            for (size_t i = 0; i < a->n_pos; i++) jlist_push(now, jv_ref(a->pos[i]));
-            const jv nv = jv_list(now, false);
-            bool deep = false;
-            const bool changed = !l->changed_last || !jv_equal(*l->changed_last, nv, &deep);
-            if (changed) {
-                if (l->changed_last) {
-                    jv_unref(*l->changed_last);
-                } else if (!(l->changed_last = malloc(sizeof *l->changed_last))) {
-                    jv_unref(nv);
-                    return jr_oom(r);
-                }
-                *l->changed_last = nv;
-            } else {
-                jv_unref(nv);
-            }
-            *out = jv_bool(changed);
-            return true;
-        }
-        break;
-    }
-    default: break;
-    }
-    return jr_fail(r, "'%s' object has no method %s", jv_type_name(self), jb_method_name(id));
 }
 
 /* ---- tests ---- */
@@ -1320,115 +1418,132 @@ static bool is_callable(jv v) {
     return v.kind == JV_MACRO || v.kind == JV_FUNC || v.kind == JV_METHOD || v.kind == JV_UNDEF || v.kind == JV_LOOP;
 }
 
+static bool is_defined(jv v) { return v.kind != JV_UNDEF; }
+static bool is_undefined(jv v) { return v.kind == JV_UNDEF; }
+static bool is_none(jv v) { return v.kind == JV_NONE; }
+static bool is_boolean(jv v) { return v.kind == JV_BOOL; }
+static bool is_true(jv v) { return v.kind == JV_BOOL && v.u.i; }
+static bool is_false(jv v) { return v.kind == JV_BOOL && !v.u.i; }
+static bool is_integer(jv v) { return v.kind == JV_INT; }
+static bool is_float(jv v) { return v.kind == JV_FLOAT; }
+static bool is_string(jv v) { return v.kind == JV_STR; }
+static bool is_mapping(jv v) { return v.kind == JV_DICT; }
+static bool is_escaped(jv v) { return v.kind == JV_STR && (v.flags & JF_MARKUP); }
+static bool is_filter(jv v) { return v.kind == JV_STR && jb_filter_id(v.u.s->b) >= 0; }
+static bool is_test(jv v) { return v.kind == JV_STR && jb_test_id(v.u.s->b) >= 0; }
+static bool is_sequence(jv v) {
+    return v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_RANGE || v.kind == JV_UNDEF;
+}
+
+/* lower, upper (arg: upper): str(v).islower() / isupper() */
+static bool t_cased(jr *r, jv v, jv other, int arg, bool *out) {
+    jv s;
+    if (!jr_to_str(r, v, &s)) return false;
+    *out = str_is_cased(s.u.s, arg);
+    jv_unref(s);
+    (void)other;
+    return true;
+}
+
+/* odd, even (v % 2 == arg), divisibleby (v % other == 0) */
+static bool t_mod(jr *r, jv v, jv other, int arg, bool *out) {
+    jv m;
+    if (!jr_binop(r, OP_MOD, v, jv_is_missing(other) ? jv_int(2) : other, &m)) return false;
+    bool deep;
+    *out = jv_equal(m, jv_int(arg), &deep);
+    jv_unref(m);
+    return true;
+}
+
+/* eq, ne, lt, ..., in (arg: the CMP_ operator) */
+static bool t_compare(jr *r, jv v, jv other, int arg, bool *out) { return jr_compare(r, arg, v, other, out); }
+
+/* sameas: Python's `is`, as far as values without identity can tell (small ints are cached) */
+static bool t_sameas(jr *r, jv v, jv o, int arg, bool *out) {
+    if (v.kind != o.kind) *out = false;
+    else if (v.kind == JV_NONE || v.kind == JV_UNDEF) *out = v.kind == JV_NONE;
+    else if (v.kind == JV_BOOL) *out = v.u.i == o.u.i;
+    else if (v.kind == JV_INT) *out = v.u.i == o.u.i && v.u.i >= -5 && v.u.i <= 256;
+    else if (v.kind == JV_FUNC) *out = v.sub == o.sub;
+    else if (v.kind == JV_NS) *out = v.u.ns == o.u.ns;
+    else *out = v.kind >= JV_STR && v.u.o == o.u.o;
+    (void)r;
+    (void)arg;
+    return true;
+}
+
+/* A test: is (of the value alone), or fn with its one parameter, which is then required
+ * (py_name: the function jinja2's missing-argument message names, NULL: the test's). */
+typedef struct {
+    const char *name;
+    bool (*is)(jv v);
+    bool (*fn)(jr *r, jv v, jv other, int arg, bool *out);
+    const char *param;
+    const char *py_name;
+    int arg;
+} jtest;
+
+#define CMP(name, op) {name, NULL, t_compare, "other", NULL, op}
+static const jtest TESTS[] = {
+    {"boolean", .is = is_boolean},
+    {"callable", .is = is_callable},
+    {"defined", .is = is_defined},
+    {"divisibleby", NULL, t_mod, "num", "test_divisibleby", 0},
+    CMP("eq", CMP_EQ),
+    CMP("equalto", CMP_EQ),
+    {"escaped", .is = is_escaped},
+    {"even", NULL, t_mod, NULL, NULL, 0},
+    {"false", .is = is_false},
+    {"filter", .is = is_filter},
+    {"float", .is = is_float},
+    CMP("ge", CMP_GE),
+    CMP("gt", CMP_GT),
+    CMP("greaterthan", CMP_GT),
+    {"in", NULL, t_compare, "seq", "test_in", CMP_IN},
+    {"integer", .is = is_integer},
+    {"iterable", .is = is_iterable},
+    CMP("le", CMP_LE),
+    CMP("lessthan", CMP_LT),
+    {"lower", NULL, t_cased, NULL, NULL, false},
+    CMP("lt", CMP_LT),
+    {"mapping", .is = is_mapping},
+    CMP("ne", CMP_NE),
+    {"none", .is = is_none},
+    {"number", .is = jv_is_num},
+    {"odd", NULL, t_mod, NULL, NULL, 1},
+    {"sameas", NULL, t_sameas, "other", NULL, 0},
+    {"sequence", .is = is_sequence},
+    {"string", .is = is_string},
+    {"test", .is = is_test},
+    {"true", .is = is_true},
+    {"undefined", .is = is_undefined},
+    {"upper", NULL, t_cased, NULL, NULL, true},
+    CMP("==", CMP_EQ),
+    CMP("!=", CMP_NE),
+    CMP("<", CMP_LT),
+    CMP("<=", CMP_LE),
+    CMP(">", CMP_GT),
+    CMP(">=", CMP_GE),
+};
+#undef CMP
+
+int jb_test_id(const char *name) {
+    for (size_t i = 0; i < CN_ARRAY_LEN(TESTS); i++)
+        if (!strcmp(TESTS[i].name, name)) return (int)i;
+    return -1;
+}
+
 bool jb_test(jr *r, int id, jv v, const jargs *a, bool *out) {
-    jv p[1] = {jv_missing()};
-    static const char *const ps_other[] = {"other"};
-    static const char *const ps_num[] = {"num"};
-    static const char *const ps_seq[] = {"seq"};
-    const char *name = TESTS[id];
-    bool ok = true;
-    switch (id) {
-    case TS_EQ:
-    case TS_EQUALTO:
-    case TS_SYM_EQ:
-    case TS_NE:
-    case TS_SYM_NE:
-    case TS_LT:
-    case TS_LESSTHAN:
-    case TS_SYM_LT:
-    case TS_LE:
-    case TS_SYM_LE:
-    case TS_GT:
-    case TS_GREATERTHAN:
-    case TS_SYM_GT:
-    case TS_GE:
-    case TS_SYM_GE:
-    case TS_SAMEAS:
-        ok = jr_bind(r, name, ps_other, 1, a, p);
-        if (ok && jv_is_missing(p[0])) ok = jr_fail(r, "%s() missing 1 required positional argument: 'other'", name);
-        break;
-    case TS_DIVISIBLEBY:
-        ok = jr_bind(r, name, ps_num, 1, a, p);
-        if (ok && jv_is_missing(p[0])) ok = jr_fail(r, "test_divisibleby() missing 1 required positional argument: 'num'");
-        break;
-    case TS_IN:
-        ok = jr_bind(r, name, ps_seq, 1, a, p);
-        if (ok && jv_is_missing(p[0])) ok = jr_fail(r, "test_in() missing 1 required positional argument: 'seq'");
-        break;
-    default: ok = jr_bind(r, name, NULL, 0, a, p); break;
-    }
-    if (!ok) return false;
+    const jtest *t = &TESTS[id];
+    jv other = jv_missing();
+    if (!jr_bind(r, t->name, &t->param, t->param ? 1 : 0, a, &other)) return false;
+    if (t->param && jv_is_missing(other))
+        return jr_fail(r, "%s() missing 1 required positional argument: '%s'", t->py_name ? t->py_name : t->name,
+                       t->param);
     *out = false;
-    switch (id) {
-    case TS_DEFINED: *out = v.kind != JV_UNDEF; return true;
-    case TS_UNDEFINED: *out = v.kind == JV_UNDEF; return true;
-    case TS_NONE: *out = v.kind == JV_NONE; return true;
-    case TS_BOOLEAN: *out = v.kind == JV_BOOL; return true;
-    case TS_TRUE: *out = v.kind == JV_BOOL && v.u.i; return true;
-    case TS_FALSE: *out = v.kind == JV_BOOL && !v.u.i; return true;
-    case TS_INTEGER: *out = v.kind == JV_INT; return true;
-    case TS_FLOAT: *out = v.kind == JV_FLOAT; return true;
-    case TS_NUMBER: *out = jv_is_num(v); return true;
-    case TS_STRING: *out = v.kind == JV_STR; return true;
-    case TS_MAPPING: *out = v.kind == JV_DICT; return true;
-    case TS_ITERABLE: *out = is_iterable(v); return true;
-    case TS_SEQUENCE:
-        *out = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_RANGE || v.kind == JV_UNDEF;
-        return true;
-    case TS_CALLABLE: *out = is_callable(v); return true;
-    case TS_ESCAPED: *out = v.kind == JV_STR && (v.flags & JF_MARKUP); return true;
-    case TS_LOWER:
-    case TS_UPPER: {
-        jv s;
-        if (!jr_to_str(r, v, &s)) return false;
-        jargs none = {0};
-        jv res;
-        const bool k = str_method(r, s, id == TS_LOWER ? M_ISLOWER : M_ISUPPER, &none, &res);
-        jv_unref(s);
-        if (k) *out = res.u.i;
-        return k;
-    }
-    case TS_ODD:
-    case TS_EVEN:
-    case TS_DIVISIBLEBY: {
-        jv m;
-        if (!jr_binop(r, OP_MOD, v, id == TS_DIVISIBLEBY ? p[0] : jv_int(2), &m)) return false;
-        bool deep;
-        *out = jv_equal(m, jv_int(id == TS_ODD ? 1 : 0), &deep);
-        jv_unref(m);
-        return true;
-    }
-    case TS_EQ:
-    case TS_EQUALTO:
-    case TS_SYM_EQ: return jr_compare(r, CMP_EQ, v, p[0], out);
-    case TS_NE:
-    case TS_SYM_NE: return jr_compare(r, CMP_NE, v, p[0], out);
-    case TS_LT:
-    case TS_LESSTHAN:
-    case TS_SYM_LT: return jr_compare(r, CMP_LT, v, p[0], out);
-    case TS_LE:
-    case TS_SYM_LE: return jr_compare(r, CMP_LE, v, p[0], out);
-    case TS_GT:
-    case TS_GREATERTHAN:
-    case TS_SYM_GT: return jr_compare(r, CMP_GT, v, p[0], out);
-    case TS_GE:
-    case TS_SYM_GE: return jr_compare(r, CMP_GE, v, p[0], out);
-    case TS_IN: return jr_compare(r, CMP_IN, v, p[0], out);
-    case TS_SAMEAS: {
-        const jv o = p[0];
-        if (v.kind != o.kind) *out = false;
-        else if (v.kind == JV_NONE || v.kind == JV_UNDEF) *out = v.kind == JV_NONE;
-        else if (v.kind == JV_BOOL) *out = v.u.i == o.u.i;
-        else if (v.kind == JV_INT) *out = v.u.i == o.u.i && v.u.i >= -5 && v.u.i <= 256;
-        else if (v.kind == JV_FUNC) *out = v.sub == o.sub;
-        else if (v.kind == JV_NS) *out = v.u.ns == o.u.ns;
-        else *out = v.kind >= JV_STR && v.u.o == o.u.o;
-        return true;
-    }
-    case TS_FILTER: *out = v.kind == JV_STR && jb_filter_id(v.u.s->b) >= 0; return true;
-    case TS_TEST: *out = v.kind == JV_STR && jb_test_id(v.u.s->b) >= 0; return true;
-    }
-    return jr_fail(r, "unknown test");
+    if (!t->is) return t->fn(r, v, other, t->arg, out);
+    *out = t->is(v);
+    return true;
 }
 
 /* A test by name at run time (select, reject, selectattr, rejectattr). */
@@ -1448,7 +1563,12 @@ static bool empty_gen(jr *r, jv *out) {
     return new_list(r, 0, &l) && make_iter(r, l, IT_GENERATOR, out);
 }
 
-static bool select_like(jr *r, jv v, const jargs *a, bool attr, bool want, jv *out) {
+/* select, reject, selectattr, rejectattr (arg: SEL_* flags) */
+enum { SEL_WANT = 1, SEL_ATTR = 2 };
+static bool f_select(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v;
+    const jargs *a = c->a;
+    const bool attr = c->arg & SEL_ATTR, want = c->arg & SEL_WANT;
     if (!jv_truthy(v)) return empty_gen(r, out);
     size_t off = 0;
     jv attrname = jv_missing();
@@ -1490,7 +1610,9 @@ static bool select_like(jr *r, jv v, const jargs *a, bool attr, bool want, jv *o
     return make_iter(r, kept, IT_GENERATOR, out);
 }
 
-static bool filter_map(jr *r, jv v, const jargs *a, jv *out) {
+static bool f_map(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v;
+    const jargs *a = c->a;
     if (!jv_truthy(v)) return empty_gen(r, out);
     jv attrname = jv_missing(), def = jv_missing(), fname = jv_missing();
     jargs rest = {0};
@@ -1620,7 +1742,10 @@ static bool filter_sort(jr *r, jv v, jv reverse, jv case_sensitive, jv attr, boo
     return true;
 }
 
-static bool filter_minmax(jr *r, jv v, jv case_sensitive, jv attr, bool max, jv *out) {
+/* min, max (arg: max) */
+static bool f_minmax(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, case_sensitive = c->p[0], attr = c->p[1];
+    const bool max = c->arg;
     jlist *items;
     if (!jr_iterate(r, v, &items)) return false;
     if (items->n == 0) {
@@ -1718,7 +1843,8 @@ static bool parse_float_str(const char *s, size_t n, double *out) {
     return end == buf + k;
 }
 
-static bool filter_int(jr *r, jv v, jv def, jv base, jv *out) {
+static bool f_int(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, def = c->p[0], base = c->p[1];
     int64_t b = 10;
     if (!jv_is_missing(base) && !need_int(r, base, "int() base", &b)) return false;
     const jv d = jv_is_missing(def) ? jv_int(0) : def;
@@ -1739,7 +1865,8 @@ static bool filter_int(jr *r, jv v, jv def, jv base, jv *out) {
     return true;
 }
 
-static bool filter_round(jr *r, jv v, jv prec, jv method, jv *out) {
+static bool f_round(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, prec = c->p[0], method = c->p[1];
     int64_t p = 0;
     if (!jv_is_missing(prec) && !need_int(r, prec, "round precision", &p)) return false;
     const char *m = "common";
@@ -1775,7 +1902,9 @@ static bool filter_round(jr *r, jv v, jv prec, jv method, jv *out) {
     return true;
 }
 
-static bool filter_indent(jr *r, jv v, jv width, jv first, jv blank, jv *out) {
+static bool f_indent(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, first = c->p[1], blank = c->p[2];
+    jv width = c->p[0];
     /* jinja2 starts with `s += "\n"`: only strings get through */
     if (v.kind == JV_UNDEF) return jr_undef_fail(r, v);
     if (v.kind != JV_STR) return jr_fail(r, "unsupported operand type(s) for +=: '%s' and 'str'", jv_type_name(v));
@@ -1805,23 +1934,9 @@ static bool filter_indent(jr *r, jv v, jv width, jv first, jv blank, jv *out) {
     size_t i = 0, line_no = 0;
     /* lines of s + "\n" */
     while (i <= n) {
-        size_t j = i, eol = 0;
-        bool end = false;
-        while (true) {
-            if (j == n) {
-                end = true;
-                break;
-            }
-            uint32_t cp;
-            bool ok;
-            const size_t k = ju8_next(p + j, n - j, &cp, &ok);
-            if (ok && (cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D || cp == 0x1E ||
-                       cp == 0x85 || cp == 0x2028 || cp == 0x2029)) {
-                eol = k + (cp == '\r' && j + 1 < n && p[j + 1] == '\n');
-                break;
-            }
-            j += k;
-        }
+        size_t eol;
+        const size_t j = line_end(p, n, i, &eol);
+        const bool end = j == n;
         /* the appended "\n" ends the last line; an empty remainder is no line */
         if (end && j == i && line_no > 0) break;
         const bool empty = j == i;
@@ -1861,10 +1976,8 @@ static bool filter_indent(jr *r, jv v, jv width, jv first, jv blank, jv *out) {
     return true;
 }
 
-static bool filter_tojson(jr *r, jv v, const jargs *a, jv *out) {
-    static const char *const ps[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
-    jv p[4];
-    if (!jr_bind(r, "tojson", ps, 4, a, p)) return false;
+static bool f_tojson(jr *r, const jcall *c, jv *out) {
+    const jv *p = c->p;
     jjson_opts o = {.ensure_ascii = is_true_arg(p[0]), .sort_keys = is_true_arg(p[3])};
     char spaces[4097];
     if (!jv_is_missing(p[1]) && p[1].kind != JV_NONE) {
@@ -1896,7 +2009,7 @@ static bool filter_tojson(jr *r, jv v, const jargs *a, jv *out) {
     jbuf b;
     jr_buf_init(r, &b);
     char why[128];
-    if (!jv_write_json(&b, v, &o, why)) {
+    if (!jv_write_json(&b, c->v, &o, why)) {
         jr_buf_fail(r, &b, why);
         jbuf_free(&b);
         return false;
@@ -1913,7 +2026,8 @@ static bool title_sep(const char *p, size_t n, size_t i, size_t *k) {
     return ok && (cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jpy_isspace(cp));
 }
 
-static bool filter_title(jr *r, jv s, jv *out) {
+static bool f_title(jr *r, const jcall *c, jv *out) {
+    const jv s = c->v;
     jbuf b;
     jr_buf_init(r, &b);
     const char *p = s.u.s->b;
@@ -1943,7 +2057,8 @@ static bool filter_title(jr *r, jv s, jv *out) {
     return str_result(r, &b, false, out);
 }
 
-static bool filter_wordcount(jr *r, jv s, jv *out) {
+static bool f_wordcount(jr *r, const jcall *c, jv *out) {
+    const jv s = c->v;
     int64_t words = 0;
     bool in = false;
     for (size_t i = 0; i < s.u.s->len;) {
@@ -1959,7 +2074,8 @@ static bool filter_wordcount(jr *r, jv s, jv *out) {
     return true;
 }
 
-static bool filter_join(jr *r, jv v, jv sep, jv attr, jv *out) {
+static bool f_join(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, sep = c->p[0], attr = c->p[1];
     jlist *items;
     if (!jr_iterate(r, v, &items)) return false;
     jv d;
@@ -1998,7 +2114,8 @@ static bool filter_join(jr *r, jv v, jv sep, jv attr, jv *out) {
     return jr_buf_to_str(r, &b, out);
 }
 
-static bool filter_reverse(jr *r, jv v, jv *out) {
+static bool f_reverse(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v;
     if (v.kind == JV_STR) {
         jv s;
         jlist *chars;
@@ -2026,7 +2143,8 @@ static bool filter_reverse(jr *r, jv v, jv *out) {
     return true;
 }
 
-static bool filter_dictsort(jr *r, jv v, jv case_sensitive, jv by, jv reverse, jv *out) {
+static bool f_dictsort(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, case_sensitive = c->p[0], by = c->p[1], reverse = c->p[2];
     if (v.kind != JV_DICT) return jr_fail(r, "'%s' object has no attribute 'items'", jv_type_name(v));
     int pos = 0;
     if (!jv_is_missing(by)) {
@@ -2063,335 +2181,356 @@ static bool filter_dictsort(jr *r, jv v, jv case_sensitive, jv by, jv reverse, j
     return true;
 }
 
-bool jb_filter(jr *r, int id, jv v, const jargs *a, jv *out) {
-    jv p[4];
-    const char *name = FILTERS[id];
-#define BIND(...)                                                                            \
-    do {                                                                                     \
-        static const char *const ps_[] = {__VA_ARGS__};                                      \
-        if (!jr_bind(r, name, ps_, CN_ARRAY_LEN(ps_), a, p)) return false;                   \
-    } while (0)
-#define BIND0()                                                                              \
-    do {                                                                                     \
-        if (!jr_bind(r, name, NULL, 0, a, p)) return false;                                  \
-    } while (0)
-    switch (id) {
-    case F_ABS:
-        BIND0();
-        if (v.kind == JV_FLOAT) *out = jv_float(fabs(v.u.f));
-        else if (jv_is_intlike(v)) {
-            if (v.u.i == INT64_MIN) return jr_fail(r, "integer overflow in abs");
-            *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
-        } else return jr_fail(r, "bad operand type for abs(): '%s'", jv_type_name(v));
+static bool f_abs(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v;
+    if (v.kind == JV_FLOAT) *out = jv_float(fabs(v.u.f));
+    else if (jv_is_intlike(v)) {
+        if (v.u.i == INT64_MIN) return jr_fail(r, "integer overflow in abs");
+        *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    } else return jr_fail(r, "bad operand type for abs(): '%s'", jv_type_name(v));
+    return true;
+}
+
+static bool f_attr(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, name = c->p[0];
+    if (name.kind != JV_STR) return jr_fail(r, "attribute name must be a string");
+    if (v.kind == JV_UNDEF) return jr_undef_fail(r, v);
+    const int mid = name.u.s->len < 32 ? jb_method_id(name.u.s->b) : -1;
+    if (mid >= 0 && jb_method_attr(r, v, mid, out) == JB_ATTR_FOUND) return true;
+    if (v.kind == JV_NS || v.kind == JV_LOOP) return jr_getattr(r, v, name, -1, out);
+    *out = jr_undef_attr(r, v, name);
+    return true;
+}
+
+static bool f_center(jr *r, const jcall *c, jv *out) {
+    int64_t w = 80;
+    if (!jv_is_missing(c->p[0]) && !need_int(r, c->p[0], "center width", &w)) return false;
+    jv s;
+    if (!soft_str(r, c->v, &s)) return false;
+    const bool ok = pad_str(r, s, w, jv_missing(), PAD_CENTER, out);
+    jv_unref(s);
+    return ok;
+}
+
+/* length, count */
+static bool f_length(jr *r, const jcall *c, jv *out) {
+    int64_t n = 0;
+    if (!py_len(r, c->v, &n)) return false;
+    *out = jv_int(n);
+    return true;
+}
+
+/* default, d */
+static bool f_default(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, def = c->p[0];
+    if (v.kind == JV_UNDEF || (is_true_arg(c->p[1]) && !jv_truthy(v))) {
+        if (jv_is_missing(def)) return jr_str(r, "", 0, out);
+        *out = jv_ref(def);
+    } else {
+        *out = jv_ref(v);
+    }
+    return true;
+}
+
+/* escape, e */
+static bool f_escape(jr *r, const jcall *c, jv *out) { return jr_escape(r, c->v, out); }
+
+static bool f_forceescape(jr *r, const jcall *c, jv *out) {
+    jv s;
+    if (!jr_to_str(r, c->v, &s)) return false;
+    const bool ok = jr_escape(r, s, out);
+    jv_unref(s);
+    return ok;
+}
+
+static bool f_first(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v;
+    if (v.kind == JV_ITER && v.u.it->kind < IT_DICT_KEYS) { /* next(generator) */
+        jiter *it = v.u.it;
+        if (it->pos < it->items->n) *out = jv_ref(it->items->v[it->pos++]);
+        else *out = jr_undef_msg(r, "No first item, sequence was empty.");
         return true;
-    case F_ATTR: {
-        BIND("name");
-        if (p[0].kind != JV_STR) return jr_fail(r, "attribute name must be a string");
-        if (v.kind == JV_UNDEF) return jr_undef_fail(r, v);
-        const int mid = p[0].u.s->len < 32 ? jb_method_id(p[0].u.s->b) : -1;
-        if (mid >= 0 && jb_method_attr(r, v, mid, out) == JB_ATTR_FOUND) return true;
-        if (v.kind == JV_NS || v.kind == JV_LOOP) return jr_getattr(r, v, p[0], -1, out);
-        *out = jr_undef_attr(r, v, p[0]);
-        return true;
     }
-    case F_CAPITALIZE:
-    case F_LOWER:
-    case F_UPPER: {
-        BIND0();
-        jv s;
-        if (!soft_str(r, v, &s)) return false;
-        const bool ok = case_str(r, s, id == F_CAPITALIZE ? JCASE_CAPITALIZE : id == F_LOWER ? JCASE_LOWER : JCASE_UPPER, out);
-        jv_unref(s);
-        return ok;
-    }
-    case F_TITLE: {
-        BIND0();
-        jv s;
-        if (!soft_str(r, v, &s)) return false;
-        const bool ok = filter_title(r, s, out);
-        jv_unref(s);
-        return ok;
-    }
-    case F_CENTER: {
-        BIND("width");
-        int64_t w = 80;
-        if (!jv_is_missing(p[0]) && !need_int(r, p[0], "center width", &w)) return false;
-        jv s;
-        if (!soft_str(r, v, &s)) return false;
-        const bool ok = pad_str(r, s, w, jv_missing(), 0, out);
-        jv_unref(s);
-        return ok;
-    }
-    case F_COUNT:
-    case F_LENGTH: {
-        BIND0();
-        int64_t n = 0;
-        if (!py_len(r, v, &n)) return false;
-        *out = jv_int(n);
-        return true;
-    }
-    case F_D:
-    case F_DEFAULT:
-        BIND("default_value", "boolean");
-        if (v.kind == JV_UNDEF || (is_true_arg(p[1]) && !jv_truthy(v))) {
-            if (jv_is_missing(p[0])) return jr_str(r, "", 0, out);
-            *out = jv_ref(p[0]);
-        } else {
-            *out = jv_ref(v);
+    jlist *l;
+    if (!jr_iterate(r, v, &l)) return false;
+    *out = l->n ? jv_ref(l->v[0]) : jr_undef_msg(r, "No first item, sequence was empty.");
+    jv_unref(jv_list(l, false));
+    return true;
+}
+
+static bool f_last(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v;
+    if (v.kind == JV_ITER && v.u.it->kind < IT_DICT_KEYS)
+        return jr_fail(r, "'%s' object is not reversible", jv_type_name(v));
+    if (v.kind != JV_UNDEF && !is_iterable(v)) return jr_fail(r, "'%s' object is not reversible", jv_type_name(v));
+    jlist *l;
+    if (!jr_iterate(r, v, &l)) return false;
+    *out = l->n ? jv_ref(l->v[l->n - 1]) : jr_undef_msg(r, "No last item, sequence was empty.");
+    jv_unref(jv_list(l, false));
+    return true;
+}
+
+static bool f_float(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v, d = jv_is_missing(c->p[0]) ? jv_float(0.0) : c->p[0];
+    double f;
+    if (v.kind == JV_STR && parse_float_str(v.u.s->b, v.u.s->len, &f)) *out = jv_float(f);
+    else if (jv_is_num(v)) *out = jv_float(v.kind == JV_FLOAT ? v.u.f : (double)v.u.i);
+    else *out = jv_ref(d);
+    (void)r;
+    return true;
+}
+
+/* fmt|format(*args) is fmt % args; fmt|format(**kwargs) is fmt % kwargs */
+static bool f_format(jr *r, const jcall *c, jv *out) {
+    const jargs *a = c->a;
+    jv s, args;
+    if (a->n_pos && a->n_kw) return jr_fail(r, "can't handle positional and keyword arguments at the same time");
+    if (!soft_str(r, c->v, &s)) return false;
+    if (a->n_kw) {
+        jdict *d = jdict_new(a->n_kw);
+        if (!d) {
+            jv_unref(s);
+            return jr_oom(r);
         }
-        return true;
-    case F_DICTSORT: BIND("case_sensitive", "by", "reverse"); return filter_dictsort(r, v, p[0], p[1], p[2], out);
-    case F_E:
-    case F_ESCAPE: BIND0(); return jr_escape(r, v, out);
-    case F_FORCEESCAPE: {
-        BIND0();
-        jv s;
-        if (!jr_to_str(r, v, &s)) return false;
-        const bool ok = jr_escape(r, s, out);
-        jv_unref(s);
-        return ok;
-    }
-    case F_FIRST: {
-        BIND0();
-        if (v.kind == JV_ITER && v.u.it->kind < IT_DICT_KEYS) { /* next(generator) */
-            jiter *it = v.u.it;
-            if (it->pos < it->items->n) *out = jv_ref(it->items->v[it->pos++]);
-            else *out = jr_undef_msg(r, "No first item, sequence was empty.");
-            return true;
+        for (size_t k = 0; k < a->n_kw; k++) jdict_set(d, jv_ref(jv_str(a->kw_names[k])), jv_ref(a->kw[k]));
+        args = jv_dict(d);
+    } else {
+        jlist *t = jlist_new(a->n_pos);
+        if (!t) {
+            jv_unref(s);
+            return jr_oom(r);
         }
-        jlist *l;
-        if (!jr_iterate(r, v, &l)) return false;
-        *out = l->n ? jv_ref(l->v[0]) : jr_undef_msg(r, "No first item, sequence was empty.");
-        jv_unref(jv_list(l, false));
-        return true;
+        for (size_t k = 0; k < a->n_pos; k++) jlist_push(t, jv_ref(a->pos[k]));
+        args = jv_list(t, true);
     }
-    case F_LAST: {
-        BIND0();
-        if (v.kind == JV_ITER && v.u.it->kind < IT_DICT_KEYS)
-            return jr_fail(r, "'%s' object is not reversible", jv_type_name(v));
-        if (v.kind != JV_UNDEF && !is_iterable(v)) return jr_fail(r, "'%s' object is not reversible", jv_type_name(v));
-        jlist *l;
-        if (!jr_iterate(r, v, &l)) return false;
-        *out = l->n ? jv_ref(l->v[l->n - 1]) : jr_undef_msg(r, "No last item, sequence was empty.");
-        jv_unref(jv_list(l, false));
-        return true;
-    }
-    case F_FLOAT: {
-        BIND("default");
-        const jv d = jv_is_missing(p[0]) ? jv_float(0.0) : p[0];
-        double f;
-        if (v.kind == JV_STR && parse_float_str(v.u.s->b, v.u.s->len, &f)) *out = jv_float(f);
-        else if (jv_is_num(v)) *out = jv_float(v.kind == JV_FLOAT ? v.u.f : (double)v.u.i);
-        else *out = jv_ref(d);
-        return true;
-    }
-    case F_FORMAT: {
-        jv s, args;
-        if (a->n_pos && a->n_kw) return jr_fail(r, "can't handle positional and keyword arguments at the same time");
-        if (!soft_str(r, v, &s)) return false;
-        if (a->n_kw) {
-            jdict *d = jdict_new(a->n_kw);
-            if (!d) {
-                jv_unref(s);
-                return jr_oom(r);
-            }
-            for (size_t k = 0; k < a->n_kw; k++) jdict_set(d, jv_ref(jv_str(a->kw_names[k])), jv_ref(a->kw[k]));
-            args = jv_dict(d);
-        } else {
-            jlist *t = jlist_new(a->n_pos);
-            if (!t) {
-                jv_unref(s);
-                return jr_oom(r);
-            }
-            for (size_t k = 0; k < a->n_pos; k++) jlist_push(t, jv_ref(a->pos[k]));
-            args = jv_list(t, true);
-        }
-        const bool ok = jr_binop(r, OP_MOD, s, args, out);
-        jv_unref(s);
-        jv_unref(args);
-        return ok;
-    }
-    case F_INDENT: BIND("width", "first", "blank"); return filter_indent(r, v, p[0], p[1], p[2], out);
-    case F_INT: BIND("default", "base"); return filter_int(r, v, p[0], p[1], out);
-    case F_ITEMS: {
-        BIND0();
-        jlist *l;
-        if (v.kind == JV_UNDEF) {
-            if (!new_list(r, 0, &l)) return false;
-            return make_iter(r, l, IT_GENERATOR, out);
-        }
-        if (v.kind != JV_DICT) return jr_fail(r, "Can only get item pairs from a mapping.");
-        if (!new_list(r, v.u.d->n, &l)) return false;
-        for (size_t i = 0; i < v.u.d->n; i++) {
-            jv t;
-            if (!tuple2(r, v.u.d->k[i], v.u.d->v[i], &t)) {
-                jv_unref(jv_list(l, false));
-                return false;
-            }
-            jlist_push(l, t);
-        }
+    const bool ok = jr_binop(r, OP_MOD, s, args, out);
+    jv_unref(s);
+    jv_unref(args);
+    return ok;
+}
+
+static bool f_items(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v;
+    jlist *l;
+    if (v.kind == JV_UNDEF) {
+        if (!new_list(r, 0, &l)) return false;
         return make_iter(r, l, IT_GENERATOR, out);
     }
-    case F_JOIN: BIND("d", "attribute"); return filter_join(r, v, p[0], p[1], out);
-    case F_LIST: {
-        BIND0();
-        jlist *l, *c;
-        if (!jr_iterate(r, v, &l)) return false;
-        if (!new_list(r, l->n, &c)) {
+    if (v.kind != JV_DICT) return jr_fail(r, "Can only get item pairs from a mapping.");
+    if (!new_list(r, v.u.d->n, &l)) return false;
+    for (size_t i = 0; i < v.u.d->n; i++) {
+        jv t;
+        if (!tuple2(r, v.u.d->k[i], v.u.d->v[i], &t)) {
             jv_unref(jv_list(l, false));
             return false;
         }
-        for (size_t i = 0; i < l->n; i++) jlist_push(c, jv_ref(l->v[i]));
-        jv_unref(jv_list(l, false));
-        *out = jv_list(c, false);
-        return true;
+        jlist_push(l, t);
     }
-    case F_MAP: return filter_map(r, v, a, out);
-    case F_MAX:
-    case F_MIN: BIND("case_sensitive", "attribute"); return filter_minmax(r, v, p[0], p[1], id == F_MAX, out);
-    case F_REJECT:
-    case F_SELECT: return select_like(r, v, a, false, id == F_SELECT, out);
-    case F_REJECTATTR:
-    case F_SELECTATTR: return select_like(r, v, a, true, id == F_SELECTATTR, out);
-    case F_REPLACE: {
-        BIND("old", "new", "count");
-        if (jv_is_missing(p[0]) || jv_is_missing(p[1]))
-            return jr_fail(r, "do_replace() missing required positional arguments: 'old' and 'new'");
-        int64_t count = -1;
-        if (!jv_is_missing(p[2]) && p[2].kind != JV_NONE && !need_int(r, p[2], "replace count", &count)) return false;
-        jv s, o, n;
-        if (!jr_to_str(r, v, &s)) return false;
-        if (!jr_to_str(r, p[0], &o)) {
-            jv_unref(s);
-            return false;
-        }
-        if (!jr_to_str(r, p[1], &n)) {
-            jv_unref(s);
-            jv_unref(o);
-            return false;
-        }
-        const bool ok = replace_str(r, s, o, n, count, false, out);
+    return make_iter(r, l, IT_GENERATOR, out);
+}
+
+static bool f_list(jr *r, const jcall *c, jv *out) {
+    jlist *l, *copy;
+    if (!jr_iterate(r, c->v, &l)) return false;
+    if (!new_list(r, l->n, &copy)) {
+        jv_unref(jv_list(l, false));
+        return false;
+    }
+    for (size_t i = 0; i < l->n; i++) jlist_push(copy, jv_ref(l->v[i]));
+    jv_unref(jv_list(l, false));
+    *out = jv_list(copy, false);
+    return true;
+}
+
+static bool f_replace(jr *r, const jcall *c, jv *out) {
+    if (jv_is_missing(c->p[0]) || jv_is_missing(c->p[1]))
+        return jr_fail(r, "do_replace() missing required positional arguments: 'old' and 'new'");
+    int64_t count = -1;
+    if (!jv_is_missing(c->p[2]) && c->p[2].kind != JV_NONE && !need_int(r, c->p[2], "replace count", &count)) return false;
+    jv s, o, n;
+    if (!jr_to_str(r, c->v, &s)) return false;
+    if (!jr_to_str(r, c->p[0], &o)) {
+        jv_unref(s);
+        return false;
+    }
+    if (!jr_to_str(r, c->p[1], &n)) {
         jv_unref(s);
         jv_unref(o);
-        jv_unref(n);
-        return ok;
+        return false;
     }
-    case F_REVERSE: BIND0(); return filter_reverse(r, v, out);
-    case F_ROUND: BIND("precision", "method"); return filter_round(r, v, p[0], p[1], out);
-    case F_SAFE: {
-        BIND0();
-        if (!soft_str(r, v, out)) return false;
-        out->flags = JF_MARKUP;
-        return true;
-    }
-    case F_SORT: BIND("reverse", "case_sensitive", "attribute"); return filter_sort(r, v, p[0], p[1], p[2], false, out);
-    case F_STRING: BIND0(); return soft_str(r, v, out);
-    case F_SUM: {
-        BIND("attribute", "start");
-        jlist *l;
-        if (!jr_iterate(r, v, &l)) return false;
-        jv acc = jv_is_missing(p[1]) ? jv_int(0) : jv_ref(p[1]);
-        bool ok = true;
-        for (size_t i = 0; i < l->n && ok; i++) {
-            jv x = jv_ref(l->v[i]), y;
-            if (!jv_is_missing(p[0]) && p[0].kind != JV_NONE) {
-                ok = attr_get(r, x, p[0], jv_missing(), &y);
-                jv_unref(x);
-                if (!ok) break;
-                x = y;
-            }
-            jv s;
-            ok = jr_binop(r, OP_ADD, acc, x, &s);
+    const bool ok = replace_str(r, s, o, n, count, false, out);
+    jv_unref(s);
+    jv_unref(o);
+    jv_unref(n);
+    return ok;
+}
+
+static bool f_safe(jr *r, const jcall *c, jv *out) {
+    if (!soft_str(r, c->v, out)) return false;
+    out->flags = JF_MARKUP;
+    return true;
+}
+
+static bool f_sort(jr *r, const jcall *c, jv *out) { return filter_sort(r, c->v, c->p[0], c->p[1], c->p[2], false, out); }
+static bool f_unique(jr *r, const jcall *c, jv *out) { return filter_sort(r, c->v, jv_missing(), c->p[0], c->p[1], true, out); }
+static bool f_string(jr *r, const jcall *c, jv *out) { return soft_str(r, c->v, out); }
+
+static bool f_sum(jr *r, const jcall *c, jv *out) {
+    const jv attr = c->p[0];
+    jlist *l;
+    if (!jr_iterate(r, c->v, &l)) return false;
+    jv acc = jv_is_missing(c->p[1]) ? jv_int(0) : jv_ref(c->p[1]);
+    bool ok = true;
+    for (size_t i = 0; i < l->n && ok; i++) {
+        jv x = jv_ref(l->v[i]), y;
+        if (!jv_is_missing(attr) && attr.kind != JV_NONE) {
+            ok = attr_get(r, x, attr, jv_missing(), &y);
             jv_unref(x);
-            if (ok) {
-                jv_unref(acc);
-                acc = s;
-            }
+            if (!ok) break;
+            x = y;
         }
-        jv_unref(jv_list(l, false));
-        if (!ok) {
+        jv s;
+        ok = jr_binop(r, OP_ADD, acc, x, &s);
+        jv_unref(x);
+        if (ok) {
             jv_unref(acc);
-            return false;
+            acc = s;
         }
-        *out = acc;
-        return true;
     }
-    case F_TOJSON: return filter_tojson(r, v, a, out);
-    case F_TRIM: {
-        BIND("chars");
-        jv s;
-        if (!soft_str(r, v, &s)) return false;
-        const bool ok = strip_str(r, s, p[0], 3, out);
-        jv_unref(s);
-        return ok;
+    jv_unref(jv_list(l, false));
+    if (!ok) {
+        jv_unref(acc);
+        return false;
     }
-    case F_TRUNCATE: {
-        /* jinja2: longer than length + leeway (default 5): cut to length - len(end), at a
-         * space unless killwords, and end appended */
-        BIND("length", "killwords", "end", "leeway");
-        int64_t length = 255, leeway = 5;
-        if (!jv_is_missing(p[0]) && !need_int(r, p[0], "truncate length", &length)) return false;
-        if (!jv_is_missing(p[3]) && p[3].kind != JV_NONE && !need_int(r, p[3], "truncate leeway", &leeway)) return false;
-        jv end, s;
-        if (jv_is_missing(p[2])) {
-            if (!jr_str(r, "...", 3, &end)) return false;
-        } else if (!jr_to_str(r, p[2], &end)) {
-            return false;
-        }
-        const int64_t end_len = (int64_t)jstr_ncp(end.u.s);
-        if (length < end_len || leeway < 0) {
-            jv_unref(end);
-            return jr_fail(r, "expected length >= %lld and leeway >= 0, got %lld and %lld", (long long)end_len,
-                           (long long)length, (long long)leeway);
-        }
-        if (v.kind != JV_STR) { /* jinja2 takes len() of the value as it is, and slices it */
-            jv_unref(end);
-            int64_t n = 0;
-            if (!py_len(r, v, &n)) return false;
-            if (n <= length + leeway) {
-                *out = jv_ref(v);
-                return true;
+    *out = acc;
+    return true;
+}
+
+/* truncate of a value that is not a string: jinja2 takes its len() and slices it */
+static bool truncate_other(jr *r, jv v, int64_t most, jv *out) {
+    int64_t n = 0;
+    if (!py_len(r, v, &n)) return false;
+    if (n > most) return jr_fail(r, "cannot truncate a %s", jv_type_name(v));
+    *out = jv_ref(v);
+    return true;
+}
+
+/* s cut after keep code points, back to the last space before the cut unless killwords,
+ * then end */
+static bool truncate_str(jr *r, jstr *s, int64_t keep, bool killwords, const jstr *end, jv *out) {
+    size_t cut = ju8_offset(s, (size_t)keep);
+    if (!killwords)
+        for (size_t k = cut; k-- > 0;)
+            if (s->b[k] == ' ') {
+                cut = k;
+                break;
             }
-            return jr_fail(r, "cannot truncate a %s", jv_type_name(v));
-        }
-        s = jv_ref(v);
-        const int64_t n = (int64_t)jstr_ncp(s.u.s);
-        if (n <= length + leeway) {
-            jv_unref(end);
-            *out = s;
-            return true;
-        }
-        size_t cut = ju8_offset(s.u.s, (size_t)(length - end_len));
-        if (!is_true_arg(p[1])) {
-            const char *sp = NULL;
-            for (size_t k = cut; k-- > 0;)
-                if (s.u.s->b[k] == ' ') {
-                    sp = s.u.s->b + k;
-                    break;
-                }
-            if (sp) cut = (size_t)(sp - s.u.s->b);
-        }
-        jbuf b;
-        jr_buf_init(r, &b);
-        jbuf_put(&b, s.u.s->b, cut);
-        jbuf_put(&b, end.u.s->b, end.u.s->len);
-        jv_unref(s);
-        jv_unref(end);
-        return jr_buf_to_str(r, &b, out);
+    jbuf b;
+    jr_buf_init(r, &b);
+    jbuf_put(&b, s->b, cut);
+    jbuf_put(&b, end->b, end->len);
+    return jr_buf_to_str(r, &b, out);
+}
+
+/* jinja2: longer than length + leeway (default 5): cut to length - len(end), at a space
+ * unless killwords, and end appended */
+static bool f_truncate(jr *r, const jcall *c, jv *out) {
+    const jv v = c->v;
+    int64_t length = 255, leeway = 5;
+    if (!jv_is_missing(c->p[0]) && !need_int(r, c->p[0], "truncate length", &length)) return false;
+    if (!jv_is_missing(c->p[3]) && c->p[3].kind != JV_NONE && !need_int(r, c->p[3], "truncate leeway", &leeway))
+        return false;
+    jv end;
+    if (jv_is_missing(c->p[2])) {
+        if (!jr_str(r, "...", 3, &end)) return false;
+    } else if (!jr_to_str(r, c->p[2], &end)) {
+        return false;
     }
-    case F_UNIQUE: BIND("case_sensitive", "attribute"); return filter_sort(r, v, jv_missing(), p[0], p[1], true, out);
-    case F_WORDCOUNT: {
-        BIND0();
-        jv s;
-        if (!soft_str(r, v, &s)) return false;
-        const bool ok = filter_wordcount(r, s, out);
-        jv_unref(s);
-        return ok;
+    const int64_t end_len = (int64_t)jstr_ncp(end.u.s);
+    bool ok;
+    if (length < end_len || leeway < 0)
+        ok = jr_fail(r, "expected length >= %lld and leeway >= 0, got %lld and %lld", (long long)end_len,
+                     (long long)length, (long long)leeway);
+    else if (v.kind != JV_STR) ok = truncate_other(r, v, length + leeway, out);
+    else if ((int64_t)jstr_ncp(v.u.s) > length + leeway)
+        ok = truncate_str(r, v.u.s, length - end_len, is_true_arg(c->p[1]), end.u.s, out);
+    else {
+        *out = jv_ref(v);
+        ok = true;
     }
-    default: return jr_fail(r, "the '%s' filter is not supported by cinder's template engine", name);
-    }
-#undef BIND
-#undef BIND0
+    jv_unref(end);
+    return ok;
+}
+
+/* jinja2's filters in name order; those with no handler are known names that fail when
+ * run (see the top of this file). */
+static const jb_entry FILTERS[] = {
+    {"abs", .fn = f_abs},
+    {"attr", f_attr, .params = {"name"}},
+    {.name = "batch"},
+    {"capitalize", case_fn, .arg = JCASE_CAPITALIZE, .soft_str = true},
+    {"center", f_center, .params = {"width"}},
+    {"count", .fn = f_length},
+    {"d", f_default, .params = {"default_value", "boolean"}},
+    {"default", f_default, .params = {"default_value", "boolean"}},
+    {"dictsort", f_dictsort, .params = {"case_sensitive", "by", "reverse"}},
+    {"e", .fn = f_escape},
+    {"escape", .fn = f_escape},
+    {.name = "filesizeformat"},
+    {"first", .fn = f_first},
+    {"float", f_float, .params = {"default"}},
+    {"forceescape", .fn = f_forceescape},
+    {"format", f_format, .raw = true},
+    {.name = "groupby"},
+    {"indent", f_indent, .params = {"width", "first", "blank"}},
+    {"int", f_int, .params = {"default", "base"}},
+    {"items", .fn = f_items},
+    {"join", f_join, .params = {"d", "attribute"}},
+    {"last", .fn = f_last},
+    {"length", .fn = f_length},
+    {"list", .fn = f_list},
+    {"lower", case_fn, .arg = JCASE_LOWER, .soft_str = true},
+    {"map", f_map, .raw = true},
+    {"max", f_minmax, {"case_sensitive", "attribute"}, .arg = true},
+    {"min", f_minmax, .params = {"case_sensitive", "attribute"}},
+    {.name = "pprint"},
+    {.name = "random"},
+    {"reject", f_select, .arg = 0, .raw = true},
+    {"rejectattr", f_select, .arg = SEL_ATTR, .raw = true},
+    {"replace", f_replace, .params = {"old", "new", "count"}},
+    {"reverse", .fn = f_reverse},
+    {"round", f_round, .params = {"precision", "method"}},
+    {"safe", .fn = f_safe},
+    {"select", f_select, .arg = SEL_WANT, .raw = true},
+    {"selectattr", f_select, .arg = SEL_ATTR | SEL_WANT, .raw = true},
+    {.name = "slice"},
+    {"sort", f_sort, .params = {"reverse", "case_sensitive", "attribute"}},
+    {"string", .fn = f_string},
+    {.name = "striptags"},
+    {"sum", f_sum, .params = {"attribute", "start"}},
+    {"title", f_title, .soft_str = true},
+    {"tojson", f_tojson, .params = {"ensure_ascii", "indent", "separators", "sort_keys"}},
+    {"trim", strip_fn, {"chars"}, .arg = STRIP_BOTH, .soft_str = true},
+    {"truncate", f_truncate, .params = {"length", "killwords", "end", "leeway"}},
+    {"unique", f_unique, .params = {"case_sensitive", "attribute"}},
+    {"upper", case_fn, .arg = JCASE_UPPER, .soft_str = true},
+    {.name = "urlencode"},
+    {.name = "urlize"},
+    {"wordcount", f_wordcount, .soft_str = true},
+    {.name = "wordwrap"},
+    {.name = "xmlattr"},
+};
+
+int jb_filter_id(const char *name) {
+    for (size_t i = 0; i < CN_ARRAY_LEN(FILTERS); i++)
+        if (!strcmp(FILTERS[i].name, name)) return (int)i;
+    return -1;
+}
+
+bool jb_filter(jr *r, int id, jv v, const jargs *a, jv *out) {
+    const jb_entry *f = &FILTERS[id];
+    if (!f->fn) return jr_fail(r, "the '%s' filter is not supported by cinder's template engine", f->name);
+    return jb_run(r, f, v, a, out);
 }
 
 /* ---- globals ---- */

@@ -426,8 +426,6 @@ int jb_filter_id(const char *name);
 int jb_test_id(const char *name);
 int jb_method_id(const char *name);
 int jb_global_id(const char *name);
-const char *jb_filter_name(int id);
-const char *jb_test_name(int id);
 bool jb_filter(jr *r, int id, jv in, const jargs *a, jv *out);
 bool jb_test(jr *r, int id, jv in, const jargs *a, bool *out);
 bool jb_call_global(jr *r, int id, const jargs *a, jv *out);
