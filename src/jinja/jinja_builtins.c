@@ -189,11 +189,8 @@ static bool attr_get(jr *r, jv item, jv attr, jv def, jv *out) {
         while (true) {
             const char *dot = memchr(s, '.', (size_t)(end - s));
             const char *pe = dot ? dot : end;
-            bool digits = pe > s;
-            for (const char *c = s; c < pe; c++) digits = digits && *c >= '0' && *c <= '9';
             jv key, next;
-            if (digits && pe - s < 18) key = jv_int(strtoll(s, NULL, 10));
-            else if (!jr_str(r, s, (size_t)(pe - s), &key)) {
+            if (!jr_key_from_text(r, s, pe, &key)) {
                 jv_unref(cur);
                 return false;
             }
@@ -284,16 +281,6 @@ static bool cp_range(jr *r, jstr *s, jv start, jv end, size_t *a, size_t *z) {
     *a = ju8_offset(s, (size_t)lo);
     *z = hi > lo ? ju8_offset(s, (size_t)hi) : *a;
     return true;
-}
-
-static size_t cp_count(const char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; k++) {
-        uint32_t cp;
-        bool ok;
-        i += ju8_next(s + i, n - i, &cp, &ok);
-    }
-    return k;
 }
 
 /* Where the line that starts at s[i] ends (at str.splitlines' line breaks), and in *eol
@@ -534,317 +521,6 @@ static bool affix_test(jr *r, jv s, jv affix, size_t a, size_t z, bool end, bool
     return true;
 }
 
-/* ---- str.format ---- */
-
-/* format(value, spec) for the mini-language subset templates use: [[fill]align][sign]
- * [#][0][width][,][.precision][type] on strings, integers and floats. */
-static bool format_spec(jr *r, jbuf *b, jv v, const char *spec, size_t n) {
-    if (n == 0) {
-        const char *why = NULL;
-        if (!jv_write_str(b, v, &why)) return jr_buf_fail(r, b, why);
-        return true;
-    }
-    size_t i = 0;
-    const char *fill = " ";
-    size_t fill_len = 1;
-    char align = 0, sign = '-', type = 0;
-    bool alt = false, zero = false, comma = false;
-    int64_t width = -1, prec = -1;
-    {
-        uint32_t cp;
-        bool ok;
-        const size_t k = ju8_next(spec, n, &cp, &ok);
-        if (k < n && strchr("<>^=", spec[k])) {
-            fill = spec;
-            fill_len = k;
-            align = spec[k];
-            i = k + 1;
-        } else if (strchr("<>^=", spec[0])) {
-            align = spec[0];
-            i = 1;
-        }
-    }
-    if (i < n && strchr("+- ", spec[i])) sign = spec[i++];
-    if (i < n && spec[i] == '#') alt = true, i++;
-    if (i < n && spec[i] == '0') zero = true, i++;
-    while (i < n && spec[i] >= '0' && spec[i] <= '9' && width < 100000) width = (width < 0 ? 0 : width) * 10 + (spec[i++] - '0');
-    if (i < n && (spec[i] == ',' || spec[i] == '_')) comma = true, i++;
-    if (i < n && spec[i] == '.') {
-        prec = 0;
-        i++;
-        while (i < n && spec[i] >= '0' && spec[i] <= '9' && prec < 100000) prec = prec * 10 + (spec[i++] - '0');
-    }
-    if (i < n) type = spec[i++];
-    if (i != n || width >= 100000 || prec >= 100000) return jr_fail(r, "Invalid format specifier");
-    (void)alt;
-    char num[512];
-    const char *body = NULL;
-    size_t body_len = 0;
-    jv str = jv_undef();
-    bool numeric = false;
-    if (v.kind == JV_STR && (type == 0 || type == 's')) {
-        body = v.u.s->b;
-        body_len = v.u.s->len;
-        if (prec >= 0) body_len = ju8_offset(v.u.s, (size_t)CN_MIN((size_t)prec, jstr_ncp(v.u.s)));
-    } else if (jv_is_intlike(v) && (type == 0 || strchr("dnxXobc", type)) && prec < 0) {
-        numeric = true;
-        const long long x = v.u.i;
-        const unsigned long long ax = x < 0 ? 0ull - (unsigned long long)x : (unsigned long long)x;
-        char digits[80];
-        if (type == 'x' || type == 'X' || type == 'o') snprintf(digits, sizeof digits, type == 'x' ? "%llx" : type == 'X' ? "%llX" : "%llo", ax);
-        else if (type == 'b') {
-            int k = 0;
-            char t[70];
-            unsigned long long y = ax;
-            do { t[k++] = (char)('0' + (y & 1)); y >>= 1; } while (y);
-            for (int j = 0; j < k; j++) digits[j] = t[k - 1 - j];
-            digits[k] = 0;
-        } else if (type == 'c') {
-            jbuf cb = {.limit = 8};
-            ju8_put(&cb, (uint32_t)(ax & 0x1FFFFF));
-            snprintf(digits, sizeof digits, "%s", cb.p ? cb.p : "");
-            jbuf_free(&cb);
-            numeric = false;
-        } else {
-            snprintf(digits, sizeof digits, "%llu", ax);
-            if (comma) {
-                char t[80];
-                const size_t dl = strlen(digits);
-                size_t k = 0;
-                for (size_t j = 0; j < dl; j++) {
-                    t[k++] = digits[j];
-                    if ((dl - 1 - j) % 3 == 0 && j + 1 < dl) t[k++] = ',';
-                }
-                t[k] = 0;
-                memcpy(digits, t, k + 1);
-            }
-        }
-        snprintf(num, sizeof num, "%s%s", x < 0 ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "", digits);
-        body = num;
-        body_len = strlen(num);
-    } else if (jv_is_num(v) && (type == 0 || strchr("eEfFgG%", type))) {
-        numeric = true;
-        const double x = v.kind == JV_FLOAT ? v.u.f : (double)v.u.i;
-        char fmt[16];
-        if (type == 0 && prec < 0) jpy_float_repr(x, num);
-        else {
-            const char t = type == 0 ? 'g' : type == '%' ? 'f' : type;
-            snprintf(fmt, sizeof fmt, "%%%s.*%c", sign == '+' ? "+" : sign == ' ' ? " " : "", t);
-            snprintf(num, sizeof num - 1, fmt, (int)(prec < 0 ? 6 : prec), type == '%' ? x * 100 : x);
-            if (type == '%') strcat(num, "%");
-        }
-        if (type == 0 && prec < 0 && sign != '-' && x >= 0) {
-            memmove(num + 1, num, strlen(num) + 1);
-            num[0] = sign == '+' ? '+' : ' ';
-        }
-        body = num;
-        body_len = strlen(num);
-    } else if (v.kind == JV_STR) {
-        return jr_fail(r, "Unknown format code '%c' for object of type 'str'", type);
-    } else if (jv_is_num(v)) {
-        return jr_fail(r, "Unknown format code '%c' for object of type '%s'", type, jv_type_name(v));
-    } else { /* object.__format__ takes no format spec */
-        return jr_fail(r, "unsupported format string passed to %s.__format__", jv_type_name(v));
-    }
-    if (!align) align = numeric ? '>' : '<';
-    if (zero && numeric && width > 0) {
-        fill = "0";
-        fill_len = 1;
-        align = '=';
-    }
-    const int64_t len = (int64_t)cp_count(body, body_len), pad = width > len ? width - len : 0;
-    const int64_t left = align == '<' ? 0 : align == '^' ? pad / 2 : align == '=' ? 0 : pad;
-    if (align == '=' && body_len && strchr("+- ", body[0])) {
-        jbuf_put(b, body, 1);
-        body++;
-        body_len--;
-    }
-    for (int64_t k = 0; k < (align == '=' ? pad : left); k++) jbuf_put(b, fill, fill_len);
-    jbuf_put(b, body, body_len);
-    for (int64_t k = 0; k < (align == '=' ? 0 : pad - left); k++) jbuf_put(b, fill, fill_len);
-    jv_unref(str);
-    return true;
-}
-
-/* str.format(*args, **kwargs) with {}, {0}, {name}, .attr and [key] lookups, !r / !s
- * conversions and format specs; markup escapes the arguments (Markup.format). */
-static bool str_format(jr *r, jv fmt, const jargs *a, jv *out) {
-    const char *s = fmt.u.s->b;
-    const size_t n = fmt.u.s->len;
-    const bool markup = fmt.flags & JF_MARKUP;
-    jbuf b;
-    jr_buf_init(r, &b);
-    int auto_idx = 0; /* >= 0: automatic numbering so far; -1: manual */
-    bool used_auto = false, used_manual = false;
-    for (size_t i = 0; i < n;) {
-        if (s[i] == '}') {
-            if (i + 1 < n && s[i + 1] == '}') {
-                jbuf_putc(&b, '}');
-                i += 2;
-                continue;
-            }
-            jbuf_free(&b);
-            return jr_fail(r, "Single '}' encountered in format string");
-        }
-        if (s[i] != '{') {
-            size_t j = i;
-            while (j < n && s[j] != '{' && s[j] != '}') j++;
-            jbuf_put(&b, s + i, j - i);
-            i = j;
-            continue;
-        }
-        if (i + 1 < n && s[i + 1] == '{') {
-            jbuf_putc(&b, '{');
-            i += 2;
-            continue;
-        }
-        size_t j = i + 1;
-        int nest = 0;
-        while (j < n && (s[j] != '}' || nest)) {
-            if (s[j] == '[') nest++;
-            else if (s[j] == ']' && nest) nest--;
-            j++;
-        }
-        if (j >= n) {
-            jbuf_free(&b);
-            return jr_fail(r, "expected '}' before end of string");
-        }
-        const char *f = s + i + 1, *fe = s + j;
-        i = j + 1;
-        const char *colon = NULL, *bang = NULL;
-        for (const char *c = f; c < fe; c++) {
-            if (*c == '[') {
-                while (c < fe && *c != ']') c++;
-                continue;
-            }
-            if (*c == '!' && !bang && !colon) bang = c;
-            if (*c == ':' && !colon) {
-                colon = c;
-                break;
-            }
-        }
-        const char *name_end = bang ? bang : colon ? colon : fe;
-        /* the first part of the field name */
-        const char *p = f;
-        while (p < name_end && *p != '.' && *p != '[') p++;
-        jv v;
-        if (p == f) {
-            if (used_manual) {
-                jbuf_free(&b);
-                return jr_fail(r, "cannot switch from manual field specification to automatic field numbering");
-            }
-            used_auto = true;
-            if ((size_t)auto_idx >= a->n_pos) {
-                jbuf_free(&b);
-                return jr_fail(r, "Replacement index %d out of range for positional args tuple", auto_idx);
-            }
-            v = jv_ref(a->pos[auto_idx++]);
-        } else {
-            bool digits = true;
-            for (const char *c = f; c < p; c++) digits = digits && *c >= '0' && *c <= '9';
-            if (digits) {
-                if (used_auto) {
-                    jbuf_free(&b);
-                    return jr_fail(r, "cannot switch from manual field specification to automatic field numbering");
-                }
-                used_manual = true;
-                const long k = p - f < 9 ? strtol(f, NULL, 10) : LONG_MAX;
-                if (k < 0 || (size_t)k >= a->n_pos) {
-                    jbuf_free(&b);
-                    return jr_fail(r, "Replacement index %ld out of range for positional args tuple", k);
-                }
-                v = jv_ref(a->pos[k]);
-            } else {
-                size_t k;
-                for (k = 0; k < a->n_kw; k++)
-                    if (a->kw_names[k]->len == (size_t)(p - f) && !memcmp(a->kw_names[k]->b, f, (size_t)(p - f))) break;
-                if (k == a->n_kw) {
-                    jbuf_free(&b);
-                    return jr_fail(r, "KeyError: '%.*s'", (int)CN_MIN(p - f, 64), f);
-                }
-                v = jv_ref(a->kw[k]);
-            }
-        }
-        /* .attr and [key] */
-        while (p < name_end) {
-            jv key, next;
-            bool ok;
-            if (*p == '.') {
-                const char *q = ++p;
-                while (p < name_end && *p != '.' && *p != '[') p++;
-                if (!jr_str(r, q, (size_t)(p - q), &key)) ok = false;
-                else {
-                    ok = jr_getattr(r, v, key, p - q < 32 ? jb_method_id(key.u.s->b) : -1, &next);
-                    jv_unref(key);
-                }
-            } else {
-                const char *q = ++p;
-                while (p < name_end && *p != ']') p++;
-                bool digits = p > q;
-                for (const char *c = q; c < p; c++) digits = digits && *c >= '0' && *c <= '9';
-                if (digits && p - q < 18) key = jv_int(strtoll(q, NULL, 10));
-                else if (!jr_str(r, q, (size_t)(p - q), &key)) {
-                    jv_unref(v);
-                    jbuf_free(&b);
-                    return false;
-                }
-                ok = jr_getitem(r, v, key, &next);
-                jv_unref(key);
-                if (p < name_end) p++;
-            }
-            jv_unref(v);
-            if (!ok) {
-                jbuf_free(&b);
-                return false;
-            }
-            v = next;
-        }
-        if (bang && bang + 1 < fe && (bang[1] == 'r' || bang[1] == 'a')) {
-            jbuf rb;
-            jr_buf_init(r, &rb);
-            const char *why = NULL;
-            const bool ok = jv_write_repr(&rb, v, &why);
-            jv_unref(v);
-            if (!ok) {
-                jr_buf_fail(r, &rb, why);
-                jbuf_free(&rb);
-                jbuf_free(&b);
-                return false;
-            }
-            if (!jr_buf_to_str(r, &rb, &v)) {
-                jbuf_free(&b);
-                return false;
-            }
-        } else if (bang) {
-            jv sv;
-            const bool ok = jr_to_str(r, v, &sv);
-            jv_unref(v);
-            if (!ok) {
-                jbuf_free(&b);
-                return false;
-            }
-            v = sv;
-        }
-        if (markup) {
-            jv e;
-            const bool ok = jr_escape(r, v, &e);
-            jv_unref(v);
-            if (!ok) {
-                jbuf_free(&b);
-                return false;
-            }
-            v = e;
-        }
-        const bool ok = format_spec(r, &b, v, colon ? colon + 1 : fe, colon ? (size_t)(fe - colon - 1) : 0);
-        jv_unref(v);
-        if (!ok) {
-            jbuf_free(&b);
-            return false;
-        }
-    }
-    return str_result(r, &b, markup, out);
-}
-
 /* ---- str methods ---- */
 
 /* upper, lower, casefold, title, capitalize, swapcase; the case filters (arg: the jcase) */
@@ -926,11 +602,11 @@ static bool m_find(jr *r, const jcall *c, jv *out) {
     int64_t at = -1;
     if (!(c->arg & FIND_RIGHT)) {
         const char *f = k <= hi - lo ? memmem(s->b + lo, hi - lo, sub, k) : NULL;
-        if (f) at = (int64_t)cp_count(s->b, (size_t)(f - s->b));
+        if (f) at = (int64_t)ju8_count(s->b, (size_t)(f - s->b));
     } else if (k <= hi - lo) {
         for (size_t j = hi - k + 1; j-- > lo;)
             if (memcmp(s->b + j, sub, k) == 0) {
-                at = (int64_t)cp_count(s->b, j);
+                at = (int64_t)ju8_count(s->b, j);
                 break;
             }
     }
@@ -947,7 +623,7 @@ static bool m_count(jr *r, const jcall *c, jv *out) {
     const char *sub = c->p[0].u.s->b;
     const size_t k = c->p[0].u.s->len;
     int64_t n = 0;
-    if (k == 0) n = (int64_t)cp_count(s->b + lo, hi - lo) + 1;
+    if (k == 0) n = (int64_t)ju8_count(s->b + lo, hi - lo) + 1;
     else
         for (size_t i = lo; hi - i >= k && i <= hi;) {
             const char *f = memmem(s->b + i, hi - i, sub, k);
@@ -1082,7 +758,7 @@ static bool m_remove_affix(jr *r, const jcall *c, jv *out) {
     return true;
 }
 
-static bool m_format(jr *r, const jcall *c, jv *out) { return str_format(r, c->v, c->a, out); }
+static bool m_format(jr *r, const jcall *c, jv *out) { return jr_str_format(r, c->v, c->a, out); }
 
 /* Does cp pass str.isalnum, isalpha, ... (id: the method; first: the string's first code point)? */
 static bool cp_is(int id, uint32_t cp, bool valid, bool first) {
@@ -1881,7 +1557,7 @@ static bool f_round(jr *r, const jcall *c, jv *out) {
         *out = jv_int(v.u.i);
         return true;
     }
-    const double x = v.kind == JV_FLOAT ? v.u.f : (double)v.u.i;
+    const double x = jv_to_f(v);
     if (!isfinite(x)) {
         *out = jv_float(x);
         return true;
@@ -2274,7 +1950,7 @@ static bool f_float(jr *r, const jcall *c, jv *out) {
     const jv v = c->v, d = jv_is_missing(c->p[0]) ? jv_float(0.0) : c->p[0];
     double f;
     if (v.kind == JV_STR && parse_float_str(v.u.s->b, v.u.s->len, &f)) *out = jv_float(f);
-    else if (jv_is_num(v)) *out = jv_float(v.kind == JV_FLOAT ? v.u.f : (double)v.u.i);
+    else if (jv_is_num(v)) *out = jv_float(jv_to_f(v));
     else *out = jv_ref(d);
     (void)r;
     return true;

@@ -107,22 +107,29 @@ bool jr_buf_to_str(jr *r, jbuf *b, jv *out) {
     return ok;
 }
 
-bool jr_to_str(jr *r, jv v, jv *out) {
-    if (v.kind == JV_STR) {
-        *out = jv_ref(v);
-        out->flags = 0;
-        return true;
-    }
+/* str(v) or repr(v) as a new string value */
+static bool to_text(jr *r, jv v, bool repr, jv *out) {
     jbuf b;
     jr_buf_init(r, &b);
     const char *why = NULL;
-    if (!jv_write_str(&b, v, &why)) {
+    if (!(repr ? jv_write_repr : jv_write_str)(&b, v, &why)) {
         jr_buf_fail(r, &b, why);
         jbuf_free(&b);
         return false;
     }
     return jr_buf_to_str(r, &b, out);
 }
+
+bool jr_to_str(jr *r, jv v, jv *out) {
+    if (v.kind == JV_STR) {
+        *out = jv_ref(v);
+        out->flags = 0;
+        return true;
+    }
+    return to_text(r, v, false, out);
+}
+
+bool jr_to_repr(jr *r, jv v, jv *out) { return to_text(r, v, true, out); }
 
 /* ---- Undefined ---- */
 
@@ -557,6 +564,14 @@ bool jr_getitem(jr *r, jv obj, jv key, jv *out) {
     return true;
 }
 
+bool jr_key_from_text(jr *r, const char *s, const char *e, jv *out) {
+    bool digits = e > s;
+    for (const char *c = s; c < e; c++) digits = digits && *c >= '0' && *c <= '9';
+    if (!digits || e - s >= 18) return jr_str(r, s, (size_t)(e - s), out);
+    *out = jv_int(strtoll(s, NULL, 10));
+    return true;
+}
+
 static bool slice_index(jr *r, jv v, bool *given, int64_t *out) {
     *given = false;
     if (v.kind == JV_NONE || jv_is_missing(v)) return true;
@@ -797,7 +812,6 @@ static bool repeat(jr *r, jv seq, int64_t times, jv *out) {
     return true;
 }
 
-static double to_f(jv v) { return v.kind == JV_FLOAT ? v.u.f : (double)v.u.i; }
 
 static const char *op_name(int op) {
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
@@ -825,116 +839,117 @@ over:
     return jr_fail(r, "integer overflow in ** (cinder's integers are 64-bit)");
 }
 
-static bool format_percent(jr *r, jv fmt, jv args, jv *out);
+/* + - * of two numbers: ints checked for overflow, floats otherwise */
+static bool arith(jr *r, int op, jv a, jv b, jv *out) {
+    if (jv_is_intlike(a) && jv_is_intlike(b)) {
+        int64_t v;
+        const bool over = op == OP_ADD   ? __builtin_add_overflow(a.u.i, b.u.i, &v)
+                          : op == OP_SUB ? __builtin_sub_overflow(a.u.i, b.u.i, &v)
+                                         : __builtin_mul_overflow(a.u.i, b.u.i, &v);
+        if (over) return jr_fail(r, "integer overflow in %s", op == OP_ADD ? "+" : op == OP_SUB ? "-" : "*");
+        *out = jv_int(v);
+        return true;
+    }
+    const double x = jv_to_f(a), y = jv_to_f(b);
+    *out = jv_float(op == OP_ADD ? x + y : op == OP_SUB ? x - y : x * y);
+    return true;
+}
+
+static bool op_add(jr *r, jv a, jv b, jv *out) {
+    if (jv_is_num(a) && jv_is_num(b)) return arith(r, OP_ADD, a, b, out);
+    if (a.kind == JV_STR && b.kind == JV_STR) return concat_str(r, a, b, out);
+    if (a.kind == JV_LIST && b.kind == JV_LIST && (a.flags & JF_TUPLE) == (b.flags & JF_TUPLE)) {
+        const size_t n = a.u.l->n + b.u.l->n;
+        if (!jr_steps(r, n)) return false;
+        jlist *l = jlist_new(n);
+        if (!l) return jr_oom(r);
+        for (size_t i = 0; i < a.u.l->n; i++) jlist_push(l, jv_ref(a.u.l->v[i]));
+        for (size_t i = 0; i < b.u.l->n; i++) jlist_push(l, jv_ref(b.u.l->v[i]));
+        *out = jv_list(l, a.flags & JF_TUPLE);
+        return true;
+    }
+    return type_error(r, OP_ADD, a, b);
+}
+
+static bool op_mul(jr *r, jv a, jv b, jv *out) {
+    if (jv_is_num(a) && jv_is_num(b)) return arith(r, OP_MUL, a, b, out);
+    if ((a.kind == JV_STR || a.kind == JV_LIST) && jv_is_intlike(b)) return repeat(r, a, b.u.i, out);
+    if ((b.kind == JV_STR || b.kind == JV_LIST) && jv_is_intlike(a)) return repeat(r, b, a.u.i, out);
+    return jr_fail(r, "can't multiply sequence by non-int of type '%s'",
+                   jv_type_name(a.kind == JV_STR || a.kind == JV_LIST ? b : a));
+}
+
+/* // and % of ints: Python's floor rounding (the remainder takes the divisor's sign) */
+static bool int_floordiv_mod(jr *r, int op, int64_t x, int64_t y, jv *out) {
+    if (y == 0) return jr_fail(r, "integer division or modulo by zero");
+    if (x == INT64_MIN && y == -1) {
+        if (op != OP_MOD) return jr_fail(r, "integer overflow in //");
+        *out = jv_int(0);
+        return true;
+    }
+    int64_t q = x / y, m = x % y;
+    if (m != 0 && ((m < 0) != (y < 0))) {
+        q -= 1;
+        m += y;
+    }
+    *out = jv_int(op == OP_MOD ? m : q);
+    return true;
+}
+
+/* // and % of floats as CPython's float_divmod computes them */
+static bool float_floordiv_mod(jr *r, int op, double x, double y, jv *out) {
+    if (y == 0.0) return jr_fail(r, op == OP_MOD ? "float modulo" : "float floor division by zero");
+    double mod = fmod(x, y), div = (x - mod) / y;
+    if (mod != 0.0) {
+        if ((y < 0) != (mod < 0)) {
+            mod += y;
+            div -= 1.0;
+        }
+    } else {
+        mod = copysign(0.0, y);
+    }
+    double fd;
+    if (div != 0.0) {
+        fd = floor(div);
+        if (div - fd > 0.5) fd += 1.0;
+    } else {
+        fd = copysign(0.0, x / y);
+    }
+    *out = jv_float(op == OP_MOD ? mod : fd);
+    return true;
+}
+
+static bool op_pow(jr *r, jv a, jv b, jv *out) {
+    if (jv_is_intlike(a) && jv_is_intlike(b) && b.u.i >= 0) return int_pow(r, a.u.i, b.u.i, out);
+    if (!jv_is_num(a) || !jv_is_num(b)) return type_error(r, OP_POW, a, b);
+    const double x = jv_to_f(a), y = jv_to_f(b);
+    if (x == 0.0 && y < 0) return jr_fail(r, "0.0 cannot be raised to a negative power");
+    if (x < 0 && y != floor(y)) return jr_fail(r, "a negative number to a fractional power is complex");
+    *out = jv_float(pow(x, y));
+    if (isinf(out->u.f) && !isinf(x) && !isinf(y)) return jr_fail(r, "(34, 'Numerical result out of range')");
+    return true;
+}
 
 bool jr_binop(jr *r, int op, jv a, jv b, jv *out) {
     if (a.kind == JV_UNDEF) return jr_undef_fail(r, a);
     if (b.kind == JV_UNDEF) return jr_undef_fail(r, b);
     const bool ni = jv_is_intlike(a) && jv_is_intlike(b), nf = jv_is_num(a) && jv_is_num(b);
     switch (op) {
-    case OP_ADD:
-        if (ni) {
-            int64_t v;
-            if (__builtin_add_overflow(a.u.i, b.u.i, &v)) return jr_fail(r, "integer overflow in +");
-            *out = jv_int(v);
-            return true;
-        }
-        if (nf) {
-            *out = jv_float(to_f(a) + to_f(b));
-            return true;
-        }
-        if (a.kind == JV_STR && b.kind == JV_STR) return concat_str(r, a, b, out);
-        if (a.kind == JV_LIST && b.kind == JV_LIST && (a.flags & JF_TUPLE) == (b.flags & JF_TUPLE)) {
-            const size_t n = a.u.l->n + b.u.l->n;
-            if (!jr_steps(r, n)) return false;
-            jlist *l = jlist_new(n);
-            if (!l) return jr_oom(r);
-            for (size_t i = 0; i < a.u.l->n; i++) jlist_push(l, jv_ref(a.u.l->v[i]));
-            for (size_t i = 0; i < b.u.l->n; i++) jlist_push(l, jv_ref(b.u.l->v[i]));
-            *out = jv_list(l, a.flags & JF_TUPLE);
-            return true;
-        }
-        return type_error(r, op, a, b);
-    case OP_SUB:
-        if (ni) {
-            int64_t v;
-            if (__builtin_sub_overflow(a.u.i, b.u.i, &v)) return jr_fail(r, "integer overflow in -");
-            *out = jv_int(v);
-            return true;
-        }
-        if (nf) {
-            *out = jv_float(to_f(a) - to_f(b));
-            return true;
-        }
-        return type_error(r, op, a, b);
-    case OP_MUL:
-        if (ni) {
-            int64_t v;
-            if (__builtin_mul_overflow(a.u.i, b.u.i, &v)) return jr_fail(r, "integer overflow in *");
-            *out = jv_int(v);
-            return true;
-        }
-        if (nf) {
-            *out = jv_float(to_f(a) * to_f(b));
-            return true;
-        }
-        if ((a.kind == JV_STR || a.kind == JV_LIST) && jv_is_intlike(b)) return repeat(r, a, b.u.i, out);
-        if ((b.kind == JV_STR || b.kind == JV_LIST) && jv_is_intlike(a)) return repeat(r, b, a.u.i, out);
-        return jr_fail(r, "can't multiply sequence by non-int of type '%s'",
-                       jv_type_name(a.kind == JV_STR || a.kind == JV_LIST ? b : a));
+    case OP_ADD: return op_add(r, a, b, out);
+    case OP_SUB: return nf ? arith(r, OP_SUB, a, b, out) : type_error(r, op, a, b);
+    case OP_MUL: return op_mul(r, a, b, out);
     case OP_DIV:
         if (!nf) return type_error(r, op, a, b);
-        if (to_f(b) == 0.0) return jr_fail(r, "division by zero");
-        *out = jv_float(to_f(a) / to_f(b));
+        if (jv_to_f(b) == 0.0) return jr_fail(r, "division by zero");
+        *out = jv_float(jv_to_f(a) / jv_to_f(b));
         return true;
     case OP_FLOORDIV:
     case OP_MOD:
-        if (a.kind == JV_STR && op == OP_MOD) return format_percent(r, a, b, out);
+        if (a.kind == JV_STR && op == OP_MOD) return jr_format_percent(r, a, b, out);
         if (!nf) return type_error(r, op, a, b);
-        if (ni) {
-            if (b.u.i == 0) return jr_fail(r, "integer division or modulo by zero");
-            if (a.u.i == INT64_MIN && b.u.i == -1) {
-                if (op == OP_MOD) *out = jv_int(0);
-                else return jr_fail(r, "integer overflow in //");
-                return true;
-            }
-            int64_t q = a.u.i / b.u.i, m = a.u.i % b.u.i;
-            if (m != 0 && ((m < 0) != (b.u.i < 0))) {
-                q -= 1;
-                m += b.u.i;
-            }
-            *out = jv_int(op == OP_MOD ? m : q);
-            return true;
-        } else {
-            const double x = to_f(a), y = to_f(b);
-            if (y == 0.0) return jr_fail(r, op == OP_MOD ? "float modulo" : "float floor division by zero");
-            double mod = fmod(x, y), div = (x - mod) / y;
-            if (mod != 0.0) {
-                if ((y < 0) != (mod < 0)) {
-                    mod += y;
-                    div -= 1.0;
-                }
-            } else {
-                mod = copysign(0.0, y);
-            }
-            double fd;
-            if (div != 0.0) {
-                fd = floor(div);
-                if (div - fd > 0.5) fd += 1.0;
-            } else {
-                fd = copysign(0.0, x / y);
-            }
-            *out = jv_float(op == OP_MOD ? mod : fd);
-            return true;
-        }
-    case OP_POW:
-        if (ni && b.u.i >= 0) return int_pow(r, a.u.i, b.u.i, out);
-        if (!nf) return type_error(r, op, a, b);
-        if (to_f(a) == 0.0 && to_f(b) < 0) return jr_fail(r, "0.0 cannot be raised to a negative power");
-        if (to_f(a) < 0 && to_f(b) != floor(to_f(b))) return jr_fail(r, "a negative number to a fractional power is complex");
-        *out = jv_float(pow(to_f(a), to_f(b)));
-        if (isinf(out->u.f) && !isinf(to_f(a)) && !isinf(to_f(b))) return jr_fail(r, "(34, 'Numerical result out of range')");
-        return true;
+        if (ni) return int_floordiv_mod(r, op, a.u.i, b.u.i, out);
+        return float_floordiv_mod(r, op, jv_to_f(a), jv_to_f(b), out);
+    case OP_POW: return op_pow(r, a, b, out);
     }
     return jr_fail(r, "unknown operator");
 }
@@ -1002,208 +1017,6 @@ bool jr_compare(jr *r, int op, jv a, jv b, bool *out) {
         return true;
     }
     }
-}
-
-/* printf-style formatting: fmt % args (a tuple gives several arguments, a dict named
- * ones); conversions s r d i f F e E g G x X o c and %%. */
-static bool format_percent(jr *r, jv fmt, jv args, jv *out) {
-    const bool markup = fmt.flags & JF_MARKUP;
-    const jv *list = &args;
-    size_t n_args = 1, next = 0;
-    if (args.kind == JV_LIST && (args.flags & JF_TUPLE)) {
-        list = args.u.l->v;
-        n_args = args.u.l->n;
-    }
-    const jdict *named = args.kind == JV_DICT ? args.u.d : NULL;
-    bool used_named = false;
-    jbuf o;
-    jr_buf_init(r, &o);
-    const char *s = fmt.u.s->b;
-    const size_t n = fmt.u.s->len;
-    for (size_t i = 0; i < n;) {
-        if (s[i] != '%') {
-            size_t j = i;
-            while (j < n && s[j] != '%') j++;
-            jbuf_put(&o, s + i, j - i);
-            i = j;
-            continue;
-        }
-        if (++i >= n) goto incomplete;
-        jv arg = jv_missing();
-        if (s[i] == '(') {
-            size_t j = i + 1;
-            while (j < n && s[j] != ')') j++;
-            if (j >= n) goto incomplete;
-            if (!named) {
-                jbuf_free(&o);
-                return jr_fail(r, "format requires a mapping");
-            }
-            const jv *v = jdict_get_str(named, s + i + 1, j - i - 1);
-            if (!v) {
-                jbuf_free(&o);
-                return jr_fail(r, "KeyError: '%.*s'", (int)CN_MIN(j - i - 1, 64), s + i + 1);
-            }
-            arg = *v;
-            used_named = true;
-            i = j + 1;
-        }
-        char flags[8];
-        int nfl = 0;
-        while (i < n && strchr("-+ #0", s[i]) && nfl < 7) flags[nfl++] = s[i++];
-        flags[nfl] = 0;
-        int width = -1, prec = -1;
-        while (i < n && s[i] >= '0' && s[i] <= '9') {
-            if (width < 100000) width = (width < 0 ? 0 : width) * 10 + (s[i] - '0');
-            i++;
-        }
-        if (i < n && s[i] == '.') {
-            i++;
-            prec = 0;
-            while (i < n && s[i] >= '0' && s[i] <= '9') {
-                if (prec < 100000) prec = prec * 10 + (s[i] - '0');
-                i++;
-            }
-        }
-        if (width > 4096 || prec > 4096) {
-            jbuf_free(&o);
-            return jr_fail(r, "format width or precision too large");
-        }
-        if (i >= n) goto incomplete;
-        const char conv = s[i++];
-        if (conv == '%') {
-            jbuf_putc(&o, '%');
-            continue;
-        }
-        if (jv_is_missing(arg)) {
-            if (named && !used_named && n_args == 1 && list == &args) arg = args;
-            else if (next >= n_args) {
-                jbuf_free(&o);
-                return jr_fail(r, "not enough arguments for format string");
-            } else arg = list[next++];
-        }
-        char spec[32], tmp[4200];
-        snprintf(spec, sizeof spec, "%%%s%s%s", flags, width >= 0 ? "*" : "", prec >= 0 ? ".*" : "");
-        const size_t sl = strlen(spec);
-        jv sv = jv_undef();
-        switch (conv) {
-        case 's':
-        case 'r':
-        case 'a': {
-            if (markup && conv == 's') {
-                if (!jr_escape(r, arg, &sv)) goto fail;
-            } else if (conv == 's') {
-                if (!jr_to_str(r, arg, &sv)) goto fail;
-            } else {
-                jbuf rb;
-                jr_buf_init(r, &rb);
-                const char *why = NULL;
-                if (!jv_write_repr(&rb, arg, &why)) {
-                    jr_buf_fail(r, &rb, why);
-                    jbuf_free(&rb);
-                    goto fail;
-                }
-                if (!jr_buf_to_str(r, &rb, &sv)) goto fail;
-            }
-            /* width and precision count code points */
-            const size_t cps = jstr_ncp(sv.u.s);
-            size_t keep = sv.u.s->len, shown = cps;
-            if (prec >= 0 && (size_t)prec < cps) {
-                keep = ju8_offset(sv.u.s, (size_t)prec);
-                shown = (size_t)prec;
-            }
-            const bool left = strchr(flags, '-') != NULL;
-            if (!left)
-                for (int k = (int)shown; k < width; k++) jbuf_putc(&o, ' ');
-            jbuf_put(&o, sv.u.s->b, keep);
-            if (left)
-                for (int k = (int)shown; k < width; k++) jbuf_putc(&o, ' ');
-            jv_unref(sv);
-            continue;
-        }
-        case 'd':
-        case 'i':
-        case 'x':
-        case 'X':
-        case 'o':
-        case 'c': {
-            int64_t v;
-            if (conv == 'c' && arg.kind == JV_STR && jstr_ncp(arg.u.s) == 1) { /* %c of a one-character string */
-                jbuf_put(&o, arg.u.s->b, arg.u.s->len);
-                continue;
-            }
-            if (jv_is_intlike(arg)) v = arg.u.i;
-            else if (arg.kind == JV_FLOAT && conv != 'c' && conv != 'x' && conv != 'X' && conv != 'o' && isfinite(arg.u.f) &&
-                     fabs(arg.u.f) < 9.2e18)
-                v = (int64_t)arg.u.f;
-            else {
-                jbuf_free(&o);
-                return jr_fail(r, "%%%c format: a%s number is required, not %s", conv,
-                               conv == 'd' || conv == 'i' ? " real" : "n integer", jv_type_name(arg));
-            }
-            if (conv == 'c') {
-                if (v < 0 || v > 0x10FFFF) {
-                    jbuf_free(&o);
-                    return jr_fail(r, "%%c arg not in range(0x110000)");
-                }
-                ju8_put(&o, (uint32_t)v);
-                continue;
-            }
-            /* Python: a sign, the '#' prefix (0x, 0X, 0o), digits of |v| zero-filled to the
-             * precision, the whole padded to the width (zeros after the sign with '0') */
-            const unsigned long long av = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-            char digits[32], head[8] = "";
-            snprintf(digits, sizeof digits, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu", av);
-            snprintf(head, sizeof head, "%s%s", v < 0 ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "",
-                     !strchr(flags, '#') ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "");
-            const int nd = (int)strlen(digits), zeros = prec > nd ? prec - nd : 0;
-            const int len = (int)strlen(head) + zeros + nd, pad = width > len ? width - len : 0;
-            const bool left = strchr(flags, '-') != NULL, zero_fill = !left && strchr(flags, '0') != NULL;
-            if (!left && !zero_fill)
-                for (int k = 0; k < pad; k++) jbuf_putc(&o, ' ');
-            jbuf_put(&o, head, strlen(head));
-            for (int k = 0; k < zeros + (zero_fill ? pad : 0); k++) jbuf_putc(&o, '0');
-            jbuf_put(&o, digits, (size_t)nd);
-            if (left)
-                for (int k = 0; k < pad; k++) jbuf_putc(&o, ' ');
-            continue;
-        }
-        case 'f':
-        case 'F':
-        case 'e':
-        case 'E':
-        case 'g':
-        case 'G': {
-            if (!jv_is_num(arg)) {
-                jbuf_free(&o);
-                return jr_fail(r, "must be real number, not %s", jv_type_name(arg));
-            }
-            snprintf(spec + sl, sizeof spec - sl, "%c", conv);
-            const double x = to_f(arg);
-            if (width >= 0 && prec >= 0) snprintf(tmp, sizeof tmp, spec, width, prec, x);
-            else if (width >= 0) snprintf(tmp, sizeof tmp, spec, width, x);
-            else if (prec >= 0) snprintf(tmp, sizeof tmp, spec, prec, x);
-            else snprintf(tmp, sizeof tmp, spec, x);
-            jbuf_put(&o, tmp, strlen(tmp));
-            continue;
-        }
-        default: jbuf_free(&o); return jr_fail(r, "unsupported format character '%c'", conv);
-        }
-    fail:
-        jbuf_free(&o);
-        return false;
-    }
-    /* Python skips this check when the argument can be subscripted (a dict, a list) */
-    const bool mapping_like = args.kind == JV_DICT || args.kind == JV_RANGE || (args.kind == JV_LIST && !(args.flags & JF_TUPLE));
-    if (!mapping_like && next < n_args) {
-        jbuf_free(&o);
-        return jr_fail(r, "not all arguments converted during string formatting");
-    }
-    if (!jr_buf_to_str(r, &o, out)) return false;
-    out->flags = markup ? JF_MARKUP : 0;
-    return true;
-incomplete:
-    jbuf_free(&o);
-    return jr_fail(r, "incomplete format");
 }
 
 /* ---- calls ---- */

@@ -84,6 +84,16 @@ void ju8_put(jbuf *b, uint32_t c) {
     jbuf_put(b, t, cn_utf8_encode(c, t));
 }
 
+size_t ju8_count(const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; k++) {
+        uint32_t cp;
+        bool ok;
+        i += ju8_next(s + i, n - i, &cp, &ok);
+    }
+    return k;
+}
+
 size_t jstr_ncp(jstr *s) {
     if (s->ncp != SIZE_MAX) return s->ncp;
     size_t n = 0;
