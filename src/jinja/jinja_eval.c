@@ -1179,194 +1179,258 @@ static bool apply_filter(jr *r, const jnode *f, jscope *s, jv body, jv *out) {
     return eval_filter(r, f, s, in, out);
 }
 
-static bool eval_inner(jr *r, const jnode *n, jscope *s, jv *out) {
-    jv a = jv_undef(), b = jv_undef();
-    bool ok = false;
-    switch (n->kind) {
-    case N_CONST: *out = jv_ref(n->val); return true;
-    case N_NAME: *out = lookup(r, s, n->atom); return true;
-    case N_GETATTR:
-        if (!eval(r, n->a, s, &a)) return false;
-        r->line = n->line;
-        ok = jr_getattr(r, a, n->val, n->id, out);
-        break;
-    case N_GETITEM:
-        if (!eval(r, n->a, s, &a)) return false;
-        if (n->b->kind == N_SLICE) {
-            jv p[3] = {jv_missing(), jv_missing(), jv_missing()};
-            const jnode *q[3] = {n->b->a, n->b->b, n->b->c};
-            ok = true;
-            for (int i = 0; i < 3 && ok; i++)
-                if (q[i]) ok = eval(r, q[i], s, &p[i]);
-            r->line = n->line;
-            if (ok) ok = do_slice(r, a, p[0], p[1], p[2], out);
-            for (int i = 0; i < 3; i++) jv_unref(p[i]);
-            break;
-        }
-        if (!eval(r, n->b, s, &b)) break;
+/* One function per kind of expression node; eval() dispatches through EVAL below. */
+
+static bool ev_const(jr *r, const jnode *n, jscope *s, jv *out) {
+    (void)r;
+    (void)s;
+    *out = jv_ref(n->val);
+    return true;
+}
+
+static bool ev_name(jr *r, const jnode *n, jscope *s, jv *out) {
+    *out = lookup(r, s, n->atom);
+    return true;
+}
+
+static bool ev_getattr(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    r->line = n->line;
+    const bool ok = jr_getattr(r, a, n->val, n->id, out);
+    jv_unref(a);
+    return ok;
+}
+
+/* a[start:stop:step], the parts not written missing */
+static bool eval_slice(jr *r, const jnode *n, jscope *s, jv a, jv *out) {
+    jv p[3] = {jv_missing(), jv_missing(), jv_missing()};
+    const jnode *q[3] = {n->b->a, n->b->b, n->b->c};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++)
+        if (q[i]) ok = eval(r, q[i], s, &p[i]);
+    r->line = n->line;
+    if (ok) ok = do_slice(r, a, p[0], p[1], p[2], out);
+    for (int i = 0; i < 3; i++) jv_unref(p[i]);
+    return ok;
+}
+
+static bool ev_getitem(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a, b;
+    if (!eval(r, n->a, s, &a)) return false;
+    bool ok;
+    if (n->b->kind == N_SLICE) {
+        ok = eval_slice(r, n, s, a, out);
+    } else if ((ok = eval(r, n->b, s, &b))) {
         r->line = n->line;
         ok = jr_getitem(r, a, b, out);
-        break;
-    case N_CALL: {
-        if (!eval(r, n->a, s, &a)) return false;
-        jargs args;
-        if (!eval_args(r, n, s, &args)) break;
-        r->line = n->line;
-        ok = jr_call(r, a, &args, out);
-        args_free(&args);
-        break;
+        jv_unref(b);
     }
-    case N_FILTER:
-        if (!eval(r, n->a, s, &a)) return false;
-        return eval_filter(r, n, s, a, out);
-    case N_TEST: {
-        if (!eval(r, n->a, s, &a)) return false;
-        jargs args;
-        if (!eval_args(r, n, s, &args)) break;
+    jv_unref(a);
+    return ok;
+}
+
+static bool ev_call(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv fn;
+    if (!eval(r, n->a, s, &fn)) return false;
+    jargs args;
+    bool ok = eval_args(r, n, s, &args);
+    if (ok) {
+        r->line = n->line;
+        ok = jr_call(r, fn, &args, out);
+        args_free(&args);
+    }
+    jv_unref(fn);
+    return ok;
+}
+
+static bool ev_filter(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    return eval_filter(r, n, s, a, out);
+}
+
+static bool ev_test(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    jargs args;
+    bool ok = eval_args(r, n, s, &args);
+    if (ok) {
         r->line = n->line;
         bool res = false;
         if (n->id < 0) ok = jr_fail(r, "No test named '%.64s' found.", n->val.u.s->b);
         else ok = jb_test(r, n->id, a, &args, &res);
         args_free(&args);
         *out = jv_bool(res);
-        break;
     }
-    case N_NEG:
-    case N_POS:
-        if (!eval(r, n->a, s, &a)) return false;
-        r->line = n->line;
-        if (a.kind == JV_UNDEF) ok = jr_undef_fail(r, a);
-        else if (jv_is_intlike(a)) {
-            if (n->kind == N_NEG && a.u.i == INT64_MIN) ok = jr_fail(r, "integer overflow in -");
-            else {
-                *out = jv_int(n->kind == N_NEG ? -a.u.i : a.u.i);
-                ok = true;
-            }
-        } else if (a.kind == JV_FLOAT) {
-            *out = jv_float(n->kind == N_NEG ? -a.u.f : a.u.f);
-            ok = true;
-        } else {
-            ok = jr_fail(r, "bad operand type for unary %s: '%s'", n->kind == N_NEG ? "-" : "+", jv_type_name(a));
-        }
-        break;
-    case N_NOT:
-        if (!eval(r, n->a, s, &a)) return false;
-        *out = jv_bool(!jv_truthy(a));
-        ok = true;
-        break;
-    case N_BINOP:
-        if (!eval(r, n->a, s, &a) || !eval(r, n->b, s, &b)) break;
+    jv_unref(a);
+    return ok;
+}
+
+/* -a and +a */
+static bool ev_sign(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    r->line = n->line;
+    const bool neg = n->kind == N_NEG;
+    bool ok = true;
+    if (a.kind == JV_UNDEF) ok = jr_undef_fail(r, a);
+    else if (jv_is_intlike(a) && neg && a.u.i == INT64_MIN) ok = jr_fail(r, "integer overflow in -");
+    else if (jv_is_intlike(a)) *out = jv_int(neg ? -a.u.i : a.u.i);
+    else if (a.kind == JV_FLOAT) *out = jv_float(neg ? -a.u.f : a.u.f);
+    else ok = jr_fail(r, "bad operand type for unary %s: '%s'", neg ? "-" : "+", jv_type_name(a));
+    jv_unref(a);
+    return ok;
+}
+
+static bool ev_not(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    *out = jv_bool(!jv_truthy(a));
+    jv_unref(a);
+    return true;
+}
+
+static bool ev_binop(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a, b = jv_undef();
+    bool ok = eval(r, n->a, s, &a) && eval(r, n->b, s, &b);
+    if (ok) {
         r->line = n->line;
         ok = jr_binop(r, n->op, a, b, out);
-        break;
-    case N_AND:
-    case N_OR:
-        if (!eval(r, n->a, s, &a)) return false;
-        if (jv_truthy(a) == (n->kind == N_AND)) {
-            jv_unref(a);
-            return eval(r, n->b, s, out);
-        }
-        *out = a;
-        return true;
-    case N_CONCAT: {
-        jbuf o;
-        jr_buf_init(r, &o);
-        ok = true;
-        for (uint32_t i = 0; i < n->n_kids && ok; i++) {
-            jv v;
-            if (!(ok = eval(r, n->kids[i], s, &v))) break;
-            const char *why = NULL;
-            if (!jv_write_str(&o, v, &why)) ok = jr_buf_fail(r, &o, why);
-            jv_unref(v);
-        }
-        if (ok) return jr_buf_to_str(r, &o, out);
-        jbuf_free(&o);
-        return false;
-    }
-    case N_COMPARE:
-        if (!eval(r, n->a, s, &a)) return false;
-        ok = true;
-        *out = jv_bool(true);
-        for (uint32_t i = 0; i < n->n_kids && ok; i++) {
-            if (!(ok = eval(r, n->kids[i]->a, s, &b))) break;
-            bool res;
-            r->line = n->kids[i]->line;
-            if (!(ok = jr_compare(r, n->kids[i]->op, a, b, &res))) break;
-            jv_unref(a);
-            a = b;
-            b = jv_undef();
-            if (!res) {
-                *out = jv_bool(false);
-                break;
-            }
-        }
-        break;
-    case N_CONDEXPR:
-        if (!eval(r, n->a, s, &a)) return false;
-        if (jv_truthy(a)) {
-            jv_unref(a);
-            return eval(r, n->b, s, out);
-        }
-        jv_unref(a);
-        if (n->c) return eval(r, n->c, s, out);
-        {
-            char m[160];
-            snprintf(m, sizeof m,
-                     "the inline if-expression on line %d evaluated to false and no else section was defined.", n->line);
-            *out = jr_undef_msg(r, m);
-        }
-        return true;
-    case N_LIST:
-    case N_TUPLE: {
-        if (!jr_steps(r, n->n_kids)) return false;
-        jlist *l = jlist_new(n->n_kids);
-        if (!l) return jr_oom(r);
-        for (uint32_t i = 0; i < n->n_kids; i++) {
-            jv v;
-            if (!eval(r, n->kids[i], s, &v)) {
-                jv_unref(jv_list(l, false));
-                return false;
-            }
-            jlist_push(l, v);
-        }
-        *out = jv_list(l, n->kind == N_TUPLE);
-        return true;
-    }
-    case N_DICT: {
-        if (!jr_steps(r, n->n_kids)) return false;
-        jdict *d = jdict_new(n->n_kids);
-        if (!d) return jr_oom(r);
-        for (uint32_t i = 0; i < n->n_kids; i++) {
-            jv k, v;
-            if (!eval(r, n->kids[i], s, &k)) {
-                jv_unref(jv_dict(d));
-                return false;
-            }
-            if (!jv_hashable(k)) {
-                r->line = n->kids[i]->line;
-                jr_fail(r, "unhashable type: '%s'", jv_type_name(k));
-                jv_unref(k);
-                jv_unref(jv_dict(d));
-                return false;
-            }
-            if (!eval(r, n->kids2[i], s, &v)) {
-                jv_unref(k);
-                jv_unref(jv_dict(d));
-                return false;
-            }
-            if (!jdict_set(d, k, v)) {
-                jv_unref(jv_dict(d));
-                return jr_oom(r);
-            }
-        }
-        *out = jv_dict(d);
-        return true;
-    }
-    default: return jr_fail(r, "unexpected node in an expression");
     }
     jv_unref(a);
     jv_unref(b);
     return ok;
+}
+
+/* a and b, a or b: the operand that decides, as Python returns it */
+static bool ev_andor(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    if (jv_truthy(a) == (n->kind == N_AND)) {
+        jv_unref(a);
+        return eval(r, n->b, s, out);
+    }
+    *out = a;
+    return true;
+}
+
+/* a ~ b ~ ...: each operand's str() */
+static bool ev_concat(jr *r, const jnode *n, jscope *s, jv *out) {
+    jbuf o;
+    jr_buf_init(r, &o);
+    bool ok = true;
+    for (uint32_t i = 0; i < n->n_kids && ok; i++) {
+        jv v;
+        if (!(ok = eval(r, n->kids[i], s, &v))) break;
+        const char *why = NULL;
+        if (!jv_write_str(&o, v, &why)) ok = jr_buf_fail(r, &o, why);
+        jv_unref(v);
+    }
+    if (ok) return jr_buf_to_str(r, &o, out);
+    jbuf_free(&o);
+    return false;
+}
+
+/* a < b <= c ...: chained, each operand evaluated once, stopping at the first false */
+static bool ev_compare(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a, b = jv_undef();
+    if (!eval(r, n->a, s, &a)) return false;
+    bool ok = true;
+    *out = jv_bool(true);
+    for (uint32_t i = 0; i < n->n_kids && ok; i++) {
+        if (!(ok = eval(r, n->kids[i]->a, s, &b))) break;
+        bool res;
+        r->line = n->kids[i]->line;
+        if (!(ok = jr_compare(r, n->kids[i]->op, a, b, &res))) break;
+        jv_unref(a);
+        a = b;
+        b = jv_undef();
+        if (!res) {
+            *out = jv_bool(false);
+            break;
+        }
+    }
+    jv_unref(a);
+    jv_unref(b);
+    return ok;
+}
+
+/* a if cond else b; without else, an Undefined that says so */
+static bool ev_condexpr(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    const bool yes = jv_truthy(a);
+    jv_unref(a);
+    if (yes) return eval(r, n->b, s, out);
+    if (n->c) return eval(r, n->c, s, out);
+    char m[160];
+    snprintf(m, sizeof m, "the inline if-expression on line %d evaluated to false and no else section was defined.",
+             n->line);
+    *out = jr_undef_msg(r, m);
+    return true;
+}
+
+/* [a, b] and (a, b) */
+static bool ev_list(jr *r, const jnode *n, jscope *s, jv *out) {
+    if (!jr_steps(r, n->n_kids)) return false;
+    jlist *l = jlist_new(n->n_kids);
+    if (!l) return jr_oom(r);
+    for (uint32_t i = 0; i < n->n_kids; i++) {
+        jv v;
+        if (!eval(r, n->kids[i], s, &v)) {
+            jv_unref(jv_list(l, false));
+            return false;
+        }
+        jlist_push(l, v);
+    }
+    *out = jv_list(l, n->kind == N_TUPLE);
+    return true;
+}
+
+static bool ev_dict(jr *r, const jnode *n, jscope *s, jv *out) {
+    if (!jr_steps(r, n->n_kids)) return false;
+    jdict *d = jdict_new(n->n_kids);
+    if (!d) return jr_oom(r);
+    for (uint32_t i = 0; i < n->n_kids; i++) {
+        jv k, v;
+        if (!eval(r, n->kids[i], s, &k)) {
+            jv_unref(jv_dict(d));
+            return false;
+        }
+        if (!jv_hashable(k)) {
+            r->line = n->kids[i]->line;
+            jr_fail(r, "unhashable type: '%s'", jv_type_name(k));
+            jv_unref(k);
+            jv_unref(jv_dict(d));
+            return false;
+        }
+        if (!eval(r, n->kids2[i], s, &v)) {
+            jv_unref(k);
+            jv_unref(jv_dict(d));
+            return false;
+        }
+        if (!jdict_set(d, k, v)) {
+            jv_unref(jv_dict(d));
+            return jr_oom(r);
+        }
+    }
+    *out = jv_dict(d);
+    return true;
+}
+
+typedef bool (*eval_fn)(jr *r, const jnode *n, jscope *s, jv *out);
+static const eval_fn EVAL[] = {
+    [N_CONST] = ev_const,   [N_NAME] = ev_name,         [N_GETATTR] = ev_getattr, [N_GETITEM] = ev_getitem,
+    [N_CALL] = ev_call,     [N_FILTER] = ev_filter,     [N_TEST] = ev_test,       [N_NEG] = ev_sign,
+    [N_POS] = ev_sign,      [N_NOT] = ev_not,           [N_BINOP] = ev_binop,     [N_AND] = ev_andor,
+    [N_OR] = ev_andor,      [N_CONCAT] = ev_concat,     [N_COMPARE] = ev_compare, [N_CONDEXPR] = ev_condexpr,
+    [N_LIST] = ev_list,     [N_TUPLE] = ev_list,        [N_DICT] = ev_dict,
+};
+
+static bool eval_inner(jr *r, const jnode *n, jscope *s, jv *out) {
+    const eval_fn f = n->kind < CN_ARRAY_LEN(EVAL) ? EVAL[n->kind] : NULL;
+    return f ? f(r, n, s, out) : jr_fail(r, "unexpected node in an expression");
 }
 
 static bool eval(jr *r, const jnode *n, jscope *s, jv *out) {
