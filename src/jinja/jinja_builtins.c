@@ -67,11 +67,15 @@ enum { G_RANGE, G_DICT, G_NAMESPACE, G_RAISE_EXCEPTION, G_STRFTIME_NOW, G_LIPSUM
 static const char *const GLOBALS[G_COUNT_ALL] = {"range", "dict", "namespace", "raise_exception", "strftime_now",
                                                  "lipsum", "cycler", "joiner"};
 
-int jb_global_id(const char *name) {
-    for (int i = 0; i < G_COUNT_ALL; i++)
-        if (!strcmp(GLOBALS[i], name)) return i;
+/* The index of name in a table whose rows begin with their name (a const char *), or -1. */
+static int find_name(const void *table, size_t n, size_t row_size, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(*(const char *const *)((const char *)table + i * row_size), name)) return (int)i;
     return -1;
 }
+#define FIND(table, name) find_name(table, CN_ARRAY_LEN(table), sizeof *(table), name)
+
+int jb_global_id(const char *name) { return FIND(GLOBALS, name); }
 
 /* jpy_strip's sides and pad_str's alignments, by name */
 enum { STRIP_LEFT = 1, STRIP_RIGHT = 2, STRIP_BOTH = 3 };
@@ -147,12 +151,6 @@ static bool jb_run(jr *r, const jb_entry *e, jv v, const jargs *a, jv *out) {
     return ok;
 }
 
-static bool str_result(jr *r, jbuf *b, bool markup, jv *out) {
-    if (!jr_buf_to_str(r, b, out)) return false;
-    out->flags = markup ? JF_MARKUP : 0;
-    return true;
-}
-
 /* Python's len(). */
 static bool py_len(jr *r, jv v, int64_t *n) {
     switch (v.kind) {
@@ -225,7 +223,7 @@ static bool ignore_case(jr *r, jv v, jv *out) {
     jbuf b;
     jr_buf_init(r, &b);
     jpy_case(&b, v.u.s->b, v.u.s->len, JCASE_LOWER);
-    return str_result(r, &b, v.flags & JF_MARKUP, out);
+    return jr_buf_to_str_as(r, &b, v.flags & JF_MARKUP, out);
 }
 
 /* A stable merge sort of idx[0..n) by keys (Python's sorted). */
@@ -439,7 +437,7 @@ static bool case_str(jr *r, jv s, jcase how, jv *out) {
     jbuf b;
     jr_buf_init(r, &b);
     jpy_case(&b, s.u.s->b, s.u.s->len, how);
-    return str_result(r, &b, s.flags & JF_MARKUP, out);
+    return jr_buf_to_str_as(r, &b, s.flags & JF_MARKUP, out);
 }
 
 static bool replace_str(jr *r, jv s, jv old, jv rep, int64_t count, bool markup, jv *out) {
@@ -472,7 +470,7 @@ static bool replace_str(jr *r, jv s, jv old, jv rep, int64_t count, bool markup,
         }
         jbuf_put(&b, p + i, n - i);
     }
-    return str_result(r, &b, markup, out);
+    return jr_buf_to_str_as(r, &b, markup, out);
 }
 
 /* str.center / ljust / rjust with a one-character fill. */
@@ -498,7 +496,7 @@ static bool pad_str(jr *r, jv s, int64_t width, jv fill, int how, jv *out) {
     for (int64_t i = 0; i < left; i++) jbuf_put(&b, f, fl);
     jbuf_put(&b, s.u.s->b, s.u.s->len);
     for (int64_t i = 0; i < marg - left; i++) jbuf_put(&b, f, fl);
-    return str_result(r, &b, s.flags & JF_MARKUP, out);
+    return jr_buf_to_str_as(r, &b, s.flags & JF_MARKUP, out);
 }
 
 /* Does s[a..z) start (or end) with any of prefix (a string or a tuple of them)? */
@@ -665,7 +663,7 @@ static bool m_join(jr *r, const jcall *c, jv *out) {
         jbuf_free(&b);
         return false;
     }
-    return str_result(r, &b, mk, out);
+    return jr_buf_to_str_as(r, &b, mk, out);
 }
 
 /* center, ljust, rjust (arg: PAD_*) */
@@ -694,7 +692,7 @@ static bool m_zfill(jr *r, const jcall *c, jv *out) {
     }
     for (int64_t i = 0; i < w - len; i++) jbuf_putc(&b, '0');
     jbuf_put(&b, s->b + start, s->len - start);
-    return str_result(r, &b, c->v.flags & JF_MARKUP, out);
+    return jr_buf_to_str_as(r, &b, c->v.flags & JF_MARKUP, out);
 }
 
 /* partition, rpartition (arg: from the right) */
@@ -910,11 +908,7 @@ static const jb_entry METHODS[M_COUNT_ALL] = {
 #undef IS
 #undef SEQ
 
-int jb_method_id(const char *name) {
-    for (int i = 0; i < M_COUNT_ALL; i++)
-        if (!strcmp(METHODS[i].name, name)) return i;
-    return -1;
-}
+int jb_method_id(const char *name) { return FIND(METHODS, name); }
 
 const char *jb_method_name(int id) { return id >= 0 && id < M_COUNT_ALL ? METHODS[id].name : "?"; }
 
@@ -1203,11 +1197,7 @@ static const jtest TESTS[] = {
 };
 #undef CMP
 
-int jb_test_id(const char *name) {
-    for (size_t i = 0; i < CN_ARRAY_LEN(TESTS); i++)
-        if (!strcmp(TESTS[i].name, name)) return (int)i;
-    return -1;
-}
+int jb_test_id(const char *name) { return FIND(TESTS, name); }
 
 bool jb_test(jr *r, int id, jv v, const jargs *a, bool *out) {
     const jtest *t = &TESTS[id];
@@ -1628,7 +1618,7 @@ static bool f_indent(jr *r, const jcall *c, jv *out) {
         i = j + eol;
     }
     jv body;
-    const bool ok = str_result(r, &b, s.flags & JF_MARKUP, &body);
+    const bool ok = jr_buf_to_str_as(r, &b, s.flags & JF_MARKUP, &body);
     if (!ok) {
         jv_unref(s);
         jv_unref(ind);
@@ -1640,7 +1630,7 @@ static bool f_indent(jr *r, const jcall *c, jv *out) {
         jbuf_put(&f, ind.u.s->b, ind.u.s->len);
         jbuf_put(&f, body.u.s->b, body.u.s->len);
         jv_unref(body);
-        if (!str_result(r, &f, s.flags & JF_MARKUP, &body)) {
+        if (!jr_buf_to_str_as(r, &f, s.flags & JF_MARKUP, &body)) {
             jv_unref(s);
             jv_unref(ind);
             return false;
@@ -1730,7 +1720,7 @@ static bool f_title(jr *r, const jcall *c, jv *out) {
         jpy_case(&b, p + i + first, j - i - first, JCASE_LOWER);
         i = j;
     }
-    return str_result(r, &b, false, out);
+    return jr_buf_to_str_as(r, &b, false, out);
 }
 
 static bool f_wordcount(jr *r, const jcall *c, jv *out) {
@@ -1800,7 +1790,7 @@ static bool f_reverse(jr *r, const jcall *c, jv *out) {
         jr_buf_init(r, &b);
         for (size_t i = chars->n; i-- > 0;) jbuf_put(&b, chars->v[i].u.s->b, chars->v[i].u.s->len);
         jv_unref(jv_list(chars, false));
-        if (!str_result(r, &b, v.flags & JF_MARKUP, &s)) return false;
+        if (!jr_buf_to_str_as(r, &b, v.flags & JF_MARKUP, &s)) return false;
         *out = s;
         return true;
     }
@@ -2197,11 +2187,7 @@ static const jb_entry FILTERS[] = {
     {.name = "xmlattr"},
 };
 
-int jb_filter_id(const char *name) {
-    for (size_t i = 0; i < CN_ARRAY_LEN(FILTERS); i++)
-        if (!strcmp(FILTERS[i].name, name)) return (int)i;
-    return -1;
-}
+int jb_filter_id(const char *name) { return FIND(FILTERS, name); }
 
 bool jb_filter(jr *r, int id, jv v, const jargs *a, jv *out) {
     const jb_entry *f = &FILTERS[id];

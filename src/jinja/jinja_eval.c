@@ -120,6 +120,12 @@ static bool to_text(jr *r, jv v, bool repr, jv *out) {
     return jr_buf_to_str(r, &b, out);
 }
 
+bool jr_buf_to_str_as(jr *r, jbuf *b, bool markup, jv *out) {
+    if (!jr_buf_to_str(r, b, out)) return false;
+    out->flags = markup ? JF_MARKUP : 0;
+    return true;
+}
+
 bool jr_to_str(jr *r, jv v, jv *out) {
     if (v.kind == JV_STR) {
         *out = jv_ref(v);
@@ -759,9 +765,7 @@ bool jr_escape(jr *r, jv v, jv *out) {
     }
     jbuf_put(&b, p + run, s.u.s->len - run);
     jv_unref(s);
-    if (!jr_buf_to_str(r, &b, out)) return false;
-    out->flags = JF_MARKUP;
-    return true;
+    return jr_buf_to_str_as(r, &b, true, out);
 }
 
 static bool concat_str(jr *r, jv a, jv b, jv *out) {
@@ -782,9 +786,7 @@ static bool concat_str(jr *r, jv a, jv b, jv *out) {
     jbuf_put(&o, eb.u.s->b, eb.u.s->len);
     jv_unref(ea);
     jv_unref(eb);
-    if (!jr_buf_to_str(r, &o, out)) return false;
-    out->flags = markup ? JF_MARKUP : 0;
-    return true;
+    return jr_buf_to_str_as(r, &o, markup, out);
 }
 
 static bool repeat(jr *r, jv seq, int64_t times, jv *out) {
@@ -796,9 +798,7 @@ static bool repeat(jr *r, jv seq, int64_t times, jv *out) {
         jbuf o;
         jr_buf_init(r, &o);
         for (int64_t i = 0; i < times; i++) jbuf_put(&o, seq.u.s->b, len);
-        if (!jr_buf_to_str(r, &o, out)) return false;
-        out->flags = seq.flags & JF_MARKUP;
-        return true;
+        return jr_buf_to_str_as(r, &o, seq.flags & JF_MARKUP, out);
     }
     const size_t n = seq.u.l->n;
     if (n && (uint64_t)times > r->lim.max_output_bytes / (n * sizeof(jv)))

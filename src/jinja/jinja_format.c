@@ -230,9 +230,7 @@ bool jr_format_percent(jr *r, jv fmt, jv args, jv *out) {
         jbuf_free(&o);
         return false;
     }
-    if (!jr_buf_to_str(r, &o, out)) return false;
-    out->flags = markup ? JF_MARKUP : 0;
-    return true;
+    return jr_buf_to_str_as(r, &o, markup, out);
 }
 
 /* ---- format(value, spec) ---- */
@@ -545,7 +543,5 @@ bool jr_str_format(jr *r, jv fmt, const jargs *a, jv *out) {
         jbuf_free(&b);
         return false;
     }
-    if (!jr_buf_to_str(r, &b, out)) return false;
-    out->flags = markup ? JF_MARKUP : 0;
-    return true;
+    return jr_buf_to_str_as(r, &b, markup, out);
 }

@@ -390,6 +390,7 @@ bool jr_enter(jr *r);
 static inline void jr_leave(jr *r) { r->depth--; }
 /* A new string of b's bytes, the buffer's budget checked; false on error (recorded). */
 bool jr_buf_to_str(jr *r, jbuf *b, jv *out);
+bool jr_buf_to_str_as(jr *r, jbuf *b, bool markup, jv *out); /* the same, Markup when markup */
 bool jr_str(jr *r, const char *s, size_t n, jv *out);
 void jr_buf_init(jr *r, jbuf *b);
 /* A buffer's failure as the render's error. */

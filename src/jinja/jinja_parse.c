@@ -367,28 +367,28 @@ static bool dotted_name(parser *P, jbuf *b) {
     return true;
 }
 
+/* A filter or test applied to n: its (dotted) name read and resolved by id_of to a
+ * builtin (-1: unknown, which fails when it runs, as jinja2 defers it inside an if). */
+static jnode *builtin_node(parser *P, int kind, int line, jnode *n, int (*id_of)(const char *)) {
+    jbuf b = {.limit = 4096};
+    jnode *f = dotted_name(P, &b) ? node(P, kind, line) : NULL;
+    if (f) {
+        f->a = n;
+        f->id = id_of(b.p);
+        f->val = name_str(P, b.p, b.n);
+    }
+    jbuf_free(&b);
+    return P->failed ? NULL : f;
+}
+
 static jnode *parse_filter(parser *P, jnode *n, bool start_inline) {
     const int depth = P->depth;
     while (is_op(cur(P), TO_PIPE) || start_inline) {
         if (!start_inline) adv(P);
         start_inline = false;
         if (!enter(P)) return NULL;
-        const int line = cur(P)->line;
-        jbuf b = {.limit = 4096};
-        if (!dotted_name(P, &b)) {
-            jbuf_free(&b);
-            return NULL;
-        }
-        jnode *f = node(P, N_FILTER, line);
-        if (!f) {
-            jbuf_free(&b);
-            return NULL;
-        }
-        f->a = n;
-        f->id = jb_filter_id(b.p);
-        f->val = name_str(P, b.p, b.n);
-        jbuf_free(&b);
-        if (P->failed) return NULL;
+        jnode *f = builtin_node(P, N_FILTER, cur(P)->line, n, jb_filter_id);
+        if (!f) return NULL;
         if (is_op(cur(P), TO_LPAREN) && !parse_call_args(P, f)) return NULL;
         n = f;
     }
@@ -404,21 +404,8 @@ static jnode *parse_test(parser *P, jnode *n) {
         adv(P);
         negated = true;
     }
-    jbuf b = {.limit = 4096};
-    if (!dotted_name(P, &b)) {
-        jbuf_free(&b);
-        return NULL;
-    }
-    jnode *t = node(P, N_TEST, line);
-    if (!t) {
-        jbuf_free(&b);
-        return NULL;
-    }
-    t->a = n;
-    t->id = jb_test_id(b.p);
-    t->val = name_str(P, b.p, b.n);
-    jbuf_free(&b);
-    if (P->failed) return NULL;
+    jnode *t = builtin_node(P, N_TEST, line, n, jb_test_id);
+    if (!t) return NULL;
     const jtok *c = cur(P);
     if (is_op(c, TO_LPAREN)) {
         if (!parse_call_args(P, t)) return NULL;
