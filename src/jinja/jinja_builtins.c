@@ -281,6 +281,14 @@ static bool cp_range(jr *r, jstr *s, jv start, jv end, size_t *a, size_t *z) {
     return true;
 }
 
+/* The last needle[0..k) in h[0..n), or NULL; an empty needle is found at the end. */
+static const char *memrmem(const char *h, size_t n, const char *needle, size_t k) {
+    if (k > n) return NULL;
+    for (size_t j = n - k + 1; j-- > 0;)
+        if (memcmp(h + j, needle, k) == 0) return h + j;
+    return NULL;
+}
+
 /* Where the line that starts at s[i] ends (at str.splitlines' line breaks), and in *eol
  * the length of its break: 0 at the end of s, 2 for \r\n. */
 static size_t line_end(const char *s, size_t n, size_t i, size_t *eol) {
@@ -332,13 +340,9 @@ static bool split_str(jr *r, jv str, jv sep, int64_t maxsplit, bool right, jv *o
         } else {
             size_t z = n;
             while (maxsplit != 0 && z >= k) {
-                size_t f = SIZE_MAX;
-                for (size_t j = z - k + 1; j-- > 0;)
-                    if (memcmp(s + j, p, k) == 0) {
-                        f = j;
-                        break;
-                    }
-                if (f == SIZE_MAX) break;
+                const char *at = memrmem(s, z, p, k);
+                if (!at) break;
+                const size_t f = (size_t)(at - s);
                 if (!jr_str(r, s + f + k, z - f - k, &piece)) goto fail;
                 piece.flags = fl;
                 if (!push(r, l, piece)) goto fail;
@@ -588,26 +592,23 @@ static bool m_replace(jr *r, const jcall *c, jv *out) {
     return ok;
 }
 
+/* The substring argument of find, index and count, and their s[start:end] in bytes */
+static bool sub_args(jr *r, const jcall *c, size_t *lo, size_t *hi) {
+    return need_str(r, c->p[0], "substring") && cp_range(r, c->v.u.s, c->p[1], c->p[2], lo, hi);
+}
+
 /* find, rfind, index, rindex (arg: FIND_* flags): the code point index of sub in s[start:end] */
 enum { FIND_RIGHT = 1, FIND_RAISE = 2 };
 static bool m_find(jr *r, const jcall *c, jv *out) {
     const jstr *s = c->v.u.s;
-    if (!need_str(r, c->p[0], "substring")) return false;
     size_t lo, hi;
-    if (!cp_range(r, c->v.u.s, c->p[1], c->p[2], &lo, &hi)) return false;
+    if (!sub_args(r, c, &lo, &hi)) return false;
     const char *sub = c->p[0].u.s->b;
     const size_t k = c->p[0].u.s->len;
-    int64_t at = -1;
-    if (!(c->arg & FIND_RIGHT)) {
-        const char *f = k <= hi - lo ? memmem(s->b + lo, hi - lo, sub, k) : NULL;
-        if (f) at = (int64_t)ju8_count(s->b, (size_t)(f - s->b));
-    } else if (k <= hi - lo) {
-        for (size_t j = hi - k + 1; j-- > lo;)
-            if (memcmp(s->b + j, sub, k) == 0) {
-                at = (int64_t)ju8_count(s->b, j);
-                break;
-            }
-    }
+    const char *f = NULL;
+    if (!(c->arg & FIND_RIGHT)) f = k <= hi - lo ? memmem(s->b + lo, hi - lo, sub, k) : NULL;
+    else f = memrmem(s->b + lo, hi - lo, sub, k);
+    const int64_t at = f ? (int64_t)ju8_count(s->b, (size_t)(f - s->b)) : -1;
     if (at < 0 && (c->arg & FIND_RAISE)) return jr_fail(r, "substring not found");
     *out = jv_int(at);
     return true;
@@ -615,9 +616,8 @@ static bool m_find(jr *r, const jcall *c, jv *out) {
 
 static bool m_count(jr *r, const jcall *c, jv *out) {
     const jstr *s = c->v.u.s;
-    if (!need_str(r, c->p[0], "substring")) return false;
     size_t lo, hi;
-    if (!cp_range(r, c->v.u.s, c->p[1], c->p[2], &lo, &hi)) return false;
+    if (!sub_args(r, c, &lo, &hi)) return false;
     const char *sub = c->p[0].u.s->b;
     const size_t k = c->p[0].u.s->len;
     int64_t n = 0;
@@ -703,14 +703,7 @@ static bool m_partition(jr *r, const jcall *c, jv *out) {
     if (!need_str(r, sep, "sep")) return false;
     const size_t k = sep.u.s->len;
     if (!k) return jr_fail(r, "empty separator");
-    const char *f = NULL;
-    if (!right) f = memmem(s->b, s->len, sep.u.s->b, k);
-    else
-        for (size_t j = s->len >= k ? s->len - k + 1 : 0; j-- > 0;)
-            if (memcmp(s->b + j, sep.u.s->b, k) == 0) {
-                f = s->b + j;
-                break;
-            }
+    const char *f = right ? memrmem(s->b, s->len, sep.u.s->b, k) : memmem(s->b, s->len, sep.u.s->b, k);
     jv parts[3];
     if (!f) {
         jv empty;

@@ -768,29 +768,21 @@ static jnode *parse_not(parser *P) {
     return parse_compare(P);
 }
 
-static jnode *parse_and(parser *P) {
+/* operand (word operand)*, left to right: `and` over `not`, `or` over `and` */
+static jnode *parse_logic(parser *P, int kind, const char *word, jnode *(*operand)(parser *)) {
     const int depth = P->depth;
-    jnode *l = parse_not(P);
-    while (l && is_name(cur(P), "and")) {
+    jnode *l = operand(P);
+    while (l && is_name(cur(P), word)) {
         const int line = cur(P)->line;
         adv(P);
-        l = binop(P, N_AND, 0, l, parse_not(P), line);
+        l = binop(P, kind, 0, l, operand(P), line);
     }
     P->depth = depth;
     return l;
 }
 
-static jnode *parse_or(parser *P) {
-    const int depth = P->depth;
-    jnode *l = parse_and(P);
-    while (l && is_name(cur(P), "or")) {
-        const int line = cur(P)->line;
-        adv(P);
-        l = binop(P, N_OR, 0, l, parse_and(P), line);
-    }
-    P->depth = depth;
-    return l;
-}
+static jnode *parse_and(parser *P) { return parse_logic(P, N_AND, "and", parse_not); }
+static jnode *parse_or(parser *P) { return parse_logic(P, N_OR, "or", parse_and); }
 
 static jnode *parse_condexpr(parser *P) {
     const int line0 = cur(P)->line;
