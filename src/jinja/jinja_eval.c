@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/buf.h"
 #include "jinja/jinja_impl.h"
 
 typedef enum { X_OK, X_ERR, X_BREAK, X_CONTINUE } xres;
@@ -247,15 +248,9 @@ static bool scope_set(jr *r, jscope *s, int32_t atom, jv v) {
             s->v[i].val = v;
             return true;
         }
-    if (s->n == s->cap) {
-        const uint32_t cap = s->cap ? s->cap * 2 : 4;
-        jvar *p = realloc(s->v, cap * sizeof *p);
-        if (!p) {
-            jv_unref(v);
-            return jr_oom(r);
-        }
-        s->v = p;
-        s->cap = cap;
+    if (!CN_GROW(s->v, s->cap, (size_t)s->n + 1)) {
+        jv_unref(v);
+        return jr_oom(r);
     }
     s->v[s->n++] = (jvar){atom, v};
     return true;
@@ -303,15 +298,9 @@ static void args_free(jargs *a) {
 }
 
 static bool args_push_pos(jr *r, jargs *a, jv v, size_t *cap) {
-    if (a->n_pos == *cap) {
-        const size_t c = *cap ? *cap * 2 : 4;
-        jv *p = realloc(a->pos, c * sizeof *p);
-        if (!p) {
-            jv_unref(v);
-            return jr_oom(r);
-        }
-        a->pos = p;
-        *cap = c;
+    if (!CN_GROW(a->pos, *cap, a->n_pos + 1)) {
+        jv_unref(v);
+        return jr_oom(r);
     }
     a->pos[a->n_pos++] = v;
     return true;
@@ -323,9 +312,9 @@ static bool args_push_kw(jr *r, jargs *a, jstr *name, jv v, size_t *cap) {
             jv_unref(v);
             return jr_fail(r, "got multiple values for keyword argument '%.64s'", name->b);
         }
-    if (a->n_kw == *cap) {
-        const size_t c = *cap ? *cap * 2 : 4;
-        jv *p = realloc(a->kw, c * sizeof *p);
+    if (a->n_kw == *cap) { /* names and values grow together */
+        const size_t c = cn_grow_cap(*cap, a->n_kw + 1, sizeof *a->kw);
+        jv *p = c ? realloc(a->kw, c * sizeof *p) : NULL;
         jstr **q = p ? realloc(a->kw_names, c * sizeof *q) : NULL;
         if (p) a->kw = p;
         if (q) a->kw_names = q;

@@ -356,7 +356,8 @@ typedef struct jvar {
 typedef struct jscope {
     struct jscope *parent;
     jvar *v;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
     bool captured;           /* a macro closes over it: freed when the render ends */
     struct jscope *next_kept;
 } jscope;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "jinja/jinja_impl.h"
 
 typedef struct {
@@ -44,13 +45,7 @@ static bool fail(lexer *L, const char *fmt, ...) {
 }
 
 static bool emit(lexer *L, jtok t) {
-    if (L->out->n == L->out->cap) {
-        const size_t cap = L->out->cap ? L->out->cap * 2 : 256;
-        jtok *v = realloc(L->out->v, cap * sizeof *v);
-        if (!v) return fail(L, "%s", "out of memory");
-        L->out->v = v;
-        L->out->cap = cap;
-    }
+    if (!CN_GROW(L->out->v, L->out->cap, L->out->n + 1)) return fail(L, "%s", "out of memory");
     L->out->v[L->out->n++] = t;
     return true;
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "jinja/jinja_impl.h"
 
 /* ---- the arena ---- */
@@ -85,7 +86,7 @@ typedef struct {
     bool failed;
     int line;
     char msg[CN_ERROR_MSG_LEN];
-    uint32_t atom_cap;
+    size_t atom_cap;
     uint32_t *atom_hash; /* slot -> atom + 1 */
     uint32_t hash_cap;
 } parser;
@@ -204,13 +205,7 @@ static int32_t intern(parser *P, const char *s, size_t n) {
         if (strlen(a) == n && memcmp(a, s, n) == 0) return (int32_t)(P->atom_hash[k] - 1);
         k = (k + 1) & (P->hash_cap - 1);
     }
-    if (t->n_atoms == P->atom_cap) {
-        const uint32_t cap = P->atom_cap ? P->atom_cap * 2 : 64;
-        char **v = realloc(t->atoms, cap * sizeof *v);
-        if (!v) return -1;
-        t->atoms = v;
-        P->atom_cap = cap;
-    }
+    if (!CN_GROW(t->atoms, P->atom_cap, (size_t)t->n_atoms + 1)) return -1;
     char *c = jarena_alloc(P->a, n + 1);
     if (!c) return -1;
     memcpy(c, s, n);
@@ -233,19 +228,14 @@ static jnode *node(parser *P, int kind, int line) {
 
 typedef struct {
     jnode **v;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
 } nvec;
 
 static bool nv_push(parser *P, nvec *v, jnode *x) {
-    if (v->n == v->cap) {
-        const uint32_t cap = v->cap ? v->cap * 2 : 8;
-        jnode **p = realloc(v->v, cap * sizeof *p);
-        if (!p) {
-            perr(P, cur(P)->line, "out of memory");
-            return false;
-        }
-        v->v = p;
-        v->cap = cap;
+    if (!CN_GROW(v->v, v->cap, (size_t)v->n + 1)) {
+        perr(P, cur(P)->line, "out of memory");
+        return false;
     }
     v->v[v->n++] = x;
     return true;

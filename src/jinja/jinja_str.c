@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/utf8.h"
 #include "jinja/jinja_impl.h"
 
@@ -24,16 +25,9 @@ bool jbuf_put(jbuf *b, const char *s, size_t n) {
         b->over = true;
         return false;
     }
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap = cap > SIZE_MAX / 2 ? b->n + n + 1 : cap * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return false;
-        }
-        b->p = p;
-        b->cap = cap;
+    if (!CN_GROW(b->p, b->cap, b->n + n + 1)) {
+        b->oom = true;
+        return false;
     }
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
