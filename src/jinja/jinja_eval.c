@@ -1545,130 +1545,173 @@ static bool write_value(jr *r, jbuf *out, jv v) {
     return true;
 }
 
-static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
+/* One function per kind of statement node; exec() dispatches through EXEC below. */
+
+static xres ex_text(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    (void)s;
+    if (jbuf_put(out, n->val.u.s->b, n->val.u.s->len)) return X_OK;
+    jr_buf_fail(r, out, NULL);
+    return X_ERR;
+}
+
+static xres ex_print(jr *r, const jnode *n, jscope *s, jbuf *out) {
     jv v;
-    switch (n->kind) {
-    case N_TEXT:
-        if (jbuf_put(out, n->val.u.s->b, n->val.u.s->len)) return X_OK;
-        jr_buf_fail(r, out, NULL);
+    if (!eval(r, n->a, s, &v)) return X_ERR;
+    const bool ok = write_value(r, out, v);
+    jv_unref(v);
+    return ok ? X_OK : X_ERR;
+}
+
+static xres ex_if(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv v;
+    if (!eval(r, n->a, s, &v)) return X_ERR;
+    const bool t = jv_truthy(v);
+    jv_unref(v);
+    return t ? exec_body(r, n->kids, n->n_kids, s, out) : exec_body(r, n->kids2, n->n_kids2, s, out);
+}
+
+static xres ex_for(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv v;
+    if (!eval(r, n->b, s, &v)) return X_ERR;
+    const xres x = run_for(r, n, v, s, 0, out);
+    jv_unref(v);
+    return x;
+}
+
+static xres ex_set(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv v;
+    (void)out;
+    if (!eval(r, n->b, s, &v)) return X_ERR;
+    r->line = n->line;
+    return assign(r, n->a, v, s) ? X_OK : X_ERR;
+}
+
+/* {% set x %}body{% endset %}, through its filters */
+static xres ex_setblock(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv body, res;
+    (void)out;
+    if (!render_to_str(r, n, s, &body)) return X_ERR;
+    if (!apply_filter(r, n->b, s, body, &res)) return X_ERR;
+    r->line = n->line;
+    return assign(r, n->a, res, s) ? X_OK : X_ERR;
+}
+
+/* A macro (or a call block's caller) defined by n, closing over s. */
+static bool new_macro(jr *r, const jnode *n, jscope *s, const char *name, jv *out) {
+    jmacro *m = calloc(1, sizeof *m);
+    if (!m) return jr_oom(r);
+    m->h = (jobj){.rc = 1, .type = JV_MACRO};
+    m->def = n;
+    m->closure = s;
+    m->name = name;
+    *out = (jv){.kind = JV_MACRO, .u.m = m};
+    if (capture(r, s)) return true;
+    jv_unref(*out);
+    return false;
+}
+
+static xres ex_macro(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv m;
+    (void)out;
+    if (!new_macro(r, n, s, r->t->atoms[n->atom], &m)) return X_ERR;
+    return scope_set(r, s, n->atom, m) ? X_OK : X_ERR;
+}
+
+/* {% call f(args) %}body{% endcall %}: f called with caller= the body as a macro */
+static xres ex_callblock(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv caller;
+    if (!new_macro(r, n, s, "caller", &caller)) return X_ERR;
+    const jnode *call = n->a;
+    jv fn, res;
+    jargs a;
+    if (!eval(r, call->a, s, &fn)) {
+        jv_unref(caller);
         return X_ERR;
-    case N_PRINT: {
-        if (!eval(r, n->a, s, &v)) return X_ERR;
-        const bool ok = write_value(r, out, v);
-        jv_unref(v);
-        return ok ? X_OK : X_ERR;
     }
-    case N_IF: {
-        if (!eval(r, n->a, s, &v)) return X_ERR;
-        const bool t = jv_truthy(v);
-        jv_unref(v);
-        return t ? exec_body(r, n->kids, n->n_kids, s, out) : exec_body(r, n->kids2, n->n_kids2, s, out);
-    }
-    case N_FOR: {
-        if (!eval(r, n->b, s, &v)) return X_ERR;
-        const xres x = run_for(r, n, v, s, 0, out);
-        jv_unref(v);
-        return x;
-    }
-    case N_SET:
-        if (!eval(r, n->b, s, &v)) return X_ERR;
-        r->line = n->line;
-        return assign(r, n->a, v, s) ? X_OK : X_ERR;
-    case N_SETBLOCK: {
-        jv body, res;
-        if (!render_to_str(r, n, s, &body)) return X_ERR;
-        if (!apply_filter(r, n->b, s, body, &res)) return X_ERR;
-        r->line = n->line;
-        return assign(r, n->a, res, s) ? X_OK : X_ERR;
-    }
-    case N_MACRO: {
-        jmacro *m = calloc(1, sizeof *m);
-        if (!m) {
-            jr_oom(r);
-            return X_ERR;
-        }
-        m->h = (jobj){.rc = 1, .type = JV_MACRO};
-        m->def = n;
-        m->closure = s;
-        m->name = r->t->atoms[n->atom];
-        if (!capture(r, s)) {
-            free(m);
-            return X_ERR;
-        }
-        return scope_set(r, s, n->atom, (jv){.kind = JV_MACRO, .u.m = m}) ? X_OK : X_ERR;
-    }
-    case N_CALLBLOCK: {
-        jmacro *m = calloc(1, sizeof *m);
-        if (!m) {
-            jr_oom(r);
-            return X_ERR;
-        }
-        m->h = (jobj){.rc = 1, .type = JV_MACRO};
-        m->def = n;
-        m->closure = s;
-        m->name = "caller";
-        const jv caller = {.kind = JV_MACRO, .u.m = m};
-        if (!capture(r, s)) {
-            jv_unref(caller);
-            return X_ERR;
-        }
-        const jnode *call = n->a;
-        jv fn, res;
-        jargs a;
-        if (!eval(r, call->a, s, &fn)) {
-            jv_unref(caller);
-            return X_ERR;
-        }
-        if (!eval_args(r, call, s, &a)) {
-            jv_unref(fn);
-            jv_unref(caller);
-            return X_ERR;
-        }
-        size_t cap = a.n_kw;
-        jstr *caller_name = jstr_new("caller", 6);
-        bool ok = caller_name ? args_push_kw(r, &a, caller_name, caller, &cap) : jr_oom(r);
-        if (caller_name) jv_unref(jv_str(caller_name));
-        else jv_unref(caller);
-        r->line = n->line;
-        if (ok) ok = jr_call(r, fn, &a, &res);
-        args_free(&a);
+    if (!eval_args(r, call, s, &a)) {
         jv_unref(fn);
-        if (!ok) return X_ERR;
-        ok = write_value(r, out, res);
-        jv_unref(res);
-        return ok ? X_OK : X_ERR;
+        jv_unref(caller);
+        return X_ERR;
     }
-    case N_FILTERBLOCK: {
-        jv body, res;
-        if (!render_to_str(r, n, s, &body)) return X_ERR;
-        if (!apply_filter(r, n->a, s, body, &res)) return X_ERR;
-        const bool ok = write_value(r, out, res);
-        jv_unref(res);
-        return ok ? X_OK : X_ERR;
+    size_t cap = a.n_kw;
+    jstr *caller_name = jstr_new("caller", 6);
+    bool ok = caller_name ? args_push_kw(r, &a, caller_name, caller, &cap) : jr_oom(r);
+    if (caller_name) jv_unref(jv_str(caller_name));
+    else jv_unref(caller);
+    r->line = n->line;
+    if (ok) ok = jr_call(r, fn, &a, &res);
+    args_free(&a);
+    jv_unref(fn);
+    if (!ok) return X_ERR;
+    ok = write_value(r, out, res);
+    jv_unref(res);
+    return ok ? X_OK : X_ERR;
+}
+
+static xres ex_filterblock(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv body, res;
+    if (!render_to_str(r, n, s, &body)) return X_ERR;
+    if (!apply_filter(r, n->a, s, body, &res)) return X_ERR;
+    const bool ok = write_value(r, out, res);
+    jv_unref(res);
+    return ok ? X_OK : X_ERR;
+}
+
+static xres ex_with(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    /* the values are evaluated where the with stands, not seeing each other */
+    jscope *ws = scope_new(r, s);
+    if (!ws) return X_ERR;
+    bool ok = frame_start(r, ws, n->undef, n->n_undef);
+    for (uint32_t i = 0; i < n->n_kids2 && ok; i++) {
+        jv v;
+        ok = eval(r, n->defs[i], s, &v) && assign(r, n->kids2[i], v, ws);
     }
-    case N_WITH: {
-        /* the values are evaluated where the with stands, not seeing each other */
-        jscope *ws = scope_new(r, s);
-        if (!ws) return X_ERR;
-        bool ok = frame_start(r, ws, n->undef, n->n_undef);
-        for (uint32_t i = 0; i < n->n_kids2 && ok; i++) ok = eval(r, n->defs[i], s, &v) && assign(r, n->kids2[i], v, ws);
-        const xres x = ok ? exec_body(r, n->kids, n->n_kids, ws, out) : X_ERR;
-        scope_end(r, ws);
-        return x;
-    }
-    case N_BREAK: return X_BREAK;
-    case N_CONTINUE: return X_CONTINUE;
-    case N_SCOPE: {
-        if (n->flags == 1) return exec_body(r, n->kids, n->n_kids, s, out);
-        jscope *c = scope_new(r, s);
-        if (!c) return X_ERR;
-        const xres x = frame_start(r, c, n->undef, n->n_undef) ? exec_body(r, n->kids, n->n_kids, c, out) : X_ERR;
-        scope_end(r, c);
-        return x;
-    }
-    case N_FAIL: jr_fail(r, "%s", n->val.u.s->b); return X_ERR;
-    default: jr_fail(r, "unexpected node in a statement list"); return X_ERR;
-    }
+    const xres x = ok ? exec_body(r, n->kids, n->n_kids, ws, out) : X_ERR;
+    scope_end(r, ws);
+    return x;
+}
+
+static xres ex_break(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    (void)r, (void)n, (void)s, (void)out;
+    return X_BREAK;
+}
+
+static xres ex_continue(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    (void)r, (void)n, (void)s, (void)out;
+    return X_CONTINUE;
+}
+
+/* a body in a frame of its own (flags 1: in the enclosing one) */
+static xres ex_scope(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    if (n->flags == 1) return exec_body(r, n->kids, n->n_kids, s, out);
+    jscope *c = scope_new(r, s);
+    if (!c) return X_ERR;
+    const xres x = frame_start(r, c, n->undef, n->n_undef) ? exec_body(r, n->kids, n->n_kids, c, out) : X_ERR;
+    scope_end(r, c);
+    return x;
+}
+
+/* what the parser found wrong where jinja2 fails only when it runs */
+static xres ex_fail(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    (void)s, (void)out;
+    jr_fail(r, "%s", n->val.u.s->b);
+    return X_ERR;
+}
+
+typedef xres (*exec_fn)(jr *r, const jnode *n, jscope *s, jbuf *out);
+static const exec_fn EXEC[] = {
+    [N_TEXT] = ex_text,   [N_PRINT] = ex_print,         [N_IF] = ex_if,
+    [N_FOR] = ex_for,     [N_SET] = ex_set,             [N_SETBLOCK] = ex_setblock,
+    [N_MACRO] = ex_macro, [N_CALLBLOCK] = ex_callblock, [N_FILTERBLOCK] = ex_filterblock,
+    [N_WITH] = ex_with,   [N_BREAK] = ex_break,         [N_CONTINUE] = ex_continue,
+    [N_SCOPE] = ex_scope, [N_FAIL] = ex_fail,
+};
+
+static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    const exec_fn f = n->kind < CN_ARRAY_LEN(EXEC) ? EXEC[n->kind] : NULL;
+    if (f) return f(r, n, s, out);
+    jr_fail(r, "unexpected node in a statement list");
+    return X_ERR;
 }
 
 static xres exec_body(jr *r, jnode *const *body, uint32_t n, jscope *s, jbuf *out) {
