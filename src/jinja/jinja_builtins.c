@@ -307,123 +307,113 @@ static size_t line_end(const char *s, size_t n, size_t i, size_t *eol) {
     return n;
 }
 
-/* Python whitespace split (sep None) or by sep; maxsplit < 0 for all; from the right
- * when right. */
-static bool split_str(jr *r, jv str, jv sep, int64_t maxsplit, bool right, jv *out) {
+/* Appends s[0..n) to l as a string, Markup when markup says so. */
+static bool push_piece(jr *r, jlist *l, const char *s, size_t n, uint8_t markup) {
+    jv piece;
+    if (!jr_str(r, s, n, &piece)) return false;
+    piece.flags = markup;
+    return push(r, l, piece);
+}
+
+/* str.split(sep, maxsplit) with a separator: pieces left to right */
+static bool split_sep(jr *r, jlist *l, jv str, const jstr *sep, int64_t maxsplit) {
+    const char *s = str.u.s->b;
+    const size_t n = str.u.s->len, k = sep->len;
+    const uint8_t fl = str.flags & JF_MARKUP;
+    size_t i = 0;
+    for (; maxsplit != 0; maxsplit--) {
+        const char *f = memmem(s + i, n - i, sep->b, k);
+        if (!f) break;
+        if (!push_piece(r, l, s + i, (size_t)(f - s) - i, fl)) return false;
+        i = (size_t)(f - s) + k;
+    }
+    return push_piece(r, l, s + i, n - i, fl);
+}
+
+/* str.rsplit(sep, maxsplit): pieces right to left (the caller reverses them) */
+static bool rsplit_sep(jr *r, jlist *l, jv str, const jstr *sep, int64_t maxsplit) {
+    const char *s = str.u.s->b;
+    const size_t k = sep->len;
+    const uint8_t fl = str.flags & JF_MARKUP;
+    size_t z = str.u.s->len;
+    for (; maxsplit != 0 && z >= k; maxsplit--) {
+        const char *at = memrmem(s, z, sep->b, k);
+        if (!at) break;
+        const size_t f = (size_t)(at - s);
+        if (!push_piece(r, l, s + f + k, z - f - k, fl)) return false;
+        z = f;
+    }
+    return push_piece(r, l, s, z, fl);
+}
+
+/* str.split(None, maxsplit): runs of Unicode whitespace separate, none at the ends */
+static bool split_ws(jr *r, jlist *l, jv str, int64_t maxsplit) {
     const char *s = str.u.s->b;
     const size_t n = str.u.s->len;
     const uint8_t fl = str.flags & JF_MARKUP;
+    for (size_t i = 0;; maxsplit--) {
+        size_t a, z;
+        jpy_strip(s + i, n - i, NULL, 0, STRIP_LEFT, &a, &z);
+        i += a;
+        if (i >= n) return true;
+        if (maxsplit == 0) return push_piece(r, l, s + i, n - i, fl);
+        size_t j = i;
+        while (j < n) {
+            uint32_t cp;
+            bool ok;
+            const size_t k = ju8_next(s + j, n - j, &cp, &ok);
+            if (ok && jpy_isspace(cp)) break;
+            j += k;
+        }
+        if (!push_piece(r, l, s + i, j - i, fl)) return false;
+        i = j;
+    }
+}
+
+/* str.rsplit(None, maxsplit): the same from the right (the caller reverses the pieces) */
+static bool rsplit_ws(jr *r, jlist *l, jv str, int64_t maxsplit) {
+    const char *s = str.u.s->b;
+    const uint8_t fl = str.flags & JF_MARKUP;
+    for (size_t z = str.u.s->len;; maxsplit--) {
+        size_t a, e;
+        jpy_strip(s, z, NULL, 0, STRIP_RIGHT, &a, &e);
+        z = e;
+        if (z == 0) return true;
+        if (maxsplit == 0) return push_piece(r, l, s, z, fl);
+        size_t j = z;
+        while (j > 0) {
+            const size_t k = ju8_prev(s, j);
+            uint32_t cp;
+            bool ok;
+            ju8_next(s + j - k, k, &cp, &ok);
+            if (ok && jpy_isspace(cp)) break;
+            j -= k;
+        }
+        if (!push_piece(r, l, s + j, z - j, fl)) return false;
+        z = j;
+    }
+}
+
+/* Python's str.split / rsplit (right): by sep, or on whitespace when sep is None;
+ * maxsplit < 0 for no limit. */
+static bool split_str(jr *r, jv str, jv sep, int64_t maxsplit, bool right, jv *out) {
     jlist *l;
     if (!new_list(r, 0, &l)) return false;
-    jv piece;
-    if (sep.kind == JV_STR) {
-        const char *p = sep.u.s->b;
-        const size_t k = sep.u.s->len;
-        if (k == 0) {
-            jv_unref(jv_list(l, false));
-            return jr_fail(r, "empty separator");
-        }
-        if (!right) {
-            size_t i = 0;
-            while (maxsplit != 0) {
-                const char *f = memmem(s + i, n - i, p, k);
-                if (!f) break;
-                if (!jr_str(r, s + i, (size_t)(f - s) - i, &piece)) goto fail;
-                piece.flags = fl;
-                if (!push(r, l, piece)) goto fail;
-                i = (size_t)(f - s) + k;
-                maxsplit--;
-            }
-            if (!jr_str(r, s + i, n - i, &piece)) goto fail;
-            piece.flags = fl;
-            if (!push(r, l, piece)) goto fail;
-        } else {
-            size_t z = n;
-            while (maxsplit != 0 && z >= k) {
-                const char *at = memrmem(s, z, p, k);
-                if (!at) break;
-                const size_t f = (size_t)(at - s);
-                if (!jr_str(r, s + f + k, z - f - k, &piece)) goto fail;
-                piece.flags = fl;
-                if (!push(r, l, piece)) goto fail;
-                z = f;
-                maxsplit--;
-            }
-            if (!jr_str(r, s, z, &piece)) goto fail;
-            piece.flags = fl;
-            if (!push(r, l, piece)) goto fail;
-            for (size_t i = 0; i < l->n / 2; i++) {
-                const jv t = l->v[i];
-                l->v[i] = l->v[l->n - 1 - i];
-                l->v[l->n - 1 - i] = t;
-            }
-        }
-    } else if (!right) {
-        size_t i = 0;
-        for (;;) {
-            size_t a, z;
-            jpy_strip(s + i, n - i, NULL, 0, 1, &a, &z);
-            i += a;
-            if (i >= n) break;
-            if (maxsplit == 0) {
-                if (!jr_str(r, s + i, n - i, &piece)) goto fail;
-                piece.flags = fl;
-                if (!push(r, l, piece)) goto fail;
-                break;
-            }
-            size_t j = i;
-            while (j < n) {
-                uint32_t cp;
-                bool ok;
-                const size_t k = ju8_next(s + j, n - j, &cp, &ok);
-                if (ok && jpy_isspace(cp)) break;
-                j += k;
-            }
-            if (!jr_str(r, s + i, j - i, &piece)) goto fail;
-            piece.flags = fl;
-            if (!push(r, l, piece)) goto fail;
-            i = j;
-            maxsplit--;
-        }
-    } else {
-        size_t z = n;
-        for (;;) {
-            size_t a, e;
-            jpy_strip(s, z, NULL, 0, 2, &a, &e);
-            z = e;
-            if (z == 0) break;
-            if (maxsplit == 0) {
-                if (!jr_str(r, s, z, &piece)) goto fail;
-                piece.flags = fl;
-                if (!push(r, l, piece)) goto fail;
-                break;
-            }
-            size_t j = z;
-            while (j > 0) {
-                const size_t k = ju8_prev(s, j);
-                uint32_t cp;
-                bool ok;
-                ju8_next(s + j - k, k, &cp, &ok);
-                if (ok && jpy_isspace(cp)) break;
-                j -= k;
-            }
-            if (!jr_str(r, s + j, z - j, &piece)) goto fail;
-            piece.flags = fl;
-            if (!push(r, l, piece)) goto fail;
-            z = j;
-            maxsplit--;
-        }
-        for (size_t i = 0; i < l->n / 2; i++) {
-            const jv t = l->v[i];
-            l->v[i] = l->v[l->n - 1 - i];
-            l->v[l->n - 1 - i] = t;
-        }
+    bool ok;
+    if (sep.kind == JV_STR && sep.u.s->len == 0) ok = jr_fail(r, "empty separator");
+    else if (sep.kind == JV_STR) ok = (right ? rsplit_sep : split_sep)(r, l, str, sep.u.s, maxsplit);
+    else ok = (right ? rsplit_ws : split_ws)(r, l, str, maxsplit);
+    if (!ok) {
+        jv_unref(jv_list(l, false));
+        return false;
+    }
+    for (size_t i = 0; right && i < l->n / 2; i++) {
+        const jv t = l->v[i];
+        l->v[i] = l->v[l->n - 1 - i];
+        l->v[l->n - 1 - i] = t;
     }
     *out = jv_list(l, false);
     return true;
-fail:
-    jv_unref(jv_list(l, false));
-    return false;
 }
 
 static bool strip_str(jr *r, jv s, jv chars, int which, jv *out) {
@@ -547,10 +537,7 @@ static bool m_splitlines(jr *r, const jcall *c, jv *out) {
     for (size_t i = 0; i < s->len;) {
         size_t eol;
         const size_t j = line_end(s->b, s->len, i, &eol);
-        jv piece;
-        if (!jr_str(r, s->b + i, j - i + (keep ? eol : 0), &piece)) goto fail;
-        piece.flags = c->v.flags & JF_MARKUP;
-        if (!push(r, l, piece)) goto fail;
+        if (!push_piece(r, l, s->b + i, j - i + (keep ? eol : 0), c->v.flags & JF_MARKUP)) goto fail;
         i = j + eol;
     }
     *out = jv_list(l, false);
