@@ -1015,6 +1015,183 @@ static jnode **function_body(parser *P, const char *const *end, uint32_t *n) {
     return b;
 }
 
+/* One function per tag, after its name; parse_statement finds them in TAGS below. */
+
+/* {% set x = expr %}, or {% set x %}body{% endset %} (through filters: {% set x | f %}) */
+static jnode *tag_set(parser *P, int line) {
+    static const char *const end[] = {"endset", NULL};
+    jnode *target = parse_assign_target(P, false, NULL, true), *n;
+    if (!target) return NULL;
+    if (is_op(cur(P), TO_ASSIGN)) {
+        adv(P);
+        if ((n = node(P, N_SET, line))) {
+            n->a = target;
+            if (!(n->b = parse_tuple(P, false, true, NULL, false, false))) n = NULL;
+        }
+    } else if ((n = node(P, N_SETBLOCK, line))) {
+        n->a = target;
+        if (is_op(cur(P), TO_PIPE)) n->b = parse_filter(P, NULL, false);
+        if (!P->failed) n->kids = parse_statements(P, end, true, &n->n_kids);
+    }
+    return n;
+}
+
+static jnode *tag_macro(parser *P, int line) {
+    static const char *const end[] = {"endmacro", NULL};
+    const jtok *name = cur(P);
+    if (name->kind != T_NAME) {
+        char d[64];
+        return perr(P, name->line, "expected token 'name', got '%s'", describe(name, d));
+    }
+    adv(P);
+    jnode *n = name_node(P, name, N_MACRO);
+    if (n && parse_signature(P, n)) {
+        n->line = line;
+        n->kids = function_body(P, end, &n->n_kids);
+        mark_uses(P, n);
+    }
+    return n;
+}
+
+/* {% call(params) f(args) %}body{% endcall %} */
+static jnode *tag_call(parser *P, int line) {
+    static const char *const end[] = {"endcall", NULL};
+    jnode *n = node(P, N_CALLBLOCK, line);
+    if (!n) return NULL;
+    if (is_op(cur(P), TO_LPAREN) && !parse_signature(P, n)) return NULL;
+    const jnode *call = parse_expression(P, true);
+    if (!call) return NULL;
+    if (call->kind != N_CALL) return perr(P, line, "expected call");
+    n->a = (jnode *)call;
+    n->kids = function_body(P, end, &n->n_kids);
+    mark_uses(P, n);
+    return n;
+}
+
+static jnode *tag_filter(parser *P, int line) {
+    static const char *const end[] = {"endfilter", NULL};
+    jnode *n = node(P, N_FILTERBLOCK, line);
+    if (n) {
+        n->a = parse_filter(P, NULL, true);
+        if (!P->failed) n->kids = parse_statements(P, end, true, &n->n_kids);
+    }
+    return n;
+}
+
+/* {% with a = x, b = y %} */
+static jnode *tag_with(parser *P, int line) {
+    static const char *const end[] = {"endwith", NULL};
+    nvec targets = {0}, values = {0};
+    jnode *n = NULL;
+    while (!P->failed && cur(P)->kind != T_BLOCK_END) {
+        if (targets.n && !expect_op(P, TO_COMMA, ",")) break;
+        jnode *tg = parse_assign_target(P, false, NULL, false), *v = NULL;
+        if (!tg || !expect_op(P, TO_ASSIGN, "=") || !(v = parse_expression(P, true))) break;
+        if (!nv_push(P, &targets, tg) || !nv_push(P, &values, v)) break;
+    }
+    if (!P->failed && (n = node(P, N_WITH, line))) {
+        uint32_t nv;
+        n->kids2 = nv_done(P, &targets, &n->n_kids2);
+        n->defs = nv_done(P, &values, &nv);
+        n->kids = parse_statements(P, end, true, &n->n_kids);
+    }
+    free(targets.v);
+    free(values.v);
+    return n;
+}
+
+/* {% print a, b %}: each expression printed, in the enclosing scope */
+static jnode *tag_print(parser *P, int line) {
+    nvec items = {0};
+    jnode *n = NULL;
+    while (!P->failed && cur(P)->kind != T_BLOCK_END) {
+        if (items.n && !expect_op(P, TO_COMMA, ",")) break;
+        jnode *e = parse_expression(P, true), *p = e ? node(P, N_PRINT, e->line) : NULL;
+        if (!p) break;
+        p->a = e;
+        if (!nv_push(P, &items, p)) break;
+    }
+    if (!P->failed && (n = node(P, N_SCOPE, line))) {
+        n->kids = nv_done(P, &items, &n->n_kids);
+        n->flags = 1; /* no scope of its own */
+    }
+    free(items.v);
+    return n;
+}
+
+static jnode *loop_control(parser *P, int line, int kind) {
+    if (!P->in_loop) return perr(P, line, "'%s' outside loop", kind == N_BREAK ? "break" : "continue");
+    return node(P, kind, line);
+}
+static jnode *tag_break(parser *P, int line) { return loop_control(P, line, N_BREAK); }
+static jnode *tag_continue(parser *P, int line) { return loop_control(P, line, N_CONTINUE); }
+
+/* HF's {% generation %}: its body, in a scope and a function body of its own */
+static jnode *tag_generation(parser *P, int line) {
+    static const char *const end[] = {"endgeneration", NULL};
+    jnode *n = node(P, N_SCOPE, line);
+    if (n) n->kids = function_body(P, end, &n->n_kids);
+    return n;
+}
+
+/* {% block name [scoped] [required] %}: without inheritance, its body in place */
+static jnode *tag_block(parser *P, int line) {
+    static const char *const end[] = {"endblock", NULL};
+    if (cur(P)->kind != T_NAME) return perr(P, line, "expected token 'name'");
+    const jtok *bn = cur(P);
+    adv(P);
+    if (is_name(cur(P), "scoped")) adv(P);
+    if (is_name(cur(P), "required")) adv(P);
+    jnode *n = node(P, N_SCOPE, line);
+    if (n) {
+        const int in_loop = P->in_loop;
+        P->in_loop = 0;
+        n->kids = parse_statements(P, end, true, &n->n_kids);
+        P->in_loop = in_loop;
+        if (cur(P)->kind == T_NAME && cur(P)->n == bn->n && memcmp(cur(P)->p, bn->p, bn->n) == 0) adv(P);
+    }
+    return n;
+}
+
+static jnode *tag_autoescape(parser *P, int line) {
+    static const char *const end[] = {"endautoescape", NULL};
+    jnode *n = NULL;
+    if (parse_expression(P, true) && (n = node(P, N_SCOPE, line))) n->kids = parse_statements(P, end, true, &n->n_kids);
+    return n;
+}
+
+/* extends, include, import, from: parsed loosely (their arguments up to the end of the
+ * tag), failing when they run as jinja2 does without a loader */
+static jnode *tag_loader(parser *P, int line) {
+    while (cur(P)->kind != T_BLOCK_END && cur(P)->kind != T_EOF) adv(P);
+    jnode *n = node(P, N_FAIL, line);
+    if (n) n->val = name_str(P, "no loader for this environment specified", 40);
+    return n;
+}
+
+static const struct {
+    const char *name;
+    jnode *(*parse)(parser *P, int line);
+} TAGS[] = {
+    {"for", parse_for},
+    {"if", parse_if},
+    {"set", tag_set},
+    {"macro", tag_macro},
+    {"call", tag_call},
+    {"filter", tag_filter},
+    {"with", tag_with},
+    {"print", tag_print},
+    {"break", tag_break},
+    {"continue", tag_continue},
+    {"generation", tag_generation},
+    {"block", tag_block},
+    {"autoescape", tag_autoescape},
+    {"extends", tag_loader},
+    {"include", tag_loader},
+    {"import", tag_loader},
+    {"from", tag_loader},
+};
+
 static jnode *parse_statement(parser *P) {
     const jtok *t = cur(P);
     const int line = t->line;
@@ -1022,113 +1199,10 @@ static jnode *parse_statement(parser *P) {
     if (!enter(P)) return NULL;
     adv(P);
     jnode *n = NULL;
-    if (is_name(t, "for")) {
-        n = parse_for(P, line);
-    } else if (is_name(t, "if")) {
-        n = parse_if(P, line);
-    } else if (is_name(t, "set")) {
-        static const char *const end[] = {"endset", NULL};
-        jnode *target = parse_assign_target(P, false, NULL, true);
-        if (!target) return NULL;
-        if (is_op(cur(P), TO_ASSIGN)) {
-            adv(P);
-            if ((n = node(P, N_SET, line))) {
-                n->a = target;
-                if (!(n->b = parse_tuple(P, false, true, NULL, false, false))) n = NULL;
-            }
-        } else if ((n = node(P, N_SETBLOCK, line))) {
-            n->a = target;
-            if (is_op(cur(P), TO_PIPE)) n->b = parse_filter(P, NULL, false);
-            if (!P->failed) n->kids = parse_statements(P, end, true, &n->n_kids);
-        }
-    } else if (is_name(t, "macro")) {
-        static const char *const end[] = {"endmacro", NULL};
-        const jtok *name = cur(P);
-        if (name->kind != T_NAME) {
-            char d[64];
-            return perr(P, name->line, "expected token 'name', got '%s'", describe(name, d));
-        }
-        adv(P);
-        if ((n = name_node(P, name, N_MACRO)) && parse_signature(P, n)) {
-            n->line = line;
-            n->kids = function_body(P, end, &n->n_kids);
-            mark_uses(P, n);
-        }
-    } else if (is_name(t, "call")) {
-        static const char *const end[] = {"endcall", NULL};
-        if ((n = node(P, N_CALLBLOCK, line))) {
-            if (is_op(cur(P), TO_LPAREN) && !parse_signature(P, n)) return NULL;
-            const jnode *call = parse_expression(P, true);
-            if (!call) return NULL;
-            if (call->kind != N_CALL) return perr(P, line, "expected call");
-            n->a = (jnode *)call;
-            n->kids = function_body(P, end, &n->n_kids);
-            mark_uses(P, n);
-        }
-    } else if (is_name(t, "filter")) {
-        static const char *const end[] = {"endfilter", NULL};
-        if ((n = node(P, N_FILTERBLOCK, line))) {
-            n->a = parse_filter(P, NULL, true);
-            if (!P->failed) n->kids = parse_statements(P, end, true, &n->n_kids);
-        }
-    } else if (is_name(t, "with")) {
-        static const char *const end[] = {"endwith", NULL};
-        nvec targets = {0}, values = {0};
-        while (!P->failed && cur(P)->kind != T_BLOCK_END) {
-            if (targets.n && !expect_op(P, TO_COMMA, ",")) break;
-            jnode *tg = parse_assign_target(P, false, NULL, false), *v = NULL;
-            if (!tg || !expect_op(P, TO_ASSIGN, "=") || !(v = parse_expression(P, true))) break;
-            if (!nv_push(P, &targets, tg) || !nv_push(P, &values, v)) break;
-        }
-        if (!P->failed && (n = node(P, N_WITH, line))) {
-            uint32_t nv;
-            n->kids2 = nv_done(P, &targets, &n->n_kids2);
-            n->defs = nv_done(P, &values, &nv);
-            n->kids = parse_statements(P, end, true, &n->n_kids);
-        }
-        free(targets.v);
-        free(values.v);
-    } else if (is_name(t, "print")) {
-        nvec items = {0};
-        while (!P->failed && cur(P)->kind != T_BLOCK_END) {
-            if (items.n && !expect_op(P, TO_COMMA, ",")) break;
-            jnode *e = parse_expression(P, true), *p = e ? node(P, N_PRINT, e->line) : NULL;
-            if (!p) break;
-            p->a = e;
-            if (!nv_push(P, &items, p)) break;
-        }
-        if (!P->failed && (n = node(P, N_SCOPE, line))) {
-            n->kids = nv_done(P, &items, &n->n_kids);
-            n->flags = 1; /* no scope of its own */
-        }
-        free(items.v);
-    } else if (is_name(t, "break") || is_name(t, "continue")) {
-        if (!P->in_loop) return perr(P, line, "'%s' outside loop", is_name(t, "break") ? "break" : "continue");
-        n = node(P, is_name(t, "break") ? N_BREAK : N_CONTINUE, line);
-    } else if (is_name(t, "generation")) {
-        static const char *const end[] = {"endgeneration", NULL};
-        if ((n = node(P, N_SCOPE, line))) n->kids = function_body(P, end, &n->n_kids);
-    } else if (is_name(t, "block")) {
-        static const char *const end[] = {"endblock", NULL};
-        if (cur(P)->kind != T_NAME) return perr(P, line, "expected token 'name'");
-        const jtok *bn = cur(P);
-        adv(P);
-        if (is_name(cur(P), "scoped")) adv(P);
-        if (is_name(cur(P), "required")) adv(P);
-        if ((n = node(P, N_SCOPE, line))) {
-            const int in_loop = P->in_loop;
-            P->in_loop = 0;
-            n->kids = parse_statements(P, end, true, &n->n_kids);
-            P->in_loop = in_loop;
-            if (cur(P)->kind == T_NAME && cur(P)->n == bn->n && memcmp(cur(P)->p, bn->p, bn->n) == 0) adv(P);
-        }
-    } else if (is_name(t, "autoescape")) {
-        static const char *const end[] = {"endautoescape", NULL};
-        if (parse_expression(P, true) && (n = node(P, N_SCOPE, line))) n->kids = parse_statements(P, end, true, &n->n_kids);
-    } else if (is_name(t, "extends") || is_name(t, "include") || is_name(t, "import") || is_name(t, "from")) {
-        /* parsed loosely: their arguments up to the end of the tag */
-        while (cur(P)->kind != T_BLOCK_END && cur(P)->kind != T_EOF) adv(P);
-        if ((n = node(P, N_FAIL, line))) n->val = name_str(P, "no loader for this environment specified", 40);
+    size_t i = 0;
+    while (i < CN_ARRAY_LEN(TAGS) && !is_name(t, TAGS[i].name)) i++;
+    if (i < CN_ARRAY_LEN(TAGS)) {
+        n = TAGS[i].parse(P, line);
     } else {
         char d[64];
         perr(P, line, "Encountered unknown tag '%s'.", describe(t, d));
