@@ -8,7 +8,7 @@
  * Each follows the Python function it stands for: its parameters (positional and by
  * keyword), its results' types (a generator from select or map prints as one and is
  * true even when empty; items() is a view), its errors. Filters jinja2 has that no chat
- * template uses (groupby, batch, slice, truncate, wordwrap, urlize, xmlattr, urlencode,
+ * template uses (groupby, batch, slice, wordwrap, urlize, xmlattr, urlencode,
  * filesizeformat, pprint, striptags, random) are known names that fail when run, so
  * templates naming them still parse as under jinja2.
  *
