@@ -268,7 +268,7 @@ CN_API cn_status cn_fim_prompt(const cn_tokenizer *t, const cn_fim_params *p, in
  * A conversation rendered into the prompt text a chat model was trained on
  * (src/text/chat.c): the model's own tokenizer.chat_template run by cinder's Jinja
  * interpreter, byte for byte as Hugging Face's apply_chat_template renders it with jinja2
- * (src/text/jinja.h); or, for files without one and by name, hand-written renderers of
+ * (src/jinja/jinja.h); or, for files without one and by name, hand-written renderers of
  * three families (ChatML, Gemma, Llama-3). The rendered text never contains the BOS the
  * tokenizer adds: tokenize it with add_special and parse_special (the BOS rule in full:
  * src/text/chat.h). Immutable once made (set_clock aside); thread-safe. */

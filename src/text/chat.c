@@ -1,5 +1,5 @@
 /* chat.c — chat templates: the model's own Jinja template run by the interpreter
- * (text/jinja.h), and three families (ChatML, Gemma, Llama-3) rendered by hand-written C.
+ * (jinja/jinja.h), and three families (ChatML, Gemma, Llama-3) rendered by hand-written C.
  *
  * Jinja templates get the conversation as Hugging Face's apply_chat_template passes it:
  * messages, tools (or None), documents (None), add_generation_prompt, bos_token,
@@ -24,7 +24,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "text/jinja.h"
+#include "core/utf8.h"
+#include "jinja/jinja.h"
 #include "text/tokenizer.h"
 
 struct cn_chat_template {
@@ -233,36 +234,21 @@ static bool py_space(uint32_t cp) {
            cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-/* Decodes the well-formed UTF-8 character at s[0..n) (n >= 1); returns its length, or 0
- * if the bytes there are not one (then it is not whitespace). */
-static size_t utf8_char(const unsigned char *s, size_t n, uint32_t *cp) {
-    size_t len;
-    uint32_t c, min;
-    if (s[0] < 0x80) { *cp = s[0]; return 1; }
-    if ((s[0] & 0xE0) == 0xC0) { len = 2; c = s[0] & 0x1F; min = 0x80; }
-    else if ((s[0] & 0xF0) == 0xE0) { len = 3; c = s[0] & 0x0F; min = 0x800; }
-    else if ((s[0] & 0xF8) == 0xF0) { len = 4; c = s[0] & 0x07; min = 0x10000; }
-    else return 0;
-    if (n < len) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        c = (c << 6) | (s[k] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
-    *cp = c;
-    return len;
-}
-
 static void trim(const char **s, size_t *n) {
     const unsigned char *p = (const unsigned char *)*s;
     size_t a = 0, b = *n;
     uint32_t cp;
     size_t len;
-    while (a < b && (len = utf8_char(p + a, b - a, &cp)) > 0 && py_space(cp)) a += len;
+    /* bytes that are not UTF-8 decode as U+FFFD, which is not whitespace: trimming stops */
+    while (a < b) {
+        len = cn_utf8_decode(*s + a, b - a, &cp);
+        if (!py_space(cp)) break;
+        a += len;
+    }
     while (b > a) {
         size_t start = b - 1; /* back to the lead byte of the last character */
         while (start > a && b - start < 4 && (p[start] & 0xC0) == 0x80) start--;
-        len = utf8_char(p + start, b - start, &cp);
+        len = cn_utf8_decode(*s + start, b - start, &cp);
         if (len != b - start || !py_space(cp)) break;
         b = start;
     }

@@ -1,6 +1,6 @@
 /* chat.h — chat templates: a conversation rendered into the prompt text a chat model was
  * trained on. The model's own tokenizer.chat_template is run by the Jinja interpreter
- * (text/jinja.h), byte for byte as Hugging Face's apply_chat_template renders it with
+ * (jinja/jinja.h), byte for byte as Hugging Face's apply_chat_template renders it with
  * jinja2; hand-written C renderers of three families (ChatML, Gemma, Llama-3) serve
  * files without a template, templates the interpreter cannot parse but whose family is
  * recognized, and --chat-template NAME.

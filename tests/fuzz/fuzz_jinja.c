@@ -1,4 +1,4 @@
-/* fuzz_jinja.c — fuzz entry for the Jinja interpreter (src/text/jinja*.c): parsing and
+/* fuzz_jinja.c — fuzz entry for the Jinja interpreter (src/jinja): parsing and
  * rendering a template under small budgets.
  *
  * Input: a template text, then optionally a NUL byte and a JSON object of variables;
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 int fuzz_jinja_one(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* test_jinja.c — the Jinja interpreter (src/text/jinja*.c) piece by piece: whitespace
+/* test_jinja.c — the Jinja interpreter (src/jinja) piece by piece: whitespace
  * control, expressions with Python's semantics, loops and scoping, macros, filters,
  * tests, methods, HF's tojson, Undefined, the sandbox, errors with line numbers and the
  * three budgets.
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 static cn_jinja_limits test_limits(void) {
     cn_jinja_limits lim = cn_jinja_default_limits();
@@ -349,6 +349,13 @@ Test(jinja, errors_name_the_line) {
     check_error("\n{% if true %}{{ '1'|from_json }}{% endif %}", NULL, CN_STATUS_INVALID_ARG, "line 2", "from_json");
     check_error("{{ 1 }}", "[1]", CN_STATUS_INVALID_ARG, "JSON object", NULL);
     check_error("{{ 1 }}", "{\"a\": ", CN_STATUS_INVALID_ARG, "invalid JSON", NULL);
+}
+
+/* The lexer's message names the quote that opens the string left open (it once printed a
+ * byte of a pointer instead). */
+Test(jinja, unterminated_string_names_its_quote) {
+    check_error("{{ 'unterminated }}", NULL, CN_STATUS_INVALID_ARG, "unexpected char '''", NULL);
+    check_error("{{ \"unterminated }}", NULL, CN_STATUS_INVALID_ARG, "unexpected char '\"'", NULL);
 }
 
 Test(jinja, budgets) {

@@ -28,7 +28,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "text/jinja_impl.h"
+#include "core/buf.h"
+#include "jinja/jinja_impl.h"
 
 typedef enum { X_OK, X_ERR, X_BREAK, X_CONTINUE } xres;
 
@@ -107,22 +108,35 @@ bool jr_buf_to_str(jr *r, jbuf *b, jv *out) {
     return ok;
 }
 
-bool jr_to_str(jr *r, jv v, jv *out) {
-    if (v.kind == JV_STR) {
-        *out = jv_ref(v);
-        out->flags = 0;
-        return true;
-    }
+/* str(v) or repr(v) as a new string value */
+static bool to_text(jr *r, jv v, bool repr, jv *out) {
     jbuf b;
     jr_buf_init(r, &b);
     const char *why = NULL;
-    if (!jv_write_str(&b, v, &why)) {
+    if (!(repr ? jv_write_repr : jv_write_str)(&b, v, &why)) {
         jr_buf_fail(r, &b, why);
         jbuf_free(&b);
         return false;
     }
     return jr_buf_to_str(r, &b, out);
 }
+
+bool jr_buf_to_str_as(jr *r, jbuf *b, bool markup, jv *out) {
+    if (!jr_buf_to_str(r, b, out)) return false;
+    out->flags = markup ? JF_MARKUP : 0;
+    return true;
+}
+
+bool jr_to_str(jr *r, jv v, jv *out) {
+    if (v.kind == JV_STR) {
+        *out = jv_ref(v);
+        out->flags = 0;
+        return true;
+    }
+    return to_text(r, v, false, out);
+}
+
+bool jr_to_repr(jr *r, jv v, jv *out) { return to_text(r, v, true, out); }
 
 /* ---- Undefined ---- */
 
@@ -234,15 +248,9 @@ static bool scope_set(jr *r, jscope *s, int32_t atom, jv v) {
             s->v[i].val = v;
             return true;
         }
-    if (s->n == s->cap) {
-        const uint32_t cap = s->cap ? s->cap * 2 : 4;
-        jvar *p = realloc(s->v, cap * sizeof *p);
-        if (!p) {
-            jv_unref(v);
-            return jr_oom(r);
-        }
-        s->v = p;
-        s->cap = cap;
+    if (!CN_GROW(s->v, s->cap, (size_t)s->n + 1)) {
+        jv_unref(v);
+        return jr_oom(r);
     }
     s->v[s->n++] = (jvar){atom, v};
     return true;
@@ -290,15 +298,9 @@ static void args_free(jargs *a) {
 }
 
 static bool args_push_pos(jr *r, jargs *a, jv v, size_t *cap) {
-    if (a->n_pos == *cap) {
-        const size_t c = *cap ? *cap * 2 : 4;
-        jv *p = realloc(a->pos, c * sizeof *p);
-        if (!p) {
-            jv_unref(v);
-            return jr_oom(r);
-        }
-        a->pos = p;
-        *cap = c;
+    if (!CN_GROW(a->pos, *cap, a->n_pos + 1)) {
+        jv_unref(v);
+        return jr_oom(r);
     }
     a->pos[a->n_pos++] = v;
     return true;
@@ -310,9 +312,9 @@ static bool args_push_kw(jr *r, jargs *a, jstr *name, jv v, size_t *cap) {
             jv_unref(v);
             return jr_fail(r, "got multiple values for keyword argument '%.64s'", name->b);
         }
-    if (a->n_kw == *cap) {
-        const size_t c = *cap ? *cap * 2 : 4;
-        jv *p = realloc(a->kw, c * sizeof *p);
+    if (a->n_kw == *cap) { /* names and values grow together */
+        const size_t c = cn_grow_cap(*cap, a->n_kw + 1, sizeof *a->kw);
+        jv *p = c ? realloc(a->kw, c * sizeof *p) : NULL;
         jstr **q = p ? realloc(a->kw_names, c * sizeof *q) : NULL;
         if (p) a->kw = p;
         if (q) a->kw_names = q;
@@ -557,6 +559,14 @@ bool jr_getitem(jr *r, jv obj, jv key, jv *out) {
     return true;
 }
 
+bool jr_key_from_text(jr *r, const char *s, const char *e, jv *out) {
+    bool digits = e > s;
+    for (const char *c = s; c < e; c++) digits = digits && *c >= '0' && *c <= '9';
+    if (!digits || e - s >= 18) return jr_str(r, s, (size_t)(e - s), out);
+    *out = jv_int(strtoll(s, NULL, 10));
+    return true;
+}
+
 static bool slice_index(jr *r, jv v, bool *given, int64_t *out) {
     *given = false;
     if (v.kind == JV_NONE || jv_is_missing(v)) return true;
@@ -744,9 +754,7 @@ bool jr_escape(jr *r, jv v, jv *out) {
     }
     jbuf_put(&b, p + run, s.u.s->len - run);
     jv_unref(s);
-    if (!jr_buf_to_str(r, &b, out)) return false;
-    out->flags = JF_MARKUP;
-    return true;
+    return jr_buf_to_str_as(r, &b, true, out);
 }
 
 static bool concat_str(jr *r, jv a, jv b, jv *out) {
@@ -767,9 +775,7 @@ static bool concat_str(jr *r, jv a, jv b, jv *out) {
     jbuf_put(&o, eb.u.s->b, eb.u.s->len);
     jv_unref(ea);
     jv_unref(eb);
-    if (!jr_buf_to_str(r, &o, out)) return false;
-    out->flags = markup ? JF_MARKUP : 0;
-    return true;
+    return jr_buf_to_str_as(r, &o, markup, out);
 }
 
 static bool repeat(jr *r, jv seq, int64_t times, jv *out) {
@@ -781,9 +787,7 @@ static bool repeat(jr *r, jv seq, int64_t times, jv *out) {
         jbuf o;
         jr_buf_init(r, &o);
         for (int64_t i = 0; i < times; i++) jbuf_put(&o, seq.u.s->b, len);
-        if (!jr_buf_to_str(r, &o, out)) return false;
-        out->flags = seq.flags & JF_MARKUP;
-        return true;
+        return jr_buf_to_str_as(r, &o, seq.flags & JF_MARKUP, out);
     }
     const size_t n = seq.u.l->n;
     if (n && (uint64_t)times > r->lim.max_output_bytes / (n * sizeof(jv)))
@@ -797,7 +801,6 @@ static bool repeat(jr *r, jv seq, int64_t times, jv *out) {
     return true;
 }
 
-static double to_f(jv v) { return v.kind == JV_FLOAT ? v.u.f : (double)v.u.i; }
 
 static const char *op_name(int op) {
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
@@ -825,116 +828,117 @@ over:
     return jr_fail(r, "integer overflow in ** (cinder's integers are 64-bit)");
 }
 
-static bool format_percent(jr *r, jv fmt, jv args, jv *out);
+/* + - * of two numbers: ints checked for overflow, floats otherwise */
+static bool arith(jr *r, int op, jv a, jv b, jv *out) {
+    if (jv_is_intlike(a) && jv_is_intlike(b)) {
+        int64_t v;
+        const bool over = op == OP_ADD   ? __builtin_add_overflow(a.u.i, b.u.i, &v)
+                          : op == OP_SUB ? __builtin_sub_overflow(a.u.i, b.u.i, &v)
+                                         : __builtin_mul_overflow(a.u.i, b.u.i, &v);
+        if (over) return jr_fail(r, "integer overflow in %s", op == OP_ADD ? "+" : op == OP_SUB ? "-" : "*");
+        *out = jv_int(v);
+        return true;
+    }
+    const double x = jv_to_f(a), y = jv_to_f(b);
+    *out = jv_float(op == OP_ADD ? x + y : op == OP_SUB ? x - y : x * y);
+    return true;
+}
+
+static bool op_add(jr *r, jv a, jv b, jv *out) {
+    if (jv_is_num(a) && jv_is_num(b)) return arith(r, OP_ADD, a, b, out);
+    if (a.kind == JV_STR && b.kind == JV_STR) return concat_str(r, a, b, out);
+    if (a.kind == JV_LIST && b.kind == JV_LIST && (a.flags & JF_TUPLE) == (b.flags & JF_TUPLE)) {
+        const size_t n = a.u.l->n + b.u.l->n;
+        if (!jr_steps(r, n)) return false;
+        jlist *l = jlist_new(n);
+        if (!l) return jr_oom(r);
+        for (size_t i = 0; i < a.u.l->n; i++) jlist_push(l, jv_ref(a.u.l->v[i]));
+        for (size_t i = 0; i < b.u.l->n; i++) jlist_push(l, jv_ref(b.u.l->v[i]));
+        *out = jv_list(l, a.flags & JF_TUPLE);
+        return true;
+    }
+    return type_error(r, OP_ADD, a, b);
+}
+
+static bool op_mul(jr *r, jv a, jv b, jv *out) {
+    if (jv_is_num(a) && jv_is_num(b)) return arith(r, OP_MUL, a, b, out);
+    if ((a.kind == JV_STR || a.kind == JV_LIST) && jv_is_intlike(b)) return repeat(r, a, b.u.i, out);
+    if ((b.kind == JV_STR || b.kind == JV_LIST) && jv_is_intlike(a)) return repeat(r, b, a.u.i, out);
+    return jr_fail(r, "can't multiply sequence by non-int of type '%s'",
+                   jv_type_name(a.kind == JV_STR || a.kind == JV_LIST ? b : a));
+}
+
+/* // and % of ints: Python's floor rounding (the remainder takes the divisor's sign) */
+static bool int_floordiv_mod(jr *r, int op, int64_t x, int64_t y, jv *out) {
+    if (y == 0) return jr_fail(r, "integer division or modulo by zero");
+    if (x == INT64_MIN && y == -1) {
+        if (op != OP_MOD) return jr_fail(r, "integer overflow in //");
+        *out = jv_int(0);
+        return true;
+    }
+    int64_t q = x / y, m = x % y;
+    if (m != 0 && ((m < 0) != (y < 0))) {
+        q -= 1;
+        m += y;
+    }
+    *out = jv_int(op == OP_MOD ? m : q);
+    return true;
+}
+
+/* // and % of floats as CPython's float_divmod computes them */
+static bool float_floordiv_mod(jr *r, int op, double x, double y, jv *out) {
+    if (y == 0.0) return jr_fail(r, op == OP_MOD ? "float modulo" : "float floor division by zero");
+    double mod = fmod(x, y), div = (x - mod) / y;
+    if (mod != 0.0) {
+        if ((y < 0) != (mod < 0)) {
+            mod += y;
+            div -= 1.0;
+        }
+    } else {
+        mod = copysign(0.0, y);
+    }
+    double fd;
+    if (div != 0.0) {
+        fd = floor(div);
+        if (div - fd > 0.5) fd += 1.0;
+    } else {
+        fd = copysign(0.0, x / y);
+    }
+    *out = jv_float(op == OP_MOD ? mod : fd);
+    return true;
+}
+
+static bool op_pow(jr *r, jv a, jv b, jv *out) {
+    if (jv_is_intlike(a) && jv_is_intlike(b) && b.u.i >= 0) return int_pow(r, a.u.i, b.u.i, out);
+    if (!jv_is_num(a) || !jv_is_num(b)) return type_error(r, OP_POW, a, b);
+    const double x = jv_to_f(a), y = jv_to_f(b);
+    if (x == 0.0 && y < 0) return jr_fail(r, "0.0 cannot be raised to a negative power");
+    if (x < 0 && y != floor(y)) return jr_fail(r, "a negative number to a fractional power is complex");
+    *out = jv_float(pow(x, y));
+    if (isinf(out->u.f) && !isinf(x) && !isinf(y)) return jr_fail(r, "(34, 'Numerical result out of range')");
+    return true;
+}
 
 bool jr_binop(jr *r, int op, jv a, jv b, jv *out) {
     if (a.kind == JV_UNDEF) return jr_undef_fail(r, a);
     if (b.kind == JV_UNDEF) return jr_undef_fail(r, b);
     const bool ni = jv_is_intlike(a) && jv_is_intlike(b), nf = jv_is_num(a) && jv_is_num(b);
     switch (op) {
-    case OP_ADD:
-        if (ni) {
-            int64_t v;
-            if (__builtin_add_overflow(a.u.i, b.u.i, &v)) return jr_fail(r, "integer overflow in +");
-            *out = jv_int(v);
-            return true;
-        }
-        if (nf) {
-            *out = jv_float(to_f(a) + to_f(b));
-            return true;
-        }
-        if (a.kind == JV_STR && b.kind == JV_STR) return concat_str(r, a, b, out);
-        if (a.kind == JV_LIST && b.kind == JV_LIST && (a.flags & JF_TUPLE) == (b.flags & JF_TUPLE)) {
-            const size_t n = a.u.l->n + b.u.l->n;
-            if (!jr_steps(r, n)) return false;
-            jlist *l = jlist_new(n);
-            if (!l) return jr_oom(r);
-            for (size_t i = 0; i < a.u.l->n; i++) jlist_push(l, jv_ref(a.u.l->v[i]));
-            for (size_t i = 0; i < b.u.l->n; i++) jlist_push(l, jv_ref(b.u.l->v[i]));
-            *out = jv_list(l, a.flags & JF_TUPLE);
-            return true;
-        }
-        return type_error(r, op, a, b);
-    case OP_SUB:
-        if (ni) {
-            int64_t v;
-            if (__builtin_sub_overflow(a.u.i, b.u.i, &v)) return jr_fail(r, "integer overflow in -");
-            *out = jv_int(v);
-            return true;
-        }
-        if (nf) {
-            *out = jv_float(to_f(a) - to_f(b));
-            return true;
-        }
-        return type_error(r, op, a, b);
-    case OP_MUL:
-        if (ni) {
-            int64_t v;
-            if (__builtin_mul_overflow(a.u.i, b.u.i, &v)) return jr_fail(r, "integer overflow in *");
-            *out = jv_int(v);
-            return true;
-        }
-        if (nf) {
-            *out = jv_float(to_f(a) * to_f(b));
-            return true;
-        }
-        if ((a.kind == JV_STR || a.kind == JV_LIST) && jv_is_intlike(b)) return repeat(r, a, b.u.i, out);
-        if ((b.kind == JV_STR || b.kind == JV_LIST) && jv_is_intlike(a)) return repeat(r, b, a.u.i, out);
-        return jr_fail(r, "can't multiply sequence by non-int of type '%s'",
-                       jv_type_name(a.kind == JV_STR || a.kind == JV_LIST ? b : a));
+    case OP_ADD: return op_add(r, a, b, out);
+    case OP_SUB: return nf ? arith(r, OP_SUB, a, b, out) : type_error(r, op, a, b);
+    case OP_MUL: return op_mul(r, a, b, out);
     case OP_DIV:
         if (!nf) return type_error(r, op, a, b);
-        if (to_f(b) == 0.0) return jr_fail(r, "division by zero");
-        *out = jv_float(to_f(a) / to_f(b));
+        if (jv_to_f(b) == 0.0) return jr_fail(r, "division by zero");
+        *out = jv_float(jv_to_f(a) / jv_to_f(b));
         return true;
     case OP_FLOORDIV:
     case OP_MOD:
-        if (a.kind == JV_STR && op == OP_MOD) return format_percent(r, a, b, out);
+        if (a.kind == JV_STR && op == OP_MOD) return jr_format_percent(r, a, b, out);
         if (!nf) return type_error(r, op, a, b);
-        if (ni) {
-            if (b.u.i == 0) return jr_fail(r, "integer division or modulo by zero");
-            if (a.u.i == INT64_MIN && b.u.i == -1) {
-                if (op == OP_MOD) *out = jv_int(0);
-                else return jr_fail(r, "integer overflow in //");
-                return true;
-            }
-            int64_t q = a.u.i / b.u.i, m = a.u.i % b.u.i;
-            if (m != 0 && ((m < 0) != (b.u.i < 0))) {
-                q -= 1;
-                m += b.u.i;
-            }
-            *out = jv_int(op == OP_MOD ? m : q);
-            return true;
-        } else {
-            const double x = to_f(a), y = to_f(b);
-            if (y == 0.0) return jr_fail(r, op == OP_MOD ? "float modulo" : "float floor division by zero");
-            double mod = fmod(x, y), div = (x - mod) / y;
-            if (mod != 0.0) {
-                if ((y < 0) != (mod < 0)) {
-                    mod += y;
-                    div -= 1.0;
-                }
-            } else {
-                mod = copysign(0.0, y);
-            }
-            double fd;
-            if (div != 0.0) {
-                fd = floor(div);
-                if (div - fd > 0.5) fd += 1.0;
-            } else {
-                fd = copysign(0.0, x / y);
-            }
-            *out = jv_float(op == OP_MOD ? mod : fd);
-            return true;
-        }
-    case OP_POW:
-        if (ni && b.u.i >= 0) return int_pow(r, a.u.i, b.u.i, out);
-        if (!nf) return type_error(r, op, a, b);
-        if (to_f(a) == 0.0 && to_f(b) < 0) return jr_fail(r, "0.0 cannot be raised to a negative power");
-        if (to_f(a) < 0 && to_f(b) != floor(to_f(b))) return jr_fail(r, "a negative number to a fractional power is complex");
-        *out = jv_float(pow(to_f(a), to_f(b)));
-        if (isinf(out->u.f) && !isinf(to_f(a)) && !isinf(to_f(b))) return jr_fail(r, "(34, 'Numerical result out of range')");
-        return true;
+        if (ni) return int_floordiv_mod(r, op, a.u.i, b.u.i, out);
+        return float_floordiv_mod(r, op, jv_to_f(a), jv_to_f(b), out);
+    case OP_POW: return op_pow(r, a, b, out);
     }
     return jr_fail(r, "unknown operator");
 }
@@ -1002,208 +1006,6 @@ bool jr_compare(jr *r, int op, jv a, jv b, bool *out) {
         return true;
     }
     }
-}
-
-/* printf-style formatting: fmt % args (a tuple gives several arguments, a dict named
- * ones); conversions s r d i f F e E g G x X o c and %%. */
-static bool format_percent(jr *r, jv fmt, jv args, jv *out) {
-    const bool markup = fmt.flags & JF_MARKUP;
-    const jv *list = &args;
-    size_t n_args = 1, next = 0;
-    if (args.kind == JV_LIST && (args.flags & JF_TUPLE)) {
-        list = args.u.l->v;
-        n_args = args.u.l->n;
-    }
-    const jdict *named = args.kind == JV_DICT ? args.u.d : NULL;
-    bool used_named = false;
-    jbuf o;
-    jr_buf_init(r, &o);
-    const char *s = fmt.u.s->b;
-    const size_t n = fmt.u.s->len;
-    for (size_t i = 0; i < n;) {
-        if (s[i] != '%') {
-            size_t j = i;
-            while (j < n && s[j] != '%') j++;
-            jbuf_put(&o, s + i, j - i);
-            i = j;
-            continue;
-        }
-        if (++i >= n) goto incomplete;
-        jv arg = jv_missing();
-        if (s[i] == '(') {
-            size_t j = i + 1;
-            while (j < n && s[j] != ')') j++;
-            if (j >= n) goto incomplete;
-            if (!named) {
-                jbuf_free(&o);
-                return jr_fail(r, "format requires a mapping");
-            }
-            const jv *v = jdict_get_str(named, s + i + 1, j - i - 1);
-            if (!v) {
-                jbuf_free(&o);
-                return jr_fail(r, "KeyError: '%.*s'", (int)CN_MIN(j - i - 1, 64), s + i + 1);
-            }
-            arg = *v;
-            used_named = true;
-            i = j + 1;
-        }
-        char flags[8];
-        int nfl = 0;
-        while (i < n && strchr("-+ #0", s[i]) && nfl < 7) flags[nfl++] = s[i++];
-        flags[nfl] = 0;
-        int width = -1, prec = -1;
-        while (i < n && s[i] >= '0' && s[i] <= '9') {
-            if (width < 100000) width = (width < 0 ? 0 : width) * 10 + (s[i] - '0');
-            i++;
-        }
-        if (i < n && s[i] == '.') {
-            i++;
-            prec = 0;
-            while (i < n && s[i] >= '0' && s[i] <= '9') {
-                if (prec < 100000) prec = prec * 10 + (s[i] - '0');
-                i++;
-            }
-        }
-        if (width > 4096 || prec > 4096) {
-            jbuf_free(&o);
-            return jr_fail(r, "format width or precision too large");
-        }
-        if (i >= n) goto incomplete;
-        const char conv = s[i++];
-        if (conv == '%') {
-            jbuf_putc(&o, '%');
-            continue;
-        }
-        if (jv_is_missing(arg)) {
-            if (named && !used_named && n_args == 1 && list == &args) arg = args;
-            else if (next >= n_args) {
-                jbuf_free(&o);
-                return jr_fail(r, "not enough arguments for format string");
-            } else arg = list[next++];
-        }
-        char spec[32], tmp[4200];
-        snprintf(spec, sizeof spec, "%%%s%s%s", flags, width >= 0 ? "*" : "", prec >= 0 ? ".*" : "");
-        const size_t sl = strlen(spec);
-        jv sv = jv_undef();
-        switch (conv) {
-        case 's':
-        case 'r':
-        case 'a': {
-            if (markup && conv == 's') {
-                if (!jr_escape(r, arg, &sv)) goto fail;
-            } else if (conv == 's') {
-                if (!jr_to_str(r, arg, &sv)) goto fail;
-            } else {
-                jbuf rb;
-                jr_buf_init(r, &rb);
-                const char *why = NULL;
-                if (!jv_write_repr(&rb, arg, &why)) {
-                    jr_buf_fail(r, &rb, why);
-                    jbuf_free(&rb);
-                    goto fail;
-                }
-                if (!jr_buf_to_str(r, &rb, &sv)) goto fail;
-            }
-            /* width and precision count code points */
-            const size_t cps = jstr_ncp(sv.u.s);
-            size_t keep = sv.u.s->len, shown = cps;
-            if (prec >= 0 && (size_t)prec < cps) {
-                keep = ju8_offset(sv.u.s, (size_t)prec);
-                shown = (size_t)prec;
-            }
-            const bool left = strchr(flags, '-') != NULL;
-            if (!left)
-                for (int k = (int)shown; k < width; k++) jbuf_putc(&o, ' ');
-            jbuf_put(&o, sv.u.s->b, keep);
-            if (left)
-                for (int k = (int)shown; k < width; k++) jbuf_putc(&o, ' ');
-            jv_unref(sv);
-            continue;
-        }
-        case 'd':
-        case 'i':
-        case 'x':
-        case 'X':
-        case 'o':
-        case 'c': {
-            int64_t v;
-            if (conv == 'c' && arg.kind == JV_STR && jstr_ncp(arg.u.s) == 1) { /* %c of a one-character string */
-                jbuf_put(&o, arg.u.s->b, arg.u.s->len);
-                continue;
-            }
-            if (jv_is_intlike(arg)) v = arg.u.i;
-            else if (arg.kind == JV_FLOAT && conv != 'c' && conv != 'x' && conv != 'X' && conv != 'o' && isfinite(arg.u.f) &&
-                     fabs(arg.u.f) < 9.2e18)
-                v = (int64_t)arg.u.f;
-            else {
-                jbuf_free(&o);
-                return jr_fail(r, "%%%c format: a%s number is required, not %s", conv,
-                               conv == 'd' || conv == 'i' ? " real" : "n integer", jv_type_name(arg));
-            }
-            if (conv == 'c') {
-                if (v < 0 || v > 0x10FFFF) {
-                    jbuf_free(&o);
-                    return jr_fail(r, "%%c arg not in range(0x110000)");
-                }
-                ju8_put(&o, (uint32_t)v);
-                continue;
-            }
-            /* Python: a sign, the '#' prefix (0x, 0X, 0o), digits of |v| zero-filled to the
-             * precision, the whole padded to the width (zeros after the sign with '0') */
-            const unsigned long long av = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-            char digits[32], head[8] = "";
-            snprintf(digits, sizeof digits, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu", av);
-            snprintf(head, sizeof head, "%s%s", v < 0 ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "",
-                     !strchr(flags, '#') ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "");
-            const int nd = (int)strlen(digits), zeros = prec > nd ? prec - nd : 0;
-            const int len = (int)strlen(head) + zeros + nd, pad = width > len ? width - len : 0;
-            const bool left = strchr(flags, '-') != NULL, zero_fill = !left && strchr(flags, '0') != NULL;
-            if (!left && !zero_fill)
-                for (int k = 0; k < pad; k++) jbuf_putc(&o, ' ');
-            jbuf_put(&o, head, strlen(head));
-            for (int k = 0; k < zeros + (zero_fill ? pad : 0); k++) jbuf_putc(&o, '0');
-            jbuf_put(&o, digits, (size_t)nd);
-            if (left)
-                for (int k = 0; k < pad; k++) jbuf_putc(&o, ' ');
-            continue;
-        }
-        case 'f':
-        case 'F':
-        case 'e':
-        case 'E':
-        case 'g':
-        case 'G': {
-            if (!jv_is_num(arg)) {
-                jbuf_free(&o);
-                return jr_fail(r, "must be real number, not %s", jv_type_name(arg));
-            }
-            snprintf(spec + sl, sizeof spec - sl, "%c", conv);
-            const double x = to_f(arg);
-            if (width >= 0 && prec >= 0) snprintf(tmp, sizeof tmp, spec, width, prec, x);
-            else if (width >= 0) snprintf(tmp, sizeof tmp, spec, width, x);
-            else if (prec >= 0) snprintf(tmp, sizeof tmp, spec, prec, x);
-            else snprintf(tmp, sizeof tmp, spec, x);
-            jbuf_put(&o, tmp, strlen(tmp));
-            continue;
-        }
-        default: jbuf_free(&o); return jr_fail(r, "unsupported format character '%c'", conv);
-        }
-    fail:
-        jbuf_free(&o);
-        return false;
-    }
-    /* Python skips this check when the argument can be subscripted (a dict, a list) */
-    const bool mapping_like = args.kind == JV_DICT || args.kind == JV_RANGE || (args.kind == JV_LIST && !(args.flags & JF_TUPLE));
-    if (!mapping_like && next < n_args) {
-        jbuf_free(&o);
-        return jr_fail(r, "not all arguments converted during string formatting");
-    }
-    if (!jr_buf_to_str(r, &o, out)) return false;
-    out->flags = markup ? JF_MARKUP : 0;
-    return true;
-incomplete:
-    jbuf_free(&o);
-    return jr_fail(r, "incomplete format");
 }
 
 /* ---- calls ---- */
@@ -1366,194 +1168,258 @@ static bool apply_filter(jr *r, const jnode *f, jscope *s, jv body, jv *out) {
     return eval_filter(r, f, s, in, out);
 }
 
-static bool eval_inner(jr *r, const jnode *n, jscope *s, jv *out) {
-    jv a = jv_undef(), b = jv_undef();
-    bool ok = false;
-    switch (n->kind) {
-    case N_CONST: *out = jv_ref(n->val); return true;
-    case N_NAME: *out = lookup(r, s, n->atom); return true;
-    case N_GETATTR:
-        if (!eval(r, n->a, s, &a)) return false;
-        r->line = n->line;
-        ok = jr_getattr(r, a, n->val, n->id, out);
-        break;
-    case N_GETITEM:
-        if (!eval(r, n->a, s, &a)) return false;
-        if (n->b->kind == N_SLICE) {
-            jv p[3] = {jv_missing(), jv_missing(), jv_missing()};
-            const jnode *q[3] = {n->b->a, n->b->b, n->b->c};
-            ok = true;
-            for (int i = 0; i < 3 && ok; i++)
-                if (q[i]) ok = eval(r, q[i], s, &p[i]);
-            r->line = n->line;
-            if (ok) ok = do_slice(r, a, p[0], p[1], p[2], out);
-            for (int i = 0; i < 3; i++) jv_unref(p[i]);
-            break;
-        }
-        if (!eval(r, n->b, s, &b)) break;
+/* One function per kind of expression node; eval() dispatches through EVAL below. */
+
+static bool ev_const(jr *r, const jnode *n, jscope *s, jv *out) {
+    (void)r;
+    (void)s;
+    *out = jv_ref(n->val);
+    return true;
+}
+
+static bool ev_name(jr *r, const jnode *n, jscope *s, jv *out) {
+    *out = lookup(r, s, n->atom);
+    return true;
+}
+
+static bool ev_getattr(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    r->line = n->line;
+    const bool ok = jr_getattr(r, a, n->val, n->id, out);
+    jv_unref(a);
+    return ok;
+}
+
+/* a[start:stop:step], the parts not written missing */
+static bool eval_slice(jr *r, const jnode *n, jscope *s, jv a, jv *out) {
+    jv p[3] = {jv_missing(), jv_missing(), jv_missing()};
+    const jnode *q[3] = {n->b->a, n->b->b, n->b->c};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++)
+        if (q[i]) ok = eval(r, q[i], s, &p[i]);
+    r->line = n->line;
+    if (ok) ok = do_slice(r, a, p[0], p[1], p[2], out);
+    for (int i = 0; i < 3; i++) jv_unref(p[i]);
+    return ok;
+}
+
+static bool ev_getitem(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a, b;
+    if (!eval(r, n->a, s, &a)) return false;
+    bool ok;
+    if (n->b->kind == N_SLICE) {
+        ok = eval_slice(r, n, s, a, out);
+    } else if ((ok = eval(r, n->b, s, &b))) {
         r->line = n->line;
         ok = jr_getitem(r, a, b, out);
-        break;
-    case N_CALL: {
-        if (!eval(r, n->a, s, &a)) return false;
-        jargs args;
-        if (!eval_args(r, n, s, &args)) break;
-        r->line = n->line;
-        ok = jr_call(r, a, &args, out);
-        args_free(&args);
-        break;
+        jv_unref(b);
     }
-    case N_FILTER:
-        if (!eval(r, n->a, s, &a)) return false;
-        return eval_filter(r, n, s, a, out);
-    case N_TEST: {
-        if (!eval(r, n->a, s, &a)) return false;
-        jargs args;
-        if (!eval_args(r, n, s, &args)) break;
+    jv_unref(a);
+    return ok;
+}
+
+static bool ev_call(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv fn;
+    if (!eval(r, n->a, s, &fn)) return false;
+    jargs args;
+    bool ok = eval_args(r, n, s, &args);
+    if (ok) {
+        r->line = n->line;
+        ok = jr_call(r, fn, &args, out);
+        args_free(&args);
+    }
+    jv_unref(fn);
+    return ok;
+}
+
+static bool ev_filter(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    return eval_filter(r, n, s, a, out);
+}
+
+static bool ev_test(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    jargs args;
+    bool ok = eval_args(r, n, s, &args);
+    if (ok) {
         r->line = n->line;
         bool res = false;
         if (n->id < 0) ok = jr_fail(r, "No test named '%.64s' found.", n->val.u.s->b);
         else ok = jb_test(r, n->id, a, &args, &res);
         args_free(&args);
         *out = jv_bool(res);
-        break;
     }
-    case N_NEG:
-    case N_POS:
-        if (!eval(r, n->a, s, &a)) return false;
-        r->line = n->line;
-        if (a.kind == JV_UNDEF) ok = jr_undef_fail(r, a);
-        else if (jv_is_intlike(a)) {
-            if (n->kind == N_NEG && a.u.i == INT64_MIN) ok = jr_fail(r, "integer overflow in -");
-            else {
-                *out = jv_int(n->kind == N_NEG ? -a.u.i : a.u.i);
-                ok = true;
-            }
-        } else if (a.kind == JV_FLOAT) {
-            *out = jv_float(n->kind == N_NEG ? -a.u.f : a.u.f);
-            ok = true;
-        } else {
-            ok = jr_fail(r, "bad operand type for unary %s: '%s'", n->kind == N_NEG ? "-" : "+", jv_type_name(a));
-        }
-        break;
-    case N_NOT:
-        if (!eval(r, n->a, s, &a)) return false;
-        *out = jv_bool(!jv_truthy(a));
-        ok = true;
-        break;
-    case N_BINOP:
-        if (!eval(r, n->a, s, &a) || !eval(r, n->b, s, &b)) break;
+    jv_unref(a);
+    return ok;
+}
+
+/* -a and +a */
+static bool ev_sign(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    r->line = n->line;
+    const bool neg = n->kind == N_NEG;
+    bool ok = true;
+    if (a.kind == JV_UNDEF) ok = jr_undef_fail(r, a);
+    else if (jv_is_intlike(a) && neg && a.u.i == INT64_MIN) ok = jr_fail(r, "integer overflow in -");
+    else if (jv_is_intlike(a)) *out = jv_int(neg ? -a.u.i : a.u.i);
+    else if (a.kind == JV_FLOAT) *out = jv_float(neg ? -a.u.f : a.u.f);
+    else ok = jr_fail(r, "bad operand type for unary %s: '%s'", neg ? "-" : "+", jv_type_name(a));
+    jv_unref(a);
+    return ok;
+}
+
+static bool ev_not(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    *out = jv_bool(!jv_truthy(a));
+    jv_unref(a);
+    return true;
+}
+
+static bool ev_binop(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a, b = jv_undef();
+    bool ok = eval(r, n->a, s, &a) && eval(r, n->b, s, &b);
+    if (ok) {
         r->line = n->line;
         ok = jr_binop(r, n->op, a, b, out);
-        break;
-    case N_AND:
-    case N_OR:
-        if (!eval(r, n->a, s, &a)) return false;
-        if (jv_truthy(a) == (n->kind == N_AND)) {
-            jv_unref(a);
-            return eval(r, n->b, s, out);
-        }
-        *out = a;
-        return true;
-    case N_CONCAT: {
-        jbuf o;
-        jr_buf_init(r, &o);
-        ok = true;
-        for (uint32_t i = 0; i < n->n_kids && ok; i++) {
-            jv v;
-            if (!(ok = eval(r, n->kids[i], s, &v))) break;
-            const char *why = NULL;
-            if (!jv_write_str(&o, v, &why)) ok = jr_buf_fail(r, &o, why);
-            jv_unref(v);
-        }
-        if (ok) return jr_buf_to_str(r, &o, out);
-        jbuf_free(&o);
-        return false;
-    }
-    case N_COMPARE:
-        if (!eval(r, n->a, s, &a)) return false;
-        ok = true;
-        *out = jv_bool(true);
-        for (uint32_t i = 0; i < n->n_kids && ok; i++) {
-            if (!(ok = eval(r, n->kids[i]->a, s, &b))) break;
-            bool res;
-            r->line = n->kids[i]->line;
-            if (!(ok = jr_compare(r, n->kids[i]->op, a, b, &res))) break;
-            jv_unref(a);
-            a = b;
-            b = jv_undef();
-            if (!res) {
-                *out = jv_bool(false);
-                break;
-            }
-        }
-        break;
-    case N_CONDEXPR:
-        if (!eval(r, n->a, s, &a)) return false;
-        if (jv_truthy(a)) {
-            jv_unref(a);
-            return eval(r, n->b, s, out);
-        }
-        jv_unref(a);
-        if (n->c) return eval(r, n->c, s, out);
-        {
-            char m[160];
-            snprintf(m, sizeof m,
-                     "the inline if-expression on line %d evaluated to false and no else section was defined.", n->line);
-            *out = jr_undef_msg(r, m);
-        }
-        return true;
-    case N_LIST:
-    case N_TUPLE: {
-        if (!jr_steps(r, n->n_kids)) return false;
-        jlist *l = jlist_new(n->n_kids);
-        if (!l) return jr_oom(r);
-        for (uint32_t i = 0; i < n->n_kids; i++) {
-            jv v;
-            if (!eval(r, n->kids[i], s, &v)) {
-                jv_unref(jv_list(l, false));
-                return false;
-            }
-            jlist_push(l, v);
-        }
-        *out = jv_list(l, n->kind == N_TUPLE);
-        return true;
-    }
-    case N_DICT: {
-        if (!jr_steps(r, n->n_kids)) return false;
-        jdict *d = jdict_new(n->n_kids);
-        if (!d) return jr_oom(r);
-        for (uint32_t i = 0; i < n->n_kids; i++) {
-            jv k, v;
-            if (!eval(r, n->kids[i], s, &k)) {
-                jv_unref(jv_dict(d));
-                return false;
-            }
-            if (!jv_hashable(k)) {
-                r->line = n->kids[i]->line;
-                jr_fail(r, "unhashable type: '%s'", jv_type_name(k));
-                jv_unref(k);
-                jv_unref(jv_dict(d));
-                return false;
-            }
-            if (!eval(r, n->kids2[i], s, &v)) {
-                jv_unref(k);
-                jv_unref(jv_dict(d));
-                return false;
-            }
-            if (!jdict_set(d, k, v)) {
-                jv_unref(jv_dict(d));
-                return jr_oom(r);
-            }
-        }
-        *out = jv_dict(d);
-        return true;
-    }
-    default: return jr_fail(r, "unexpected node in an expression");
     }
     jv_unref(a);
     jv_unref(b);
     return ok;
+}
+
+/* a and b, a or b: the operand that decides, as Python returns it */
+static bool ev_andor(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    if (jv_truthy(a) == (n->kind == N_AND)) {
+        jv_unref(a);
+        return eval(r, n->b, s, out);
+    }
+    *out = a;
+    return true;
+}
+
+/* a ~ b ~ ...: each operand's str() */
+static bool ev_concat(jr *r, const jnode *n, jscope *s, jv *out) {
+    jbuf o;
+    jr_buf_init(r, &o);
+    bool ok = true;
+    for (uint32_t i = 0; i < n->n_kids && ok; i++) {
+        jv v;
+        if (!(ok = eval(r, n->kids[i], s, &v))) break;
+        const char *why = NULL;
+        if (!jv_write_str(&o, v, &why)) ok = jr_buf_fail(r, &o, why);
+        jv_unref(v);
+    }
+    if (ok) return jr_buf_to_str(r, &o, out);
+    jbuf_free(&o);
+    return false;
+}
+
+/* a < b <= c ...: chained, each operand evaluated once, stopping at the first false */
+static bool ev_compare(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a, b = jv_undef();
+    if (!eval(r, n->a, s, &a)) return false;
+    bool ok = true;
+    *out = jv_bool(true);
+    for (uint32_t i = 0; i < n->n_kids && ok; i++) {
+        if (!(ok = eval(r, n->kids[i]->a, s, &b))) break;
+        bool res;
+        r->line = n->kids[i]->line;
+        if (!(ok = jr_compare(r, n->kids[i]->op, a, b, &res))) break;
+        jv_unref(a);
+        a = b;
+        b = jv_undef();
+        if (!res) {
+            *out = jv_bool(false);
+            break;
+        }
+    }
+    jv_unref(a);
+    jv_unref(b);
+    return ok;
+}
+
+/* a if cond else b; without else, an Undefined that says so */
+static bool ev_condexpr(jr *r, const jnode *n, jscope *s, jv *out) {
+    jv a;
+    if (!eval(r, n->a, s, &a)) return false;
+    const bool yes = jv_truthy(a);
+    jv_unref(a);
+    if (yes) return eval(r, n->b, s, out);
+    if (n->c) return eval(r, n->c, s, out);
+    char m[160];
+    snprintf(m, sizeof m, "the inline if-expression on line %d evaluated to false and no else section was defined.",
+             n->line);
+    *out = jr_undef_msg(r, m);
+    return true;
+}
+
+/* [a, b] and (a, b) */
+static bool ev_list(jr *r, const jnode *n, jscope *s, jv *out) {
+    if (!jr_steps(r, n->n_kids)) return false;
+    jlist *l = jlist_new(n->n_kids);
+    if (!l) return jr_oom(r);
+    for (uint32_t i = 0; i < n->n_kids; i++) {
+        jv v;
+        if (!eval(r, n->kids[i], s, &v)) {
+            jv_unref(jv_list(l, false));
+            return false;
+        }
+        jlist_push(l, v);
+    }
+    *out = jv_list(l, n->kind == N_TUPLE);
+    return true;
+}
+
+static bool ev_dict(jr *r, const jnode *n, jscope *s, jv *out) {
+    if (!jr_steps(r, n->n_kids)) return false;
+    jdict *d = jdict_new(n->n_kids);
+    if (!d) return jr_oom(r);
+    for (uint32_t i = 0; i < n->n_kids; i++) {
+        jv k, v;
+        if (!eval(r, n->kids[i], s, &k)) {
+            jv_unref(jv_dict(d));
+            return false;
+        }
+        if (!jv_hashable(k)) {
+            r->line = n->kids[i]->line;
+            jr_fail(r, "unhashable type: '%s'", jv_type_name(k));
+            jv_unref(k);
+            jv_unref(jv_dict(d));
+            return false;
+        }
+        if (!eval(r, n->kids2[i], s, &v)) {
+            jv_unref(k);
+            jv_unref(jv_dict(d));
+            return false;
+        }
+        if (!jdict_set(d, k, v)) {
+            jv_unref(jv_dict(d));
+            return jr_oom(r);
+        }
+    }
+    *out = jv_dict(d);
+    return true;
+}
+
+typedef bool (*eval_fn)(jr *r, const jnode *n, jscope *s, jv *out);
+static const eval_fn EVAL[] = {
+    [N_CONST] = ev_const,   [N_NAME] = ev_name,         [N_GETATTR] = ev_getattr, [N_GETITEM] = ev_getitem,
+    [N_CALL] = ev_call,     [N_FILTER] = ev_filter,     [N_TEST] = ev_test,       [N_NEG] = ev_sign,
+    [N_POS] = ev_sign,      [N_NOT] = ev_not,           [N_BINOP] = ev_binop,     [N_AND] = ev_andor,
+    [N_OR] = ev_andor,      [N_CONCAT] = ev_concat,     [N_COMPARE] = ev_compare, [N_CONDEXPR] = ev_condexpr,
+    [N_LIST] = ev_list,     [N_TUPLE] = ev_list,        [N_DICT] = ev_dict,
+};
+
+static bool eval_inner(jr *r, const jnode *n, jscope *s, jv *out) {
+    const eval_fn f = n->kind < CN_ARRAY_LEN(EVAL) ? EVAL[n->kind] : NULL;
+    return f ? f(r, n, s, out) : jr_fail(r, "unexpected node in an expression");
 }
 
 static bool eval(jr *r, const jnode *n, jscope *s, jv *out) {
@@ -1679,130 +1545,173 @@ static bool write_value(jr *r, jbuf *out, jv v) {
     return true;
 }
 
-static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
+/* One function per kind of statement node; exec() dispatches through EXEC below. */
+
+static xres ex_text(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    (void)s;
+    if (jbuf_put(out, n->val.u.s->b, n->val.u.s->len)) return X_OK;
+    jr_buf_fail(r, out, NULL);
+    return X_ERR;
+}
+
+static xres ex_print(jr *r, const jnode *n, jscope *s, jbuf *out) {
     jv v;
-    switch (n->kind) {
-    case N_TEXT:
-        if (jbuf_put(out, n->val.u.s->b, n->val.u.s->len)) return X_OK;
-        jr_buf_fail(r, out, NULL);
+    if (!eval(r, n->a, s, &v)) return X_ERR;
+    const bool ok = write_value(r, out, v);
+    jv_unref(v);
+    return ok ? X_OK : X_ERR;
+}
+
+static xres ex_if(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv v;
+    if (!eval(r, n->a, s, &v)) return X_ERR;
+    const bool t = jv_truthy(v);
+    jv_unref(v);
+    return t ? exec_body(r, n->kids, n->n_kids, s, out) : exec_body(r, n->kids2, n->n_kids2, s, out);
+}
+
+static xres ex_for(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv v;
+    if (!eval(r, n->b, s, &v)) return X_ERR;
+    const xres x = run_for(r, n, v, s, 0, out);
+    jv_unref(v);
+    return x;
+}
+
+static xres ex_set(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv v;
+    (void)out;
+    if (!eval(r, n->b, s, &v)) return X_ERR;
+    r->line = n->line;
+    return assign(r, n->a, v, s) ? X_OK : X_ERR;
+}
+
+/* {% set x %}body{% endset %}, through its filters */
+static xres ex_setblock(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv body, res;
+    (void)out;
+    if (!render_to_str(r, n, s, &body)) return X_ERR;
+    if (!apply_filter(r, n->b, s, body, &res)) return X_ERR;
+    r->line = n->line;
+    return assign(r, n->a, res, s) ? X_OK : X_ERR;
+}
+
+/* A macro (or a call block's caller) defined by n, closing over s. */
+static bool new_macro(jr *r, const jnode *n, jscope *s, const char *name, jv *out) {
+    jmacro *m = calloc(1, sizeof *m);
+    if (!m) return jr_oom(r);
+    m->h = (jobj){.rc = 1, .type = JV_MACRO};
+    m->def = n;
+    m->closure = s;
+    m->name = name;
+    *out = (jv){.kind = JV_MACRO, .u.m = m};
+    if (capture(r, s)) return true;
+    jv_unref(*out);
+    return false;
+}
+
+static xres ex_macro(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv m;
+    (void)out;
+    if (!new_macro(r, n, s, r->t->atoms[n->atom], &m)) return X_ERR;
+    return scope_set(r, s, n->atom, m) ? X_OK : X_ERR;
+}
+
+/* {% call f(args) %}body{% endcall %}: f called with caller= the body as a macro */
+static xres ex_callblock(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv caller;
+    if (!new_macro(r, n, s, "caller", &caller)) return X_ERR;
+    const jnode *call = n->a;
+    jv fn, res;
+    jargs a;
+    if (!eval(r, call->a, s, &fn)) {
+        jv_unref(caller);
         return X_ERR;
-    case N_PRINT: {
-        if (!eval(r, n->a, s, &v)) return X_ERR;
-        const bool ok = write_value(r, out, v);
-        jv_unref(v);
-        return ok ? X_OK : X_ERR;
     }
-    case N_IF: {
-        if (!eval(r, n->a, s, &v)) return X_ERR;
-        const bool t = jv_truthy(v);
-        jv_unref(v);
-        return t ? exec_body(r, n->kids, n->n_kids, s, out) : exec_body(r, n->kids2, n->n_kids2, s, out);
-    }
-    case N_FOR: {
-        if (!eval(r, n->b, s, &v)) return X_ERR;
-        const xres x = run_for(r, n, v, s, 0, out);
-        jv_unref(v);
-        return x;
-    }
-    case N_SET:
-        if (!eval(r, n->b, s, &v)) return X_ERR;
-        r->line = n->line;
-        return assign(r, n->a, v, s) ? X_OK : X_ERR;
-    case N_SETBLOCK: {
-        jv body, res;
-        if (!render_to_str(r, n, s, &body)) return X_ERR;
-        if (!apply_filter(r, n->b, s, body, &res)) return X_ERR;
-        r->line = n->line;
-        return assign(r, n->a, res, s) ? X_OK : X_ERR;
-    }
-    case N_MACRO: {
-        jmacro *m = calloc(1, sizeof *m);
-        if (!m) {
-            jr_oom(r);
-            return X_ERR;
-        }
-        m->h = (jobj){.rc = 1, .type = JV_MACRO};
-        m->def = n;
-        m->closure = s;
-        m->name = r->t->atoms[n->atom];
-        if (!capture(r, s)) {
-            free(m);
-            return X_ERR;
-        }
-        return scope_set(r, s, n->atom, (jv){.kind = JV_MACRO, .u.m = m}) ? X_OK : X_ERR;
-    }
-    case N_CALLBLOCK: {
-        jmacro *m = calloc(1, sizeof *m);
-        if (!m) {
-            jr_oom(r);
-            return X_ERR;
-        }
-        m->h = (jobj){.rc = 1, .type = JV_MACRO};
-        m->def = n;
-        m->closure = s;
-        m->name = "caller";
-        const jv caller = {.kind = JV_MACRO, .u.m = m};
-        if (!capture(r, s)) {
-            jv_unref(caller);
-            return X_ERR;
-        }
-        const jnode *call = n->a;
-        jv fn, res;
-        jargs a;
-        if (!eval(r, call->a, s, &fn)) {
-            jv_unref(caller);
-            return X_ERR;
-        }
-        if (!eval_args(r, call, s, &a)) {
-            jv_unref(fn);
-            jv_unref(caller);
-            return X_ERR;
-        }
-        size_t cap = a.n_kw;
-        jstr *caller_name = jstr_new("caller", 6);
-        bool ok = caller_name ? args_push_kw(r, &a, caller_name, caller, &cap) : jr_oom(r);
-        if (caller_name) jv_unref(jv_str(caller_name));
-        else jv_unref(caller);
-        r->line = n->line;
-        if (ok) ok = jr_call(r, fn, &a, &res);
-        args_free(&a);
+    if (!eval_args(r, call, s, &a)) {
         jv_unref(fn);
-        if (!ok) return X_ERR;
-        ok = write_value(r, out, res);
-        jv_unref(res);
-        return ok ? X_OK : X_ERR;
+        jv_unref(caller);
+        return X_ERR;
     }
-    case N_FILTERBLOCK: {
-        jv body, res;
-        if (!render_to_str(r, n, s, &body)) return X_ERR;
-        if (!apply_filter(r, n->a, s, body, &res)) return X_ERR;
-        const bool ok = write_value(r, out, res);
-        jv_unref(res);
-        return ok ? X_OK : X_ERR;
+    size_t cap = a.n_kw;
+    jstr *caller_name = jstr_new("caller", 6);
+    bool ok = caller_name ? args_push_kw(r, &a, caller_name, caller, &cap) : jr_oom(r);
+    if (caller_name) jv_unref(jv_str(caller_name));
+    else jv_unref(caller);
+    r->line = n->line;
+    if (ok) ok = jr_call(r, fn, &a, &res);
+    args_free(&a);
+    jv_unref(fn);
+    if (!ok) return X_ERR;
+    ok = write_value(r, out, res);
+    jv_unref(res);
+    return ok ? X_OK : X_ERR;
+}
+
+static xres ex_filterblock(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    jv body, res;
+    if (!render_to_str(r, n, s, &body)) return X_ERR;
+    if (!apply_filter(r, n->a, s, body, &res)) return X_ERR;
+    const bool ok = write_value(r, out, res);
+    jv_unref(res);
+    return ok ? X_OK : X_ERR;
+}
+
+static xres ex_with(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    /* the values are evaluated where the with stands, not seeing each other */
+    jscope *ws = scope_new(r, s);
+    if (!ws) return X_ERR;
+    bool ok = frame_start(r, ws, n->undef, n->n_undef);
+    for (uint32_t i = 0; i < n->n_kids2 && ok; i++) {
+        jv v;
+        ok = eval(r, n->defs[i], s, &v) && assign(r, n->kids2[i], v, ws);
     }
-    case N_WITH: {
-        /* the values are evaluated where the with stands, not seeing each other */
-        jscope *ws = scope_new(r, s);
-        if (!ws) return X_ERR;
-        bool ok = frame_start(r, ws, n->undef, n->n_undef);
-        for (uint32_t i = 0; i < n->n_kids2 && ok; i++) ok = eval(r, n->defs[i], s, &v) && assign(r, n->kids2[i], v, ws);
-        const xres x = ok ? exec_body(r, n->kids, n->n_kids, ws, out) : X_ERR;
-        scope_end(r, ws);
-        return x;
-    }
-    case N_BREAK: return X_BREAK;
-    case N_CONTINUE: return X_CONTINUE;
-    case N_SCOPE: {
-        if (n->flags == 1) return exec_body(r, n->kids, n->n_kids, s, out);
-        jscope *c = scope_new(r, s);
-        if (!c) return X_ERR;
-        const xres x = frame_start(r, c, n->undef, n->n_undef) ? exec_body(r, n->kids, n->n_kids, c, out) : X_ERR;
-        scope_end(r, c);
-        return x;
-    }
-    case N_FAIL: jr_fail(r, "%s", n->val.u.s->b); return X_ERR;
-    default: jr_fail(r, "unexpected node in a statement list"); return X_ERR;
-    }
+    const xres x = ok ? exec_body(r, n->kids, n->n_kids, ws, out) : X_ERR;
+    scope_end(r, ws);
+    return x;
+}
+
+static xres ex_break(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    (void)r, (void)n, (void)s, (void)out;
+    return X_BREAK;
+}
+
+static xres ex_continue(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    (void)r, (void)n, (void)s, (void)out;
+    return X_CONTINUE;
+}
+
+/* a body in a frame of its own (flags 1: in the enclosing one) */
+static xres ex_scope(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    if (n->flags == 1) return exec_body(r, n->kids, n->n_kids, s, out);
+    jscope *c = scope_new(r, s);
+    if (!c) return X_ERR;
+    const xres x = frame_start(r, c, n->undef, n->n_undef) ? exec_body(r, n->kids, n->n_kids, c, out) : X_ERR;
+    scope_end(r, c);
+    return x;
+}
+
+/* what the parser found wrong where jinja2 fails only when it runs */
+static xres ex_fail(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    (void)s, (void)out;
+    jr_fail(r, "%s", n->val.u.s->b);
+    return X_ERR;
+}
+
+typedef xres (*exec_fn)(jr *r, const jnode *n, jscope *s, jbuf *out);
+static const exec_fn EXEC[] = {
+    [N_TEXT] = ex_text,   [N_PRINT] = ex_print,         [N_IF] = ex_if,
+    [N_FOR] = ex_for,     [N_SET] = ex_set,             [N_SETBLOCK] = ex_setblock,
+    [N_MACRO] = ex_macro, [N_CALLBLOCK] = ex_callblock, [N_FILTERBLOCK] = ex_filterblock,
+    [N_WITH] = ex_with,   [N_BREAK] = ex_break,         [N_CONTINUE] = ex_continue,
+    [N_SCOPE] = ex_scope, [N_FAIL] = ex_fail,
+};
+
+static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
+    const exec_fn f = n->kind < CN_ARRAY_LEN(EXEC) ? EXEC[n->kind] : NULL;
+    if (f) return f(r, n, s, out);
+    jr_fail(r, "unexpected node in a statement list");
+    return X_ERR;
 }
 
 static xres exec_body(jr *r, jnode *const *body, uint32_t n, jscope *s, jbuf *out) {

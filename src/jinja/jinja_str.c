@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/jinja_impl.h"
+#include "core/buf.h"
+#include "core/utf8.h"
+#include "jinja/jinja_impl.h"
 
 /* ---- buffers ---- */
 
@@ -23,16 +25,9 @@ bool jbuf_put(jbuf *b, const char *s, size_t n) {
         b->over = true;
         return false;
     }
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap = cap > SIZE_MAX / 2 ? b->n + n + 1 : cap * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return false;
-        }
-        b->p = p;
-        b->cap = cap;
+    if (!CN_GROW(b->p, b->cap, b->n + n + 1)) {
+        b->oom = true;
+        return false;
     }
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
@@ -58,31 +53,14 @@ void jbuf_free(jbuf *b) {
 
 /* ---- UTF-8 ---- */
 
+/* The core codec, with Python's view of invalid bytes: each one is a code point of its own
+ * value (cn_utf8_decode would make it U+FFFD), so text that is not UTF-8 passes through. */
 size_t ju8_next(const char *s, size_t n, uint32_t *cp, bool *valid) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t len;
-    uint32_t c, min;
-    *valid = true;
-    if (p[0] < 0x80) {
-        *cp = p[0];
-        return 1;
-    }
-    if ((p[0] & 0xE0) == 0xC0) { len = 2; c = p[0] & 0x1F; min = 0x80; }
-    else if ((p[0] & 0xF0) == 0xE0) { len = 3; c = p[0] & 0x0F; min = 0x800; }
-    else if ((p[0] & 0xF8) == 0xF0) { len = 4; c = p[0] & 0x07; min = 0x10000; }
-    else goto bad;
-    if (n < len) goto bad;
-    for (size_t k = 1; k < len; k++) {
-        if ((p[k] & 0xC0) != 0x80) goto bad;
-        c = (c << 6) | (p[k] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) goto bad;
-    *cp = c;
+    const unsigned char b0 = (unsigned char)s[0];
+    const size_t len = cn_utf8_decode(s, n, cp);
+    *valid = len > 1 || b0 < 0x80;
+    if (!*valid) *cp = b0;
     return len;
-bad:
-    *valid = false;
-    *cp = p[0];
-    return 1;
 }
 
 size_t ju8_prev(const char *s, size_t n) {
@@ -97,16 +75,17 @@ size_t ju8_prev(const char *s, size_t n) {
 
 void ju8_put(jbuf *b, uint32_t c) {
     char t[4];
-    size_t k;
-    if (c < 0x80) { t[0] = (char)c; k = 1; }
-    else if (c < 0x800) { t[0] = (char)(0xC0 | (c >> 6)); t[1] = (char)(0x80 | (c & 0x3F)); k = 2; }
-    else if (c < 0x10000) {
-        t[0] = (char)(0xE0 | (c >> 12)); t[1] = (char)(0x80 | ((c >> 6) & 0x3F)); t[2] = (char)(0x80 | (c & 0x3F)); k = 3;
-    } else {
-        t[0] = (char)(0xF0 | (c >> 18)); t[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-        t[2] = (char)(0x80 | ((c >> 6) & 0x3F)); t[3] = (char)(0x80 | (c & 0x3F)); k = 4;
+    jbuf_put(b, t, cn_utf8_encode(c, t));
+}
+
+size_t ju8_count(const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; k++) {
+        uint32_t cp;
+        bool ok;
+        i += ju8_next(s + i, n - i, &cp, &ok);
     }
-    jbuf_put(b, t, k);
+    return k;
 }
 
 size_t jstr_ncp(jstr *s) {

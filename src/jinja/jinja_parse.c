@@ -19,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/jinja_impl.h"
+#include "core/buf.h"
+#include "jinja/jinja_impl.h"
 
 /* ---- the arena ---- */
 
@@ -85,7 +86,7 @@ typedef struct {
     bool failed;
     int line;
     char msg[CN_ERROR_MSG_LEN];
-    uint32_t atom_cap;
+    size_t atom_cap;
     uint32_t *atom_hash; /* slot -> atom + 1 */
     uint32_t hash_cap;
 } parser;
@@ -204,13 +205,7 @@ static int32_t intern(parser *P, const char *s, size_t n) {
         if (strlen(a) == n && memcmp(a, s, n) == 0) return (int32_t)(P->atom_hash[k] - 1);
         k = (k + 1) & (P->hash_cap - 1);
     }
-    if (t->n_atoms == P->atom_cap) {
-        const uint32_t cap = P->atom_cap ? P->atom_cap * 2 : 64;
-        char **v = realloc(t->atoms, cap * sizeof *v);
-        if (!v) return -1;
-        t->atoms = v;
-        P->atom_cap = cap;
-    }
+    if (!CN_GROW(t->atoms, P->atom_cap, (size_t)t->n_atoms + 1)) return -1;
     char *c = jarena_alloc(P->a, n + 1);
     if (!c) return -1;
     memcpy(c, s, n);
@@ -233,19 +228,14 @@ static jnode *node(parser *P, int kind, int line) {
 
 typedef struct {
     jnode **v;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
 } nvec;
 
 static bool nv_push(parser *P, nvec *v, jnode *x) {
-    if (v->n == v->cap) {
-        const uint32_t cap = v->cap ? v->cap * 2 : 8;
-        jnode **p = realloc(v->v, cap * sizeof *p);
-        if (!p) {
-            perr(P, cur(P)->line, "out of memory");
-            return false;
-        }
-        v->v = p;
-        v->cap = cap;
+    if (!CN_GROW(v->v, v->cap, (size_t)v->n + 1)) {
+        perr(P, cur(P)->line, "out of memory");
+        return false;
     }
     v->v[v->n++] = x;
     return true;
@@ -367,28 +357,28 @@ static bool dotted_name(parser *P, jbuf *b) {
     return true;
 }
 
+/* A filter or test applied to n: its (dotted) name read and resolved by id_of to a
+ * builtin (-1: unknown, which fails when it runs, as jinja2 defers it inside an if). */
+static jnode *builtin_node(parser *P, int kind, int line, jnode *n, int (*id_of)(const char *)) {
+    jbuf b = {.limit = 4096};
+    jnode *f = dotted_name(P, &b) ? node(P, kind, line) : NULL;
+    if (f) {
+        f->a = n;
+        f->id = id_of(b.p);
+        f->val = name_str(P, b.p, b.n);
+    }
+    jbuf_free(&b);
+    return P->failed ? NULL : f;
+}
+
 static jnode *parse_filter(parser *P, jnode *n, bool start_inline) {
     const int depth = P->depth;
     while (is_op(cur(P), TO_PIPE) || start_inline) {
         if (!start_inline) adv(P);
         start_inline = false;
         if (!enter(P)) return NULL;
-        const int line = cur(P)->line;
-        jbuf b = {.limit = 4096};
-        if (!dotted_name(P, &b)) {
-            jbuf_free(&b);
-            return NULL;
-        }
-        jnode *f = node(P, N_FILTER, line);
-        if (!f) {
-            jbuf_free(&b);
-            return NULL;
-        }
-        f->a = n;
-        f->id = jb_filter_id(b.p);
-        f->val = name_str(P, b.p, b.n);
-        jbuf_free(&b);
-        if (P->failed) return NULL;
+        jnode *f = builtin_node(P, N_FILTER, cur(P)->line, n, jb_filter_id);
+        if (!f) return NULL;
         if (is_op(cur(P), TO_LPAREN) && !parse_call_args(P, f)) return NULL;
         n = f;
     }
@@ -404,21 +394,8 @@ static jnode *parse_test(parser *P, jnode *n) {
         adv(P);
         negated = true;
     }
-    jbuf b = {.limit = 4096};
-    if (!dotted_name(P, &b)) {
-        jbuf_free(&b);
-        return NULL;
-    }
-    jnode *t = node(P, N_TEST, line);
-    if (!t) {
-        jbuf_free(&b);
-        return NULL;
-    }
-    t->a = n;
-    t->id = jb_test_id(b.p);
-    t->val = name_str(P, b.p, b.n);
-    jbuf_free(&b);
-    if (P->failed) return NULL;
+    jnode *t = builtin_node(P, N_TEST, line, n, jb_test_id);
+    if (!t) return NULL;
     const jtok *c = cur(P);
     if (is_op(c, TO_LPAREN)) {
         if (!parse_call_args(P, t)) return NULL;
@@ -781,29 +758,21 @@ static jnode *parse_not(parser *P) {
     return parse_compare(P);
 }
 
-static jnode *parse_and(parser *P) {
+/* operand (word operand)*, left to right: `and` over `not`, `or` over `and` */
+static jnode *parse_logic(parser *P, int kind, const char *word, jnode *(*operand)(parser *)) {
     const int depth = P->depth;
-    jnode *l = parse_not(P);
-    while (l && is_name(cur(P), "and")) {
+    jnode *l = operand(P);
+    while (l && is_name(cur(P), word)) {
         const int line = cur(P)->line;
         adv(P);
-        l = binop(P, N_AND, 0, l, parse_not(P), line);
+        l = binop(P, kind, 0, l, operand(P), line);
     }
     P->depth = depth;
     return l;
 }
 
-static jnode *parse_or(parser *P) {
-    const int depth = P->depth;
-    jnode *l = parse_and(P);
-    while (l && is_name(cur(P), "or")) {
-        const int line = cur(P)->line;
-        adv(P);
-        l = binop(P, N_OR, 0, l, parse_and(P), line);
-    }
-    P->depth = depth;
-    return l;
-}
+static jnode *parse_and(parser *P) { return parse_logic(P, N_AND, "and", parse_not); }
+static jnode *parse_or(parser *P) { return parse_logic(P, N_OR, "or", parse_and); }
 
 static jnode *parse_condexpr(parser *P) {
     const int line0 = cur(P)->line;
@@ -1046,6 +1015,183 @@ static jnode **function_body(parser *P, const char *const *end, uint32_t *n) {
     return b;
 }
 
+/* One function per tag, after its name; parse_statement finds them in TAGS below. */
+
+/* {% set x = expr %}, or {% set x %}body{% endset %} (through filters: {% set x | f %}) */
+static jnode *tag_set(parser *P, int line) {
+    static const char *const end[] = {"endset", NULL};
+    jnode *target = parse_assign_target(P, false, NULL, true), *n;
+    if (!target) return NULL;
+    if (is_op(cur(P), TO_ASSIGN)) {
+        adv(P);
+        if ((n = node(P, N_SET, line))) {
+            n->a = target;
+            if (!(n->b = parse_tuple(P, false, true, NULL, false, false))) n = NULL;
+        }
+    } else if ((n = node(P, N_SETBLOCK, line))) {
+        n->a = target;
+        if (is_op(cur(P), TO_PIPE)) n->b = parse_filter(P, NULL, false);
+        if (!P->failed) n->kids = parse_statements(P, end, true, &n->n_kids);
+    }
+    return n;
+}
+
+static jnode *tag_macro(parser *P, int line) {
+    static const char *const end[] = {"endmacro", NULL};
+    const jtok *name = cur(P);
+    if (name->kind != T_NAME) {
+        char d[64];
+        return perr(P, name->line, "expected token 'name', got '%s'", describe(name, d));
+    }
+    adv(P);
+    jnode *n = name_node(P, name, N_MACRO);
+    if (n && parse_signature(P, n)) {
+        n->line = line;
+        n->kids = function_body(P, end, &n->n_kids);
+        mark_uses(P, n);
+    }
+    return n;
+}
+
+/* {% call(params) f(args) %}body{% endcall %} */
+static jnode *tag_call(parser *P, int line) {
+    static const char *const end[] = {"endcall", NULL};
+    jnode *n = node(P, N_CALLBLOCK, line);
+    if (!n) return NULL;
+    if (is_op(cur(P), TO_LPAREN) && !parse_signature(P, n)) return NULL;
+    const jnode *call = parse_expression(P, true);
+    if (!call) return NULL;
+    if (call->kind != N_CALL) return perr(P, line, "expected call");
+    n->a = (jnode *)call;
+    n->kids = function_body(P, end, &n->n_kids);
+    mark_uses(P, n);
+    return n;
+}
+
+static jnode *tag_filter(parser *P, int line) {
+    static const char *const end[] = {"endfilter", NULL};
+    jnode *n = node(P, N_FILTERBLOCK, line);
+    if (n) {
+        n->a = parse_filter(P, NULL, true);
+        if (!P->failed) n->kids = parse_statements(P, end, true, &n->n_kids);
+    }
+    return n;
+}
+
+/* {% with a = x, b = y %} */
+static jnode *tag_with(parser *P, int line) {
+    static const char *const end[] = {"endwith", NULL};
+    nvec targets = {0}, values = {0};
+    jnode *n = NULL;
+    while (!P->failed && cur(P)->kind != T_BLOCK_END) {
+        if (targets.n && !expect_op(P, TO_COMMA, ",")) break;
+        jnode *tg = parse_assign_target(P, false, NULL, false), *v = NULL;
+        if (!tg || !expect_op(P, TO_ASSIGN, "=") || !(v = parse_expression(P, true))) break;
+        if (!nv_push(P, &targets, tg) || !nv_push(P, &values, v)) break;
+    }
+    if (!P->failed && (n = node(P, N_WITH, line))) {
+        uint32_t nv;
+        n->kids2 = nv_done(P, &targets, &n->n_kids2);
+        n->defs = nv_done(P, &values, &nv);
+        n->kids = parse_statements(P, end, true, &n->n_kids);
+    }
+    free(targets.v);
+    free(values.v);
+    return n;
+}
+
+/* {% print a, b %}: each expression printed, in the enclosing scope */
+static jnode *tag_print(parser *P, int line) {
+    nvec items = {0};
+    jnode *n = NULL;
+    while (!P->failed && cur(P)->kind != T_BLOCK_END) {
+        if (items.n && !expect_op(P, TO_COMMA, ",")) break;
+        jnode *e = parse_expression(P, true), *p = e ? node(P, N_PRINT, e->line) : NULL;
+        if (!p) break;
+        p->a = e;
+        if (!nv_push(P, &items, p)) break;
+    }
+    if (!P->failed && (n = node(P, N_SCOPE, line))) {
+        n->kids = nv_done(P, &items, &n->n_kids);
+        n->flags = 1; /* no scope of its own */
+    }
+    free(items.v);
+    return n;
+}
+
+static jnode *loop_control(parser *P, int line, int kind) {
+    if (!P->in_loop) return perr(P, line, "'%s' outside loop", kind == N_BREAK ? "break" : "continue");
+    return node(P, kind, line);
+}
+static jnode *tag_break(parser *P, int line) { return loop_control(P, line, N_BREAK); }
+static jnode *tag_continue(parser *P, int line) { return loop_control(P, line, N_CONTINUE); }
+
+/* HF's {% generation %}: its body, in a scope and a function body of its own */
+static jnode *tag_generation(parser *P, int line) {
+    static const char *const end[] = {"endgeneration", NULL};
+    jnode *n = node(P, N_SCOPE, line);
+    if (n) n->kids = function_body(P, end, &n->n_kids);
+    return n;
+}
+
+/* {% block name [scoped] [required] %}: without inheritance, its body in place */
+static jnode *tag_block(parser *P, int line) {
+    static const char *const end[] = {"endblock", NULL};
+    if (cur(P)->kind != T_NAME) return perr(P, line, "expected token 'name'");
+    const jtok *bn = cur(P);
+    adv(P);
+    if (is_name(cur(P), "scoped")) adv(P);
+    if (is_name(cur(P), "required")) adv(P);
+    jnode *n = node(P, N_SCOPE, line);
+    if (n) {
+        const int in_loop = P->in_loop;
+        P->in_loop = 0;
+        n->kids = parse_statements(P, end, true, &n->n_kids);
+        P->in_loop = in_loop;
+        if (cur(P)->kind == T_NAME && cur(P)->n == bn->n && memcmp(cur(P)->p, bn->p, bn->n) == 0) adv(P);
+    }
+    return n;
+}
+
+static jnode *tag_autoescape(parser *P, int line) {
+    static const char *const end[] = {"endautoescape", NULL};
+    jnode *n = NULL;
+    if (parse_expression(P, true) && (n = node(P, N_SCOPE, line))) n->kids = parse_statements(P, end, true, &n->n_kids);
+    return n;
+}
+
+/* extends, include, import, from: parsed loosely (their arguments up to the end of the
+ * tag), failing when they run as jinja2 does without a loader */
+static jnode *tag_loader(parser *P, int line) {
+    while (cur(P)->kind != T_BLOCK_END && cur(P)->kind != T_EOF) adv(P);
+    jnode *n = node(P, N_FAIL, line);
+    if (n) n->val = name_str(P, "no loader for this environment specified", 40);
+    return n;
+}
+
+static const struct {
+    const char *name;
+    jnode *(*parse)(parser *P, int line);
+} TAGS[] = {
+    {"for", parse_for},
+    {"if", parse_if},
+    {"set", tag_set},
+    {"macro", tag_macro},
+    {"call", tag_call},
+    {"filter", tag_filter},
+    {"with", tag_with},
+    {"print", tag_print},
+    {"break", tag_break},
+    {"continue", tag_continue},
+    {"generation", tag_generation},
+    {"block", tag_block},
+    {"autoescape", tag_autoescape},
+    {"extends", tag_loader},
+    {"include", tag_loader},
+    {"import", tag_loader},
+    {"from", tag_loader},
+};
+
 static jnode *parse_statement(parser *P) {
     const jtok *t = cur(P);
     const int line = t->line;
@@ -1053,113 +1199,10 @@ static jnode *parse_statement(parser *P) {
     if (!enter(P)) return NULL;
     adv(P);
     jnode *n = NULL;
-    if (is_name(t, "for")) {
-        n = parse_for(P, line);
-    } else if (is_name(t, "if")) {
-        n = parse_if(P, line);
-    } else if (is_name(t, "set")) {
-        static const char *const end[] = {"endset", NULL};
-        jnode *target = parse_assign_target(P, false, NULL, true);
-        if (!target) return NULL;
-        if (is_op(cur(P), TO_ASSIGN)) {
-            adv(P);
-            if ((n = node(P, N_SET, line))) {
-                n->a = target;
-                if (!(n->b = parse_tuple(P, false, true, NULL, false, false))) n = NULL;
-            }
-        } else if ((n = node(P, N_SETBLOCK, line))) {
-            n->a = target;
-            if (is_op(cur(P), TO_PIPE)) n->b = parse_filter(P, NULL, false);
-            if (!P->failed) n->kids = parse_statements(P, end, true, &n->n_kids);
-        }
-    } else if (is_name(t, "macro")) {
-        static const char *const end[] = {"endmacro", NULL};
-        const jtok *name = cur(P);
-        if (name->kind != T_NAME) {
-            char d[64];
-            return perr(P, name->line, "expected token 'name', got '%s'", describe(name, d));
-        }
-        adv(P);
-        if ((n = name_node(P, name, N_MACRO)) && parse_signature(P, n)) {
-            n->line = line;
-            n->kids = function_body(P, end, &n->n_kids);
-            mark_uses(P, n);
-        }
-    } else if (is_name(t, "call")) {
-        static const char *const end[] = {"endcall", NULL};
-        if ((n = node(P, N_CALLBLOCK, line))) {
-            if (is_op(cur(P), TO_LPAREN) && !parse_signature(P, n)) return NULL;
-            const jnode *call = parse_expression(P, true);
-            if (!call) return NULL;
-            if (call->kind != N_CALL) return perr(P, line, "expected call");
-            n->a = (jnode *)call;
-            n->kids = function_body(P, end, &n->n_kids);
-            mark_uses(P, n);
-        }
-    } else if (is_name(t, "filter")) {
-        static const char *const end[] = {"endfilter", NULL};
-        if ((n = node(P, N_FILTERBLOCK, line))) {
-            n->a = parse_filter(P, NULL, true);
-            if (!P->failed) n->kids = parse_statements(P, end, true, &n->n_kids);
-        }
-    } else if (is_name(t, "with")) {
-        static const char *const end[] = {"endwith", NULL};
-        nvec targets = {0}, values = {0};
-        while (!P->failed && cur(P)->kind != T_BLOCK_END) {
-            if (targets.n && !expect_op(P, TO_COMMA, ",")) break;
-            jnode *tg = parse_assign_target(P, false, NULL, false), *v = NULL;
-            if (!tg || !expect_op(P, TO_ASSIGN, "=") || !(v = parse_expression(P, true))) break;
-            if (!nv_push(P, &targets, tg) || !nv_push(P, &values, v)) break;
-        }
-        if (!P->failed && (n = node(P, N_WITH, line))) {
-            uint32_t nv;
-            n->kids2 = nv_done(P, &targets, &n->n_kids2);
-            n->defs = nv_done(P, &values, &nv);
-            n->kids = parse_statements(P, end, true, &n->n_kids);
-        }
-        free(targets.v);
-        free(values.v);
-    } else if (is_name(t, "print")) {
-        nvec items = {0};
-        while (!P->failed && cur(P)->kind != T_BLOCK_END) {
-            if (items.n && !expect_op(P, TO_COMMA, ",")) break;
-            jnode *e = parse_expression(P, true), *p = e ? node(P, N_PRINT, e->line) : NULL;
-            if (!p) break;
-            p->a = e;
-            if (!nv_push(P, &items, p)) break;
-        }
-        if (!P->failed && (n = node(P, N_SCOPE, line))) {
-            n->kids = nv_done(P, &items, &n->n_kids);
-            n->flags = 1; /* no scope of its own */
-        }
-        free(items.v);
-    } else if (is_name(t, "break") || is_name(t, "continue")) {
-        if (!P->in_loop) return perr(P, line, "'%s' outside loop", is_name(t, "break") ? "break" : "continue");
-        n = node(P, is_name(t, "break") ? N_BREAK : N_CONTINUE, line);
-    } else if (is_name(t, "generation")) {
-        static const char *const end[] = {"endgeneration", NULL};
-        if ((n = node(P, N_SCOPE, line))) n->kids = function_body(P, end, &n->n_kids);
-    } else if (is_name(t, "block")) {
-        static const char *const end[] = {"endblock", NULL};
-        if (cur(P)->kind != T_NAME) return perr(P, line, "expected token 'name'");
-        const jtok *bn = cur(P);
-        adv(P);
-        if (is_name(cur(P), "scoped")) adv(P);
-        if (is_name(cur(P), "required")) adv(P);
-        if ((n = node(P, N_SCOPE, line))) {
-            const int in_loop = P->in_loop;
-            P->in_loop = 0;
-            n->kids = parse_statements(P, end, true, &n->n_kids);
-            P->in_loop = in_loop;
-            if (cur(P)->kind == T_NAME && cur(P)->n == bn->n && memcmp(cur(P)->p, bn->p, bn->n) == 0) adv(P);
-        }
-    } else if (is_name(t, "autoescape")) {
-        static const char *const end[] = {"endautoescape", NULL};
-        if (parse_expression(P, true) && (n = node(P, N_SCOPE, line))) n->kids = parse_statements(P, end, true, &n->n_kids);
-    } else if (is_name(t, "extends") || is_name(t, "include") || is_name(t, "import") || is_name(t, "from")) {
-        /* parsed loosely: their arguments up to the end of the tag */
-        while (cur(P)->kind != T_BLOCK_END && cur(P)->kind != T_EOF) adv(P);
-        if ((n = node(P, N_FAIL, line))) n->val = name_str(P, "no loader for this environment specified", 40);
+    size_t i = 0;
+    while (i < CN_ARRAY_LEN(TAGS) && !is_name(t, TAGS[i].name)) i++;
+    if (i < CN_ARRAY_LEN(TAGS)) {
+        n = TAGS[i].parse(P, line);
     } else {
         char d[64];
         perr(P, line, "Encountered unknown tag '%s'.", describe(t, d));

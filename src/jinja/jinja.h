@@ -15,7 +15,8 @@
  * Implementation: jinja_lex.c (source to tokens), jinja_parse.c (tokens to an AST),
  * jinja_value.c (values with Python's semantics: str(), repr(), ==, json.dumps),
  * jinja_str.c (Python str methods over UTF-8), jinja_eval.c (the evaluator),
- * jinja_builtins.c (filters, tests, methods, globals). */
+ * jinja_builtins.c (filters, tests, methods, globals), jinja_format.c (% and
+ * str.format). */
 #ifndef CN_JINJA_H
 #define CN_JINJA_H
 

@@ -1,6 +1,6 @@
 /* jinja_impl.h — what the files of the Jinja interpreter share (jinja.h is the contract
  * for everyone else): values, the AST, the render state and the helpers between them.
- * Nothing outside src/text/jinja*.c includes this.
+ * Nothing outside src/jinja includes this.
  *
  * Values (jv) are small structs passed by value. Scalars live inside; strings, lists,
  * dicts and the other heap objects are reference-counted, and objects are never changed
@@ -13,7 +13,7 @@
 #ifndef CN_JINJA_IMPL_H
 #define CN_JINJA_IMPL_H
 
-#include "text/jinja.h"
+#include "jinja/jinja.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -141,6 +141,7 @@ static inline jv jv_float(double f) { return (jv){.kind = JV_FLOAT, .u.f = f}; }
 static inline bool jv_is_missing(jv v) { return v.kind == JV_UNDEF && (v.flags & JF_MISSING); }
 static inline bool jv_is_num(jv v) { return v.kind == JV_BOOL || v.kind == JV_INT || v.kind == JV_FLOAT; }
 static inline bool jv_is_intlike(jv v) { return v.kind == JV_BOOL || v.kind == JV_INT; }
+static inline double jv_to_f(jv v) { return v.kind == JV_FLOAT ? v.u.f : (double)v.u.i; } /* of a number */
 /* A heap object the value holds, or NULL. */
 static inline jobj *jv_obj(jv v) {
     return v.kind >= JV_STR && v.kind != JV_NS && v.kind != JV_FUNC ? v.u.o : v.kind == JV_UNDEF ? (jobj *)v.u.s : NULL;
@@ -194,6 +195,7 @@ void jbuf_free(jbuf *b);
 size_t ju8_next(const char *s, size_t n, uint32_t *cp, bool *valid);
 size_t ju8_prev(const char *s, size_t n); /* length of the code point that ends at s[n] */
 void ju8_put(jbuf *b, uint32_t cp);
+size_t ju8_count(const char *s, size_t n); /* code points, as ju8_next steps */
 /* Byte offset of code point i of s (i <= code points; ascii strings are O(1)). */
 size_t ju8_offset(jstr *s, size_t i);
 bool jpy_isspace(uint32_t cp);
@@ -354,7 +356,8 @@ typedef struct jvar {
 typedef struct jscope {
     struct jscope *parent;
     jvar *v;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
     bool captured;           /* a macro closes over it: freed when the render ends */
     struct jscope *next_kept;
 } jscope;
@@ -388,6 +391,7 @@ bool jr_enter(jr *r);
 static inline void jr_leave(jr *r) { r->depth--; }
 /* A new string of b's bytes, the buffer's budget checked; false on error (recorded). */
 bool jr_buf_to_str(jr *r, jbuf *b, jv *out);
+bool jr_buf_to_str_as(jr *r, jbuf *b, bool markup, jv *out); /* the same, Markup when markup */
 bool jr_str(jr *r, const char *s, size_t n, jv *out);
 void jr_buf_init(jr *r, jbuf *b);
 /* A buffer's failure as the render's error. */
@@ -419,6 +423,10 @@ bool jr_getitem(jr *r, jv obj, jv key, jv *out);
 bool jr_call(jr *r, jv fn, const jargs *a, jv *out);
 bool jr_iterate(jr *r, jv v, jlist **out); /* the items iteration yields, materialized */
 bool jr_to_str(jr *r, jv v, jv *out);      /* str(v) as a string value */
+bool jr_to_repr(jr *r, jv v, jv *out);     /* repr(v) as a string value */
+/* A lookup key written as text, s[0..e) ("a.0.b" parts, str.format's [key]): an int when
+ * it is all digits and short enough to fit, else the string. */
+bool jr_key_from_text(jr *r, const char *s, const char *e, jv *out);
 
 /* ---- builtins (jinja_builtins.c) ---- */
 
@@ -426,8 +434,6 @@ int jb_filter_id(const char *name);
 int jb_test_id(const char *name);
 int jb_method_id(const char *name);
 int jb_global_id(const char *name);
-const char *jb_filter_name(int id);
-const char *jb_test_name(int id);
 bool jb_filter(jr *r, int id, jv in, const jargs *a, jv *out);
 bool jb_test(jr *r, int id, jv in, const jargs *a, bool *out);
 bool jb_call_global(jr *r, int id, const jargs *a, jv *out);
@@ -437,6 +443,13 @@ typedef enum { JB_ATTR_NONE, JB_ATTR_FOUND } jb_attr;
 jb_attr jb_method_attr(jr *r, jv obj, int id, jv *out);
 bool jb_call_method(jr *r, jv self, int id, const jargs *a, jv *out);
 const char *jb_method_name(int id);
+
+/* ---- string formatting (jinja_format.c) ---- */
+
+/* fmt % args (printf-style; a tuple gives several arguments, a dict named ones) and
+ * fmt.format(*args, **kwargs); Markup escapes the arguments and stays Markup. */
+bool jr_format_percent(jr *r, jv fmt, jv args, jv *out);
+bool jr_str_format(jr *r, jv fmt, const jargs *a, jv *out);
 
 /* Arithmetic and operators (jinja_eval.c, used by the builtins too). */
 bool jr_binop(jr *r, int op, jv a, jv b, jv *out);

@@ -13,7 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/jinja_impl.h"
+#include "core/buf.h"
+#include "jinja/jinja_impl.h"
 
 /* ---- objects ---- */
 
@@ -51,15 +52,9 @@ jlist *jlist_new(size_t cap) {
 }
 
 bool jlist_push(jlist *l, jv v) {
-    if (l->n == l->cap) {
-        const size_t cap = l->cap ? l->cap * 2 : 4;
-        jv *p = cap < SIZE_MAX / sizeof *p ? realloc(l->v, cap * sizeof *p) : NULL;
-        if (!p) {
-            jv_unref(v);
-            return false;
-        }
-        l->v = p;
-        l->cap = cap;
+    if (!CN_GROW(l->v, l->cap, l->n + 1)) {
+        jv_unref(v);
+        return false;
     }
     l->v[l->n++] = v;
     return true;
@@ -138,9 +133,9 @@ bool jdict_set(jdict *d, jv k, jv v) {
         jv_unref(k);
         return true;
     }
-    if (d->n == d->cap) {
-        const size_t cap = d->cap ? d->cap * 2 : 4;
-        jv *nk = cap < SIZE_MAX / sizeof *nk ? realloc(d->k, cap * sizeof *nk) : NULL;
+    if (d->n == d->cap) { /* keys and values grow together */
+        const size_t cap = cn_grow_cap(d->cap, d->n + 1, sizeof *d->k);
+        jv *nk = cap ? realloc(d->k, cap * sizeof *nk) : NULL;
         if (nk) d->k = nk;
         jv *nv = nk ? realloc(d->v, cap * sizeof *nv) : NULL;
         if (nv) d->v = nv;

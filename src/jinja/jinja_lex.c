@@ -14,11 +14,13 @@
  *  - {% raw %}...{% endraw %} is text.
  * Whitespace is Python's \s: Unicode whitespace. Every read is bounds-checked against the
  * source length; an error gives the line and jinja2's wording where it has one. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/jinja_impl.h"
+#include "core/buf.h"
+#include "jinja/jinja_impl.h"
 
 typedef struct {
     const char *s;
@@ -32,20 +34,18 @@ typedef struct {
     size_t msg_len;
 } lexer;
 
-static bool fail(lexer *L, const char *fmt, const char *arg) {
+static bool fail(lexer *L, const char *fmt, ...) CN_PRINTF(2, 3);
+static bool fail(lexer *L, const char *fmt, ...) {
     *L->err_line = L->line;
-    snprintf(L->msg, L->msg_len, fmt, arg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->msg, L->msg_len, fmt, ap);
+    va_end(ap);
     return false;
 }
 
 static bool emit(lexer *L, jtok t) {
-    if (L->out->n == L->out->cap) {
-        const size_t cap = L->out->cap ? L->out->cap * 2 : 256;
-        jtok *v = realloc(L->out->v, cap * sizeof *v);
-        if (!v) return fail(L, "%s", "out of memory");
-        L->out->v = v;
-        L->out->cap = cap;
-    }
+    if (!CN_GROW(L->out->v, L->out->cap, L->out->n + 1)) return fail(L, "%s", "out of memory");
     L->out->v[L->out->n++] = t;
     return true;
 }
@@ -322,7 +322,7 @@ static bool lex_tag(lexer *L, char close) {
         } else if (c == '\'' || c == '"') {
             size_t j = i + 1;
             while (j < L->n && L->s[j] != c) j += L->s[j] == '\\' ? 2 : 1;
-            if (j >= L->n) return fail(L, "unexpected char '%c'", c == '\'' ? "'" : "\"");
+            if (j >= L->n) return fail(L, "unexpected char '%c'", c);
             k = j + 1 - i;
             jbuf b = {.limit = SIZE_MAX};
             if (!unescape(L, L->s + i + 1, j - i - 1, &b)) {
