@@ -181,9 +181,12 @@ int cn_cli_serve(int argc, char **argv) {
     int n_pos = 0;
     const int pr = cli_flags_parse("serve",
                                    "usage: cinder serve [-m MODEL | --models-dir DIR] [options]\n"
-                                   "  an OpenAI-compatible HTTP server (POST /v1/chat/completions, /v1/completions,\n"
-                                   "  /v1/embeddings, /infill, /tokenize, /detokenize; GET /v1/models, /health, /metrics)\n"
-                                   "  on the batched engine\n",
+                                   "  an HTTP server on the batched engine that speaks OpenAI's, Anthropic's and\n"
+                                   "  llama-server's APIs:\n"
+                                   "    POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings\n"
+                                   "         /v1/messages, /v1/messages/count_tokens\n"
+                                   "         /infill, /tokenize, /detokenize\n"
+                                   "    GET  /v1/models, /health, /metrics, / (a chat page)\n",
                                    groups, 1, argc, argv, NULL, 0, &n_pos);
     if (pr) return CLI_FLAGS_EXIT(pr);
     cn_error err = {0};

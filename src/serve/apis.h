@@ -3,10 +3,11 @@
  * /v1/responses, stateless).
  *
  * In: each request body is turned into an OpenAI chat-completions body (messages, tools,
- * tool_choice, stop, ...) and parsed by oai_parse, so one path checks every value and
+ * tool_choice, stop, ...) and parsed by oai_parse_as, so one path checks every value and
  * renders the chat; only what the other API's shape itself says (roles, block and item
- * types, a tool result answering an earlier call) is checked here, named in that API's
- * terms, and an error oai_parse finds is renamed back into them (api_rename).
+ * types, a tool result answering an earlier call) is checked here. Every error names the
+ * field in that API's terms: oai_parse_as spells its own from the API's table of names
+ * (oai_dialect, beside each mapping: anthropic.c, responses.c).
  *
  * Out: a reply is read as oai_reply reads a chat reply (content, reasoning, calls, as chat
  * deltas); api_items turns those deltas into a sequence of items (reasoning, text, calls)
@@ -34,16 +35,14 @@ typedef struct {
 
 void api_request_free(api_request *ar);
 
-/* Anthropic body to r (through oai_parse). count_only: /v1/messages/count_tokens (no
+/* The names each API gives OpenAI's fields (anthropic.c, responses.c; openai.h). */
+extern const oai_dialect ANT_API, RESP_API;
+
+/* Anthropic body to r (through oai_parse_as). count_only: /v1/messages/count_tokens (no
  * max_tokens needed). Errors in Anthropic's terms (params as Anthropic names them). */
 bool ant_parse(const oai_ctx *c, json_t *body, bool count_only, oai_request *r, api_request *ar, oai_error *e);
-/* Responses body to r (through oai_parse); previous_response_id and other state refused. */
+/* Responses body to r (through oai_parse_as); previous_response_id and other state refused. */
 bool resp_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *ar, oai_error *e);
-
-/* Renames a field in an error oai_parse made (param and message): every `from` becomes
- * `to` ("tools[0].function.parameters" in OpenAI's shape is "tools[0].input_schema" in
- * Anthropic's). */
-void api_rename(oai_error *e, const char *from, const char *to);
 
 /* {"type": "error", "error": {"type", "message"}}: Anthropic's error, its type from the
  * HTTP status. */
@@ -60,8 +59,7 @@ typedef enum { API_ITEM_TEXT, API_ITEM_REASONING, API_ITEM_CALL } api_item_kind;
 
 typedef struct {
     api_item_kind kind;
-    char *text;                /* the text, the reasoning, or the call's arguments */
-    size_t n, cap;
+    cn_buf text;               /* the text, the reasoning, or the call's arguments */
     char *name;                /* a call's function */
     char call_id[32];          /* a call's id as oai_reply made it ("call_...") */
     int32_t call_index;        /* a call's index in the reply */
@@ -82,10 +80,10 @@ typedef struct {
 typedef struct {
     const api_request *ar;     /* borrowed */
     api_item *items;
-    int32_t n_items, cap_items;
+    int32_t n_items;
+    size_t cap_items;
     bool open;                 /* the last item still grows */
-    char *ws;                  /* content that is only whitespace, not yet in an item */
-    size_t n_ws, cap_ws;
+    cn_buf ws;                 /* content that is only whitespace, not yet in an item */
     int64_t seq;               /* Responses: the next event's sequence_number */
     bool pinged;               /* Anthropic: the ping is sent */
     bool oom;

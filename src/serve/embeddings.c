@@ -8,11 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const FIELDS[] = {"input", "model", "encoding_format", "dimensions", "user"};
+#include "serve/validate.h"
 
-static bool bad(oai_error *e, const char *param, const char *msg) {
-    return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", msg);
-}
+static const char *const FIELDS[] = {"input", "model", "encoding_format", "dimensions", "user"};
 
 void emb_request_free(emb_request *r) {
     if (!r) return;
@@ -26,30 +24,30 @@ void emb_request_free(emb_request *r) {
 static bool one_input(const oai_ctx *c, json_t *x, size_t i, emb_request *r, oai_error *e) {
     if (json_is_string(x)) {
         if (json_string_length(x) == 0)
-            return oai_fail(e, 400, "invalid_request_error", "input", NULL, "input[%zu] is empty", i);
+            return val_bad(e, "input", "input[%zu] is empty", i);
         size_t k = 0;
         cn_error err = {0};
         const cn_status st = cn_tokenize_alloc(c->tok, json_string_value(x), json_string_length(x), true, true,
                                                &r->ids[i], &k, &err);
-        if (st == CN_STATUS_NO_MEMORY) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
-        if (st != CN_STATUS_OK) return oai_fail(e, 400, "invalid_request_error", "input", NULL, "input[%zu]: %s", i, err.msg);
+        if (st == CN_STATUS_NO_MEMORY) return val_oom(e);
+        if (st != CN_STATUS_OK) return val_bad(e, "input", "input[%zu]: %s", i, err.msg);
         if (k == 0 || k > (size_t)INT32_MAX / 2)
-            return oai_fail(e, 400, "invalid_request_error", "input", NULL, "input[%zu] gives %s", i,
+            return val_bad(e, "input", "input[%zu] gives %s", i,
                             k ? "too many tokens" : "no tokens");
         r->n_ids[i] = (int32_t)k;
         return true;
     }
     if (!json_is_array(x) || json_array_size(x) == 0)
-        return oai_fail(e, 400, "invalid_request_error", "input", NULL,
+        return val_bad(e, "input",
                         "input[%zu] must be a non-empty string or a non-empty array of token ids", i);
     const size_t k = json_array_size(x);
-    if (k > (size_t)INT32_MAX / 2) return bad(e, "input", "an input is too long");
-    if (!(r->ids[i] = malloc(k * sizeof *r->ids[i]))) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    if (k > (size_t)INT32_MAX / 2) return val_bad(e, "input", "an input is too long");
+    if (!(r->ids[i] = malloc(k * sizeof *r->ids[i]))) return val_oom(e);
     for (size_t j = 0; j < k; j++) {
         json_t *t = json_array_get(x, j);
         const json_int_t v = json_is_integer(t) ? json_integer_value(t) : -1;
         if (v < 0 || v >= c->n_vocab)
-            return oai_fail(e, 400, "invalid_request_error", "input", NULL,
+            return val_bad(e, "input",
                             "input[%zu][%zu] is not a token id in [0, %d)", i, j, c->n_vocab);
         r->ids[i][j] = (int32_t)v;
     }
@@ -59,18 +57,13 @@ static bool one_input(const oai_ctx *c, json_t *x, size_t i, emb_request *r, oai
 
 bool emb_parse(const oai_ctx *c, int32_t n_embd, int32_t n_batch, json_t *body, emb_request *r, oai_error *e) {
     memset(r, 0, sizeof *r);
-    const char *k;
-    json_t *v;
-    json_object_foreach(body, k, v) {
-        bool known = false;
-        for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++) known |= !strcmp(k, FIELDS[i]);
-        if (!known)
-            return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
-                            "unsupported field '%s' for /v1/embeddings", k);
-    }
+    const char *k = val_unknown_key(body, FIELDS, ARRAY_LEN(FIELDS));
+    if (k)
+        return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
+                        "unsupported field '%s' for /v1/embeddings", k);
     json_t *model = json_object_get(body, "model");
     if (model && !json_is_null(model)) {
-        if (!json_is_string(model)) return bad(e, "model", "'model' must be a string");
+        if (!json_is_string(model)) return val_bad(e, "model", "'model' must be a string");
         if (strcmp(json_string_value(model), c->model_id))
             return oai_fail(e, 404, "invalid_request_error", "model", "model_not_found",
                             "The model '%.200s' does not exist: this server serves '%.200s'", json_string_value(model),
@@ -80,13 +73,13 @@ bool emb_parse(const oai_ctx *c, int32_t n_embd, int32_t n_batch, json_t *body, 
     if (fmt && !json_is_null(fmt)) {
         const char *f = json_is_string(fmt) ? json_string_value(fmt) : "";
         if (strcmp(f, "float") && strcmp(f, "base64"))
-            return bad(e, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+            return val_bad(e, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
         r->base64 = !strcmp(f, "base64");
     }
     json_t *dim = json_object_get(body, "dimensions");
     if (dim && !json_is_null(dim)) {
         if (!json_is_integer(dim) || json_integer_value(dim) < 1)
-            return bad(e, "dimensions", "'dimensions' must be a positive integer");
+            return val_bad(e, "dimensions", "'dimensions' must be a positive integer");
         if (json_integer_value(dim) != n_embd)
             return oai_fail(e, 400, "invalid_request_error", "dimensions", NULL,
                             "This model does not support specifying dimensions: its embeddings have %d (cutting them "
@@ -94,23 +87,23 @@ bool emb_parse(const oai_ctx *c, int32_t n_embd, int32_t n_batch, json_t *body, 
                             n_embd);
     }
     json_t *user = json_object_get(body, "user");
-    if (user && !json_is_null(user) && !json_is_string(user)) return bad(e, "user", "'user' must be a string");
+    if (user && !json_is_null(user) && !json_is_string(user)) return val_bad(e, "user", "'user' must be a string");
     json_t *in = json_object_get(body, "input");
-    if (!in || json_is_null(in)) return bad(e, "input", "'input' is required");
+    if (!in || json_is_null(in)) return val_bad(e, "input", "'input' is required");
     /* one input (a string, or one list of ids), or a list of them */
     const bool many = json_is_array(in) && json_array_size(in) > 0 && !json_is_integer(json_array_get(in, 0));
     if (!json_is_string(in) && !json_is_array(in))
-        return bad(e, "input", "'input' must be a string, an array of strings, an array of token ids, or an array of "
+        return val_bad(e, "input", "'input' must be a string, an array of strings, an array of token ids, or an array of "
                                "arrays of token ids");
-    if (json_is_array(in) && json_array_size(in) == 0) return bad(e, "input", "'input' is an empty array");
+    if (json_is_array(in) && json_array_size(in) == 0) return val_bad(e, "input", "'input' is an empty array");
     r->n = many ? json_array_size(in) : 1;
     if (r->n > EMB_MAX_INPUTS)
-        return oai_fail(e, 400, "invalid_request_error", "input", NULL, "at most %d inputs per request", EMB_MAX_INPUTS);
+        return val_bad(e, "input", "at most %d inputs per request", EMB_MAX_INPUTS);
     r->ids = calloc(r->n, sizeof *r->ids);
     r->n_ids = calloc(r->n, sizeof *r->n_ids);
     if (!r->ids || !r->n_ids) {
         r->n = 0;
-        return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+        return val_oom(e);
     }
     for (size_t i = 0; i < r->n; i++) {
         if (!one_input(c, many ? json_array_get(in, i) : in, i, r, e)) return false;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#include "serve/validate.h"
 
 /* Copied into the completions body as they are (the names oai_parse knows). */
 static const char *const PASS_FIELDS[] = {"model", "temperature", "top_k", "top_p", "min_p", "typical_p",
@@ -25,41 +25,30 @@ static const char *const IGNORED_FIELDS[] = {"cache_prompt", "t_max_prompt_ms", 
 static const char *const OWN_FIELDS[] = {"input_prefix", "input_suffix", "input_extra", "prompt", "n_predict",
                                          "repeat_penalty"};
 
-static bool in_list(const char *k, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(k, list[i])) return true;
-    return false;
-}
-
-static bool bad(oai_error *e, const char *param, const char *msg) {
-    return oai_fail(e, 400, "invalid_request_error", param, NULL, "%s", msg);
-}
+const oai_dialect INFILL_API = {OAI_COMPLETION, "/infill", NULL, 0};
 
 /* input_extra into chunks (views into body). */
 static bool parse_extra(json_t *x, cn_fim_chunk **out, size_t *n, oai_error *e) {
     *out = NULL;
     *n = 0;
     if (!x || json_is_null(x)) return true;
-    if (!json_is_array(x)) return bad(e, "input_extra", "'input_extra' must be an array of {\"filename\": string, \"text\": string}");
+    if (!json_is_array(x))
+        return val_bad(e, "input_extra", "'input_extra' must be an array of {\"filename\": string, \"text\": string}");
     const size_t cnt = json_array_size(x);
     if (cnt == 0) return true;
     *out = calloc(cnt, sizeof **out);
-    if (!*out) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+    if (!*out) return val_oom(e);
+    static const char *const keys[] = {"filename", "text"};
     for (size_t i = 0; i < cnt; i++) {
         json_t *c = json_array_get(x, i), *fn = json_object_get(c, "filename"), *text = json_object_get(c, "text");
         if (!json_is_object(c) || !json_is_string(text))
-            return oai_fail(e, 400, "invalid_request_error", "input_extra", NULL,
-                            "input_extra[%zu] must be an object with a string \"text\"", i);
+            return val_bad(e, "input_extra", "input_extra[%zu] must be an object with a string \"text\"", i);
         if (fn && !json_is_null(fn) && !json_is_string(fn))
-            return oai_fail(e, 400, "invalid_request_error", "input_extra", NULL,
-                            "input_extra[%zu].filename must be a string", i);
-        const char *k;
-        json_t *v;
-        json_object_foreach(c, k, v) {
-            if (strcmp(k, "filename") && strcmp(k, "text"))
-                return oai_fail(e, 400, "invalid_request_error", "input_extra", "unsupported_parameter",
-                                "unsupported field 'input_extra[%zu].%.40s'", i, k);
-        }
+            return val_bad(e, "input_extra", "input_extra[%zu].filename must be a string", i);
+        const char *k = val_unknown_key(c, keys, ARRAY_LEN(keys));
+        if (k)
+            return oai_fail(e, 400, "invalid_request_error", "input_extra", "unsupported_parameter",
+                            "unsupported field 'input_extra[%zu].%.40s'", i, k);
         (*out)[i].filename = json_is_string(fn) ? json_string_value(fn) : NULL;
         (*out)[i].text = json_string_value(text);
     }
@@ -72,12 +61,12 @@ static bool get_text(json_t *body, const char *k, bool required, const char **ou
     json_t *x = json_object_get(body, k);
     *out = NULL;
     if (!x || json_is_null(x)) {
-        if (required) return oai_fail(e, 400, "invalid_request_error", k, NULL, "'%s' is required", k);
+        if (required) return val_bad(e, k, "'%s' is required", k);
         return true;
     }
-    if (!json_is_string(x)) return oai_fail(e, 400, "invalid_request_error", k, NULL, "'%s' must be a string", k);
+    if (!json_is_string(x)) return val_bad(e, k, "'%s' must be a string", k);
     if (strlen(json_string_value(x)) != json_string_length(x))
-        return oai_fail(e, 400, "invalid_request_error", k, NULL, "'%s' must not contain NUL characters", k);
+        return val_bad(e, k, "'%s' must not contain NUL characters", k);
     *out = json_string_value(x);
     return true;
 }
@@ -89,7 +78,7 @@ static json_t *completions_body(json_t *body, const int32_t *ids, size_t n, oai_
     if (!b || !p) {
         json_decref(b);
         json_decref(p);
-        return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory"), NULL;
+        return val_oom(e), NULL;
     }
     for (size_t i = 0; i < n; i++) json_array_append_new(p, json_integer(ids[i]));
     json_object_set_new(b, "prompt", p);
@@ -112,12 +101,13 @@ bool infill_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *a
     memset(r, 0, sizeof *r);
     memset(ar, 0, sizeof *ar);
     ar->kind = API_INFILL;
-    if (!json_is_object(body)) return bad(e, "body", "the body must be a JSON object");
+    if (!json_is_object(body)) return val_bad(e, "body", "the body must be a JSON object");
     const char *k;
     json_t *v;
     json_object_foreach(body, k, v) {
-        if (!in_list(k, PASS_FIELDS, ARRAY_LEN(PASS_FIELDS)) && !in_list(k, IGNORED_FIELDS, ARRAY_LEN(IGNORED_FIELDS)) &&
-            !in_list(k, OWN_FIELDS, ARRAY_LEN(OWN_FIELDS)))
+        if (!val_in_list(k, PASS_FIELDS, ARRAY_LEN(PASS_FIELDS)) &&
+            !val_in_list(k, IGNORED_FIELDS, ARRAY_LEN(IGNORED_FIELDS)) &&
+            !val_in_list(k, OWN_FIELDS, ARRAY_LEN(OWN_FIELDS)))
             return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter", "unsupported field '%s' for /infill",
                             k);
     }
@@ -130,7 +120,8 @@ bool infill_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *a
                             f == CN_FIM_PRE ? "pre" : f == CN_FIM_SUF ? "suf" : "mid",
                             f == CN_FIM_PRE ? "prefix" : f == CN_FIM_SUF ? "suffix" : "middle");
     json_t *np = json_object_get(body, "n_predict");
-    if (np && !json_is_null(np) && !json_is_number(np)) return bad(e, "n_predict", "'n_predict' must be an integer");
+    if (np && !json_is_null(np) && !json_is_number(np))
+        return val_bad(e, "n_predict", "'n_predict' must be an integer");
     cn_fim_params fp = cn_fim_default_params();
     if (!get_text(body, "input_prefix", true, &fp.prefix, e) || !get_text(body, "input_suffix", true, &fp.suffix, e) ||
         !get_text(body, "prompt", false, &fp.prompt, e))
@@ -156,17 +147,23 @@ bool infill_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *a
     json_t *b = completions_body(body, ids, n_ids, e);
     free(ids);
     if (!b) return false;
-    const bool ok = oai_parse(c, OAI_COMPLETION, b, r, e);
+    /* errors name the fields this request used: llama-server's n_predict and
+     * repeat_penalty where they stood for OpenAI's */
+    oai_name names[2];
+    size_t n_names = 0;
+    if (json_object_get(b, "max_tokens") && !json_object_get(body, "max_tokens"))
+        names[n_names++] = (oai_name){"max_tokens", "n_predict"};
+    if (json_object_get(b, "repetition_penalty") && !json_object_get(body, "repetition_penalty"))
+        names[n_names++] = (oai_name){"repetition_penalty", "repeat_penalty"};
+    oai_dialect api = INFILL_API;
+    api.names = names;
+    api.n_names = n_names;
+    const bool ok = oai_parse_as(c, &api, b, r, e);
     json_decref(b);
-    if (!ok) {
-        if (json_object_get(body, "n_predict")) api_rename(e, "max_tokens", "n_predict");
-        if (json_object_get(body, "repeat_penalty")) api_rename(e, "repetition_penalty", "repeat_penalty");
-        api_rename(e, "/v1/completions", "/infill");
-        return false;
-    }
+    if (!ok) return false;
     for (int32_t i = 0; i < r->gen.n_stop; i++) {
         ar->stops[i] = strdup(r->stops[i]);
-        if (!ar->stops[i]) return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory");
+        if (!ar->stops[i]) return val_oom(e);
         ar->n_stops = i + 1;
     }
     return true;

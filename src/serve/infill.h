@@ -13,7 +13,11 @@
 /* llama-server's default --batch-size: the prefix + suffix budget of a hole. */
 #define INFILL_N_BATCH 2048
 
-/* body to r (through oai_parse); ar keeps the stop strings (to say which one ended it).
+/* /infill's own names of OpenAI's fields: none but its endpoint; a request that uses
+ * n_predict or repeat_penalty has them spelled so too (infill_parse). */
+extern const oai_dialect INFILL_API;
+
+/* body to r (through oai_parse_as); ar keeps the stop strings (to say which one ended it).
  * A model without FIM tokens is a 400 that says so. */
 bool infill_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *ar, oai_error *e);
 

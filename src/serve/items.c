@@ -34,27 +34,12 @@ void api_writer_init(api_writer *w, const api_request *ar) {
 void api_writer_free(api_writer *w) {
     if (!w) return;
     for (int32_t i = 0; i < w->n_items; i++) {
-        free(w->items[i].text);
+        cn_buf_free(&w->items[i].text);
         free(w->items[i].name);
     }
     free(w->items);
-    free(w->ws);
+    cn_buf_free(&w->ws);
     memset(w, 0, sizeof *w);
-}
-
-static bool grow(char **p, size_t *n, size_t *cap, const char *s, size_t len) {
-    if (*n + len + 1 > *cap) {
-        size_t nc = *cap ? *cap : 64;
-        while (nc < *n + len + 1) nc *= 2;
-        char *q = realloc(*p, nc);
-        if (!q) return false;
-        *p = q;
-        *cap = nc;
-    }
-    if (len) memcpy(*p + *n, s, len);
-    *n += len;
-    (*p)[*n] = 0;
-    return true;
 }
 
 static void dispatch(api_writer *w, const api_meta *m, api_item_ev ev, int32_t i, const char *text, size_t n,
@@ -72,13 +57,7 @@ static void end_open(api_writer *w, const api_meta *m, json_t *events) {
 /* A new open item of kind k (the open one ended first); NULL when memory ran out. */
 static api_item *begin(api_writer *w, const api_meta *m, api_item_kind k, json_t *events) {
     end_open(w, m, events);
-    if (w->n_items == w->cap_items) {
-        int32_t cap = w->cap_items ? 2 * w->cap_items : 4;
-        api_item *q = realloc(w->items, (size_t)cap * sizeof *q);
-        if (!q) return w->oom = true, NULL;
-        w->items = q;
-        w->cap_items = cap;
-    }
+    if (!CN_GROW(w->items, w->cap_items, (size_t)w->n_items + 1)) return w->oom = true, NULL;
     api_item *it = &w->items[w->n_items++];
     memset(it, 0, sizeof *it);
     it->kind = k;
@@ -89,7 +68,7 @@ static api_item *begin(api_writer *w, const api_meta *m, api_item_kind k, json_t
 static void add(api_writer *w, const api_meta *m, const char *s, size_t n, json_t *events) {
     api_item *it = &w->items[w->n_items - 1];
     if (n == 0) return;
-    if (!grow(&it->text, &it->n, &it->cap, s, n)) {
+    if (!cn_buf_put(&it->text, s, n)) {
         w->oom = true;
         return;
     }
@@ -97,12 +76,6 @@ static void add(api_writer *w, const api_meta *m, const char *s, size_t n, json_
 }
 
 static api_item *open_item(api_writer *w) { return w->open ? &w->items[w->n_items - 1] : NULL; }
-
-static bool blank(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') return false;
-    return true;
-}
 
 void api_writer_open(api_writer *w, const api_meta *m, json_t *events) {
     if (w->ar->kind == API_ANTHROPIC) ant_open(w, m, events);
@@ -121,12 +94,12 @@ void api_writer_feed(api_writer *w, const api_meta *m, json_t *delta, const oai_
         } else if (it && it->kind == API_ITEM_CALL && rp && it->call_index < rp->n_calls &&
                    rp->calls[it->call_index].broken) {
             it->broken = true; /* the call's own text, given back as content: it stays a call */
-        } else if (blank(s, n)) {
-            if (!grow(&w->ws, &w->n_ws, &w->cap_ws, s, n)) w->oom = true;
+        } else if (oai_blank(s, n)) {
+            if (!cn_buf_put(&w->ws, s, n)) w->oom = true;
         } else if (begin(w, m, API_ITEM_TEXT, events)) {
             dispatch(w, m, API_ITEM_BEGIN, w->n_items - 1, NULL, 0, events);
-            if (w->n_ws) add(w, m, w->ws, w->n_ws, events);
-            w->n_ws = 0;
+            if (w->ws.n) add(w, m, w->ws.p, w->ws.n, events);
+            cn_buf_free(&w->ws);
             add(w, m, s, n, events);
         }
     } else if (json_is_string(reasoning)) {
@@ -142,7 +115,7 @@ void api_writer_feed(api_writer *w, const api_meta *m, json_t *delta, const oai_
         if (json_is_string(id)) {
             api_item *c = begin(w, m, API_ITEM_CALL, events);
             if (!c) return;
-            w->n_ws = 0; /* whitespace before a call is no text */
+            cn_buf_free(&w->ws); /* whitespace before a call is no text */
             snprintf(c->call_id, sizeof c->call_id, "%s", json_string_value(id));
             c->call_index = index;
             c->name = strdup(json_string_value(json_object_get(fn, "name")));
@@ -164,12 +137,12 @@ void api_writer_close(api_writer *w, const api_meta *m, json_t *events) {
     end_open(w, m, events);
     bool calls = false;
     for (int32_t i = 0; i < w->n_items; i++) calls |= w->items[i].kind == API_ITEM_CALL;
-    if (w->n_ws && !calls && begin(w, m, API_ITEM_TEXT, events)) {
+    if (w->ws.n && !calls && begin(w, m, API_ITEM_TEXT, events)) {
         dispatch(w, m, API_ITEM_BEGIN, w->n_items - 1, NULL, 0, events);
-        add(w, m, w->ws, w->n_ws, events);
+        add(w, m, w->ws.p, w->ws.n, events);
         end_open(w, m, events);
     }
-    w->n_ws = 0;
+    cn_buf_free(&w->ws);
     if (w->ar->kind == API_ANTHROPIC) ant_close(w, m, events);
     else resp_close(w, m, events);
 }
@@ -179,30 +152,8 @@ json_t *api_writer_response(api_writer *w, const api_meta *m) {
 }
 
 json_t *api_call_input(const api_item *it) {
-    json_t *v = it->text ? json_mem_load(it->text, it->n, 0, NULL) : NULL;
+    json_t *v = it->text.p ? json_mem_load(it->text.p, it->text.n, 0, NULL) : NULL;
     if (json_is_object(v)) return v;
     json_decref(v);
     return json_object();
-}
-
-/* Replaces every `from` in s (cap bytes) with `to`. */
-static void replace_in(char *s, size_t cap, const char *from, const char *to) {
-    char out[1024];
-    const size_t nf = strlen(from), nt = strlen(to);
-    size_t k = 0;
-    for (const char *p = s; *p && k + 1 < sizeof out;) {
-        if (!strncmp(p, from, nf)) {
-            for (size_t i = 0; i < nt && k + 1 < sizeof out; i++) out[k++] = to[i];
-            p += nf;
-        } else {
-            out[k++] = *p++;
-        }
-    }
-    out[k < cap ? k : cap - 1] = 0;
-    memcpy(s, out, strlen(out) + 1);
-}
-
-void api_rename(oai_error *e, const char *from, const char *to) {
-    replace_in(e->param, sizeof e->param, from, to);
-    replace_in(e->message, sizeof e->message, from, to);
 }

@@ -10,10 +10,11 @@
 #include "serve/metrics.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/buf.h"
 
 #define N_ENDPOINTS 15
 #define N_STATUS 16
@@ -56,7 +57,8 @@ struct cn_metrics {
     pthread_mutex_t mu;
     int status_code[N_STATUS];
     cn_metrics_series **series;
-    int n_series, cap_series;
+    int n_series;
+    size_t cap_series;
 };
 
 static void hist_init(histogram *h, const char *name, const char *help, const double *le, int n) {
@@ -123,15 +125,8 @@ cn_metrics_series *cn_metrics_series_get(cn_metrics *m, const char *model) {
     cn_metrics_series *x = NULL;
     for (int i = 0; i < m->n_series && !x; i++)
         if (!strcmp(m->series[i]->model, model)) x = m->series[i];
-    if (!x && m->n_series == m->cap_series) {
-        const int cap = m->cap_series ? m->cap_series * 2 : 4;
-        cn_metrics_series **q = realloc(m->series, (size_t)cap * sizeof *q);
-        if (q) {
-            m->series = q;
-            m->cap_series = cap;
-        }
-    }
-    if (!x && m->n_series < m->cap_series && (x = series_new(model))) m->series[m->n_series++] = x;
+    if (!x && CN_GROW(m->series, m->cap_series, (size_t)m->n_series + 1) && (x = series_new(model)))
+        m->series[m->n_series++] = x;
     pthread_mutex_unlock(&m->mu);
     return x;
 }
@@ -210,108 +205,72 @@ void cn_metrics_model_unload(cn_metrics *m, cn_metrics_series *ms) {
 
 /* ---- rendering ---- */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        const int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        const size_t cap = (b->cap + (size_t)k + 1) * 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
 /* The family's header, then one sample per model: value(i) of models[i]. */
 #define FAMILY(b, kind, name, help, n, line)                                                  \
     do {                                                                                      \
-        put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind);                        \
+        cn_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind);              \
         for (int i = 0; i < (n); i++) line;                                                   \
     } while (0)
 
 #define COUNTER(b, name, help, models, n, field)                                              \
     FAMILY(b, "counter", name, help, n,                                                       \
-           put(b, "%s{model_name=\"%s\"} %llu\n", name, (models)[i].ms->label,                \
-               (unsigned long long)(field)))
+           cn_buf_printf(b, "%s{model_name=\"%s\"} %llu\n", name, (models)[i].ms->label,      \
+                         (unsigned long long)(field)))
 
 #define GAUGE(b, name, help, models, n, field)                                                \
     FAMILY(b, "gauge", name, help, n,                                                         \
-           put(b, "%s{model_name=\"%s\"} %.17g\n", name, (models)[i].ms->label, (double)(field)))
+           cn_buf_printf(b, "%s{model_name=\"%s\"} %.17g\n", name, (models)[i].ms->label,     \
+                         (double)(field)))
 
 char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, bool multi, const gcache_stats *gs,
                         const char *label) {
-    sbuf b = {malloc(16384), 0, 16384, false};
-    if (!b.p) return NULL;
-    b.p[0] = 0;
+    cn_buf b = {0}; /* a write that fails marks it: checked once, at the end */
     /* the models with a series (a series that could not be made has no samples) */
     cn_metrics_model *md = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof *md);
-    if (!md) {
-        free(b.p);
-        return NULL;
-    }
+    if (!md) return NULL;
     int n = 0;
     for (int i = 0; i < n_all; i++)
         if (all[i].ms) md[n++] = all[i];
     pthread_mutex_lock(&m->mu);
-    put(&b, "# HELP cinder:http_requests_total HTTP requests answered, by endpoint and status.\n"
+    cn_buf_printf(&b, "# HELP cinder:http_requests_total HTTP requests answered, by endpoint and status.\n"
             "# TYPE cinder:http_requests_total counter\n");
     for (int x = 0; x < m->n_series; x++)
         for (int e = 0; ENDPOINTS[e]; e++)
             for (int s = 0; s < N_STATUS && m->status_code[s]; s++)
                 if (m->series[x]->requests[e][s])
-                    put(&b, "cinder:http_requests_total{model_name=\"%s\",endpoint=\"%s\",status=\"%d\"} %llu\n",
-                        m->series[x]->label, ENDPOINTS[e], m->status_code[s],
-                        (unsigned long long)m->series[x]->requests[e][s]);
+                    cn_buf_printf(&b,
+                                  "cinder:http_requests_total{model_name=\"%s\",endpoint=\"%s\",status=\"%d\"} %llu\n",
+                                  m->series[x]->label, ENDPOINTS[e], m->status_code[s],
+                                  (unsigned long long)m->series[x]->requests[e][s]);
     COUNTER(&b, "cinder:prompt_tokens_total", "Prompt tokens of finished completions.", md, n,
             md[i].ms->prompt_tokens);
     COUNTER(&b, "cinder:prompt_tokens_cached_total", "Of them, reused from the prefix cache.", md, n,
             md[i].ms->cached_tokens);
     COUNTER(&b, "cinder:generation_tokens_total", "Generated tokens of finished completions.", md, n,
             md[i].ms->generation_tokens);
-    put(&b, "# HELP cinder:request_success_total Finished completions, by finish reason.\n"
+    cn_buf_printf(&b, "# HELP cinder:request_success_total Finished completions, by finish reason.\n"
             "# TYPE cinder:request_success_total counter\n");
     static const char *const REASON[4] = {"none", "stop", "length", "cancelled"};
     for (int i = 0; i < n; i++)
         for (int r = 1; r < 4; r++)
-            put(&b, "cinder:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %llu\n", md[i].ms->label,
-                REASON[r], (unsigned long long)md[i].ms->finished[r]);
+            cn_buf_printf(&b, "cinder:request_success_total{model_name=\"%s\",finished_reason=\"%s\"} %llu\n",
+                          md[i].ms->label, REASON[r], (unsigned long long)md[i].ms->finished[r]);
     COUNTER(&b, "cinder:client_disconnects_total", "Requests whose client went away before they finished.", md, n,
             md[i].ms->disconnects);
     for (int h = 0; h < N_HIST; h++) {
         const histogram *x0 = n ? &md[0].ms->h[h] : NULL;
         if (!x0) break;
-        put(&b, "# HELP %s %s\n# TYPE %s histogram\n", x0->name, x0->help, x0->name);
+        cn_buf_printf(&b, "# HELP %s %s\n# TYPE %s histogram\n", x0->name, x0->help, x0->name);
         for (int i = 0; i < n; i++) {
             const histogram *x = &md[i].ms->h[h];
             const char *model = md[i].ms->label;
             uint64_t cum = 0;
             for (int k = 0; k < x->n_buckets; k++) {
                 cum += x->count[k];
-                put(&b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", x->name, model, x->le[k],
+                cn_buf_printf(&b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", x->name, model, x->le[k],
                     (unsigned long long)cum);
             }
-            put(&b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model_name=\"%s\"} %.17g\n"
+            cn_buf_printf(&b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model_name=\"%s\"} %.17g\n"
                     "%s_count{model_name=\"%s\"} %llu\n",
                 x->name, model, (unsigned long long)x->n, x->name, model, x->sum, x->name, model,
                 (unsigned long long)x->n);
@@ -320,7 +279,7 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
     if (multi) {
         int n_loaded = 0;
         for (int i = 0; i < n; i++) n_loaded += md[i].loaded;
-        put(&b, "# HELP cinder:models_loaded Models loaded now.\n# TYPE cinder:models_loaded gauge\n"
+        cn_buf_printf(&b, "# HELP cinder:models_loaded Models loaded now.\n# TYPE cinder:models_loaded gauge\n"
                 "cinder:models_loaded %d\n",
             n_loaded);
         GAUGE(&b, "cinder:model_loaded", "1 while the model is loaded.", md, n, md[i].loaded);
@@ -329,10 +288,10 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
                 md[i].ms->load_failures);
         COUNTER(&b, "cinder:model_unloads_total", "Unloads of the model (least recently used, idle).", md, n,
                 md[i].ms->unloads);
-        put(&b, "# HELP cinder:model_load_seconds Time spent loading models.\n"
+        cn_buf_printf(&b, "# HELP cinder:model_load_seconds Time spent loading models.\n"
                 "# TYPE cinder:model_load_seconds summary\n");
         for (int i = 0; i < n; i++)
-            put(&b, "cinder:model_load_seconds_sum{model_name=\"%s\"} %.17g\n"
+            cn_buf_printf(&b, "cinder:model_load_seconds_sum{model_name=\"%s\"} %.17g\n"
                     "cinder:model_load_seconds_count{model_name=\"%s\"} %llu\n",
                 md[i].ms->label, md[i].ms->load_s_sum, md[i].ms->label, (unsigned long long)md[i].ms->loads);
     }
@@ -366,7 +325,7 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
     free(md);
     if (gs) {
 #define GC(name, help, v)                                                                                 \
-    put(&b, "# HELP %s %s\n# TYPE %s counter\n%s{model_name=\"%s\"} %llu\n", name, help, name, name, label, \
+    cn_buf_printf(&b, "# HELP %s %s\n# TYPE %s counter\n%s{model_name=\"%s\"} %llu\n", name, help, name, name, label, \
         (unsigned long long)(v))
         GC("cinder:grammar_cache_hits_total", "Structured-output grammars found compiled in the cache.", gs->hits);
         GC("cinder:grammar_cache_misses_total", "Structured-output grammars compiled (not in the cache).",
@@ -374,18 +333,14 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
         GC("cinder:grammar_compile_errors_total", "Grammars that failed to compile (400s).", gs->errors);
         GC("cinder:grammar_cache_evictions_total", "Compiled grammars evicted from the cache.", gs->evictions);
 #undef GC
-        put(&b, "# HELP cinder:grammar_cache_entries Compiled grammars in the cache.\n"
+        cn_buf_printf(&b, "# HELP cinder:grammar_cache_entries Compiled grammars in the cache.\n"
                 "# TYPE cinder:grammar_cache_entries gauge\ncinder:grammar_cache_entries{model_name=\"%s\"} %.17g\n",
             label, (double)gs->n_entries);
-        put(&b, "# HELP cinder:grammar_compile_seconds Time spent compiling grammars.\n"
+        cn_buf_printf(&b, "# HELP cinder:grammar_compile_seconds Time spent compiling grammars.\n"
                 "# TYPE cinder:grammar_compile_seconds summary\n"
                 "cinder:grammar_compile_seconds_sum{model_name=\"%s\"} %.17g\n"
                 "cinder:grammar_compile_seconds_count{model_name=\"%s\"} %llu\n",
             label, gs->compile_s_sum, label, (unsigned long long)gs->n_compiles);
     }
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
+    return cn_buf_take(&b, NULL);
 }

@@ -24,6 +24,8 @@
 #include <malloc.h>
 #endif
 
+#include "core/buf.h"
+
 #define WAKE_MS 50
 
 typedef struct {
@@ -44,7 +46,8 @@ struct models {
     cn_metrics_series *server_ms; /* answers not routed to a model */
     gcache *gc;
     smodel **v;
-    int n, cap;
+    int n;
+    size_t cap;
     alias *aliases;
     int n_aliases;
     uint64_t clock;
@@ -88,13 +91,7 @@ static models *table_new(const oai_ctx *base, cn_metrics *mx) {
 
 /* A new entry (lock held or table not shared yet); NULL: no memory. */
 static smodel *entry_add(models *r, const char *id, const char *file) {
-    if (r->n == r->cap) {
-        const int cap = r->cap ? r->cap * 2 : 8;
-        smodel **q = realloc(r->v, (size_t)cap * sizeof *q);
-        if (!q) return NULL;
-        r->v = q;
-        r->cap = cap;
-    }
+    if (!CN_GROW(r->v, r->cap, (size_t)r->n + 1)) return NULL;
     smodel *sm = calloc(1, sizeof *sm);
     if (!sm) return NULL;
     snprintf(sm->id, sizeof sm->id, "%s", id);
@@ -171,7 +168,8 @@ static void rescan(models *r) {
     DIR *d = opendir(r->dir);
     if (!d) return;
     char (*names)[256] = NULL;
-    int n = 0, cap = 0;
+    int n = 0;
+    size_t cap = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
         char id[256], path[4096];
@@ -182,13 +180,7 @@ static void rescan(models *r) {
         if (snprintf(path, sizeof path, "%s/%s", r->dir, de->d_name) >= (int)sizeof path || stat(path, &st) ||
             S_ISDIR(st.st_mode))
             continue;
-        if (n == cap) {
-            const int c2 = cap ? cap * 2 : 16;
-            char (*q)[256] = realloc(names, (size_t)c2 * sizeof *q);
-            if (!q) break;
-            names = q;
-            cap = c2;
-        }
+        if (!CN_GROW(names, cap, (size_t)n + 1)) break;
         snprintf(names[n++], 256, "%s", de->d_name);
     }
     closedir(d);

@@ -14,55 +14,58 @@
 
 #include "serve/json_mem.h"
 #include "serve/openai.h"
-
-static bool fail400(oai_error *e, const char *param, const char *fmt, const char *a) {
-    return oai_fail(e, 400, "invalid_request_error", param, NULL, fmt, a);
-}
-
-static bool oom(oai_error *e) { return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory"); }
+#include "serve/validate.h"
 
 /* ---- tools and tool_choice ---- */
 
-bool oai_parse_tools(json_t *body, oai_request *r, oai_error *e) {
+/* tool_choice (not null) into r; have: the request has tools. */
+static bool parse_tool_choice(const oai_dialect *d, json_t *choice, json_t *tools, bool have, oai_request *r,
+                              oai_error *e) {
+    const char *f = oai_field(d, "tool_choice");
+    if (json_is_string(choice)) {
+        const char *s = json_string_value(choice);
+        if (!strcmp(s, "none")) r->tools_none = true;
+        else if (!strcmp(s, "required")) r->tool_choice = CN_TOOL_CHOICE_REQUIRED;
+        else if (strcmp(s, "auto"))
+            return val_bad(e, f, "'%s' must be \"none\", \"auto\", \"required\" or a function", f);
+        return true;
+    }
+    json_t *fn = json_object_get(choice, "function"), *nm = json_object_get(fn, "name");
+    if (!json_is_object(choice) || !json_is_string(nm))
+        return val_bad(e, f,
+                       "'%s' must be \"none\", \"auto\", \"required\" or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                       f);
+    bool found = false;
+    size_t i;
+    json_t *t;
+    if (have)
+        json_array_foreach(tools, i, t) found |= json_equal(json_object_get(json_object_get(t, "function"), "name"), nm);
+    if (!found) return val_bad(e, f, "%s names '%.100s', which is not among the tools", f, json_string_value(nm));
+    r->tool_choice = CN_TOOL_CHOICE_NAMED;
+    r->tool_name = strdup(json_string_value(nm));
+    return r->tool_name ? true : val_oom(e);
+}
+
+bool oai_parse_tools(const oai_dialect *d, json_t *body, oai_request *r, oai_error *e) {
     json_t *tools = json_object_get(body, "tools"), *choice = json_object_get(body, "tool_choice");
     json_t *par = json_object_get(body, "parallel_tool_calls");
     r->tool_choice = CN_TOOL_CHOICE_AUTO;
     r->parallel_tool_calls = true;
     if (par && !json_is_null(par)) {
-        if (!json_is_boolean(par)) return oai_fail(e, 400, "invalid_request_error", "parallel_tool_calls", NULL,
-                                                   "'parallel_tool_calls' must be a boolean");
+        const char *f = oai_field(d, "parallel_tool_calls");
+        if (!json_is_boolean(par)) return val_bad(e, f, "'%s' must be a boolean", f);
         r->parallel_tool_calls = json_is_true(par);
     }
     bool have = tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0);
+    const char *ft = oai_field(d, "tools");
     if (tools && !json_is_null(tools) && !json_is_array(tools))
-        return fail400(e, "tools", "'%s' must be an array of {\"type\": \"function\", \"function\": {...}}", "tools");
+        return val_bad(e, ft, "'%s' must be an array of {\"type\": \"function\", \"function\": {...}}", ft);
     /* the tools themselves are checked where the turn is rendered (cn_chat_turn_prepare) */
-    size_t i;
-    json_t *t;
-    if (choice && !json_is_null(choice)) {
-        if (json_is_string(choice)) {
-            const char *s = json_string_value(choice);
-            if (!strcmp(s, "none")) r->tools_none = true;
-            else if (!strcmp(s, "required")) r->tool_choice = CN_TOOL_CHOICE_REQUIRED;
-            else if (strcmp(s, "auto"))
-                return fail400(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or a function", "tool_choice");
-        } else {
-            json_t *fn = json_object_get(choice, "function"), *nm = json_object_get(fn, "name");
-            if (!json_is_object(choice) || !json_is_string(nm))
-                return fail400(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or "
-                                                 "{\"type\": \"function\", \"function\": {\"name\": ...}}",
-                               "tool_choice");
-            bool found = false;
-            if (have) json_array_foreach(tools, i, t) found |= json_equal(json_object_get(json_object_get(t, "function"), "name"), nm);
-            if (!found) return fail400(e, "tool_choice", "tool_choice names '%.100s', which is not among the tools", json_string_value(nm));
-            r->tool_choice = CN_TOOL_CHOICE_NAMED;
-            r->tool_name = strdup(json_string_value(nm));
-            if (!r->tool_name) return oom(e);
-        }
-    }
+    if (choice && !json_is_null(choice) && !parse_tool_choice(d, choice, tools, have, r, e)) return false;
     if (!have) {
-        if (r->tool_choice != CN_TOOL_CHOICE_AUTO)
-            return fail400(e, "tool_choice", "'%s' needs 'tools'", "tool_choice");
+        const char *f = oai_field(d, "tool_choice");
+        if (r->tool_choice != CN_TOOL_CHOICE_AUTO) return val_bad(e, f, "'%s' needs '%s'", f, ft);
         return true;
     }
     r->tools = json_incref(tools);
@@ -71,16 +74,17 @@ bool oai_parse_tools(json_t *body, oai_request *r, oai_error *e) {
 
 /* ---- messages (cn_chat_turn_prepare checks and renders them) ---- */
 
-bool oai_render_chat(const oai_ctx *c, json_t *msgs, json_t *vars, oai_request *r, char **prompt, size_t *len,
-                     oai_error *e) {
+bool oai_render_chat(const oai_ctx *c, const oai_dialect *d, json_t *msgs, json_t *vars, oai_request *r, char **prompt,
+                     size_t *len, oai_error *e) {
     *prompt = NULL;
+    const char *f = oai_field(d, "messages");
     if (!c->chat)
-        return oai_fail(e, 400, "invalid_request_error", "messages", NULL,
-                        "this model has no chat template cinder can render: use /v1/completions "
-                        "or start the server with --chat-template NAME");
-    if (!msgs) return fail400(e, "messages", "'%s' is required", "messages");
+        return val_bad(e, f,
+                       "this model has no chat template cinder can render: use /v1/completions "
+                       "or start the server with --chat-template NAME");
+    if (!msgs) return val_bad(e, f, "'%s' is required", f);
     if (json_is_array(msgs) && json_array_size(msgs) > OAI_MAX_MESSAGES)
-        return oai_fail(e, 400, "invalid_request_error", "messages", NULL, "at most %d messages", OAI_MAX_MESSAGES);
+        return val_bad(e, f, "at most %d messages", OAI_MAX_MESSAGES);
     char *ms = json_dumps(msgs, JSON_COMPACT | JSON_ENCODE_ANY);
     char *ts = r->tools ? json_dumps(r->tools, JSON_COMPACT) : NULL;
     char *vs = vars ? json_dumps(vars, JSON_COMPACT) : NULL;
@@ -94,9 +98,8 @@ bool oai_render_chat(const oai_ctx *c, json_t *msgs, json_t *vars, oai_request *
     free(ms);
     free(ts);
     free(vs);
-    if (st == CN_STATUS_NO_MEMORY) return oom(e);
-    if (st != CN_STATUS_OK)
-        return oai_fail(e, 400, "invalid_request_error", err.param[0] ? err.param : "messages", NULL, "%s", err.msg);
+    if (st == CN_STATUS_NO_MEMORY) return val_oom(e);
+    if (st != CN_STATUS_OK) return oai_lib_fail(d, e, 400, NULL, err.param[0] ? err.param : "messages", err.msg);
     r->tool_format = info.format;
     r->think = info.think;
     r->in_think = info.in_think;
@@ -105,11 +108,11 @@ bool oai_render_chat(const oai_ctx *c, json_t *msgs, json_t *vars, oai_request *
 
 /* ---- the calls' grammar ---- */
 
-bool oai_tools_grammar(const oai_ctx *c, oai_request *r, oai_error *e) {
+bool oai_tools_grammar(const oai_ctx *c, const oai_dialect *d, oai_request *r, oai_error *e) {
     if (!r->tools || r->tools_none) return true;
+    const char *ft = oai_field(d, "tools");
     if (r->grammar)
-        return oai_fail(e, 400, "invalid_request_error", "tools", NULL,
-                        "'tools' together with '%s' is not supported", r->grammar_field);
+        return val_bad(e, ft, "'%s' together with '%s' is not supported", ft, oai_field(d, r->grammar_field));
     cn_grammar_params p = cn_grammar_default_params();
     p.kind = CN_GRAMMAR_TOOLS;
     p.tool_format = r->tool_format;
@@ -119,7 +122,7 @@ bool oai_tools_grammar(const oai_ctx *c, oai_request *r, oai_error *e) {
     p.max_states = c->grammar_max_states;
     p.max_compile_ms = c->grammar_max_compile_ms;
     char *src = json_dumps(r->tools, JSON_COMPACT);
-    if (!src) return oom(e);
+    if (!src) return val_oom(e);
     p.source = src;
     p.source_len = strlen(src);
     /* the cache's key: the tools and everything else that changes the grammar */
@@ -127,7 +130,7 @@ bool oai_tools_grammar(const oai_ctx *c, oai_request *r, oai_error *e) {
     char *key = malloc(kl);
     if (!key) {
         free(src);
-        return oom(e);
+        return val_oom(e);
     }
     snprintf(key, kl, "tools %d %d %d %s\n%s", r->tool_format, (int)r->tool_choice, r->parallel_tool_calls,
              r->tool_name ? r->tool_name : "", src);
@@ -135,8 +138,12 @@ bool oai_tools_grammar(const oai_ctx *c, oai_request *r, oai_error *e) {
     cn_status st = gcache_get(c->grammars, c->tok, &p, key, strlen(key), &r->grammar, &r->grammar_cached, &err);
     free(src);
     free(key);
-    if (st == CN_STATUS_NO_MEMORY) return oom(e);
-    if (st != CN_STATUS_OK) return oai_fail(e, 400, "invalid_request_error", "tools", NULL, "invalid 'tools': %s", err.msg);
+    if (st == CN_STATUS_NO_MEMORY) return val_oom(e);
+    if (st != CN_STATUS_OK) {
+        char msg[sizeof e->message];
+        snprintf(msg, sizeof msg, "invalid 'tools': %s", err.msg);
+        return oai_lib_fail(d, e, 400, NULL, "tools", msg);
+    }
     r->grammar_field = "tools";
     r->gen.grammar = r->grammar;
     return true;
@@ -151,36 +158,21 @@ bool oai_reply_init(oai_reply *rp, const oai_request *r, oai_error *e) {
     cn_error err = { 0 };
     if (cn_tool_reader_new(tools ? (cn_tool_format)r->tool_format : CN_TOOL_FORMAT_NONE, r->think, r->in_think, &rp->rd,
                            &err) != CN_STATUS_OK)
-        return oom(e);
+        return val_oom(e);
     return true;
 }
 
 void oai_reply_free(oai_reply *rp) {
     if (!rp) return;
     cn_tool_reader_free(rp->rd);
-    free(rp->content);
-    free(rp->reasoning);
+    cn_buf_free(&rp->content);
+    cn_buf_free(&rp->reasoning);
     for (int32_t i = 0; i < rp->n_calls; i++) {
         free(rp->calls[i].name);
-        free(rp->calls[i].args);
+        cn_buf_free(&rp->calls[i].args);
     }
     free(rp->calls);
     memset(rp, 0, sizeof *rp);
-}
-
-static bool grow_add(char **p, size_t *n, size_t *cap, const char *s, size_t len) {
-    if (*n + len + 1 > *cap) {
-        size_t nc = *cap ? *cap : 64;
-        while (nc < *n + len + 1) nc *= 2;
-        char *q = realloc(*p, nc);
-        if (!q) return false;
-        *p = q;
-        *cap = nc;
-    }
-    memcpy(*p + *n, s, len);
-    *n += len;
-    (*p)[*n] = 0;
-    return true;
 }
 
 /* "call_" and 24 letters and digits, from a per-process generator (ids need only be
@@ -222,18 +214,16 @@ bool oai_reply_feed(oai_reply *rp, const char *text, size_t n, bool final, json_
         switch (x->kind) {
         case CN_TOOL_EV_CONTENT:
         case CN_TOOL_EV_BROKEN:
-            if (!grow_add(&rp->content, &rp->n_content, &rp->cap_content, x->text, x->len)) return false;
+            if (!cn_buf_put(&rp->content, x->text, x->len)) return false;
             if (deltas) json_array_append_new(deltas, json_pack("{s:s%}", "content", x->text, x->len));
             if (x->kind == CN_TOOL_EV_BROKEN && x->index < rp->n_calls) rp->calls[x->index].broken = true;
             break;
         case CN_TOOL_EV_REASONING:
-            if (!grow_add(&rp->reasoning, &rp->n_reasoning, &rp->cap_reasoning, x->text, x->len)) return false;
+            if (!cn_buf_put(&rp->reasoning, x->text, x->len)) return false;
             if (deltas) json_array_append_new(deltas, json_pack("{s:s%}", "reasoning_content", x->text, x->len));
             break;
         case CN_TOOL_EV_CALL: {
-            oai_call *q = realloc(rp->calls, (size_t)(rp->n_calls + 1) * sizeof *q);
-            if (!q) return false;
-            rp->calls = q;
+            if (!CN_GROW(rp->calls, rp->cap_calls, (size_t)rp->n_calls + 1)) return false;
             oai_call *cl = &rp->calls[rp->n_calls++];
             memset(cl, 0, sizeof *cl);
             call_id(cl->id);
@@ -245,7 +235,7 @@ bool oai_reply_feed(oai_reply *rp, const char *text, size_t n, bool final, json_
         case CN_TOOL_EV_ARGS: {
             if (x->index >= rp->n_calls) break;
             oai_call *cl = &rp->calls[x->index];
-            if (!grow_add(&cl->args, &cl->n_args, &cl->cap_args, x->text, x->len)) return false;
+            if (!cn_buf_put(&cl->args, x->text, x->len)) return false;
             if (deltas) json_array_append_new(deltas, tool_delta(x->index, NULL, NULL, x->text, x->len));
             break;
         }
@@ -260,8 +250,7 @@ int32_t oai_reply_n_calls(const oai_reply *rp) {
     return n;
 }
 
-/* Whether s is all whitespace. */
-static bool blank(const char *s, size_t n) {
+bool oai_blank(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') return false;
     return true;
@@ -272,18 +261,18 @@ json_t *oai_reply_message(const oai_reply *rp) {
     if (!m) return NULL;
     int32_t n = oai_reply_n_calls(rp);
     /* with calls, text that is only whitespace around them is no content */
-    if (rp->n_content && !(n && blank(rp->content, rp->n_content)))
-        json_object_set_new(m, "content", json_stringn(rp->content, rp->n_content));
+    if (rp->content.n && !(n && oai_blank(rp->content.p, rp->content.n)))
+        json_object_set_new(m, "content", json_stringn(rp->content.p, rp->content.n));
     else
         json_object_set_new(m, "content", n ? json_null() : json_string(""));
-    if (rp->n_reasoning) json_object_set_new(m, "reasoning_content", json_stringn(rp->reasoning, rp->n_reasoning));
+    if (rp->reasoning.n) json_object_set_new(m, "reasoning_content", json_stringn(rp->reasoning.p, rp->reasoning.n));
     if (n) {
         json_t *a = json_array();
         for (int32_t i = 0; i < rp->n_calls; i++) {
             const oai_call *cl = &rp->calls[i];
             if (cl->broken) continue;
             json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s%}}", "id", cl->id, "type", "function", "function", "name",
-                                               cl->name, "arguments", cl->args ? cl->args : "", cl->n_args));
+                                               cl->name, "arguments", cl->args.p ? cl->args.p : "", cl->args.n));
         }
         json_object_set_new(m, "tool_calls", a);
     }

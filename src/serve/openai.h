@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "cinder.h"
+#include "core/buf.h"
 #include "serve/gcache.h"
 
 #define OAI_MAX_PROMPTS 16     /* prompts in one completions request (array form) */
@@ -30,6 +31,38 @@ bool oai_fail(oai_error *e, int http_status, const char *type, const char *param
 json_t *oai_error_json(const oai_error *e);
 
 typedef enum { OAI_CHAT, OAI_COMPLETION } oai_kind;
+
+/* ---- API dialects ----
+ * Anthropic's Messages API, the Responses API and llama-server's /infill bring their
+ * requests to oai_parse in OpenAI's shape, and name some of its fields otherwise. A
+ * dialect is an API's table of those names: every error oai_parse (and oai_tools.c)
+ * makes names the field as the client's API does, spelled from the table when the error
+ * is made. A path's indices are written [] in the table ("tools[].function" is
+ * "tools[]" in Anthropic's); a path the table lacks is spelled by its longest prefix
+ * that it holds, cut at a '.' ("response_format.json_schema.schema" is
+ * "text.format.schema" in the Responses API), and otherwise as OpenAI spells it. */
+typedef struct {
+    const char *openai;        /* "max_tokens", "response_format.json_schema", "tools[].function" */
+    const char *client;        /* "max_output_tokens", "text.format", "tools[]" */
+} oai_name;
+
+typedef struct {
+    oai_kind kind;             /* the OpenAI request the body becomes */
+    const char *endpoint;      /* named in "unsupported field '...' for ENDPOINT" */
+    const oai_name *names;     /* the fields and paths it spells otherwise */
+    size_t n_names;
+} oai_dialect;
+
+extern const oai_dialect OAI_CHAT_API, OAI_COMPLETIONS_API;
+
+/* A field of OpenAI's (a plain name: "stop") as d spells it. */
+const char *oai_field(const oai_dialect *d, const char *openai);
+/* A path in OpenAI's shape ("tools[2].function.name") as d spells it, into out (n bytes). */
+const char *oai_path(const oai_dialect *d, const char *openai, char *out, size_t n);
+/* An error the library made (cn_chat_turn_prepare, cn_gen_validate, a tools grammar)
+ * about the OpenAI field `param` (NULL or "": none), spelled in d's names; false. */
+bool oai_lib_fail(const oai_dialect *d, oai_error *e, int http_status, const char *code, const char *param,
+                  const char *msg);
 
 /* What the server needs to map a request: the engine's parts (cn_engine_tokenizer, ...). */
 typedef struct {
@@ -87,38 +120,43 @@ typedef struct {
  * filled (status 400 or 404; 503 when memory ran out), e->param naming the field at
  * fault. */
 bool oai_parse(const oai_ctx *c, oai_kind kind, json_t *body, oai_request *out, oai_error *e);
+/* The same for a body another API made in OpenAI's shape (d->kind): errors in d's names. */
+bool oai_parse_as(const oai_ctx *c, const oai_dialect *d, json_t *body, oai_request *out, oai_error *e);
 
 /* ---- tools (oai_tools.c) ----
- * For the chat-shaped APIs: oai_parse does these for /v1/chat/completions; the Anthropic
- * and Responses mappings call them with their requests turned into OpenAI's shapes. */
+ * The chat side of oai_parse (every chat-shaped API comes through it); errors in d's
+ * names. */
 
 /* tools, tool_choice, parallel_tool_calls of body into r (checked; the tools kept). */
-bool oai_parse_tools(json_t *body, oai_request *r, oai_error *e);
+bool oai_parse_tools(const oai_dialect *d, json_t *body, oai_request *r, oai_error *e);
 /* Checks messages (roles, tool_calls, tool results answering earlier calls) and renders
  * them with r's tools and the template variables vars (a JSON object, or NULL) into
  * *prompt (malloc'ed, *len bytes); sets r->think / r->in_think. */
-bool oai_render_chat(const oai_ctx *c, json_t *msgs, json_t *vars, oai_request *r, char **prompt, size_t *len,
-                     oai_error *e);
+bool oai_render_chat(const oai_ctx *c, const oai_dialect *d, json_t *msgs, json_t *vars, oai_request *r, char **prompt,
+                     size_t *len, oai_error *e);
 /* The calls' grammar into r->grammar when r has tools (400 with another grammar). */
-bool oai_tools_grammar(const oai_ctx *c, oai_request *r, oai_error *e);
+bool oai_tools_grammar(const oai_ctx *c, const oai_dialect *d, oai_request *r, oai_error *e);
 
 /* One choice's reply read back: content, reasoning and calls. rd is NULL when the
  * request has neither tools nor thinking (the text is the content as it comes). */
 typedef struct {
     char id[32];
     char *name;
-    char *args;
-    size_t n_args, cap_args;
+    cn_buf args;          /* the arguments' JSON text, as the model wrote it */
     bool broken;          /* the reply ended inside it: its text went to content */
 } oai_call;
 
 typedef struct {
     cn_tool_reader *rd;
-    char *content, *reasoning;
-    size_t n_content, cap_content, n_reasoning, cap_reasoning;
+    cn_buf content, reasoning;
     oai_call *calls;
     int32_t n_calls;
+    size_t cap_calls;
 } oai_reply;
+
+/* Whether s[0..n) is only whitespace: such content beside calls is no content (the
+ * message's and every other API's rule). */
+bool oai_blank(const char *s, size_t n);
 
 bool oai_reply_init(oai_reply *rp, const oai_request *r, oai_error *e);
 void oai_reply_free(oai_reply *rp);

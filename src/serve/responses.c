@@ -19,39 +19,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "serve/apis.h"
+#include "serve/validate.h"
 
-#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
-
-static bool fail400(oai_error *e, const char *param, const char *fmt, const char *a) {
-    return oai_fail(e, 400, "invalid_request_error", param, NULL, fmt, a);
-}
-
-static bool oom(oai_error *e) { return oai_fail(e, 503, "server_error", NULL, NULL, "out of memory"); }
-
-static bool in_list(const char *k, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(k, list[i])) return true;
-    return false;
-}
-
-static bool only_keys(json_t *o, const char *param, const char *const *allowed, size_t n, oai_error *e) {
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v) {
-        if (!in_list(k, allowed, n)) {
-            char p[96];
-            snprintf(p, sizeof p, "%s%s%.40s", param, *param ? "." : "", k);
-            return oai_fail(e, 400, "invalid_request_error", p, "unsupported_parameter", "unsupported field '%s'", p);
-        }
-    }
-    return true;
-}
-
-static const char *str_of(json_t *o, const char *k) {
-    json_t *t = json_object_get(o, k);
-    return json_is_string(t) ? json_string_value(t) : "";
-}
+/* The OpenAI fields the Responses API names otherwise (openai.h: errors are spelled from
+ * it). */
+static const oai_name RESP_NAMES[] = {
+    {"max_tokens", "max_output_tokens"},
+    {"messages", "input"},
+    {"response_format", "text.format"},
+    {"response_format.json_schema", "text.format"},
+    {"tools[].function", "tools[]"},
+};
+const oai_dialect RESP_API = {OAI_CHAT, "/v1/responses", RESP_NAMES, ARRAY_LEN(RESP_NAMES)};
 
 /* ---- input ---- */
 
@@ -62,15 +43,15 @@ static bool content_text(json_t *ct, const char *param, json_t **out, oai_error 
         *out = json_incref(ct);
         return true;
     }
-    if (!json_is_array(ct)) return fail400(e, param, "'%s' must be a string or an array of input_text parts", param);
+    if (!json_is_array(ct)) return val_bad(e, param, "'%s' must be a string or an array of input_text parts", param);
     json_t *parts = json_array();
-    if (!parts) return oom(e);
+    if (!parts) return val_oom(e);
     size_t i;
     json_t *p;
     json_array_foreach(ct, i, p) {
         char pp[96];
         snprintf(pp, sizeof pp, "%s[%zu]", param, i);
-        const char *t = str_of(p, "type");
+        const char *t = val_str(p, "type");
         json_t *text = json_object_get(p, !strcmp(t, "refusal") ? "refusal" : "text");
         if (!json_is_object(p) || !(!strcmp(t, "input_text") || !strcmp(t, "output_text") || !strcmp(t, "refusal")) ||
             !json_is_string(text)) {
@@ -90,168 +71,183 @@ static bool content_text(json_t *ct, const char *param, json_t **out, oai_error 
  * tool result after it), or a new one. */
 static json_t *assistant_for_calls(json_t *out) {
     json_t *last = json_array_get(out, json_array_size(out) - 1);
-    if (last && !strcmp(str_of(last, "role"), "assistant")) return last;
+    if (last && !strcmp(val_str(last, "role"), "assistant")) return last;
     json_t *m = json_pack("{s:s,s:n}", "role", "assistant", "content");
     json_array_append_new(out, m);
     return m;
 }
 
+/* What the items of input make, as they are read in order. */
+typedef struct {
+    json_t *out;               /* the OpenAI messages */
+    json_t *calls;             /* the function_call ids so far */
+    cn_buf reasoning;          /* a reasoning item's text, for the next assistant turn */
+    json_t *added;             /* the assistant message the last item made or joined, or NULL */
+} input_state;
+
+static bool item_message(json_t *it, const char *p, input_state *st, oai_error *e) {
+    static const char *const keys[] = {"type", "role", "content", "id", "status", "phase"};
+    if (!val_only_keys(it, p, keys, ARRAY_LEN(keys), e)) return false;
+    const char *role = val_str(it, "role");
+    char pr[80], pc[80];
+    snprintf(pr, sizeof pr, "%s.role", p);
+    snprintf(pc, sizeof pc, "%s.content", p);
+    if (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") && strcmp(role, "developer"))
+        return val_bad(e, pr, "'%s' must be \"user\", \"assistant\", \"system\" or \"developer\"", pr);
+    json_t *ct = NULL;
+    if (!content_text(json_object_get(it, "content"), pc, &ct, e)) return false;
+    json_t *m = json_pack("{s:s,s:o}", "role", role, "content", ct);
+    json_array_append_new(st->out, m);
+    if (!strcmp(role, "assistant")) st->added = m;
+    return true;
+}
+
+static bool item_function_call(json_t *it, const char *p, input_state *st, oai_error *e) {
+    static const char *const keys[] = {"type", "call_id", "name", "arguments", "id", "status"};
+    if (!val_only_keys(it, p, keys, ARRAY_LEN(keys), e)) return false;
+    json_t *id = json_object_get(it, "call_id"), *name = json_object_get(it, "name");
+    json_t *args = json_object_get(it, "arguments");
+    if (!json_is_string(id) || !json_string_length(id) || !json_is_string(name) || !json_is_string(args))
+        return val_bad(e, p,
+                       "'%s' must be {\"type\": \"function_call\", \"call_id\", \"name\", \"arguments\": \"...\"}", p);
+    json_t *m = assistant_for_calls(st->out);
+    json_t *tcs = json_object_get(m, "tool_calls");
+    if (!tcs) json_object_set_new(m, "tool_calls", tcs = json_array());
+    json_array_append_new(tcs, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", id, "type", "function", "function", "name",
+                                         name, "arguments", args));
+    json_object_set_new(st->calls, json_string_value(id), json_true());
+    st->added = m;
+    return true;
+}
+
+static bool item_function_call_output(json_t *it, const char *p, input_state *st, oai_error *e) {
+    static const char *const keys[] = {"type", "call_id", "output", "id", "status"};
+    if (!val_only_keys(it, p, keys, ARRAY_LEN(keys), e)) return false;
+    json_t *id = json_object_get(it, "call_id");
+    char pid[80], po[80];
+    snprintf(pid, sizeof pid, "%s.call_id", p);
+    snprintf(po, sizeof po, "%s.output", p);
+    if (!json_is_string(id)) return val_bad(e, pid, "'%s' must be a string", pid);
+    if (!json_object_get(st->calls, json_string_value(id)))
+        return val_bad(e, pid,
+                       "'%s' ('%.64s') answers no function_call of an earlier item (this server is stateless: send the "
+                       "whole conversation)",
+                       pid, json_string_value(id));
+    json_t *ct = NULL;
+    if (!content_text(json_object_get(it, "output"), po, &ct, e)) return false;
+    json_array_append_new(st->out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", id, "content", ct));
+    return true;
+}
+
+/* Its text (the content's reasoning_text parts, else the summary's summary_text parts),
+ * kept for the next assistant turn. */
+static bool item_reasoning(json_t *it, const char *p, input_state *st, oai_error *e) {
+    static const char *const keys[] = {"type", "id", "summary", "content", "encrypted_content", "status"};
+    if (!val_only_keys(it, p, keys, ARRAY_LEN(keys), e)) return false;
+    json_t *enc = json_object_get(it, "encrypted_content");
+    if (enc && !json_is_null(enc)) return val_bad(e, p, "'%s': encrypted reasoning cannot be read by this server", p);
+    json_t *parts = json_object_get(it, "content");
+    const char *want = "reasoning_text";
+    if (!json_is_array(parts) || !json_array_size(parts)) parts = json_object_get(it, "summary"), want = "summary_text";
+    size_t j;
+    json_t *x;
+    json_array_foreach(parts, j, x) {
+        json_t *t = json_object_get(x, "text");
+        if (strcmp(val_str(x, "type"), want) || !json_is_string(t))
+            return val_bad(e, p, "'%s' must hold reasoning_text (content) or summary_text (summary) parts", p);
+        if (st->reasoning.n) cn_buf_putc(&st->reasoning, '\n');
+        if (!cn_buf_puts(&st->reasoning, json_string_value(t))) return val_oom(e);
+    }
+    return true;
+}
+
+static bool item_reference(json_t *it, const char *p, input_state *st, oai_error *e) {
+    (void)it, (void)st;
+    return val_bad(e, p, "'%s': item references need stored items; this server is stateless (send the items)", p);
+}
+
+static const struct {
+    const char *type;
+    bool (*read)(json_t *it, const char *p, input_state *st, oai_error *e);
+} ITEMS[] = {{"message", item_message},
+             {"function_call", item_function_call},
+             {"function_call_output", item_function_call_output},
+             {"reasoning", item_reasoning},
+             {"item_reference", item_reference}};
+
+/* input[i] (at p) into st; a reasoning text kept so far goes with the assistant message it
+ * made or joined. */
+static bool map_item(json_t *it, const char *p, input_state *st, oai_error *e) {
+    if (!json_is_object(it)) return val_bad(e, p, "'%s' must be an item object", p);
+    const char *type = json_object_get(it, "type") ? val_str(it, "type") : "message";
+    st->added = NULL;
+    size_t k = 0;
+    while (k < ARRAY_LEN(ITEMS) && strcmp(type, ITEMS[k].type)) k++;
+    if (k == ARRAY_LEN(ITEMS))
+        return val_bad(e, p,
+                       "'%s': items of type '%.40s' are not supported (message, function_call, function_call_output, "
+                       "reasoning)",
+                       p, type);
+    if (!ITEMS[k].read(it, p, st, e)) return false;
+    if (st->added && st->reasoning.p) {
+        json_object_set_new(st->added, "reasoning_content", json_string(st->reasoning.p));
+        cn_buf_free(&st->reasoning);
+    }
+    return true;
+}
+
 static bool map_input(json_t *input, json_t *instructions, json_t *out, oai_error *e) {
     if (instructions && !json_is_null(instructions)) {
-        if (!json_is_string(instructions)) return fail400(e, "instructions", "'%s' must be a string", "instructions");
+        if (!json_is_string(instructions)) return val_bad(e, "instructions", "'%s' must be a string", "instructions");
         json_array_append_new(out, json_pack("{s:s,s:O}", "role", "system", "content", instructions));
     }
-    if (!input || json_is_null(input)) return fail400(e, "input", "'%s' is required", "input");
+    if (!input || json_is_null(input)) return val_bad(e, "input", "'%s' is required", "input");
     if (json_is_string(input)) {
         json_array_append_new(out, json_pack("{s:s,s:O}", "role", "user", "content", input));
         return true;
     }
     if (!json_is_array(input) || !json_array_size(input))
-        return fail400(e, "input", "'%s' must be a string or a non-empty array of items", "input");
-    if (json_array_size(input) > OAI_MAX_MESSAGES)
-        return oai_fail(e, 400, "invalid_request_error", "input", NULL, "at most %d items", OAI_MAX_MESSAGES);
-    json_t *calls = json_object(); /* call_ids so far */
-    char *reasoning = NULL;        /* a reasoning item's text, for the next assistant turn */
-    bool ok = calls != NULL;
-    if (!ok) oom(e);
+        return val_bad(e, "input", "'%s' must be a string or a non-empty array of items", "input");
+    if (json_array_size(input) > OAI_MAX_MESSAGES) return val_bad(e, "input", "at most %d items", OAI_MAX_MESSAGES);
+    input_state st = {.out = out, .calls = json_object()};
+    bool ok = st.calls ? true : val_oom(e);
     size_t i;
     json_t *it;
     json_array_foreach(input, i, it) {
         if (!ok) break;
         char p[64];
         snprintf(p, sizeof p, "input[%zu]", i);
-        if (!json_is_object(it)) {
-            ok = fail400(e, p, "'%s' must be an item object", p);
-            break;
-        }
-        const char *type = json_object_get(it, "type") ? str_of(it, "type") : "message";
-        json_t *added = NULL; /* the assistant message this item made or joined */
-        if (!strcmp(type, "message")) {
-            static const char *const keys[] = {"type", "role", "content", "id", "status", "phase"};
-            if (!(ok = only_keys(it, p, keys, ARRAY_LEN(keys), e))) break;
-            const char *role = str_of(it, "role");
-            char pr[80];
-            snprintf(pr, sizeof pr, "%s.role", p);
-            if (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") && strcmp(role, "developer")) {
-                ok = fail400(e, pr, "'%s' must be \"user\", \"assistant\", \"system\" or \"developer\"", pr);
-                break;
-            }
-            char pc[80];
-            snprintf(pc, sizeof pc, "%s.content", p);
-            json_t *ct = NULL;
-            if (!(ok = content_text(json_object_get(it, "content"), pc, &ct, e))) break;
-            json_t *m = json_pack("{s:s,s:o}", "role", role, "content", ct);
-            json_array_append_new(out, m);
-            if (!strcmp(role, "assistant")) added = m;
-        } else if (!strcmp(type, "function_call")) {
-            static const char *const keys[] = {"type", "call_id", "name", "arguments", "id", "status"};
-            if (!(ok = only_keys(it, p, keys, ARRAY_LEN(keys), e))) break;
-            json_t *id = json_object_get(it, "call_id"), *name = json_object_get(it, "name"),
-                   *args = json_object_get(it, "arguments");
-            if (!json_is_string(id) || !json_string_length(id) || !json_is_string(name) || !json_is_string(args)) {
-                ok = fail400(e, p, "'%s' must be {\"type\": \"function_call\", \"call_id\", \"name\", \"arguments\": \"...\"}", p);
-                break;
-            }
-            json_t *m = assistant_for_calls(out);
-            json_t *tcs = json_object_get(m, "tool_calls");
-            if (!tcs) json_object_set_new(m, "tool_calls", tcs = json_array());
-            json_array_append_new(tcs, json_pack("{s:O,s:s,s:{s:O,s:O}}", "id", id, "type", "function", "function", "name",
-                                                 name, "arguments", args));
-            json_object_set_new(calls, json_string_value(id), json_true());
-            added = m;
-        } else if (!strcmp(type, "function_call_output")) {
-            static const char *const keys[] = {"type", "call_id", "output", "id", "status"};
-            if (!(ok = only_keys(it, p, keys, ARRAY_LEN(keys), e))) break;
-            json_t *id = json_object_get(it, "call_id");
-            char pid[80], po[80];
-            snprintf(pid, sizeof pid, "%s.call_id", p);
-            snprintf(po, sizeof po, "%s.output", p);
-            if (!json_is_string(id)) {
-                ok = fail400(e, pid, "'%s' must be a string", pid);
-                break;
-            }
-            if (!json_object_get(calls, json_string_value(id))) {
-                ok = oai_fail(e, 400, "invalid_request_error", pid, NULL,
-                              "'%s' ('%.64s') answers no function_call of an earlier item (this server is stateless: "
-                              "send the whole conversation)",
-                              pid, json_string_value(id));
-                break;
-            }
-            json_t *ct = NULL;
-            if (!(ok = content_text(json_object_get(it, "output"), po, &ct, e))) break;
-            json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", id, "content", ct));
-        } else if (!strcmp(type, "reasoning")) {
-            static const char *const keys[] = {"type", "id", "summary", "content", "encrypted_content", "status"};
-            if (!(ok = only_keys(it, p, keys, ARRAY_LEN(keys), e))) break;
-            json_t *enc = json_object_get(it, "encrypted_content");
-            if (enc && !json_is_null(enc)) {
-                ok = fail400(e, p, "'%s': encrypted reasoning cannot be read by this server", p);
-                break;
-            }
-            /* its text: the content's reasoning_text, else the summary's summary_text */
-            json_t *parts = json_object_get(it, "content");
-            const char *want = "reasoning_text";
-            if (!json_is_array(parts) || !json_array_size(parts)) parts = json_object_get(it, "summary"), want = "summary_text";
-            size_t j;
-            json_t *x;
-            json_array_foreach(parts, j, x) {
-                json_t *t = json_object_get(x, "text");
-                if (strcmp(str_of(x, "type"), want) || !json_is_string(t)) {
-                    ok = fail400(e, p, "'%s' must hold reasoning_text (content) or summary_text (summary) parts", p);
-                    break;
-                }
-                size_t have = reasoning ? strlen(reasoning) : 0;
-                char *q = realloc(reasoning, have + json_string_length(t) + 2);
-                if (!q) {
-                    ok = oom(e);
-                    break;
-                }
-                reasoning = q;
-                snprintf(reasoning + have, json_string_length(t) + 2, "%s%s", have ? "\n" : "", json_string_value(t));
-            }
-        } else if (!strcmp(type, "item_reference")) {
-            ok = fail400(e, p, "'%s': item references need stored items; this server is stateless (send the items)", p);
-        } else {
-            ok = oai_fail(e, 400, "invalid_request_error", p, NULL,
-                          "'%s': items of type '%.40s' are not supported (message, function_call, "
-                          "function_call_output, reasoning)",
-                          p, type);
-        }
-        if (ok && added && reasoning) {
-            json_object_set_new(added, "reasoning_content", json_string(reasoning));
-            free(reasoning);
-            reasoning = NULL;
-        }
+        ok = map_item(it, p, &st, e);
     }
-    free(reasoning);
-    json_decref(calls);
+    cn_buf_free(&st.reasoning);
+    json_decref(st.calls);
     return ok;
 }
 
 /* ---- tools, tool_choice, text ---- */
 
 static bool map_tools(json_t *tools, json_t *out, oai_error *e) {
-    if (!json_is_array(tools)) return fail400(e, "tools", "'%s' must be an array of function tools", "tools");
+    if (!json_is_array(tools)) return val_bad(e, "tools", "'%s' must be an array of function tools", "tools");
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
         char p[64];
         snprintf(p, sizeof p, "tools[%zu]", i);
-        if (!json_is_object(t) || strcmp(str_of(t, "type"), "function"))
+        if (!json_is_object(t) || strcmp(val_str(t, "type"), "function"))
             return oai_fail(e, 400, "invalid_request_error", p, NULL,
                             "'%s': only function tools ({\"type\": \"function\", \"name\", \"parameters\"}) are "
                             "supported, not '%.60s'",
-                            p, json_is_object(t) ? str_of(t, "type") : "?");
+                            p, json_is_object(t) ? val_str(t, "type") : "?");
         static const char *const keys[] = {"type", "name", "description", "parameters", "strict"};
-        if (!only_keys(t, p, keys, ARRAY_LEN(keys), e)) return false;
+        if (!val_only_keys(t, p, keys, ARRAY_LEN(keys), e)) return false;
         json_t *strict = json_object_get(t, "strict");
         if (strict && !json_is_null(strict) && !json_is_boolean(strict)) {
             snprintf(p, sizeof p, "tools[%zu].strict", i);
-            return fail400(e, p, "'%s' must be a boolean (the arguments always follow the parameters)", p);
+            return val_bad(e, p, "'%s' must be a boolean (the arguments always follow the parameters)", p);
         }
         json_t *fn = json_pack("{s:O*,s:O*,s:O*}", "name", json_object_get(t, "name"), "description",
                                json_object_get(t, "description"), "parameters", json_object_get(t, "parameters"));
-        if (!fn) return oom(e);
+        if (!fn) return val_oom(e);
         json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
     }
     return true;
@@ -262,31 +258,31 @@ static bool map_tool_choice(json_t *tc, json_t *out, oai_error *e) {
         json_object_set(out, "tool_choice", tc); /* none, auto, required: oai_parse checks */
         return true;
     }
-    if (json_is_object(tc) && !strcmp(str_of(tc, "type"), "function") && json_is_string(json_object_get(tc, "name"))) {
+    if (json_is_object(tc) && !strcmp(val_str(tc, "type"), "function") && json_is_string(json_object_get(tc, "name"))) {
         static const char *const keys[] = {"type", "name"};
-        if (!only_keys(tc, "tool_choice", keys, ARRAY_LEN(keys), e)) return false;
+        if (!val_only_keys(tc, "tool_choice", keys, ARRAY_LEN(keys), e)) return false;
         json_object_set_new(out, "tool_choice",
                             json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", json_object_get(tc, "name")));
         return true;
     }
-    return fail400(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}",
+    return val_bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}",
                    "tool_choice");
 }
 
 /* text.format into response_format. */
 static bool map_text(json_t *text, json_t *out, oai_error *e) {
-    if (!json_is_object(text)) return fail400(e, "text", "'%s' must be an object {\"format\": {...}}", "text");
+    if (!json_is_object(text)) return val_bad(e, "text", "'%s' must be an object {\"format\": {...}}", "text");
     static const char *const keys[] = {"format"};
-    if (!only_keys(text, "text", keys, ARRAY_LEN(keys), e)) return false;
+    if (!val_only_keys(text, "text", keys, ARRAY_LEN(keys), e)) return false;
     json_t *f = json_object_get(text, "format");
     if (!f || json_is_null(f)) return true;
-    const char *t = str_of(f, "type");
-    if (!json_is_object(f)) return fail400(e, "text.format", "'%s' must be an object", "text.format");
+    const char *t = val_str(f, "type");
+    if (!json_is_object(f)) return val_bad(e, "text.format", "'%s' must be an object", "text.format");
     if (!strcmp(t, "json_schema")) {
         static const char *const fk[] = {"type", "name", "schema", "strict", "description"};
-        if (!only_keys(f, "text.format", fk, ARRAY_LEN(fk), e)) return false;
+        if (!val_only_keys(f, "text.format", fk, ARRAY_LEN(fk), e)) return false;
         json_t *js = json_deep_copy(f);
-        if (!js) return oom(e);
+        if (!js) return val_oom(e);
         json_object_del(js, "type");
         json_object_set_new(out, "response_format", json_pack("{s:s,s:o}", "type", "json_schema", "json_schema", js));
     } else {
@@ -295,48 +291,41 @@ static bool map_text(json_t *text, json_t *out, oai_error *e) {
     return true;
 }
 
-static void rename_error(oai_error *e) {
-    api_rename(e, ".function.", ".");
-    api_rename(e, "max_tokens", "max_output_tokens");
-    api_rename(e, "response_format.json_schema", "text.format");
-    api_rename(e, "response_format", "text.format");
-}
-
 /* Fields that ask the server to keep state, or for features it lacks: refused unless
  * absent or at their neutral value. */
 static bool refuse_state(json_t *body, oai_error *e) {
     json_t *v;
     if ((v = json_object_get(body, "previous_response_id")) && !json_is_null(v))
-        return fail400(e, "previous_response_id",
+        return val_bad(e, "previous_response_id",
                        "'%s' is not supported: this server is stateless and stores no response; send the whole "
                        "conversation as 'input' items",
                        "previous_response_id");
     if ((v = json_object_get(body, "conversation")) && !json_is_null(v))
-        return fail400(e, "conversation", "'%s' is not supported: this server is stateless (send 'input' items)",
+        return val_bad(e, "conversation", "'%s' is not supported: this server is stateless (send 'input' items)",
                        "conversation");
     if ((v = json_object_get(body, "background")) && !json_is_null(v) && !json_is_false(v))
-        return fail400(e, "background", "'%s' is not supported: a response is answered while the request waits",
+        return val_bad(e, "background", "'%s' is not supported: a response is answered while the request waits",
                        "background");
     if ((v = json_object_get(body, "store")) && !json_is_null(v) && !json_is_boolean(v))
-        return fail400(e, "store", "'%s' must be a boolean", "store");
+        return val_bad(e, "store", "'%s' must be a boolean", "store");
     if ((v = json_object_get(body, "include")) && !json_is_null(v) && !(json_is_array(v) && !json_array_size(v)))
-        return fail400(e, "include", "'%s' is not supported (only [] is accepted)", "include");
+        return val_bad(e, "include", "'%s' is not supported (only [] is accepted)", "include");
     if ((v = json_object_get(body, "truncation")) && !json_is_null(v) &&
         !(json_is_string(v) && !strcmp(json_string_value(v), "disabled")))
-        return fail400(e, "truncation",
+        return val_bad(e, "truncation",
                        "'%s' must be \"disabled\": a conversation longer than the context gets a 400, nothing is cut",
                        "truncation");
     if ((v = json_object_get(body, "reasoning")) && !json_is_null(v))
-        return fail400(e, "reasoning",
+        return val_bad(e, "reasoning",
                        "'%s' is not supported: a model that thinks does so as its chat template says, and its thinking "
                        "comes back as a reasoning item",
                        "reasoning");
     if ((v = json_object_get(body, "metadata")) && !json_is_null(v) && !json_is_object(v))
-        return fail400(e, "metadata", "'%s' must be an object of strings", "metadata");
+        return val_bad(e, "metadata", "'%s' must be an object of strings", "metadata");
     static const char *const strs[] = {"user", "safety_identifier", "prompt_cache_key"};
     for (size_t i = 0; i < ARRAY_LEN(strs); i++)
         if ((v = json_object_get(body, strs[i])) && !json_is_null(v) && !json_is_string(v))
-            return fail400(e, strs[i], "'%s' must be a string", strs[i]);
+            return val_bad(e, strs[i], "'%s' must be a string", strs[i]);
     return true;
 }
 
@@ -344,14 +333,14 @@ bool resp_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *ar,
     memset(r, 0, sizeof *r);
     memset(ar, 0, sizeof *ar);
     ar->kind = API_RESPONSES;
-    if (!json_is_object(body)) return fail400(e, "body", "the %s must be a JSON object", "body");
+    if (!json_is_object(body)) return val_bad(e, "body", "the %s must be a JSON object", "body");
     static const char *const keys[] = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
                                        "max_output_tokens", "temperature", "top_p", "stream", "store",
                                        "previous_response_id", "conversation", "background", "include", "truncation",
                                        "reasoning", "metadata", "user", "safety_identifier", "prompt_cache_key", "text"};
-    if (!only_keys(body, "", keys, ARRAY_LEN(keys), e) || !refuse_state(body, e)) return false;
+    if (!val_only_keys(body, "", keys, ARRAY_LEN(keys), e) || !refuse_state(body, e)) return false;
     json_t *out = json_object();
-    if (!out) return oom(e);
+    if (!out) return val_oom(e);
     static const char *const same[] = {"model", "temperature", "top_p", "stream", "parallel_tool_calls"};
     for (size_t i = 0; i < ARRAY_LEN(same); i++) {
         json_t *v = json_object_get(body, same[i]);
@@ -360,21 +349,18 @@ bool resp_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *ar,
     json_t *mt = json_object_get(body, "max_output_tokens");
     if (mt) json_object_set(out, "max_tokens", mt);
     json_t *msgs = json_array();
-    bool ok = msgs ? map_input(json_object_get(body, "input"), json_object_get(body, "instructions"), msgs, e) : oom(e);
+    bool ok = msgs ? map_input(json_object_get(body, "input"), json_object_get(body, "instructions"), msgs, e) : val_oom(e);
     json_object_set_new(out, "messages", msgs ? msgs : json_null());
     json_t *tools = json_object_get(body, "tools"), *tc = json_object_get(body, "tool_choice"),
            *text = json_object_get(body, "text");
     if (ok && tools && !json_is_null(tools)) {
         json_t *ot = json_array();
-        ok = ot ? map_tools(tools, ot, e) : oom(e);
+        ok = ot ? map_tools(tools, ot, e) : val_oom(e);
         json_object_set_new(out, "tools", ot ? ot : json_null());
     }
     if (ok && tc && !json_is_null(tc)) ok = map_tool_choice(tc, out, e);
     if (ok && text && !json_is_null(text)) ok = map_text(text, out, e);
-    if (ok) {
-        ok = oai_parse(c, OAI_CHAT, out, r, e);
-        if (!ok) rename_error(e);
-    }
+    if (ok) ok = oai_parse_as(c, &RESP_API, out, r, e);
     json_decref(out);
     if (!ok) return false;
     if (json_is_integer(mt)) ar->max_tokens = json_integer_value(mt);
@@ -397,7 +383,7 @@ bool resp_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *ar,
     json_object_set_new(x, "previous_response_id", json_null());
     json_object_set_new(x, "reasoning", json_null());
     json_object_set(x, "user", user ? user : json_null());
-    if (!ar->echo) return oom(e);
+    if (!ar->echo) return val_oom(e);
     return true;
 }
 
@@ -420,8 +406,8 @@ static const char *item_status(const api_writer *w, const api_meta *m, int32_t i
 }
 
 static json_t *text_part(const api_item *it, bool done) {
-    const char *s = done && it->text ? it->text : "";
-    const size_t n = done ? it->n : 0;
+    const char *s = done && it->text.p ? it->text.p : "";
+    const size_t n = done ? it->text.n : 0;
     if (it->kind == API_ITEM_REASONING) return json_pack("{s:s,s:s%}", "type", "reasoning_text", "text", s, n);
     return json_pack("{s:s,s:s%,s:[]}", "type", "output_text", "text", s, n, "annotations");
 }
@@ -440,7 +426,7 @@ static json_t *item_json(const api_writer *w, const api_meta *m, int32_t i, bool
                          done ? json_pack("[o]", text_part(it, true)) : json_array(), "status", st);
     default:
         return json_pack("{s:s,s:s,s:s,s:s,s:s%,s:s}", "type", "function_call", "id", id, "call_id", it->call_id, "name",
-                         it->name, "arguments", done && it->text ? it->text : "", done ? it->n : 0, "status", st);
+                         it->name, "arguments", done && it->text.p ? it->text.p : "", done ? it->text.n : 0, "status", st);
     }
 }
 
@@ -448,11 +434,11 @@ static json_t *item_json(const api_writer *w, const api_meta *m, int32_t i, bool
 static int32_t reasoning_tokens(const api_writer *w, const api_meta *m) {
     int32_t n = 0;
     for (int32_t i = 0; m->tok && i < w->n_items; i++) {
-        if (w->items[i].kind != API_ITEM_REASONING || !w->items[i].n) continue;
+        if (w->items[i].kind != API_ITEM_REASONING || !w->items[i].text.n) continue;
         int32_t *ids = NULL;
         size_t cnt = 0;
         cn_error err = {0};
-        if (cn_tokenize_alloc(m->tok, w->items[i].text, w->items[i].n, false, false, &ids, &cnt, &err) == CN_STATUS_OK)
+        if (cn_tokenize_alloc(m->tok, w->items[i].text.p, w->items[i].text.n, false, false, &ids, &cnt, &err) == CN_STATUS_OK)
             n += (int32_t)cnt;
         free(ids);
     }
@@ -515,15 +501,15 @@ void resp_item(api_writer *w, const api_meta *m, api_item_ev ev, int32_t i, cons
             emit(w, events, json_pack("{s:s,s:s,s:i,s:i,s:s%,s:[]}", "type", "response.output_text.delta", "item_id", id,
                                       "output_index", i, "content_index", 0, "delta", text, n, "logprobs"));
     } else {
-        const char *all = it->text ? it->text : "";
+        const char *all = it->text.p ? it->text.p : "";
         if (call) {
             emit(w, events, json_pack("{s:s,s:s,s:i,s:s,s:s%}", "type", "response.function_call_arguments.done", "item_id",
-                                      id, "output_index", i, "name", it->name, "arguments", all, it->n));
+                                      id, "output_index", i, "name", it->name, "arguments", all, it->text.n));
         } else {
             json_t *done = reasoning ? json_pack("{s:s,s:s,s:i,s:i,s:s%}", "type", "response.reasoning_text.done",
-                                                 "item_id", id, "output_index", i, "content_index", 0, "text", all, it->n)
+                                                 "item_id", id, "output_index", i, "content_index", 0, "text", all, it->text.n)
                                      : json_pack("{s:s,s:s,s:i,s:i,s:s%,s:[]}", "type", "response.output_text.done",
-                                                 "item_id", id, "output_index", i, "content_index", 0, "text", all, it->n,
+                                                 "item_id", id, "output_index", i, "content_index", 0, "text", all, it->text.n,
                                                  "logprobs");
             emit(w, events, done);
             emit(w, events, json_pack("{s:s,s:s,s:i,s:i,s:o}", "type", "response.content_part.done", "item_id", id,

@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/buf.h"
 #include "serve/apis.h"
 #include "serve/embeddings.h"
 #include "serve/gcache.h"
@@ -91,28 +92,6 @@ struct cn_server {
 /* jansson's allocations go through json_mem (json_mem.h): a failure marks the thread. */
 static bool json_failed(void) { return json_mem_failed(); }
 
-/* ---- growable byte buffers ---- */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} buf;
-
-static bool buf_add(buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) return false;
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return true;
-}
-
 /* ---- jobs ---- */
 
 typedef struct {
@@ -123,15 +102,16 @@ typedef struct {
 } job_sub;
 
 typedef struct {
-    buf text;                  /* final text so far */
+    cn_buf text;               /* final text so far */
     cn_gen_token *toks;        /* (n_toks) for logprobs */
-    int32_t n_toks, cap_toks, n_toks_sent;
+    int32_t n_toks, n_toks_sent;
+    size_t cap_toks;
     cn_finish_reason finish;
     cn_gen_timings timings;
     double t_last_token;
     oai_reply reply;           /* read for tool calls and reasoning (reply.rd NULL: not) */
     api_writer w;              /* Anthropic / Responses: the reply as items */
-    buf tok_text;              /* Anthropic with stop_sequences: the tokens' text */
+    cn_buf tok_text;           /* Anthropic with stop_sequences: the tokens' text */
     int32_t stop_index;        /* the stop sequence that ended it, or -1 */
     int32_t n_gen;             /* tokens generated so far (/infill's chunks count them) */
 } job_choice;
@@ -150,7 +130,7 @@ struct job {
     bool oom;                  /* a buffer could not grow: the job is cancelled */
     bool cancelling;           /* the server cancelled it (client gone, timeout, oom, shutdown) */
     bool engine_failed;        /* a completion ended "cancelled" when the server had not asked */
-    buf out;                   /* streaming: SSE bytes not yet written */
+    cn_buf out;                /* streaming: SSE bytes not yet written */
     size_t out_sent;
     bool stream_done;          /* out is all there is; then the tail (sse_tail) */
     size_t tail_sent;          /* bytes of that tail sent */
@@ -197,14 +177,14 @@ static void job_free(job *j) {
     if (!j) return;
     if (j->m) models_release(j->s->models, j->m);
     for (int32_t i = 0; j->ch && i < j->n_choices; i++) {
-        free(j->ch[i].text.p);
+        cn_buf_free(&j->ch[i].text);
         free(j->ch[i].toks);
-        free(j->ch[i].tok_text.p);
+        cn_buf_free(&j->ch[i].tok_text);
         oai_reply_free(&j->ch[i].reply);
         api_writer_free(&j->ch[i].w);
     }
     free(j->ch);
-    free(j->out.p);
+    cn_buf_free(&j->out);
     oai_request_free(&j->r);
     api_request_free(&j->ar);
     pthread_mutex_destroy(&j->mu);
@@ -221,11 +201,13 @@ static void sse_event(job *j, const char *name, json_t *chunk) {
     char *s = chunk && !j->oom ? json_dumps(chunk, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     if (json_failed() || !s) j->oom = true;
     const size_t n0 = j->out.n;
-    if (!j->oom && ((name && (!buf_add(&j->out, "event: ", 7) || !buf_add(&j->out, name, strlen(name)) ||
-                              !buf_add(&j->out, "\n", 1))) ||
-                    !buf_add(&j->out, "data: ", 6) || !buf_add(&j->out, s, strlen(s)) || !buf_add(&j->out, "\n\n", 2))) {
-        j->oom = true;
-        j->out.n = n0; /* no half event */
+    if (!j->oom) {
+        if (name) cn_buf_printf(&j->out, "event: %s\n", name);
+        cn_buf_printf(&j->out, "data: %s\n\n", s);
+        if (j->out.failed) {
+            j->oom = true;
+            j->out.n = n0; /* no half event */
+        }
     }
     free(s);
     json_decref(chunk);
@@ -459,18 +441,10 @@ static void on_token(void *user, uint64_t id, int32_t index, const cn_gen_token 
     if (j->ar.n_stops > 0) {
         char piece[256];
         const size_t n = cn_token_to_piece(j->m->oc.tok, tok->id, false, piece, sizeof piece);
-        if (n <= sizeof piece && !buf_add(&c->tok_text, piece, n)) j->oom = true;
+        if (n <= sizeof piece && !cn_buf_put(&c->tok_text, piece, n)) j->oom = true;
     }
     if (j->r.n_logprobs >= 0) {
-        if (c->n_toks == c->cap_toks) {
-            const int32_t cap = c->cap_toks ? c->cap_toks * 2 : 64;
-            cn_gen_token *q = realloc(c->toks, (size_t)cap * sizeof *q);
-            if (q) {
-                c->toks = q;
-                c->cap_toks = cap;
-            }
-        }
-        if (c->n_toks < c->cap_toks) c->toks[c->n_toks++] = *tok;
+        if (CN_GROW(c->toks, c->cap_toks, (size_t)c->n_toks + 1)) c->toks[c->n_toks++] = *tok;
         else j->oom = true;
     }
     pthread_mutex_unlock(&j->mu);
@@ -485,11 +459,11 @@ static void on_text(void *user, uint64_t id, int32_t index, const char *text, si
     const int32_t idx = sub->prompt * j->r.n + index;
     if (j->api == API_INFILL && j->r.stream) infill_emit(j, idx, text, n);
     else if (j->api == API_INFILL) {
-        if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
+        if (!cn_buf_put(&j->ch[idx].text, text, n)) j->oom = true;
     } else if (j->api >= API_ANTHROPIC) api_feed(j, idx, text, n, false);
     else if (j->ch[idx].reply.rd) reply_feed(j, idx, text, n, false);
     else if (j->r.stream) stream_delta(j, idx, text, n, false, NULL);
-    else if (!buf_add(&j->ch[idx].text, text, n)) j->oom = true;
+    else if (!cn_buf_put(&j->ch[idx].text, text, n)) j->oom = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
@@ -650,12 +624,12 @@ static json_t *completion_json(job *j) {
         job_choice *c = &j->ch[i];
         json_t *text;
         if (j->r.echo) {
-            buf b = {0};
+            cn_buf b = {0};
             const char *et = j->r.echo_text[i / j->r.n];
-            if (et) buf_add(&b, et, strlen(et));
-            buf_add(&b, c->text.p ? c->text.p : "", c->text.n);
+            if (et) cn_buf_put(&b, et, strlen(et));
+            cn_buf_put(&b, c->text.p ? c->text.p : "", c->text.n);
             text = json_stringn(b.p ? b.p : "", b.n);
-            free(b.p);
+            cn_buf_free(&b);
         } else {
             text = json_stringn(c->text.p ? c->text.p : "", c->text.n);
         }
@@ -837,13 +811,25 @@ static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, jso
     return j;
 }
 
+/* The names the API of a job's request gives OpenAI's fields. */
+static const oai_dialect *api_dialect(api_kind api) {
+    switch (api) {
+    case API_CHAT: return &OAI_CHAT_API;
+    case API_COMPLETION: return &OAI_COMPLETIONS_API;
+    case API_ANTHROPIC: return &ANT_API;
+    case API_RESPONSES: return &RESP_API;
+    default: return &INFILL_API;
+    }
+}
+
 /* The answer to a submit that failed with st. */
 static void submit_error(const job *j, cn_status st, const cn_error *err, oai_error *oe) {
     if (st == CN_STATUS_BUSY)
         oai_fail(oe, 429, "rate_limit_error", NULL, "queue_full", "the request queue is full: retry later (%s)",
                  err->msg);
     else if (st == CN_STATUS_LIMIT)
-        oai_fail(oe, 400, "invalid_request_error", j->r.kind == OAI_CHAT ? "messages" : "prompt",
+        oai_fail(oe, 400, "invalid_request_error",
+                 oai_field(api_dialect(j->api), j->r.kind == OAI_CHAT ? "messages" : "prompt"),
                  "context_length_exceeded", "%s", err->msg);
     else if (st == CN_STATUS_NO_MEMORY)
         oai_fail(oe, 503, "server_error", NULL, NULL, "%s", err->msg);
@@ -1093,7 +1079,7 @@ static char *render_metrics(cn_server *s) {
 }
 
 typedef struct {
-    buf body;
+    cn_buf body;
     bool oom;                  /* the body could not be kept: 503 */
     bool too_large;
 } conn_state;
@@ -1249,7 +1235,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     }
     if (*upload_size) {
         if (!cs->too_large && cs->body.n + *upload_size > s->p.max_body_bytes) cs->too_large = true;
-        if (!cs->too_large && !cs->oom && !buf_add(&cs->body, upload, *upload_size)) cs->oom = true;
+        if (!cs->too_large && !cs->oom && !cn_buf_put(&cs->body, upload, *upload_size)) cs->oom = true;
         *upload_size = 0;
         return MHD_YES;
     }
@@ -1262,7 +1248,7 @@ static void request_done(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     conn_state *cs = *con_cls;
     if (!cs || cs == &no_conn_state) return;
-    free(cs->body.p);
+    cn_buf_free(&cs->body);
     free(cs);
     *con_cls = NULL;
 }

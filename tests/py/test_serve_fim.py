@@ -142,6 +142,23 @@ def test_infill_bad_inputs(srv, body, param):
     assert r["error"]["param"] == param, r
 
 
+@pytest.mark.parametrize("body,param,says", [
+    ({"n_predict": 0}, "n_predict", "'n_predict' = 0 is out of range"),
+    ({"max_tokens": 0}, "max_tokens", "'max_tokens' = 0 is out of range"),
+    ({"max_tokens": 0, "n_predict": 5}, "max_tokens", "'max_tokens' = 0 is out of range"),
+    ({"repeat_penalty": -1}, "repeat_penalty", "repeat_penalty = -1 is out of range"),
+    ({"repetition_penalty": -1, "repeat_penalty": 1}, "repetition_penalty", "repetition_penalty = -1 is out of range"),
+    ({"stop": 3}, "stop", "'stop' must be"),
+])
+def test_infill_errors_name_the_field_the_request_used(srv, body, param, says):
+    """llama-server's names where the request used them (n_predict, repeat_penalty), and
+    OpenAI's where it used those instead (they win when both are given)."""
+    st, r, _ = srv.post("/infill", {"input_prefix": "x", "input_suffix": "y", **body})
+    assert st == 400, (st, r)
+    assert r["error"]["param"] == param and says in r["error"]["message"], r
+    assert "/v1/completions" not in r["error"]["message"], r
+
+
 def test_infill_raw_bad_bodies_and_method(srv):
     for raw in (b"", b"{", b"[]", b"null", b'{"input_prefix": "\\u0000", "input_suffix": ""}'):
         st, body, _ = srv.request("POST", "/infill", raw)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "serve/apis.h"
 #include "test_engine_util.h"
 
@@ -233,6 +234,212 @@ Test(apis, errors_name_the_field_in_the_request_api) {
     refused(R, "{\"input\": \"hi\", \"truncation\": \"auto\"}", 400, "truncation", "disabled");
 }
 
+/* ---- every error oai_parse makes, in the client's names ----
+ * The Anthropic and Responses mappings hand their requests to oai_parse_as in OpenAI's
+ * shape; the errors it makes (and those of the library under it) must name the field as
+ * the client sent it, and no name that only OpenAI's shape has. */
+
+/* The OpenAI names an Anthropic / a Responses error must never hold (in param or
+ * message): the fields each API spells otherwise. */
+static const char *const ANT_FORBIDDEN[] = {"'stop'", ".function", "/function/", "parameters", "parallel_tool_calls",
+                                            "chat_template_kwargs", "response_format"};
+static const char *const RESP_FORBIDDEN[] = {"max_tokens", ".function", "/function/", "response_format", "'messages'"};
+
+static void names_no_openai_field(api_kind kind, const oai_error *e, const char *body) {
+    const char *const *bad = kind == API_ANTHROPIC ? ANT_FORBIDDEN : RESP_FORBIDDEN;
+    const size_t n = kind == API_ANTHROPIC ? sizeof ANT_FORBIDDEN / sizeof *bad : sizeof RESP_FORBIDDEN / sizeof *bad;
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_null(strstr(e->param, bad[i]), "%s: param '%s' holds '%s'", body, e->param, bad[i]);
+        cr_expect_null(strstr(e->message, bad[i]), "%s: message '%s' holds '%s'", body, e->message, bad[i]);
+    }
+    const char *own = kind == API_ANTHROPIC ? "stop" : "messages"; /* OpenAI's whole field name */
+    cr_expect_str_neq(e->param, own, "%s: param '%s'", body, e->param);
+}
+
+typedef struct {
+    api_kind kind;
+    const char *body;
+    const char *param;         /* as the client's API names the field */
+    const char *mentions;      /* in the message */
+} named_error;
+
+#define TOOL_A(x) "\"tools\": [{\"name\": \"f\", \"input_schema\": {}" x "}]"
+#define TOOL_R(x) "\"tools\": [{\"type\": \"function\", \"name\": \"f\"" x "}]"
+#define FMT_R(x) "{\"input\": \"hi\", \"text\": {\"format\": " x "}}"
+
+static const named_error NAMED_ERRORS[] = {
+    /* Anthropic: stop_sequences is OpenAI's stop */
+    {API_ANTHROPIC, "{\"max_tokens\": 5, \"stop_sequences\": [3], " HI "}", "stop_sequences",
+     "'stop_sequences' must be a string or an array of strings"},
+    {API_ANTHROPIC, "{\"max_tokens\": 5, \"stop_sequences\": [\"\"], " HI "}", "stop_sequences",
+     "stop strings must be 1 to"},
+    {API_ANTHROPIC,
+     "{\"max_tokens\": 5, \"stop_sequences\": [\"a\", \"b\", \"c\", \"d\", \"e\", \"f\", \"g\", \"h\", \"i\","
+     " \"j\", \"k\", \"l\", \"m\", \"n\", \"o\", \"p\", \"q\"], " HI "}",
+     "stop_sequences", "at most"},
+    /* the values Anthropic shares with OpenAI */
+    {API_ANTHROPIC, "{\"max_tokens\": \"x\", " HI "}", "max_tokens", "'max_tokens' must be an integer"},
+    {API_ANTHROPIC, "{\"max_tokens\": 5, \"temperature\": -1, " HI "}", "temperature", "temperature = -1"},
+    {API_ANTHROPIC, "{\"max_tokens\": 5, \"top_k\": \"x\", " HI "}", "top_k", "'top_k' must be an integer"},
+    {API_ANTHROPIC, "{\"max_tokens\": 5, \"stream\": 3, " HI "}", "stream", "'stream' must be a boolean"},
+    /* Anthropic's tools have no "function" and call the schema input_schema */
+    {API_ANTHROPIC, "{\"max_tokens\": 5, \"tools\": [{\"name\": \"a b\", \"input_schema\": {}}], " HI "}",
+     "tools[0].name", "'tools[0].name' must be"},
+    {API_ANTHROPIC, "{\"max_tokens\": 5, " TOOL_A(", \"description\": 3") ", " HI "}", "tools[0].description",
+     "'tools[0].description' must be a string"},
+    {API_ANTHROPIC, "{\"max_tokens\": 5, " TOOL_A(", \"x\": 1") ", " HI "}", "tools[0].x",
+     "unsupported field 'tools[0].x'"},
+    {API_ANTHROPIC,
+     "{\"max_tokens\": 5, \"tools\": [{\"name\": \"f\", \"input_schema\": {\"type\": \"strin\"}}], " HI "}",
+     "tools", "at /tools/0/input_schema"},
+    {API_ANTHROPIC,
+     "{\"max_tokens\": 5, \"tools\": [{\"name\": \"f\","
+     " \"input_schema\": {\"properties\": {\"a\": {\"type\": \"strin\"}}}}], " HI "}",
+     "tools", "at /tools/0/input_schema/properties/a"},
+    {API_ANTHROPIC,
+     "{\"max_tokens\": 5, " TOOL_A("") ", \"tool_choice\": {\"type\": \"tool\", \"name\": \"g\"}, " HI "}",
+     "tool_choice", "tool_choice names 'g'"},
+    {API_ANTHROPIC, "{\"max_tokens\": 5, \"tool_choice\": {\"type\": \"any\"}, " HI "}", "tool_choice",
+     "'tool_choice' needs 'tools'"},
+    /* output_config.format is OpenAI's response_format */
+    {API_ANTHROPIC,
+     "{\"max_tokens\": 5, " TOOL_A("") ","
+     " \"output_config\": {\"format\": {\"type\": \"json_schema\", \"schema\": {}}}, " HI "}",
+     "tools", "'tools' together with 'output_config.format'"},
+    {API_ANTHROPIC,
+     "{\"max_tokens\": 5,"
+     " \"output_config\": {\"format\": {\"type\": \"json_schema\", \"schema\": {\"type\": \"strin\"}}}, " HI "}",
+     "output_config.format", "invalid 'output_config.format'"},
+    /* Responses: max_output_tokens is OpenAI's max_tokens */
+    {API_RESPONSES, "{\"input\": \"hi\", \"max_output_tokens\": \"x\"}", "max_output_tokens",
+     "'max_output_tokens' must be an integer"},
+    {API_RESPONSES, "{\"input\": \"hi\", \"max_output_tokens\": 0}", "max_output_tokens",
+     "'max_output_tokens' = 0 is out of range"},
+    {API_RESPONSES, "{\"input\": \"hi\", \"top_p\": 7}", "top_p", "top_p = 7"},
+    {API_RESPONSES, "{\"input\": \"hi\", \"parallel_tool_calls\": 3}", "parallel_tool_calls",
+     "'parallel_tool_calls' must be a boolean"},
+    /* the Responses API's tools are flat: no "function" */
+    {API_RESPONSES, "{\"input\": \"hi\", \"tools\": [{\"type\": \"function\", \"name\": \"a b\"}]}", "tools[0].name",
+     "'tools[0].name' must be"},
+    {API_RESPONSES, "{\"input\": \"hi\", " TOOL_R(", \"parameters\": 3") "}", "tools[0].parameters",
+     "'tools[0].parameters' must be a JSON Schema object"},
+    {API_RESPONSES, "{\"input\": \"hi\", " TOOL_R(", \"description\": 3") "}", "tools[0].description",
+     "'tools[0].description' must be a string"},
+    {API_RESPONSES,
+     "{\"input\": \"hi\","
+     " \"tools\": [{\"type\": \"function\", \"name\": \"f\"}, {\"type\": \"function\", \"name\": \"f\"}]}",
+     "tools[1].name", "two tools are called 'f'"},
+    {API_RESPONSES, "{\"input\": \"hi\", " TOOL_R(", \"parameters\": {\"type\": \"strin\"}") "}", "tools",
+     "at /tools/0/parameters"},
+    {API_RESPONSES, "{\"input\": \"hi\", " TOOL_R("") ", \"tool_choice\": {\"type\": \"function\", \"name\": \"g\"}}",
+     "tool_choice", "tool_choice names 'g'"},
+    {API_RESPONSES, "{\"input\": \"hi\", " TOOL_R("") ", \"tool_choice\": \"some\"}", "tool_choice",
+     "'tool_choice' must be"},
+    {API_RESPONSES, "{\"input\": \"hi\", \"tool_choice\": \"required\"}", "tool_choice", "'tool_choice' needs 'tools'"},
+    /* text.format is OpenAI's response_format, and holds what its json_schema holds */
+    {API_RESPONSES, "{\"input\": \"hi\", " TOOL_R("") ", \"text\": {\"format\": {\"type\": \"json_object\"}}}", "tools",
+     "'tools' together with 'text.format'"},
+    {API_RESPONSES, FMT_R("{\"type\": \"yaml\"}"), "text.format", "'text.format.type' must be"},
+    {API_RESPONSES, FMT_R("{\"type\": \"json_object\", \"schema\": 3}"), "text.format",
+     "'text.format' must be an object whose 'schema' is a JSON Schema object"},
+    {API_RESPONSES, FMT_R("{\"type\": \"json_object\", \"x\": 3}"), "text.format", "unsupported field 'text.format.x'"},
+    {API_RESPONSES, FMT_R("{\"type\": \"json_schema\", \"name\": 3, \"schema\": {}}"), "text.format",
+     "'text.format.name' and '.description' must be strings"},
+    {API_RESPONSES, FMT_R("{\"type\": \"json_schema\", \"strict\": 3, \"schema\": {}}"), "text.format",
+     "'text.format.strict' must be a boolean"},
+    {API_RESPONSES, FMT_R("{\"type\": \"json_schema\"}"), "text.format", "'text.format.schema' is required"},
+    {API_RESPONSES, FMT_R("{\"type\": \"json_schema\", \"schema\": 3}"), "text.format",
+     "'text.format.schema' must be a JSON Schema"},
+    {API_RESPONSES, FMT_R("{\"type\": \"json_schema\", \"schema\": {\"type\": \"strin\"}}"), "text.format",
+     "invalid 'text.format'"},
+};
+
+Test(apis, every_mapped_error_names_the_field_as_the_client_sent_it) {
+    for (size_t i = 0; i < sizeof NAMED_ERRORS / sizeof *NAMED_ERRORS; i++) {
+        const named_error *x = &NAMED_ERRORS[i];
+        json_t *b = load(x->body);
+        oai_request r;
+        api_request ar;
+        oai_error e = {0};
+        const bool ok =
+            x->kind == API_ANTHROPIC ? ant_parse(&ctx, b, false, &r, &ar, &e) : resp_parse(&ctx, b, &r, &ar, &e);
+        cr_expect_not(ok, "accepted: %s", x->body);
+        if (!ok) {
+            cr_expect_str_eq(e.param, x->param, "%s: param '%s' (%s)", x->body, e.param, e.message);
+            cr_expect(strstr(e.message, x->mentions), "%s: message '%s' does not say '%s'", x->body, e.message,
+                      x->mentions);
+            names_no_openai_field(x->kind, &e, x->body);
+        }
+        oai_request_free(&r);
+        api_request_free(&ar);
+        json_decref(b);
+    }
+}
+
+/* A conversation longer than the context is named as the client sent it. */
+Test(apis, a_prompt_too_long_names_the_input) {
+    cn_buf long_input = {0};
+    for (int i = 0; i < N_CTX; i++) cn_buf_puts(&long_input, "hi hi ");
+    json_t *b = json_pack("{s:s}", "input", long_input.p);
+    cn_buf_free(&long_input);
+    oai_request r;
+    api_request ar;
+    oai_error e = {0};
+    cr_assert_not(resp_parse(&ctx, b, &r, &ar, &e));
+    cr_expect_str_eq(e.param, "input");
+    cr_expect_str_eq(e.code, "context_length_exceeded");
+    cr_expect(strstr(e.message, "your input resulted in"), "%s", e.message);
+    names_no_openai_field(API_RESPONSES, &e, "a long input");
+    json_decref(b);
+}
+
+/* What oai_parse refuses of an OpenAI-shaped body is named in the dialect's terms, even
+ * where the Anthropic and Responses mappings never let such a value through: whatever
+ * check oai_parse has, it spells the field from the dialect's table. */
+Test(apis, oai_parse_spells_every_error_in_the_dialect) {
+    static const char *const BODIES[] = {
+        "{" HI ", \"max_tokens\": 0}",
+        "{" HI ", \"max_completion_tokens\": 0}",
+        "{" HI ", \"stop\": 3}",
+        "{" HI ", \"stop\": [\"\"]}",
+        "{" HI ", \"parallel_tool_calls\": 3}",
+        "{" HI ", \"chat_template_kwargs\": 3}",
+        "{" HI ", \"tools\": 3}",
+        "{" HI ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}",
+        "{" HI ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": 3}}]}",
+        "{" HI ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\","
+        " \"parameters\": {\"type\": \"x\"}}}]}",
+        "{" HI ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}],"
+        " \"response_format\": {\"type\": \"json_object\"}}",
+        "{" HI ", \"response_format\": 3}",
+        "{" HI ", \"response_format\": {\"type\": \"yaml\"}}",
+        "{" HI ", \"response_format\": {\"type\": \"text\", \"x\": 1}}",
+        "{" HI ", \"response_format\": {\"type\": \"json_schema\"}}",
+        "{" HI ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"x\": 1}}}",
+        "{" HI ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": 3}}}",
+        "{" HI ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"x\"}}}}",
+        "{" HI ", \"response_format\": {\"type\": \"json_object\"}, \"grammar\": \"root ::= \\\"a\\\"\"}",
+        "{\"messages\": 3}",
+        "{}",
+    };
+    const struct {
+        api_kind kind;
+        const oai_dialect *d;
+    } apis[] = {{API_ANTHROPIC, &ANT_API}, {API_RESPONSES, &RESP_API}};
+    for (size_t a = 0; a < 2; a++) {
+        for (size_t i = 0; i < sizeof BODIES / sizeof *BODIES; i++) {
+            json_t *b = load(BODIES[i]);
+            oai_request r;
+            oai_error e = {0};
+            const bool ok = oai_parse_as(&ctx, apis[a].d, b, &r, &e);
+            cr_expect_not(ok, "accepted: %s", BODIES[i]);
+            if (!ok) names_no_openai_field(apis[a].kind, &e, BODIES[i]);
+            oai_request_free(&r);
+            json_decref(b);
+        }
+    }
+}
+
 /* ---- the writers, fed by the real reply reader ---- */
 
 typedef struct {
@@ -448,7 +655,7 @@ Test(apis, responses_stream_and_object_of_a_reply_that_thinks_and_calls) {
                      "\n\nChecking.\n"); /* as chat completions give it: the content as it came */
     cr_assert_str_eq(json_string_value(json_object_get(fc, "type")), "function_call");
     cr_assert_str_eq(json_string_value(json_object_get(fc, "call_id")), x.rp.calls[0].id);
-    cr_assert_str_eq(json_string_value(json_object_get(fc, "arguments")), x.rp.calls[0].args);
+    cr_assert_str_eq(json_string_value(json_object_get(fc, "arguments")), x.rp.calls[0].args.p);
     cr_assert_str_eq(json_string_value(json_object_get(r, "status")), "completed");
     /* reasoning tokens: the reasoning text's tokens */
     int32_t *ids = NULL;
