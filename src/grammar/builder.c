@@ -119,10 +119,6 @@ int32_t gr_rule_define(gr_builder *b, int32_t rule, int32_t expr) {
     return rule;
 }
 
-bool gr_rule_is_defined(const gr_builder *b, int32_t rule) {
-    return rule >= 0 && (uint32_t)rule < b->n_rules && b->rules[rule].expr >= 0;
-}
-
 const char *gr_rule_name(const gr_builder *b, int32_t rule) {
     return rule >= 0 && (uint32_t)rule < b->n_rules ? b->rules[rule].name : "?";
 }

@@ -296,5 +296,3 @@ void gr_vocab_free(gr_vocab *v) {
     pthread_mutex_unlock(&reg_mu);
     if (last) vocab_destroy(v);
 }
-
-int32_t gr_vocab_n(const gr_vocab *v) { return v->n_vocab; }
