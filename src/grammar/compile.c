@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/core.h"
 #include "grammar/grammar_impl.h"
 
@@ -25,11 +26,14 @@ struct nfa {
     const gr_builder *b;
     nfa *root;         /* the rule's NFA, whose table holds every E_LBYTES set */
     gr_set *lsets;
-    uint32_t n_lsets, cap_lsets;
+    uint32_t n_lsets;
+    size_t cap_lsets;
     int32_t *head;     /* (n_states) first edge */
-    uint32_t n_states, cap_states;
+    uint32_t n_states;
+    size_t cap_states;
     nfa_edge *e;
-    uint32_t n_e, cap_e;
+    uint32_t n_e;
+    size_t cap_e;
     size_t budget_states, used_states;
     uint64_t steps;    /* frag calls: the deadline is read every 1024 of them */
     double deadline_ms;
@@ -51,12 +55,9 @@ static int32_t nfa_state(nfa *a) {
         fail(a, CN_STATUS_INVALID_ARG, "compile budget: the grammar needs more automaton states than allowed (max_states)");
         return -1;
     }
-    if (a->n_states == a->cap_states) {
-        uint32_t nc = a->cap_states ? a->cap_states * 2 : 256;
-        int32_t *q = realloc(a->head, nc * sizeof *q);
-        if (!q) { fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar"); return -1; }
-        a->head = q;
-        a->cap_states = nc;
+    if (!CN_GROW(a->head, a->cap_states, a->n_states + 1)) {
+        fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        return -1;
     }
     a->head[a->n_states] = -1;
     return (int32_t)a->n_states++;
@@ -64,12 +65,9 @@ static int32_t nfa_state(nfa *a) {
 
 static void nfa_edge_add(nfa *a, int32_t from, uint8_t kind, uint32_t arg, int32_t to) {
     if (a->st != CN_STATUS_OK || from < 0 || to < 0) return;
-    if (a->n_e == a->cap_e) {
-        uint32_t nc = a->cap_e ? a->cap_e * 2 : 512;
-        nfa_edge *q = realloc(a->e, nc * sizeof *q);
-        if (!q) { fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar"); return; }
-        a->e = q;
-        a->cap_e = nc;
+    if (!CN_GROW(a->e, a->cap_e, a->n_e + 1)) {
+        fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        return;
     }
     a->e[a->n_e] = (nfa_edge){ kind, arg, to, a->head[from] };
     a->head[from] = (int32_t)a->n_e++;
@@ -84,15 +82,9 @@ static bool is_bytes(const nfa_edge *e) { return e->kind == E_BYTES || e->kind =
 /* A byte set of the compile's own (the automata intersections build); -1: no memory. */
 static int64_t lset_add(nfa *a, const uint8_t bits[32]) {
     nfa *r = a->root;
-    if (r->n_lsets == r->cap_lsets) {
-        uint32_t nc = r->cap_lsets ? r->cap_lsets * 2 : 64;
-        gr_set *q = realloc(r->lsets, nc * sizeof *q);
-        if (!q) {
-            fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
-            return -1;
-        }
-        r->lsets = q;
-        r->cap_lsets = nc;
+    if (!CN_GROW(r->lsets, r->cap_lsets, r->n_lsets + 1)) {
+        fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        return -1;
     }
     memcpy(r->lsets[r->n_lsets].bits, bits, 32);
     return r->n_lsets++;
@@ -181,17 +173,12 @@ static int32_t frag(nfa *a, int32_t x, int32_t in, int depth) {
 
 typedef struct {
     int32_t *v;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
 } i32v;
 
 static bool i32v_push(i32v *a, int32_t x) {
-    if (a->n == a->cap) {
-        uint32_t nc = a->cap ? a->cap * 2 : 64;
-        int32_t *q = realloc(a->v, nc * sizeof *q);
-        if (!q) return false;
-        a->v = q;
-        a->cap = nc;
-    }
+    if (!CN_GROW(a->v, a->cap, a->n + 1)) return false;
     a->v[a->n++] = x;
     return true;
 }
@@ -406,12 +393,7 @@ static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
                     for (int32_t k = 1; k <= L[0]; k++)
                         if (!i32v_push(&bucket[L[k]], x->to)) goto done;
                 } else if (a->e[e].kind == E_CALL) {
-                    if (n_cp == cp_cap) {
-                        cp_cap = cp_cap ? cp_cap * 2 : 16;
-                        call_pair *q = realloc(cp, cp_cap * sizeof *q);
-                        if (!q) goto done;
-                        cp = q;
-                    }
+                    if (!CN_GROW(cp, cp_cap, n_cp + 1)) goto done;
                     cp[n_cp++] = (call_pair){ (int32_t)a->e[e].arg, a->e[e].to };
                 }
             }

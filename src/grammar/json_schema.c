@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "grammar/json_schema_impl.h"
 
 #define JS_MAX_BRANCHES 256    /* anyOf branches after distributing siblings and allOf */
@@ -301,15 +302,9 @@ static const json_t *resolve(js_ctx *c, const char *ref) {
 static int32_t def_rule(js_ctx *c, const json_t *target, const char *label) {
     for (size_t i = 0; i < c->n_defs; i++)
         if (c->defs[i].target == target) return c->defs[i].rule;
-    if (c->n_defs == c->cap_defs) {
-        size_t nc = c->cap_defs ? 2 * c->cap_defs : 16;
-        js_def *p = realloc(c->defs, nc * sizeof *p);
-        if (!p) {
-            oom(c);
-            return -1;
-        }
-        c->defs = p;
-        c->cap_defs = nc;
+    if (!CN_GROW(c->defs, c->cap_defs, c->n_defs + 1)) {
+        oom(c);
+        return -1;
     }
     /* a readable name: the last segment of the pointer */
     const char *last = strrchr(label, '/');
@@ -382,15 +377,9 @@ typedef struct {
 } js_parts;
 
 static int parts_add(js_ctx *c, js_parts *p, json_t *s) {
-    if (p->n == p->cap) {
-        size_t nc = p->cap ? 2 * p->cap : 8;
-        json_t **q = realloc(p->v, nc * sizeof *q);
-        if (!q) {
-            oom(c);
-            return -1;
-        }
-        p->v = q;
-        p->cap = nc;
+    if (!CN_GROW(p->v, p->cap, p->n + 1)) {
+        oom(c);
+        return -1;
     }
     p->v[p->n++] = s;
     return 0;
@@ -1368,16 +1357,20 @@ out:
     return result;
 }
 
+/* Whether s has a keyword we do not support: then an error naming it and its pointer. */
+static bool refuse_unsupported(js_ctx *c, const json_t *s) {
+    const char *uk = unsupported_keyword(s);
+    if (!uk) return false;
+    size_t old = push(c, uk);
+    fail(c, "unsupported keyword '%s'", uk);
+    pop(c, old);
+    return true;
+}
+
 /* A plain schema (no $ref / allOf; anyOf / oneOf handled by the caller). */
 static int32_t sch_typed(js_ctx *c, json_t *s) {
     gr_builder *b = c->x.b;
-    const char *uk = unsupported_keyword(s);
-    if (uk) {
-        size_t old = push(c, uk);
-        fail(c, "unsupported keyword '%s'", uk);
-        pop(c, old);
-        return -1;
-    }
+    if (refuse_unsupported(c, s)) return -1;
     int t = types_of(c, s);
     if (t < 0) return -1;
     if (t == 0) return fail(c, "unsatisfiable schema: no type allowed");
@@ -1604,13 +1597,7 @@ static int32_t sch(js_ctx *c, json_t *s) {
     if (json_is_true(s)) return js_value(&c->x);
     if (json_is_false(s)) return gr_nothing(b);
     if (!json_is_object(s)) return fail(c, "a schema must be an object or a boolean");
-    const char *uk = unsupported_keyword(s);
-    if (uk) {
-        size_t old = push(c, uk);
-        fail(c, "unsupported keyword '%s'", uk);
-        pop(c, old);
-        return -1;
-    }
+    if (refuse_unsupported(c, s)) return -1;
     if (++c->depth > JS_MAX_DEPTH) {
         c->depth--;
         return fail(c, "schema nested deeper than %d levels", JS_MAX_DEPTH);
