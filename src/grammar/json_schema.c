@@ -419,14 +419,132 @@ static bool has_any(const json_t *s, const char *const *keys) {
     return false;
 }
 
-/* Merges plain parts (no $ref / allOf / anyOf / oneOf). Returns a schema kept by c. */
-static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
-    json_t *r = keep(c, json_object());
-    if (!r) return NULL;
-    int types = T_ALL;
-    bool any_type = false;
-    json_t *en = NULL; /* the enum so far (a list), NULL: none */
-    /* properties: the names in order of first appearance */
+/* ---- merging plain parts ----
+ * Plain parts (no $ref / allOf / anyOf / oneOf) merge keyword by keyword into one
+ * schema: each keyword a part holds goes through its row of merge_rows (bounds keep the
+ * tighter, "required" the union, "enum" the intersection); a keyword without a row must
+ * be equal in every part that has it. */
+
+typedef struct {
+    json_t *r;     /* the merged schema, kept by c */
+    int types;     /* the types every part allows */
+    bool any_type; /* some part said "type" or "nullable" */
+    json_t *en;    /* the enum so far (a list), NULL: none */
+    bool has_obj;  /* some part has "properties" or "additionalProperties" */
+} js_merged;
+
+/* The keywords' merges: s the part, k its keyword, v the value. false: an error, said. */
+typedef bool (*merge_fn)(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v);
+
+static bool merge_equal(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    json_t *cur = json_object_get(m->r, k);
+    if (cur && !json_equal(cur, v)) return fail(c, "allOf: cannot merge two different '%s'", k), false;
+    if (!cur && json_object_set(m->r, k, v) < 0) return oom(c), false;
+    return true;
+}
+
+static bool merge_skip(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)c, (void)m, (void)s, (void)k, (void)v;
+    return true;
+}
+
+/* properties and additionalProperties: merged name by name at the end (merge_objects). */
+static bool merge_note_object(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)c, (void)s, (void)k, (void)v;
+    m->has_obj = true;
+    return true;
+}
+
+static bool merge_required(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s, (void)k;
+    json_t *req = json_object_get(m->r, "required");
+    if (!req) {
+        req = json_array();
+        if (!req || json_object_set_new(m->r, "required", req) < 0) return oom(c), false;
+    }
+    size_t j;
+    json_t *e;
+    json_array_foreach(v, j, e) {
+        bool seen = false;
+        size_t q;
+        json_t *f;
+        json_array_foreach(req, q, f) seen |= json_equal(e, f);
+        if (!seen) json_array_append(req, e);
+    }
+    return true;
+}
+
+/* enum and const: the values in every list so far. */
+static bool merge_enum(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    json_t *list = strcmp(k, "const") == 0 ? keep(c, json_pack("[O]", v)) : v;
+    if (!list || !json_is_array(list)) return fail(c, "'enum' must be an array"), false;
+    if (!m->en) {
+        m->en = list;
+        return true;
+    }
+    json_t *x = keep(c, json_array());
+    if (!x) return false;
+    size_t a, bb;
+    json_t *e, *f;
+    json_array_foreach(m->en, a, e) {
+        bool both = false;
+        json_array_foreach(list, bb, f) both |= json_equal(e, f);
+        if (both) json_array_append(x, e);
+    }
+    m->en = x;
+    return true;
+}
+
+/* A bound: the tighter one, the larger of lower bounds (bigger), the smaller of upper. */
+static bool merge_bound(js_ctx *c, js_merged *m, const char *k, const json_t *v, bool bigger) {
+    if (!json_is_number(v)) return fail(c, "'%s' must be a number", k), false;
+    if (num_pick(m->r, k, v, bigger) < 0) return oom(c), false;
+    return true;
+}
+
+static bool merge_lower(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    return merge_bound(c, m, k, v, true);
+}
+
+static bool merge_upper(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    return merge_bound(c, m, k, v, false);
+}
+
+/* items as one schema (not a tuple, not beside prefixItems): every part's, together. */
+static bool merge_items(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    if (json_is_array(v) || json_object_get(s, "prefixItems")) return merge_equal(c, m, s, k, v);
+    json_t *cur = json_object_get(m->r, "items");
+    if (cur && json_is_array(cur)) return fail(c, "allOf: cannot merge 'items' arrays"), false;
+    json_t *all = all_of2(c, cur, v);
+    if (!all || json_object_set(m->r, "items", all) < 0) return oom(c), false;
+    return true;
+}
+
+static const struct {
+    const char *kw;
+    merge_fn merge;
+} merge_rows[] = {
+    { "type", merge_skip },           { "nullable", merge_skip },       /* merge_types */
+    { "properties", merge_note_object }, { "additionalProperties", merge_note_object },
+    { "required", merge_required },   { "enum", merge_enum },           { "const", merge_enum },
+    { "minimum", merge_lower },       { "exclusiveMinimum", merge_lower }, { "minLength", merge_lower },
+    { "minItems", merge_lower },      { "maximum", merge_upper },       { "exclusiveMaximum", merge_upper },
+    { "maxLength", merge_upper },     { "maxItems", merge_upper },      { "items", merge_items },
+};
+
+static merge_fn merge_for(const char *k) {
+    if (in_list(annotations, k)) return merge_skip;
+    for (size_t i = 0; i < sizeof merge_rows / sizeof merge_rows[0]; i++)
+        if (strcmp(merge_rows[i].kw, k) == 0) return merge_rows[i].merge;
+    return merge_equal;
+}
+
+/* The names of the parts' properties, in order of first appearance (kept by c). */
+static json_t *property_names(js_ctx *c, json_t *const *p, size_t n) {
     json_t *names = keep(c, json_array());
     if (!names) return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -441,134 +559,89 @@ static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
                 if (!seen) json_array_append_new(names, json_string(k));
             }
     }
-    bool has_obj = false;
-    /* patternProperties merge only when one part alone constrains objects: another part's
-     * additionalProperties would rule names the patterns rule */
+    return names;
+}
+
+/* patternProperties merge only when one part alone constrains objects: another part's
+ * additionalProperties would rule names the patterns rule. */
+static bool patterns_mergeable(js_ctx *c, json_t *const *p, size_t n) {
+    static const char *const okw[] = { "properties", "additionalProperties", "patternProperties", NULL };
     size_t n_obj = 0, n_pat = 0;
     for (size_t i = 0; i < n; i++) {
-        static const char *const okw[] = { "properties", "additionalProperties", "patternProperties", NULL };
         n_obj += has_any(p[i], okw);
         n_pat += json_object_get(p[i], "patternProperties") != NULL;
     }
-    if (n_pat && n_obj > 1) return fail(c, "allOf: cannot merge 'patternProperties' with another object schema"), NULL;
-    for (size_t i = 0; i < n; i++) {
-        json_t *s = p[i];
-        int t = types_of(c, s);
-        if (t < 0) return NULL;
-        if (json_object_get(s, "type") || json_object_get(s, "nullable")) {
-            types &= t;
-            any_type = true;
-        }
-        const char *k;
-        json_t *v;
-        json_object_foreach(s, k, v) {
-            if (in_list(annotations, k) || strcmp(k, "type") == 0 || strcmp(k, "nullable") == 0) continue;
-            if (strcmp(k, "properties") == 0 || strcmp(k, "additionalProperties") == 0) {
-                has_obj = true;
-                continue;
-            }
-            if (strcmp(k, "required") == 0) {
-                json_t *req = json_object_get(r, "required");
-                if (!req) {
-                    req = json_array();
-                    if (!req || json_object_set_new(r, "required", req) < 0) {
-                        oom(c);
-                        return NULL;
-                    }
-                }
-                size_t j;
-                json_t *e;
-                json_array_foreach(v, j, e) {
-                    bool seen = false;
-                    size_t q;
-                    json_t *f;
-                    json_array_foreach(req, q, f) seen |= json_equal(e, f);
-                    if (!seen) json_array_append(req, e);
-                }
-                continue;
-            }
-            if (strcmp(k, "enum") == 0 || strcmp(k, "const") == 0) {
-                json_t *list = strcmp(k, "const") == 0 ? keep(c, json_pack("[O]", v)) : v;
-                if (!list || !json_is_array(list)) return fail(c, "'enum' must be an array"), NULL;
-                if (!en) {
-                    en = list;
-                } else {
-                    json_t *x = keep(c, json_array());
-                    if (!x) return NULL;
-                    size_t a, bb;
-                    json_t *e, *f;
-                    json_array_foreach(en, a, e) {
-                        bool both = false;
-                        json_array_foreach(list, bb, f) both |= json_equal(e, f);
-                        if (both) json_array_append(x, e);
-                    }
-                    en = x;
-                }
-                continue;
-            }
-            if (!json_is_number(v) && (strcmp(k, "minimum") == 0 || strcmp(k, "maximum") == 0 ||
-                                       strcmp(k, "exclusiveMinimum") == 0 || strcmp(k, "exclusiveMaximum") == 0 ||
-                                       strcmp(k, "minLength") == 0 || strcmp(k, "maxLength") == 0 ||
-                                       strcmp(k, "minItems") == 0 || strcmp(k, "maxItems") == 0))
-                return fail(c, "'%s' must be a number", k), NULL;
-            if (strcmp(k, "minimum") == 0 || strcmp(k, "exclusiveMinimum") == 0 || strcmp(k, "minLength") == 0 ||
-                strcmp(k, "minItems") == 0) {
-                if (num_pick(r, k, v, true) < 0) return oom(c), NULL;
-                continue;
-            }
-            if (strcmp(k, "maximum") == 0 || strcmp(k, "exclusiveMaximum") == 0 || strcmp(k, "maxLength") == 0 ||
-                strcmp(k, "maxItems") == 0) {
-                if (num_pick(r, k, v, false) < 0) return oom(c), NULL;
-                continue;
-            }
-            if (strcmp(k, "items") == 0 && !json_is_array(v) && !json_object_get(s, "prefixItems")) {
-                json_t *cur = json_object_get(r, "items");
-                if (cur && json_is_array(cur)) return fail(c, "allOf: cannot merge 'items' arrays"), NULL;
-                json_t *m = all_of2(c, cur, v);
-                if (!m || json_object_set(r, "items", m) < 0) return oom(c), NULL;
-                continue;
-            }
-            json_t *cur = json_object_get(r, k);
-            if (cur && !json_equal(cur, v)) return fail(c, "allOf: cannot merge two different '%s'", k), NULL;
-            if (!cur && json_object_set(r, k, v) < 0) return oom(c), NULL;
-        }
-    }
-    if (has_obj) {
-        json_t *props = keep(c, json_object());
-        if (!props) return NULL;
-        size_t j;
-        json_t *e;
-        json_array_foreach(names, j, e) {
-            const char *name = json_string_value(e);
-            json_t *m = NULL;
-            for (size_t i = 0; i < n; i++) {
-                json_t *pp = json_object_get(p[i], "properties");
-                json_t *v = json_is_object(pp) ? json_object_get(pp, name) : NULL;
-                if (!v) v = json_object_get(p[i], "additionalProperties");
-                if (v) m = all_of2(c, m, v);
-                if (c->x.b && gr_builder_error(c->x.b)->status) return NULL;
-            }
-            if (json_object_set(props, name, m ? m : json_true()) < 0) return oom(c), NULL;
-        }
-        json_object_set(r, "properties", props);
-        json_t *add = NULL;
+    if (n_pat && n_obj > 1) return fail(c, "allOf: cannot merge 'patternProperties' with another object schema"), false;
+    return true;
+}
+
+/* Each listed name takes every part's schema for it (its own, else the part's
+ * additionalProperties), and additionalProperties every part's. */
+static bool merge_objects(js_ctx *c, json_t *const *p, size_t n, json_t *names, json_t *r) {
+    json_t *props = keep(c, json_object());
+    if (!props) return false;
+    size_t j;
+    json_t *e;
+    json_array_foreach(names, j, e) {
+        const char *name = json_string_value(e);
+        json_t *m = NULL;
         for (size_t i = 0; i < n; i++) {
-            json_t *v = json_object_get(p[i], "additionalProperties");
-            if (v) add = all_of2(c, add, v);
+            json_t *pp = json_object_get(p[i], "properties");
+            json_t *v = json_is_object(pp) ? json_object_get(pp, name) : NULL;
+            if (!v) v = json_object_get(p[i], "additionalProperties");
+            if (v) m = all_of2(c, m, v);
+            if (c->x.b && gr_builder_error(c->x.b)->status) return false;
         }
-        if (add) json_object_set(r, "additionalProperties", add);
+        if (json_object_set(props, name, m ? m : json_true()) < 0) return oom(c), false;
     }
-    if (any_type) {
-        json_t *tl = json_array();
-        if (!tl || json_object_set_new(r, "type", tl) < 0) return oom(c), NULL;
-        static const char *const tn[] = { "null", "boolean", "integer", "number", "string", "array", "object" };
-        for (int i = 0; i < 7; i++) {
-            if (i == 2 && (types & T_NUM)) continue; /* number covers integer */
-            if (types & (1 << i)) json_array_append_new(tl, json_string(tn[i]));
-        }
+    json_object_set(r, "properties", props);
+    json_t *add = NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_object_get(p[i], "additionalProperties");
+        if (v) add = all_of2(c, add, v);
     }
-    if (en) json_object_set(r, "enum", en);
-    return r;
+    if (add) json_object_set(r, "additionalProperties", add);
+    return true;
+}
+
+/* r's "type" as the list of the types in the mask types ("number" covers "integer"). */
+static bool set_types(js_ctx *c, json_t *r, int types) {
+    static const char *const tn[] = { "null", "boolean", "integer", "number", "string", "array", "object" };
+    json_t *tl = json_array();
+    if (!tl || json_object_set_new(r, "type", tl) < 0) return oom(c), false;
+    for (int i = 0; i < 7; i++) {
+        if (i == 2 && (types & T_NUM)) continue;
+        if (types & (1 << i)) json_array_append_new(tl, json_string(tn[i]));
+    }
+    return true;
+}
+
+/* One part's keywords into m. */
+static bool merge_part(js_ctx *c, js_merged *m, json_t *s) {
+    int t = types_of(c, s);
+    if (t < 0) return false;
+    if (json_object_get(s, "type") || json_object_get(s, "nullable")) {
+        m->types &= t;
+        m->any_type = true;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) if (!merge_for(k)(c, m, s, k, v)) return false;
+    return true;
+}
+
+/* Merges plain parts. Returns a schema kept by c. */
+static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
+    js_merged m = { .r = keep(c, json_object()), .types = T_ALL };
+    if (!m.r) return NULL;
+    json_t *names = property_names(c, p, n);
+    if (!names || !patterns_mergeable(c, p, n)) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!merge_part(c, &m, p[i])) return NULL;
+    if (m.has_obj && !merge_objects(c, p, n, names, m.r)) return NULL;
+    if (m.any_type && !set_types(c, m.r, m.types)) return NULL;
+    if (m.en) json_object_set(m.r, "enum", m.en);
+    return m.r;
 }
 
 static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
