@@ -15,7 +15,8 @@
  *
  * What it owns: keyword dispatch, $ref resolution (local JSON pointers and anchors; each
  * target becomes one rule, so recursion is a rule calling itself), allOf merging (and
- * siblings of $ref / anyOf merged into every branch), objects, arrays, enum filtering.
+ * siblings of $ref / anyOf merged into every branch), dependencies (an anyOf of objects
+ * with and without each name), objects, arrays, enum filtering.
  * The lexical pieces (strings, numbers, ranges, formats, literals) are json_schema_lex.c.
  * It must not compile or match anything: that is compile.c and pda.c. */
 #include <math.h>
@@ -47,7 +48,8 @@ typedef struct {
     size_t n_defs, cap_defs;
     json_t *owned; /* schemas made by merging, kept alive until the end */
     int depth;
-    const char *why; /* the keyword the enum checker could not decide */
+    const char *why;   /* the keyword the enum checker could not decide */
+    size_t dep_splits; /* dependencies() splits in the merge at hand (depth 0) */
 } js_ctx;
 
 /* ---- messages and paths ---- */
@@ -111,7 +113,7 @@ static const char *const handled[] = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
     "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "nullable", "uniqueItems", "multipleOf", "minProperties",
-    "patternProperties", "dependencies", "propertyNames", "if", NULL,
+    "patternProperties", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "if", NULL,
 };
 
 static bool in_list(const char *const *l, const char *k) {
@@ -126,8 +128,8 @@ static bool is_trivial_schema(const json_t *v) { return json_is_true(v) || (json
  * none. Some are fine with a no-op value (uniqueItems: false, minProperties: 0, ...). */
 static const char *unsupported_keyword(const json_t *s) {
     static const char *const never[] = {
-        "not", "dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "contains",
-        "minContains", "maxContains", "maxProperties", "$dynamicRef", "$recursiveRef", NULL,
+        "not", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "maxProperties",
+        "$dynamicRef", "$recursiveRef", NULL,
     };
     const char *k;
     json_t *v;
@@ -140,12 +142,44 @@ static const char *unsupported_keyword(const json_t *s) {
         }
         if (strcmp(k, "uniqueItems") == 0 && json_is_true(v)) return k;
         if (strcmp(k, "minProperties") == 0 && !(json_is_number(v) && json_number_value(v) <= 0)) return k;
-        if (strcmp(k, "dependencies") == 0 && !(json_is_object(v) && json_object_size(v) == 0)) return k;
         if (strcmp(k, "propertyNames") == 0 && !is_trivial_schema(v)) return k;
         if (strcmp(k, "if") == 0 && (json_object_get(s, "then") || json_object_get(s, "else"))) return k;
         if (strcmp(k, "multipleOf") == 0 && !(json_is_number(v) && json_number_value(v) == 1.0)) return k;
     }
     return NULL;
+}
+
+static const char *const dependency_keywords[] = { "dependencies", "dependentRequired", "dependentSchemas", NULL };
+
+/* Whether s has a dependency to compile (an empty one is none). */
+static bool has_dependencies(const json_t *s) {
+    for (const char *const *k = dependency_keywords; *k; k++) {
+        const json_t *v = json_object_get(s, *k);
+        if (v && !(json_is_object(v) && json_object_size(v) == 0)) return true;
+    }
+    return false;
+}
+
+enum { DEP_BAD, DEP_NAMES, DEP_SCHEMA };
+
+/* What a name's dependency d under keyword k is: a list of names (dependencies,
+ * dependentRequired), a schema (dependencies, dependentSchemas), or neither. */
+static int dependency_kind(const char *k, const json_t *d) {
+    bool names = json_is_array(d);
+    size_t i;
+    json_t *e;
+    json_array_foreach(d, i, e) names &= json_is_string(e);
+    if (names && strcmp(k, "dependentSchemas") != 0) return DEP_NAMES;
+    if ((json_is_object(d) || json_is_boolean(d)) && strcmp(k, "dependentRequired") != 0) return DEP_SCHEMA;
+    return DEP_BAD;
+}
+
+static bool required_has(const json_t *s, const char *name) {
+    const json_t *r = json_object_get(s, "required");
+    size_t i;
+    json_t *e;
+    json_array_foreach(r, i, e) if (json_is_string(e) && strcmp(json_string_value(e), name) == 0) return true;
+    return false;
 }
 
 /* ---- types ---- */
@@ -431,6 +465,7 @@ typedef struct {
     bool any_type; /* some part said "type" or "nullable" */
     json_t *en;    /* the enum so far (a list), NULL: none */
     bool has_obj;  /* some part has "properties" or "additionalProperties" */
+    json_t *deps;  /* name -> the schema its presence adds, NULL: none */
 } js_merged;
 
 /* The keywords' merges: s the part, k its keyword, v the value. false: an error, said. */
@@ -524,6 +559,44 @@ static bool merge_items(js_ctx *c, js_merged *m, const json_t *s, const char *k,
     return true;
 }
 
+/* dependencies (draft 7: a list of names or a schema per name), dependentRequired (lists)
+ * and dependentSchemas (schemas): each name's dependency as a schema (a list of names is
+ * {"required": list}); NULL with the error when the value is neither. */
+static json_t *dependency_schema(js_ctx *c, const char *k, json_t *d) {
+    switch (dependency_kind(k, d)) {
+    case DEP_NAMES: return keep(c, json_pack("{s:O}", "required", d));
+    case DEP_SCHEMA: return d;
+    }
+    const bool lists = strcmp(k, "dependentSchemas") != 0, schemas = strcmp(k, "dependentRequired") != 0;
+    fail(c, "a value of '%s' must be %s", k,
+         !schemas ? "an array of strings" : !lists ? "a schema" : "an array of strings or a schema");
+    return NULL;
+}
+
+/* Every part's dependencies, name by name (several for one name: all of them), into
+ * m->deps; dependencies() compiles them. */
+static bool merge_dependencies(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    size_t old = push(c, k);
+    bool ok = json_is_object(v) || (fail(c, "'%s' must be an object", k), false);
+    if (ok && !m->deps) ok = (m->deps = keep(c, json_object())) != NULL;
+    const char *name;
+    json_t *d;
+    if (ok) json_object_foreach(v, name, d) {
+            size_t o2 = push(c, name);
+            json_t *dep = dependency_schema(c, k, d);
+            pop(c, o2);
+            json_t *all = dep ? all_of2(c, json_object_get(m->deps, name), dep) : NULL;
+            if (!all || json_object_set(m->deps, name, all) < 0) {
+                if (dep && all) oom(c);
+                ok = false;
+                break;
+            }
+        }
+    pop(c, old);
+    return ok;
+}
+
 static const struct {
     const char *kw;
     merge_fn merge;
@@ -534,6 +607,8 @@ static const struct {
     { "minimum", merge_lower },       { "exclusiveMinimum", merge_lower }, { "minLength", merge_lower },
     { "minItems", merge_lower },      { "maximum", merge_upper },       { "exclusiveMaximum", merge_upper },
     { "maxLength", merge_upper },     { "maxItems", merge_upper },      { "items", merge_items },
+    { "dependencies", merge_dependencies }, { "dependentRequired", merge_dependencies },
+    { "dependentSchemas", merge_dependencies },
 };
 
 static merge_fn merge_for(const char *k) {
@@ -641,10 +716,145 @@ static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
     if (m.has_obj && !merge_objects(c, p, n, names, m.r)) return NULL;
     if (m.any_type && !set_types(c, m.r, m.types)) return NULL;
     if (m.en) json_object_set(m.r, "enum", m.en);
+    if (m.deps && json_object_size(m.deps) && json_object_set(m.r, "dependentSchemas", m.deps) < 0) return oom(c), NULL;
     return m.r;
 }
 
+/* ---- dependencies ----
+ * A dependency "name -> S" holds for objects without the property name, and for those
+ * with it that match S. merge_plain gathers every dependency of the parts as
+ * "dependentSchemas" (one schema per name); dependencies() turns them into what the
+ * grammar can say: a name the object must have has its S merged in at once; a name it
+ * may not have drops its dependency; any other name splits the schema in two — name
+ * forbidden, or name required and S merged in — each half with the dependencies left
+ * (which the half may now decide). The halves are disjoint (an object has the name or
+ * not, and the second holds only objects), so their anyOf is exact. A half in which no
+ * object holds (S requires a name the schema forbids) keeps its other types, or goes.
+ * k undecided names make up to 2^k halves: JS_MAX_BRANCHES splits at the most. */
+
+/* Whether s rules out the property name: its schema false, or not listed under
+ * additionalProperties: false (and no patternProperties, which might take it). */
+static bool forbids(const json_t *s, const char *name) {
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *v = json_is_object(props) ? json_object_get(props, name) : NULL;
+    if (v) return json_is_false(v);
+    const json_t *pp = json_object_get(s, "patternProperties");
+    if (json_is_object(pp) && json_object_size(pp)) return false;
+    return json_is_false(json_object_get(s, "additionalProperties"));
+}
+
+/* s (kept by c) without the object type when s requires a name it forbids; false when
+ * no type is left. */
+static json_t *drop_objects(js_ctx *c, json_t *s) {
+    if (!json_is_object(s)) return s;
+    const json_t *req = json_object_get(s, "required");
+    bool none = false;
+    size_t i;
+    json_t *e;
+    json_array_foreach(req, i, e) none |= json_is_string(e) && forbids(s, json_string_value(e));
+    if (!none) return s;
+    const int t = types_of(c, s);
+    if (t < 0) return NULL;
+    if (!(t & ~T_OBJ)) return json_false();
+    json_t *o = keep(c, json_copy(s));
+    return o && set_types(c, o, t & ~T_OBJ) ? o : NULL;
+}
+
+/* m's branches (an anyOf's, else m) into out, each through drop_objects; false ones
+ * dropped. */
+static bool add_branches(js_ctx *c, json_t *out, json_t *m) {
+    if (!m) return false;
+    json_t *any = json_is_object(m) && json_object_size(m) == 1 ? json_object_get(m, "anyOf") : NULL;
+    size_t n = any ? json_array_size(any) : 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = drop_objects(c, any ? json_array_get(any, i) : m);
+        if (!e) return false;
+        if (!json_is_false(e) && json_array_append(out, e) < 0) return oom(c), false;
+    }
+    return true;
+}
+
+/* out's branches as one schema: false when none, the one, or their anyOf. */
+static json_t *any_of(js_ctx *c, json_t *out) {
+    if (json_array_size(out) < 2) return json_array_size(out) ? json_array_get(out, 0) : json_false();
+    return keep(c, json_pack("{s:O}", "anyOf", out));
+}
+
+/* A copy of s (kept by c) with list (an object's or an array's member) key replaced by
+ * a copy with x added: under name when name is given, else appended. */
+static json_t *with_member(js_ctx *c, json_t *s, const char *key, const char *name, json_t *x) {
+    json_t *o = keep(c, json_copy(s)), *cur = json_object_get(s, key);
+    if (!o) return NULL;
+    if (cur && (name ? !json_is_object(cur) : !json_is_array(cur)))
+        return fail(c, "'%s' must be %s", key, name ? "an object" : "an array"), NULL;
+    json_t *l = keep(c, cur ? json_copy(cur) : name ? json_object() : json_array());
+    if (!l || (name ? json_object_set(l, name, x) : json_array_append(l, x)) < 0 || json_object_set(o, key, l) < 0)
+        return oom(c), NULL;
+    return o;
+}
+
+/* base's objects split on name (its dependency s; rest: the dependencies left for both
+ * halves, may be empty). */
+static json_t *split_on(js_ctx *c, json_t *base, int types, const char *name, json_t *s, json_t *rest, int depth) {
+    if (++c->dep_splits > JS_MAX_BRANCHES)
+        return fail(c, "dependencies: more than %d cases of present and absent names", JS_MAX_BRANCHES), NULL;
+    json_t *nm = keep(c, json_string(name));
+    json_t *absent = with_member(c, base, "properties", name, json_false());
+    json_t *present = nm ? with_member(c, base, "required", NULL, nm) : NULL;
+    json_t *out = keep(c, json_array());
+    if (!absent || !present || !out || !set_types(c, present, types & T_OBJ)) return NULL;
+    const bool more = json_object_size(rest) > 0;
+    if (more && (json_object_set(absent, "dependentSchemas", rest) < 0 ||
+                 json_object_set(present, "dependentSchemas", rest) < 0))
+        return oom(c), NULL;
+    json_t *parts[2] = { present, s };
+    if (!add_branches(c, out, merge(c, &absent, 1, depth + 1)) || !add_branches(c, out, merge(c, parts, 2, depth + 1)))
+        return NULL;
+    return any_of(c, out);
+}
+
+/* r, a merged plain schema with "dependentSchemas", as a schema without. */
+static json_t *dependencies(js_ctx *c, json_t *r, int depth) {
+    static const char *const drop[] = { "dependentSchemas", NULL };
+    json_t *deps = json_object_get(r, "dependentSchemas");
+    json_t *base = without(c, r, drop);
+    if (base) base = drop_objects(c, base);
+    const int t = base && json_is_object(base) ? types_of(c, base) : 0;
+    if (!base || t < 0 || !(t & T_OBJ)) return t < 0 ? NULL : base;
+    js_parts now = { 0 }; /* base and the dependencies it decides */
+    json_t *rest = keep(c, json_object()), *res = NULL;
+    const char *name;
+    json_t *s;
+    if (!rest || parts_add(c, &now, base) < 0) goto done;
+    json_object_foreach(deps, name, s) {
+        if (required_has(base, name)) {
+            if (parts_add(c, &now, s) < 0) goto done;
+        } else if (!forbids(base, name) && json_object_set(rest, name, s) < 0) {
+            oom(c);
+            goto done;
+        }
+    }
+    if (now.n == 1 && json_object_size(rest) == 0) {
+        res = base;
+    } else if (now.n == 1) {
+        void *first = json_object_iter(rest);
+        name = json_object_iter_key(first);
+        s = json_object_iter_value(first);
+        json_t *left = keep(c, json_copy(rest));
+        if (left && json_object_del(left, name) == 0) res = split_on(c, base, t, name, s, left, depth);
+    } else {
+        json_t *more = json_object_size(rest) ? keep(c, json_pack("{s:O}", "dependentSchemas", rest)) : json_true();
+        json_t *out = keep(c, json_array());
+        if (more && out && parts_add(c, &now, more) == 0 && add_branches(c, out, merge(c, now.v, now.n, depth + 1)))
+            res = any_of(c, out);
+    }
+done:
+    free(now.v);
+    return res;
+}
+
 static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
+    if (depth == 0) c->dep_splits = 0;
     if (depth > JS_MAX_DEPTH) return fail(c, "allOf / anyOf nested deeper than %d levels", JS_MAX_DEPTH), NULL;
     js_parts p = { 0 };
     json_t *res = NULL;
@@ -749,6 +959,7 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
             plain[np++] = cp;
         }
         res = np == 0 ? json_true() : merge_plain(c, plain, np);
+        if (res && json_object_get(res, "dependentSchemas")) res = dependencies(c, res, depth);
     }
 done:
     free(p.v);
@@ -777,6 +988,28 @@ static int check_list(js_ctx *c, const json_t *list, const json_t *v, int depth,
         if (mode == 0 && !r) return 0;
     }
     return mode == 0 ? 1 : mode == 1 ? n_ok > 0 : n_ok == 1;
+}
+
+/* Keyword k's dependencies w for the enum checker: 1 when every name v has meets its
+ * dependency, 0 when one does not, -1 undecidable (c->why). */
+static int check_dependencies(js_ctx *c, const char *k, const json_t *w, const json_t *v, int depth) {
+    if (!json_is_object(v)) return 1;
+    if (!json_is_object(w)) return c->why = k, -1;
+    const char *name;
+    json_t *d;
+    json_object_foreach((json_t *)w, name, d) {
+        if (!json_object_get(v, name)) continue;
+        int ok = 1;
+        size_t i;
+        json_t *e;
+        switch (dependency_kind(k, d)) {
+        case DEP_NAMES: json_array_foreach(d, i, e) ok &= json_object_get(v, json_string_value(e)) != NULL; break;
+        case DEP_SCHEMA: ok = check(c, d, v, depth + 1); break;
+        default: return c->why = k, -1;
+        }
+        if (ok <= 0) return ok;
+    }
+    return 1;
 }
 
 static int check(js_ctx *c, const json_t *s, const json_t *v, int depth) {
@@ -869,6 +1102,8 @@ static int check(js_ctx *c, const json_t *s, const json_t *v, int depth) {
             const json_t *t = json_is_string(w) ? resolve(c, json_string_value(w)) : NULL;
             if (!t) return -1;
             ok = check(c, t, v, depth + 1);
+        } else if (in_list(dependency_keywords, k)) {
+            ok = check_dependencies(c, k, w, v, depth);
         } else if (strcmp(k, "pattern") == 0 || strcmp(k, "format") == 0) {
             if (json_is_string(v)) {
                 static const char *const known[] = { "date", "time", "date-time", "duration", "uuid", "email",
@@ -1490,14 +1725,6 @@ static int32_t sch_typed(js_ctx *c, json_t *s) {
  * disjoint set), or branches that differ only in "required", where each branch is made
  * exclusive by forbidding the names only the others require. Anything else is refused. */
 
-static bool required_has(const json_t *s, const char *name) {
-    const json_t *r = json_object_get(s, "required");
-    size_t i;
-    json_t *e;
-    if (json_is_array(r)) json_array_foreach(r, i, e) if (json_is_string(e) && strcmp(json_string_value(e), name) == 0) return true;
-    return false;
-}
-
 /* The schema s gives property name (NULL: unconstrained). */
 static json_t *prop_schema(const json_t *s, const char *name) {
     json_t *p = json_object_get(s, "properties");
@@ -1681,7 +1908,7 @@ static int32_t sch(js_ctx *c, json_t *s) {
     static const char *const combinators[] = { "$ref", "anyOf", "oneOf", NULL };
     bool siblings = has_assertions(s, combinators);
     if (json_object_get(s, "allOf") || (ref && (siblings || any || one)) || ((any || one) && siblings) ||
-        (any && one)) {
+        (any && one) || has_dependencies(s)) {
         json_t *m = merge(c, &s, 1, 0);
         if (!m)
             r = -1;
