@@ -1054,60 +1054,62 @@ static bool refine(const min_rule *M, parts *P) {
     return ok;
 }
 
-/* d's tables over the blocks, numbered in order of their first live state (state 0's
- * block is 0); d untouched when no state was merged or dropped. */
-static bool rebuild(gr_dfa *d, const min_rule *M, const parts *P) {
-    const uint32_t nc = M->nc;
-    int32_t *bmap = malloc(P->n_blk * sizeof *bmap); /* a block's new number */
-    if (!bmap) return false;
+/* The blocks' new numbers into bmap (n_blk), in order of their first live state (state
+ * 0's block is 0); their count. */
+static uint32_t number_blocks(const min_rule *M, const parts *P, int32_t *bmap) {
     uint32_t nb = 0;
     for (uint32_t b = 0; b < P->n_blk; b++) bmap[b] = -1;
     for (uint32_t s = 0; s < M->n; s++)
         if (bmap[P->blk[s]] < 0) bmap[P->blk[s]] = (int32_t)nb++;
-    if (nb == M->n0) {
-        free(bmap);
-        return true;
+    return nb;
+}
+
+/* Block b's row of the new tables t, from state s of the old ones (one the block holds);
+ * *o: the next call pair. */
+static void block_row(const min_rule *M, const parts *P, const int32_t *bmap, uint32_t b, uint32_t s, gr_dfa *t,
+                      uint32_t *o) {
+    const gr_dfa *d = M->d;
+    const uint32_t nc = M->nc;
+    t->accept[b] = d->accept[s];
+    for (uint32_t c = 0; c < nc; c++) {
+        const int32_t y = d->trans[(size_t)s * nc + c];
+        t->trans[(size_t)b * nc + c] = y >= 0 ? bmap[P->blk[M->idx[y]]] : -1;
     }
-    int32_t *trans = malloc((size_t)nb * nc * sizeof *trans), *rep = malloc(nb * sizeof *rep);
-    uint8_t *acc = malloc(nb);
-    uint32_t *cf = malloc((nb + 1) * sizeof *cf);
-    gr_call *calls = malloc((d->call_first[M->n0] + 1) * sizeof *calls);
-    const bool ok = trans && rep && acc && cf && calls;
-    for (uint32_t s = M->n; ok && s-- > 0;) rep[bmap[P->blk[s]]] = (int32_t)M->live[s];
-    uint32_t o = 0;
-    for (uint32_t b = 0; ok && b < nb; b++) {
-        const uint32_t s = (uint32_t)rep[b];
-        acc[b] = d->accept[s];
-        for (uint32_t c = 0; c < nc; c++) {
-            const int32_t y = d->trans[(size_t)s * nc + c];
-            trans[(size_t)b * nc + c] = y >= 0 ? bmap[P->blk[M->idx[y]]] : -1;
+    t->call_first[b] = *o;
+    for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++)
+        t->calls[(*o)++] = (gr_call){ d->calls[k].rule, bmap[P->blk[M->idx[d->calls[k].ret]]] };
+}
+
+static void swap_tables(gr_dfa *d, gr_dfa *t) {
+    gr_dfa x = *d;
+    d->trans = t->trans, d->accept = t->accept, d->call_first = t->call_first, d->calls = t->calls;
+    t->trans = x.trans, t->accept = x.accept, t->call_first = x.call_first, t->calls = x.calls;
+}
+
+/* d's tables over the blocks; d untouched when no state was merged or dropped. */
+static bool rebuild(gr_dfa *d, const min_rule *M, const parts *P) {
+    int32_t *bmap = malloc(P->n_blk * sizeof *bmap), *rep = malloc(P->n_blk * sizeof *rep);
+    gr_dfa t = { 0 }; /* the new tables, then the old ones to free */
+    bool ok = bmap && rep;
+    const uint32_t nb = ok ? number_blocks(M, P, bmap) : 0;
+    if (ok && nb != M->n0) {
+        t.trans = malloc((size_t)nb * M->nc * sizeof *t.trans);
+        t.accept = malloc(nb);
+        t.call_first = malloc((nb + 1) * sizeof *t.call_first);
+        t.calls = malloc((d->call_first[M->n0] + 1) * sizeof *t.calls);
+        ok = t.trans && t.accept && t.call_first && t.calls;
+        for (uint32_t s = M->n; ok && s-- > 0;) rep[bmap[P->blk[s]]] = (int32_t)M->live[s];
+        uint32_t o = 0;
+        for (uint32_t b = 0; ok && b < nb; b++) block_row(M, P, bmap, b, (uint32_t)rep[b], &t, &o);
+        if (ok) {
+            t.call_first[nb] = o;
+            swap_tables(d, &t);
+            d->n_states = nb;
         }
-        cf[b] = o;
-        for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++)
-            calls[o++] = (gr_call){ d->calls[k].rule, bmap[P->blk[M->idx[d->calls[k].ret]]] };
     }
-    if (ok) {
-        cf[nb] = o;
-        free(d->trans);
-        free(d->accept);
-        free(d->call_first);
-        free(d->calls);
-        d->trans = trans;
-        d->accept = acc;
-        d->call_first = cf;
-        d->calls = calls;
-        d->n_states = nb;
-        trans = NULL;
-        acc = NULL;
-        cf = NULL;
-        calls = NULL;
-    }
+    gr_dfa_free_tables(&t);
     free(bmap);
-    free(trans);
     free(rep);
-    free(acc);
-    free(cf);
-    free(calls);
     return ok;
 }
 
