@@ -1179,7 +1179,8 @@ static bool left_recursion(gr_grammar *g, cn_error *err) {
             int32_t s = work[--n];
             for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
                 const gr_call *c = &d->calls[k];
-                if (!i32v_push(&corners[r], c->rule)) ok = false;
+                if (!i32v_push(&corners[r], c->rule))
+                    ok = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar") == CN_STATUS_OK;
                 const gr_dfa *cd = &g->rules[c->rule];
                 if (cd->n_states && cd->accept_n[0] && !seen[c->ret]) seen[c->ret] = 1, work[n++] = c->ret;
             }
@@ -1305,7 +1306,7 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
     }
     pthread_mutex_init(&g->mu, NULL);
     g->rules = calloc(b->n_rules, sizeof *g->rules);
-    g->n_rules = b->n_rules;
+    g->n_rules = g->rules ? b->n_rules : 0; /* gr_grammar_free walks them */
     g->root = root;
     if (!g->rules) {
         cn_err(err, st, "out of memory compiling the grammar");
@@ -1321,13 +1322,16 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
     for (uint32_t r = 0; r < b->n_rules; r++) {
         gr_dfa *d = &g->rules[r];
         d->name = strdup(b->rules[r].name);
-        if (!d->name) {
-            cn_err(err, st, "out of memory compiling the grammar");
+        if (!d->name) { /* st may be OK here, from the rule before */
+            st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
             goto fail;
         }
         if (!reach[r]) {
             d->call_first = calloc(1, sizeof *d->call_first);
-            if (!d->call_first) goto fail;
+            if (!d->call_first) {
+                st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+                goto fail;
+            }
             continue;
         }
         a.n_states = 0;

@@ -429,15 +429,22 @@ static int parts_insert(js_ctx *c, js_parts *p, size_t at, json_t *s) {
     return 0;
 }
 
+/* A shallow copy of s (an object or an array), kept by c. jansson's json_copy leaves out
+ * the members it had no memory for and says nothing: a copy that came out short is out
+ * of memory too. */
+static json_t *copy(js_ctx *c, const json_t *s) {
+    json_t *o = keep(c, json_copy((json_t *)s));
+    const size_t n = json_is_object(s) ? json_object_size(s) : json_array_size(s);
+    if (o && (json_is_object(s) ? json_object_size(o) : json_array_size(o)) != n) return oom(c), NULL;
+    return o;
+}
+
 /* A copy of s without the keywords listed (kept alive by c). */
 static json_t *without(js_ctx *c, json_t *s, const char *const *keys) {
-    json_t *o = json_copy(s);
-    if (!o) {
-        oom(c);
-        return NULL;
-    }
+    json_t *o = copy(c, s);
+    if (!o) return NULL;
     for (; *keys; keys++) json_object_del(o, *keys);
-    return keep(c, o);
+    return o;
 }
 
 static int num_pick(json_t *r, const char *k, const json_t *v, bool bigger) {
@@ -505,7 +512,7 @@ static bool merge_required(js_ctx *c, js_merged *m, const json_t *s, const char 
         size_t q;
         json_t *f;
         json_array_foreach(req, q, f) seen |= json_equal(e, f);
-        if (!seen) json_array_append(req, e);
+        if (!seen && json_array_append(req, e) < 0) return oom(c), false;
     }
     return true;
 }
@@ -526,7 +533,7 @@ static bool merge_enum(js_ctx *c, js_merged *m, const json_t *s, const char *k, 
     json_array_foreach(m->en, a, e) {
         bool both = false;
         json_array_foreach(list, bb, f) both |= json_equal(e, f);
-        if (both) json_array_append(x, e);
+        if (both && json_array_append(x, e) < 0) return oom(c), false;
     }
     m->en = x;
     return true;
@@ -631,7 +638,7 @@ static json_t *property_names(js_ctx *c, json_t *const *p, size_t n) {
                 size_t j;
                 json_t *e;
                 json_array_foreach(names, j, e) seen |= strcmp(json_string_value(e), k) == 0;
-                if (!seen) json_array_append_new(names, json_string(k));
+                if (!seen && json_array_append_new(names, json_string(k)) < 0) return oom(c), NULL;
             }
     }
     return names;
@@ -669,13 +676,13 @@ static bool merge_objects(js_ctx *c, json_t *const *p, size_t n, json_t *names, 
         }
         if (json_object_set(props, name, m ? m : json_true()) < 0) return oom(c), false;
     }
-    json_object_set(r, "properties", props);
+    if (json_object_set(r, "properties", props) < 0) return oom(c), false;
     json_t *add = NULL;
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_object_get(p[i], "additionalProperties");
         if (v) add = all_of2(c, add, v);
     }
-    if (add) json_object_set(r, "additionalProperties", add);
+    if (add && json_object_set(r, "additionalProperties", add) < 0) return oom(c), false;
     return true;
 }
 
@@ -686,7 +693,7 @@ static bool set_types(js_ctx *c, json_t *r, int types) {
     if (!tl || json_object_set_new(r, "type", tl) < 0) return oom(c), false;
     for (int i = 0; i < 7; i++) {
         if (i == 2 && (types & T_NUM)) continue;
-        if (types & (1 << i)) json_array_append_new(tl, json_string(tn[i]));
+        if ((types & (1 << i)) && json_array_append_new(tl, json_string(tn[i])) < 0) return oom(c), false;
     }
     return true;
 }
@@ -715,7 +722,7 @@ static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
         if (!merge_part(c, &m, p[i])) return NULL;
     if (m.has_obj && !merge_objects(c, p, n, names, m.r)) return NULL;
     if (m.any_type && !set_types(c, m.r, m.types)) return NULL;
-    if (m.en) json_object_set(m.r, "enum", m.en);
+    if (m.en && json_object_set(m.r, "enum", m.en) < 0) return oom(c), NULL;
     if (m.deps && json_object_size(m.deps) && json_object_set(m.r, "dependentSchemas", m.deps) < 0) return oom(c), NULL;
     return m.r;
 }
@@ -756,7 +763,7 @@ static json_t *drop_objects(js_ctx *c, json_t *s) {
     const int t = types_of(c, s);
     if (t < 0) return NULL;
     if (!(t & ~T_OBJ)) return json_false();
-    json_t *o = keep(c, json_copy(s));
+    json_t *o = copy(c, s);
     return o && set_types(c, o, t & ~T_OBJ) ? o : NULL;
 }
 
@@ -783,11 +790,11 @@ static json_t *any_of(js_ctx *c, json_t *out) {
 /* A copy of s (kept by c) with list (an object's or an array's member) key replaced by
  * a copy with x added: under name when name is given, else appended. */
 static json_t *with_member(js_ctx *c, json_t *s, const char *key, const char *name, json_t *x) {
-    json_t *o = keep(c, json_copy(s)), *cur = json_object_get(s, key);
+    json_t *o = copy(c, s), *cur = json_object_get(s, key);
     if (!o) return NULL;
     if (cur && (name ? !json_is_object(cur) : !json_is_array(cur)))
         return fail(c, "'%s' must be %s", key, name ? "an object" : "an array"), NULL;
-    json_t *l = keep(c, cur ? json_copy(cur) : name ? json_object() : json_array());
+    json_t *l = cur ? copy(c, cur) : keep(c, name ? json_object() : json_array());
     if (!l || (name ? json_object_set(l, name, x) : json_array_append(l, x)) < 0 || json_object_set(o, key, l) < 0)
         return oom(c), NULL;
     return o;
@@ -840,7 +847,7 @@ static json_t *dependencies(js_ctx *c, json_t *r, int depth) {
         void *first = json_object_iter(rest);
         name = json_object_iter_key(first);
         s = json_object_iter_value(first);
-        json_t *left = keep(c, json_copy(rest));
+        json_t *left = copy(c, rest);
         if (left && json_object_del(left, name) == 0) res = split_on(c, base, t, name, s, left, depth);
     } else {
         json_t *more = json_object_size(rest) ? keep(c, json_pack("{s:O}", "dependentSchemas", rest)) : json_true();
@@ -953,8 +960,8 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
                 fail(c, "a schema must be an object or a boolean");
                 goto done;
             }
-            json_t *cp = json_copy(p.v[i]);
-            if (!cp || !keep(c, cp)) goto done;
+            json_t *cp = copy(c, p.v[i]);
+            if (!cp) goto done;
             draft4_bounds(cp);
             plain[np++] = cp;
         }
