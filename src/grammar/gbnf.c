@@ -174,7 +174,7 @@ static int32_t parse_class(gb *p) {
     size_t start = p->pos++;
     bool neg = at(p, '^');
     if (neg) p->pos++;
-    uint32_t *r = NULL; /* (nr, 2) the ranges; cap counts code points */
+    uint32_t *r = NULL; /* (nr, 2) the ranges; cap counts uint32_t, two a range */
     size_t nr = 0, cap = 0;
     while (!at(p, ']')) {
         if (p->pos >= p->n) {

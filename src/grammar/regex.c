@@ -48,7 +48,7 @@
 
 typedef struct {
     uint32_t *r; /* (n, 2) */
-    size_t n, cap; /* cap: of r, in code points */
+    size_t n, cap; /* cap: r's room in uint32_t, two a range */
     bool oom;
 } cpset;
 
