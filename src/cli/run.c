@@ -16,7 +16,7 @@
 
 #include "cli.h"
 #include "genopts.h"
-#include "grammar.h"
+#include "grammar_opts.h"
 
 #define RUN_GROUPS (CLI_G_MODEL | CLI_G_PROMPT | CLI_G_RUN | CLI_G_CHAT | CLI_G_GEN | CLI_G_SAMPLING | CLI_G_SPEC)
 

@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/core.h"
-#include "grammar/grammar_impl.h"
 #include "core/utf8.h"
+#include "grammar/grammar_impl.h"
 
 #define GR_MAX_NODES (8u << 20)
 #define GR_MAX_RULES (1u << 20)
@@ -42,22 +43,18 @@ void gr_builder_fail(gr_builder *b, cn_status st, const char *fmt, ...) {
 
 void gr_builder_set_deadline(gr_builder *b, double deadline_ms) { b->deadline_ms = deadline_ms; }
 
-static bool grow(gr_builder *b, void **p, uint32_t *cap, uint32_t need, size_t elem, uint32_t limit) {
-    if (need <= *cap) return true;
-    if (need > limit) {
-        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "compile budget: the grammar has more than %u nodes", limit);
-        return false;
-    }
-    uint32_t nc = *cap ? *cap : 64;
-    while (nc < need) nc = nc > limit / 2 ? limit : nc * 2;
-    void *q = realloc(*p, (size_t)nc * elem);
-    if (!q) {
-        gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
-        return false;
-    }
-    *p = q;
-    *cap = nc;
-    return true;
+/* Whether an array of the grammar may hold need entries (limit: its budget, checked
+ * before it grows); false with the budget's message. */
+static bool within_budget(gr_builder *b, size_t need, uint32_t limit) {
+    if (need <= limit) return true;
+    gr_builder_fail(b, CN_STATUS_INVALID_ARG, "compile budget: the grammar has more than %u nodes", limit);
+    return false;
+}
+
+/* grown: a CN_GROW's answer; false with the message when memory ran out. */
+static bool grew(gr_builder *b, bool grown) {
+    if (!grown) gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
+    return grown;
 }
 
 static int32_t node_new(gr_builder *b, uint8_t kind, uint32_t a, uint32_t c, uint32_t first, uint32_t n) {
@@ -66,7 +63,8 @@ static int32_t node_new(gr_builder *b, uint8_t kind, uint32_t a, uint32_t c, uin
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "compile budget: building the grammar took longer than allowed (max_compile_ms)");
         return -1;
     }
-    if (!grow(b, (void **)&b->nodes, &b->cap_nodes, b->n_nodes + 1, sizeof *b->nodes, GR_MAX_NODES)) return -1;
+    if (!within_budget(b, b->n_nodes + 1, GR_MAX_NODES) || !grew(b, CN_GROW(b->nodes, b->cap_nodes, b->n_nodes + 1)))
+        return -1;
     gr_node *x = &b->nodes[b->n_nodes];
     x->kind = kind;
     x->a = a;
@@ -76,11 +74,10 @@ static int32_t node_new(gr_builder *b, uint8_t kind, uint32_t a, uint32_t c, uin
     return (int32_t)b->n_nodes++;
 }
 
-int32_t gr_rule(gr_builder *b, const char *name) {
-    if (b->err.status != CN_STATUS_OK) return -1;
-    for (uint32_t i = 0; i < b->n_rules; i++)
-        if (strcmp(b->rules[i].name, name) == 0) return (int32_t)i;
-    if (!grow(b, (void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules, GR_MAX_RULES)) return -1;
+/* A new rule named name, declared and not defined. */
+static int32_t rule_add(gr_builder *b, const char *name) {
+    if (!within_budget(b, b->n_rules + 1, GR_MAX_RULES) || !grew(b, CN_GROW(b->rules, b->cap_rules, b->n_rules + 1)))
+        return -1;
     char *nm = strdup(name);
     if (!nm) {
         gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
@@ -90,19 +87,19 @@ int32_t gr_rule(gr_builder *b, const char *name) {
     return (int32_t)b->n_rules++;
 }
 
+int32_t gr_rule(gr_builder *b, const char *name) {
+    if (b->err.status != CN_STATUS_OK) return -1;
+    for (uint32_t i = 0; i < b->n_rules; i++)
+        if (strcmp(b->rules[i].name, name) == 0) return (int32_t)i;
+    return rule_add(b, name);
+}
+
 int32_t gr_rule_fresh(gr_builder *b, const char *prefix) {
     if (b->err.status != CN_STATUS_OK) return -1;
     /* A fresh name never collides with a user's: rule names in GBNF cannot hold '#'. */
     char nm[96];
     snprintf(nm, sizeof nm, "%.60s#%u", prefix, b->n_fresh++);
-    if (!grow(b, (void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules, GR_MAX_RULES)) return -1;
-    char *d = strdup(nm);
-    if (!d) {
-        gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
-        return -1;
-    }
-    b->rules[b->n_rules] = (gr_brule){ .name = d, .expr = -1 };
-    return (int32_t)b->n_rules++;
+    return rule_add(b, nm);
 }
 
 int32_t gr_rule_define(gr_builder *b, int32_t rule, int32_t expr) {
@@ -119,10 +116,6 @@ int32_t gr_rule_define(gr_builder *b, int32_t rule, int32_t expr) {
     return rule;
 }
 
-bool gr_rule_is_defined(const gr_builder *b, int32_t rule) {
-    return rule >= 0 && (uint32_t)rule < b->n_rules && b->rules[rule].expr >= 0;
-}
-
 const char *gr_rule_name(const gr_builder *b, int32_t rule) {
     return rule >= 0 && (uint32_t)rule < b->n_rules ? b->rules[rule].name : "?";
 }
@@ -136,7 +129,8 @@ int32_t gr_byteset(gr_builder *b, const uint8_t set[32]) {
     uint32_t lo = b->n_sets > 8 ? b->n_sets - 8 : 0;
     for (uint32_t i = b->n_sets; i-- > lo;)
         if (memcmp(b->sets[i].bits, set, 32) == 0) return node_new(b, GR_N_BYTES, i, 0, 0, 0);
-    if (!grow(b, (void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets, GR_MAX_NODES)) return -1;
+    if (!within_budget(b, b->n_sets + 1, GR_MAX_NODES) || !grew(b, CN_GROW(b->sets, b->cap_sets, b->n_sets + 1)))
+        return -1;
     memcpy(b->sets[b->n_sets].bits, set, 32);
     return node_new(b, GR_N_BYTES, b->n_sets++, 0, 0, 0);
 }
@@ -157,7 +151,8 @@ static int32_t list_node(gr_builder *b, uint8_t kind, const int32_t *items, size
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "compile budget: a list of %zu items", n);
         return -1;
     }
-    if (!grow(b, (void **)&b->kids, &b->cap_kids, b->n_kids + (uint32_t)n, sizeof *b->kids, 4 * GR_MAX_NODES)) return -1;
+    if (!within_budget(b, b->n_kids + n, 4 * GR_MAX_NODES) || !grew(b, CN_GROW(b->kids, b->cap_kids, b->n_kids + n)))
+        return -1;
     uint32_t first = b->n_kids;
     memcpy(b->kids + first, items, n * sizeof *items);
     b->n_kids += (uint32_t)n;
@@ -316,17 +311,22 @@ int32_t gr_ref(gr_builder *b, int32_t rule) {
  * UTF-8 length boundaries, then recursively where the lead byte changes, so that each
  * piece is lead-range followed by full continuation ranges. */
 
+bool gr_utf8_next(const char *src, size_t n, size_t *pos, uint32_t *out) {
+    size_t bad;
+    const int len = cn_utf8_check((const uint8_t *)src + *pos, n - *pos, &bad);
+    if (len <= 0) return false;
+    *pos += cn_utf8_decode(src + *pos, (size_t)len, out);
+    return true;
+}
+
 static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
 
 typedef struct { int32_t *v; size_t n, cap; bool oom; } ivec;
 
 static void ivec_push(ivec *a, int32_t x) {
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 16;
-        int32_t *q = realloc(a->v, nc * sizeof *q);
-        if (!q) { a->oom = true; return; }
-        a->v = q;
-        a->cap = nc;
+    if (!CN_GROW(a->v, a->cap, a->n + 1)) {
+        a->oom = true;
+        return;
     }
     a->v[a->n++] = x;
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/core.h"
 #include "grammar/grammar_impl.h"
 
@@ -25,11 +26,14 @@ struct nfa {
     const gr_builder *b;
     nfa *root;         /* the rule's NFA, whose table holds every E_LBYTES set */
     gr_set *lsets;
-    uint32_t n_lsets, cap_lsets;
+    uint32_t n_lsets;
+    size_t cap_lsets;
     int32_t *head;     /* (n_states) first edge */
-    uint32_t n_states, cap_states;
+    uint32_t n_states;
+    size_t cap_states;
     nfa_edge *e;
-    uint32_t n_e, cap_e;
+    uint32_t n_e;
+    size_t cap_e;
     size_t budget_states, used_states;
     uint64_t steps;    /* frag calls: the deadline is read every 1024 of them */
     double deadline_ms;
@@ -51,12 +55,9 @@ static int32_t nfa_state(nfa *a) {
         fail(a, CN_STATUS_INVALID_ARG, "compile budget: the grammar needs more automaton states than allowed (max_states)");
         return -1;
     }
-    if (a->n_states == a->cap_states) {
-        uint32_t nc = a->cap_states ? a->cap_states * 2 : 256;
-        int32_t *q = realloc(a->head, nc * sizeof *q);
-        if (!q) { fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar"); return -1; }
-        a->head = q;
-        a->cap_states = nc;
+    if (!CN_GROW(a->head, a->cap_states, a->n_states + 1)) {
+        fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        return -1;
     }
     a->head[a->n_states] = -1;
     return (int32_t)a->n_states++;
@@ -64,12 +65,9 @@ static int32_t nfa_state(nfa *a) {
 
 static void nfa_edge_add(nfa *a, int32_t from, uint8_t kind, uint32_t arg, int32_t to) {
     if (a->st != CN_STATUS_OK || from < 0 || to < 0) return;
-    if (a->n_e == a->cap_e) {
-        uint32_t nc = a->cap_e ? a->cap_e * 2 : 512;
-        nfa_edge *q = realloc(a->e, nc * sizeof *q);
-        if (!q) { fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar"); return; }
-        a->e = q;
-        a->cap_e = nc;
+    if (!CN_GROW(a->e, a->cap_e, a->n_e + 1)) {
+        fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        return;
     }
     a->e[a->n_e] = (nfa_edge){ kind, arg, to, a->head[from] };
     a->head[from] = (int32_t)a->n_e++;
@@ -84,15 +82,9 @@ static bool is_bytes(const nfa_edge *e) { return e->kind == E_BYTES || e->kind =
 /* A byte set of the compile's own (the automata intersections build); -1: no memory. */
 static int64_t lset_add(nfa *a, const uint8_t bits[32]) {
     nfa *r = a->root;
-    if (r->n_lsets == r->cap_lsets) {
-        uint32_t nc = r->cap_lsets ? r->cap_lsets * 2 : 64;
-        gr_set *q = realloc(r->lsets, nc * sizeof *q);
-        if (!q) {
-            fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
-            return -1;
-        }
-        r->lsets = q;
-        r->cap_lsets = nc;
+    if (!CN_GROW(r->lsets, r->cap_lsets, r->n_lsets + 1)) {
+        fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+        return -1;
     }
     memcpy(r->lsets[r->n_lsets].bits, bits, 32);
     return r->n_lsets++;
@@ -181,17 +173,12 @@ static int32_t frag(nfa *a, int32_t x, int32_t in, int depth) {
 
 typedef struct {
     int32_t *v;
-    uint32_t n, cap;
+    uint32_t n;
+    size_t cap;
 } i32v;
 
 static bool i32v_push(i32v *a, int32_t x) {
-    if (a->n == a->cap) {
-        uint32_t nc = a->cap ? a->cap * 2 : 64;
-        int32_t *q = realloc(a->v, nc * sizeof *q);
-        if (!q) return false;
-        a->v = q;
-        a->cap = nc;
-    }
+    if (!CN_GROW(a->v, a->cap, a->n + 1)) return false;
     a->v[a->n++] = x;
     return true;
 }
@@ -325,158 +312,217 @@ static int cmp_call(const void *x, const void *y) {
     return a->to < b->to ? -1 : a->to > b->to;
 }
 
-/* One rule: NFA built by the caller (start 0 .. accept_nfa); fills d. */
-static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
-    subset S = { .a = a, .accept_nfa = accept_nfa };
-    i32v w = { 0 }, trans = { 0 }, acc = { 0 }, cfirst = { 0 }, calls = { 0 };
-    i32v set_cls = { 0 };  /* per byte set met: [count, class...] */
-    int32_t *set_at = NULL; /* (builder sets + local sets) offset in set_cls, -1: not yet */
-    uint32_t n_bsets = 0;
-    i32v *bucket = NULL;
-    call_pair *cp = NULL;
-    size_t cp_cap = 0;
+/* One rule's subset construction as it runs: the DFA states found so far (S), and the
+ * tables of the DFA as they grow, one DFA state after another. */
+typedef struct {
+    subset S;
+    i32v w;               /* scratch: a set of NFA states */
+    i32v trans;           /* (n_dfa, n_class) */
+    i32v acc;             /* (n_dfa) */
+    i32v cfirst;          /* (n_dfa + 1) a state's first pair in calls */
+    i32v calls;           /* (rule, to) pairs */
+    i32v set_cls;         /* per byte set met: [count, class...] */
+    int32_t *set_at;      /* (builder sets + local sets) offset in set_cls, -1: not yet */
+    uint32_t n_bsets;
+    i32v *bucket;         /* (n_class) the NFA states a class moves to */
+    call_pair *cp;        /* (n_cp) the calls of the DFA state at hand */
+    size_t n_cp, cp_cap;
+    uint32_t n_class;
+    uint8_t cls[256];     /* byte -> class */
+    uint8_t rep[256];     /* class -> its smallest byte */
+} det;
+
+/* The byte classes of rule a: bytes no edge's set tells apart share one (cls); their
+ * count. */
+static uint32_t byte_classes(const nfa *a, uint8_t cls[256]) {
     uint32_t n_class = 1;
-    uint8_t cls[256] = { 0 };
-    cn_status st = CN_STATUS_NO_MEMORY;
-    S.mark = calloc(a->n_states, sizeof *S.mark);
-    if (!S.mark) goto done;
-
-    /* byte classes: refine by every set the rule's edges use */
-    {
-        int16_t map[256][2];
-        for (uint32_t e = 0; e < a->n_e; e++) {
-            if (!is_bytes(&a->e[e])) continue;
-            const uint8_t *bits = edge_bits(a, &a->e[e]);
-            for (unsigned i = 0; i < n_class; i++) map[i][0] = map[i][1] = -1;
-            uint32_t nn = 0;
-            for (unsigned c = 0; c < 256; c++) {
-                int in = (bits[c >> 3] >> (c & 7)) & 1;
-                if (map[cls[c]][in] < 0) map[cls[c]][in] = (int16_t)nn++;
-                cls[c] = (uint8_t)map[cls[c]][in];
-            }
-            n_class = nn;
+    int16_t map[256][2];
+    memset(cls, 0, 256);
+    for (uint32_t e = 0; e < a->n_e; e++) {
+        if (!is_bytes(&a->e[e])) continue;
+        const uint8_t *bits = edge_bits(a, &a->e[e]);
+        for (unsigned i = 0; i < n_class; i++) map[i][0] = map[i][1] = -1;
+        uint32_t nn = 0;
+        for (unsigned c = 0; c < 256; c++) {
+            int in = (bits[c >> 3] >> (c & 7)) & 1;
+            if (map[cls[c]][in] < 0) map[cls[c]][in] = (int16_t)nn++;
+            cls[c] = (uint8_t)map[cls[c]][in];
         }
+        n_class = nn;
     }
-    uint8_t rep[256];
-    for (unsigned c = 256; c-- > 0;) rep[cls[c]] = (uint8_t)c;
-    bucket = calloc(n_class, sizeof *bucket);
-    n_bsets = a->b->n_sets;
-    set_at = malloc(((size_t)n_bsets + a->root->n_lsets + 1) * sizeof *set_at);
-    if (!bucket || !set_at) goto done;
-    for (size_t i = 0; i < (size_t)n_bsets + a->root->n_lsets; i++) set_at[i] = -1;
+    return n_class;
+}
 
-    if (!i32v_push(&S.set_first, 0) || !i32v_push(&w, 0) || !closure(&S, &w)) goto done;
+/* Classes, scratch and the start state (the closure of NFA state 0). false: no memory. */
+static bool det_init(det *D, nfa *a, int32_t accept_nfa) {
+    *D = (det){ .S = { .a = a, .accept_nfa = accept_nfa } };
+    D->S.mark = calloc(a->n_states, sizeof *D->S.mark);
+    if (!D->S.mark) return false;
+    D->n_class = byte_classes(a, D->cls);
+    for (unsigned c = 256; c-- > 0;) D->rep[D->cls[c]] = (uint8_t)c;
+    D->bucket = calloc(D->n_class, sizeof *D->bucket);
+    D->n_bsets = a->b->n_sets;
+    const size_t n_sets = (size_t)D->n_bsets + a->root->n_lsets;
+    D->set_at = malloc((n_sets + 1) * sizeof *D->set_at);
+    if (!D->bucket || !D->set_at) return false;
+    for (size_t i = 0; i < n_sets; i++) D->set_at[i] = -1;
     bool is_new;
-    if (dfa_lookup(&S, &w, &is_new) < 0) goto done;
-    uint32_t work = 0; /* NFA states and classes visited since the clock was last read */
-    for (uint32_t ds = 0; ds < n_dfa(&S); ds++) {
-        if (++a->used_states > a->budget_states) {
-            st = CN_STATUS_INVALID_ARG;
-            cn_err(a->err, st, "compile budget: the grammar needs more automaton states than allowed (max_states)");
-            goto done;
+    return i32v_push(&D->S.set_first, 0) && i32v_push(&D->w, 0) && closure(&D->S, &D->w) &&
+           dfa_lookup(&D->S, &D->w, &is_new) >= 0;
+}
+
+static void det_free(det *D) {
+    free(D->S.mark);
+    free(D->S.pool.v);
+    free(D->S.set_first.v);
+    free(D->S.htab);
+    free(D->w.v);
+    free(D->trans.v);
+    free(D->acc.v);
+    free(D->cfirst.v);
+    free(D->calls.v);
+    free(D->set_cls.v);
+    free(D->set_at);
+    free(D->cp);
+    if (D->bucket)
+        for (uint32_t c = 0; c < D->n_class; c++) free(D->bucket[c].v);
+    free(D->bucket);
+}
+
+/* Where the classes of edge x's byte set start in set_cls ([count, class...]), listed
+ * on the set's first use; -1: no memory. */
+static int32_t set_classes(det *D, const nfa_edge *x) {
+    int32_t *at = x->kind == E_BYTES ? &D->set_at[x->arg] : &D->set_at[D->n_bsets + x->arg];
+    if (*at >= 0) return *at;
+    const uint8_t *bits = edge_bits(D->S.a, x);
+    const int32_t first = (int32_t)D->set_cls.n;
+    if (!i32v_push(&D->set_cls, 0)) return -1;
+    for (uint32_t c = 0; c < D->n_class; c++)
+        if ((bits[D->rep[c] >> 3] >> (D->rep[c] & 7)) & 1) {
+            if (!i32v_push(&D->set_cls, (int32_t)c)) return -1;
+            D->set_cls.v[first]++;
         }
-        work += (uint32_t)(S.set_first.v[ds + 1] - S.set_first.v[ds]) + n_class;
-        if (work > 65536 && (work = 0, cn_time_ms() > a->deadline_ms)) {
-            st = CN_STATUS_INVALID_ARG;
-            cn_err(a->err, st, "compile budget: compiling took longer than allowed (max_compile_ms)");
-            goto done;
-        }
-        for (uint32_t c = 0; c < n_class; c++) bucket[c].n = 0;
-        size_t n_cp = 0;
-        bool accepting = false;
-        for (int32_t i = S.set_first.v[ds]; i < S.set_first.v[ds + 1]; i++) {
-            int32_t ns = S.pool.v[i];
-            if (ns == accept_nfa) accepting = true;
-            for (int32_t e = a->head[ns]; e >= 0; e = a->e[e].next) {
-                if (is_bytes(&a->e[e])) {
-                    /* the classes of the edge's set, listed once per set */
-                    const nfa_edge *x = &a->e[e];
-                    int32_t *at = x->kind == E_BYTES ? &set_at[x->arg] : &set_at[n_bsets + x->arg];
-                    if (*at < 0) {
-                        const uint8_t *bits = edge_bits(a, x);
-                        *at = (int32_t)set_cls.n;
-                        if (!i32v_push(&set_cls, 0)) goto done;
-                        for (uint32_t c = 0; c < n_class; c++)
-                            if ((bits[rep[c] >> 3] >> (rep[c] & 7)) & 1) {
-                                if (!i32v_push(&set_cls, (int32_t)c)) goto done;
-                                set_cls.v[*at]++;
-                            }
-                    }
-                    const int32_t *L = set_cls.v + *at;
-                    for (int32_t k = 1; k <= L[0]; k++)
-                        if (!i32v_push(&bucket[L[k]], x->to)) goto done;
-                } else if (a->e[e].kind == E_CALL) {
-                    if (n_cp == cp_cap) {
-                        cp_cap = cp_cap ? cp_cap * 2 : 16;
-                        call_pair *q = realloc(cp, cp_cap * sizeof *q);
-                        if (!q) goto done;
-                        cp = q;
-                    }
-                    cp[n_cp++] = (call_pair){ (int32_t)a->e[e].arg, a->e[e].to };
-                }
+    return *at = first;
+}
+
+/* The edges out of DFA state ds: byte edges into the buckets of their classes, calls
+ * into cp; whether ds accepts into *accepting. false: no memory. */
+static bool gather_edges(det *D, uint32_t ds, bool *accepting) {
+    const nfa *a = D->S.a;
+    for (uint32_t c = 0; c < D->n_class; c++) D->bucket[c].n = 0;
+    D->n_cp = 0;
+    *accepting = false;
+    for (int32_t i = D->S.set_first.v[ds]; i < D->S.set_first.v[ds + 1]; i++) {
+        const int32_t ns = D->S.pool.v[i];
+        if (ns == D->S.accept_nfa) *accepting = true;
+        for (int32_t e = a->head[ns]; e >= 0; e = a->e[e].next) {
+            const nfa_edge *x = &a->e[e];
+            if (is_bytes(x)) {
+                const int32_t at = set_classes(D, x);
+                if (at < 0) return false;
+                const int32_t *L = D->set_cls.v + at;
+                for (int32_t k = 1; k <= L[0]; k++)
+                    if (!i32v_push(&D->bucket[L[k]], x->to)) return false;
+            } else if (x->kind == E_CALL) {
+                if (!CN_GROW(D->cp, D->cp_cap, D->n_cp + 1)) return false;
+                D->cp[D->n_cp++] = (call_pair){ (int32_t)x->arg, x->to };
             }
-        }
-        if (!i32v_push(&acc, accepting)) goto done;
-        for (uint32_t c = 0; c < n_class; c++) {
-            int32_t to = -1;
-            if (bucket[c].n) {
-                w.n = 0;
-                for (uint32_t i = 0; i < bucket[c].n; i++)
-                    if (!i32v_push(&w, bucket[c].v[i])) goto done;
-                if (!closure(&S, &w)) goto done;
-                work += w.n;
-                to = dfa_lookup(&S, &w, &is_new);
-                if (to < 0) goto done;
-            }
-            if (!i32v_push(&trans, to)) goto done;
-        }
-        if (!i32v_push(&cfirst, (int32_t)(calls.n / 2))) goto done;
-        if (n_cp) qsort(cp, n_cp, sizeof *cp, cmp_call);
-        for (size_t i = 0; i < n_cp;) {
-            size_t j = i;
-            w.n = 0;
-            for (; j < n_cp && cp[j].rule == cp[i].rule; j++)
-                if (!i32v_push(&w, cp[j].to)) goto done;
-            if (!closure(&S, &w)) goto done;
-            int32_t to = dfa_lookup(&S, &w, &is_new);
-            if (to < 0 || !i32v_push(&calls, cp[i].rule) || !i32v_push(&calls, to)) goto done;
-            i = j;
         }
     }
-    if (!i32v_push(&cfirst, (int32_t)(calls.n / 2))) goto done;
+    return true;
+}
 
-    d->n_states = n_dfa(&S);
-    d->n_class = n_class;
-    memcpy(d->cls, cls, 256);
-    d->trans = trans.v;
-    trans.v = NULL;
+/* The closure of w as a DFA state (found or added); -1: no memory. */
+static int32_t det_target(det *D) {
+    bool is_new;
+    return closure(&D->S, &D->w) ? dfa_lookup(&D->S, &D->w, &is_new) : -1;
+}
+
+/* The current state's row of trans: each class's bucket as a DFA state (-1: none).
+ * *work counts the NFA states visited. false: no memory. */
+static bool byte_moves(det *D, uint32_t *work) {
+    for (uint32_t c = 0; c < D->n_class; c++) {
+        int32_t to = -1;
+        if (D->bucket[c].n) {
+            D->w.n = 0;
+            for (uint32_t i = 0; i < D->bucket[c].n; i++)
+                if (!i32v_push(&D->w, D->bucket[c].v[i])) return false;
+            to = det_target(D);
+            *work += D->w.n;
+            if (to < 0) return false;
+        }
+        if (!i32v_push(&D->trans, to)) return false;
+    }
+    return true;
+}
+
+/* The current state's calls: one (rule, DFA state) pair per rule called, its return
+ * states together. false: no memory. */
+static bool call_moves(det *D) {
+    if (!i32v_push(&D->cfirst, (int32_t)(D->calls.n / 2))) return false;
+    if (D->n_cp) qsort(D->cp, D->n_cp, sizeof *D->cp, cmp_call);
+    for (size_t i = 0; i < D->n_cp;) {
+        size_t j = i;
+        D->w.n = 0;
+        for (; j < D->n_cp && D->cp[j].rule == D->cp[i].rule; j++)
+            if (!i32v_push(&D->w, D->cp[j].to)) return false;
+        const int32_t to = det_target(D);
+        if (to < 0 || !i32v_push(&D->calls, D->cp[i].rule) || !i32v_push(&D->calls, to)) return false;
+        i = j;
+    }
+    return true;
+}
+
+/* The state and time budgets, read as each DFA state is expanded (the clock every 64K
+ * NFA states and classes visited). OK, or INVALID_ARG with the message. */
+static cn_status det_budget(nfa *a, uint32_t *work) {
+    if (++a->used_states > a->budget_states)
+        return cn_err(a->err, CN_STATUS_INVALID_ARG,
+                      "compile budget: the grammar needs more automaton states than allowed (max_states)");
+    if (*work > 65536 && (*work = 0, cn_time_ms() > a->deadline_ms))
+        return cn_err(a->err, CN_STATUS_INVALID_ARG,
+                      "compile budget: compiling took longer than allowed (max_compile_ms)");
+    return CN_STATUS_OK;
+}
+
+/* The grown tables into d (trans handed over). false: no memory. */
+static bool det_tables(det *D, gr_dfa *d) {
+    d->n_states = n_dfa(&D->S);
+    d->n_class = D->n_class;
+    memcpy(d->cls, D->cls, 256);
+    d->trans = D->trans.v;
+    D->trans.v = NULL;
     d->accept = malloc(d->n_states);
     d->accept_n = calloc(d->n_states, 1);
     d->has_out = calloc(d->n_states, 1);
     d->call_first = malloc((d->n_states + 1) * sizeof *d->call_first);
-    d->calls = malloc((calls.n / 2 + 1) * sizeof *d->calls);
-    if (!d->accept || !d->accept_n || !d->has_out || !d->call_first || !d->calls) goto done;
-    for (uint32_t s = 0; s < d->n_states; s++) d->accept[s] = (uint8_t)acc.v[s];
-    for (uint32_t s = 0; s <= d->n_states; s++) d->call_first[s] = (uint32_t)cfirst.v[s];
-    for (uint32_t i = 0; i < calls.n / 2; i++) d->calls[i] = (gr_call){ calls.v[2 * i], calls.v[2 * i + 1] };
-    st = CN_STATUS_OK;
+    d->calls = malloc((D->calls.n / 2 + 1) * sizeof *d->calls);
+    if (!d->accept || !d->accept_n || !d->has_out || !d->call_first || !d->calls) return false;
+    for (uint32_t s = 0; s < d->n_states; s++) d->accept[s] = (uint8_t)D->acc.v[s];
+    for (uint32_t s = 0; s <= d->n_states; s++) d->call_first[s] = (uint32_t)D->cfirst.v[s];
+    for (uint32_t i = 0; i < D->calls.n / 2; i++) d->calls[i] = (gr_call){ D->calls.v[2 * i], D->calls.v[2 * i + 1] };
+    return true;
+}
+
+/* One rule: NFA built by the caller (start 0 .. accept_nfa); fills d. */
+static cn_status determinize(nfa *a, int32_t accept_nfa, gr_dfa *d) {
+    det D;
+    cn_status st = CN_STATUS_NO_MEMORY;
+    if (!det_init(&D, a, accept_nfa)) goto done;
+    uint32_t work = 0; /* NFA states and classes visited since the clock was last read */
+    for (uint32_t ds = 0; ds < n_dfa(&D.S); ds++) {
+        if ((st = det_budget(a, &work)) != CN_STATUS_OK) goto done;
+        st = CN_STATUS_NO_MEMORY;
+        work += (uint32_t)(D.S.set_first.v[ds + 1] - D.S.set_first.v[ds]) + D.n_class;
+        bool accepting;
+        if (!gather_edges(&D, ds, &accepting) || !i32v_push(&D.acc, accepting) || !byte_moves(&D, &work) ||
+            !call_moves(&D))
+            goto done;
+    }
+    if (i32v_push(&D.cfirst, (int32_t)(D.calls.n / 2)) && det_tables(&D, d)) st = CN_STATUS_OK;
 done:
     if (st == CN_STATUS_NO_MEMORY) cn_err(a->err, st, "out of memory compiling the grammar");
-    free(S.mark);
-    free(S.pool.v);
-    free(S.set_first.v);
-    free(S.htab);
-    free(w.v);
-    free(trans.v);
-    free(acc.v);
-    free(cfirst.v);
-    free(calls.v);
-    free(set_cls.v);
-    free(set_at);
-    free(cp);
-    if (bucket)
-        for (uint32_t c = 0; c < n_class; c++) free(bucket[c].v);
-    free(bucket);
+    det_free(&D);
     return st;
 }
 
@@ -812,215 +858,269 @@ static void mark(parts *P, uint32_t s, uint32_t *touched, uint32_t *n_touched) {
     P->loc[t] = i;
 }
 
-static bool minimize_rule(gr_dfa *d) {
-    uint32_t n0 = d->n_states, nc = d->n_class;
-    if (n0 <= 1) return true;
-    /* the live states, renumbered 0..n-1 (state 0 first); n is the dead state */
-    int32_t *idx = malloc(n0 * sizeof *idx);
-    uint32_t *live = malloc(n0 * sizeof *live);
-    int32_t *crule = NULL; /* the called rules, one symbol each after the classes */
-    uint32_t n_crule = 0;
-    uint32_t *inv_first = NULL, *inv = NULL, *work = NULL, *touched = NULL, *spl = NULL;
-    uint8_t *in_work = NULL;
-    parts P = { 0 };
-    int32_t *trans = NULL, *rep = NULL;
-    uint8_t *acc = NULL;
-    uint32_t *cf = NULL;
-    gr_call *calls = NULL;
-    bool ok = idx && live;
-    if (!ok) goto out;
-    for (uint32_t s = 0; s < n0; s++) idx[s] = -1;
+/* One rule's minimization: its live states renumbered 0..n-1 (state 0 first) and n the
+ * dead state; the symbols are the byte classes, then one per rule called. */
+typedef struct {
+    const gr_dfa *d;
+    uint32_t n0, nc;      /* the rule's states and byte classes */
+    int32_t *idx;         /* (n0) a state's live number, -1: unreachable */
+    uint32_t *live;       /* (n) the state of a live number */
+    uint32_t n;           /* live states */
+    int32_t *crule;       /* (n_crule) the called rules: symbol nc + i calls crule[i] */
+    uint32_t n_crule;
+    uint32_t A, N;        /* symbols; states with the dead one (n + 1) */
+    uint32_t *inv_first;  /* (A * N + 1) */
+    uint32_t *inv;        /* inv[inv_first[a * N + t] ..]: the states going to t by symbol a */
+} min_rule;
+
+static void min_rule_free(min_rule *M) {
+    free(M->idx);
+    free(M->live);
+    free(M->crule);
+    free(M->inv_first);
+    free(M->inv);
+}
+
+/* The states the start reaches, by bytes and by calls' returns, numbered as met. */
+static bool live_states(min_rule *M) {
+    const gr_dfa *d = M->d;
+    M->idx = malloc(M->n0 * sizeof *M->idx);
+    M->live = malloc(M->n0 * sizeof *M->live);
+    if (!M->idx || !M->live) return false;
+    for (uint32_t s = 0; s < M->n0; s++) M->idx[s] = -1;
     uint32_t n = 0;
-    idx[0] = 0;
-    live[n++] = 0;
+    M->idx[0] = 0;
+    M->live[n++] = 0;
     for (uint32_t k = 0; k < n; k++) {
-        uint32_t s = live[k];
-        for (uint32_t c = 0; c < nc; c++) {
-            int32_t x = d->trans[(size_t)s * nc + c];
-            if (x >= 0 && idx[x] < 0) idx[x] = (int32_t)n, live[n++] = (uint32_t)x;
+        const uint32_t s = M->live[k];
+        for (uint32_t c = 0; c < M->nc; c++) {
+            const int32_t x = d->trans[(size_t)s * M->nc + c];
+            if (x >= 0 && M->idx[x] < 0) M->idx[x] = (int32_t)n, M->live[n++] = (uint32_t)x;
         }
         for (uint32_t k2 = d->call_first[s]; k2 < d->call_first[s + 1]; k2++) {
-            int32_t x = d->calls[k2].ret;
-            if (idx[x] < 0) idx[x] = (int32_t)n, live[n++] = (uint32_t)x;
+            const int32_t x = d->calls[k2].ret;
+            if (M->idx[x] < 0) M->idx[x] = (int32_t)n, M->live[n++] = (uint32_t)x;
         }
     }
-    crule = malloc((d->call_first[n0] + 1) * sizeof *crule);
-    if (!crule) goto fail;
-    for (uint32_t k = 0; k < d->call_first[n0]; k++) {
+    M->n = n;
+    return true;
+}
+
+static bool called_rules(min_rule *M) {
+    const gr_dfa *d = M->d;
+    M->crule = malloc((d->call_first[M->n0] + 1) * sizeof *M->crule);
+    if (!M->crule) return false;
+    for (uint32_t k = 0; k < d->call_first[M->n0]; k++) {
         uint32_t j = 0;
-        while (j < n_crule && crule[j] != d->calls[k].rule) j++;
-        if (j == n_crule) crule[n_crule++] = d->calls[k].rule;
+        while (j < M->n_crule && M->crule[j] != d->calls[k].rule) j++;
+        if (j == M->n_crule) M->crule[M->n_crule++] = d->calls[k].rule;
     }
-    uint32_t A = nc + n_crule, N = n + 1;
-    /* predecessors: inv[inv_first[a * N + t] ..] are the states going to t by symbol a */
-    inv_first = calloc((size_t)A * N + 1, sizeof *inv_first);
-    inv = malloc((size_t)A * N * sizeof *inv);
-    if (!inv_first || !inv) goto fail;
-#define TO(s, a, out)                                                                              \
-    do {                                                                                            \
-        out = n;                                                                                    \
-        if ((s) < n) {                                                                              \
-            uint32_t o_ = live[s];                                                                  \
-            if ((a) < nc) {                                                                         \
-                int32_t x_ = d->trans[(size_t)o_ * nc + (a)];                                       \
-                if (x_ >= 0) out = (uint32_t)idx[x_];                                               \
-            } else {                                                                                \
-                for (uint32_t k_ = d->call_first[o_]; k_ < d->call_first[o_ + 1]; k_++)            \
-                    if (d->calls[k_].rule == crule[(a) - nc]) out = (uint32_t)idx[d->calls[k_].ret]; \
-            }                                                                                       \
-        }                                                                                           \
-    } while (0)
-    for (uint32_t s = 0; s < N; s++)
-        for (uint32_t a = 0; a < A; a++) {
-            uint32_t t;
-            TO(s, a, t);
-            inv_first[(size_t)a * N + t + 1]++;
-        }
-    for (size_t i = 0; i < (size_t)A * N; i++) inv_first[i + 1] += inv_first[i];
-    {
-        uint32_t *fill = malloc((size_t)A * N * sizeof *fill);
-        if (!fill) goto fail;
-        memcpy(fill, inv_first, (size_t)A * N * sizeof *fill);
-        for (uint32_t s = 0; s < N; s++)
-            for (uint32_t a = 0; a < A; a++) {
-                uint32_t t;
-                TO(s, a, t);
-                inv[fill[(size_t)a * N + t]++] = s;
-            }
+    M->A = M->nc + M->n_crule;
+    M->N = M->n + 1;
+    return true;
+}
+
+/* Where live state s goes by symbol a (n: the dead state). */
+static uint32_t min_to(const min_rule *M, uint32_t s, uint32_t a) {
+    const gr_dfa *d = M->d;
+    uint32_t out = M->n;
+    if (s >= M->n) return out;
+    const uint32_t o = M->live[s];
+    if (a < M->nc) {
+        const int32_t x = d->trans[(size_t)o * M->nc + a];
+        return x >= 0 ? (uint32_t)M->idx[x] : out;
+    }
+    for (uint32_t k = d->call_first[o]; k < d->call_first[o + 1]; k++)
+        if (d->calls[k].rule == M->crule[a - M->nc]) out = (uint32_t)M->idx[d->calls[k].ret];
+    return out;
+}
+
+static bool predecessors(min_rule *M) {
+    const size_t AN = (size_t)M->A * M->N;
+    M->inv_first = calloc(AN + 1, sizeof *M->inv_first);
+    M->inv = malloc(AN * sizeof *M->inv);
+    uint32_t *fill = malloc(AN * sizeof *fill);
+    if (!M->inv_first || !M->inv || !fill) {
         free(fill);
+        return false;
     }
-#undef TO
-    /* the first partition: accepting, the other live states, the dead state */
-    P.elem = malloc(N * sizeof *P.elem);
-    P.loc = malloc(N * sizeof *P.loc);
-    P.blk = malloc(N * sizeof *P.blk);
-    P.first = malloc(N * sizeof *P.first);
-    P.end = malloc(N * sizeof *P.end);
-    P.mid = malloc(N * sizeof *P.mid);
-    work = malloc(N * sizeof *work);
-    touched = malloc(N * sizeof *touched);
-    spl = malloc(N * sizeof *spl);
-    in_work = calloc(N, 1);
-    if (!P.elem || !P.loc || !P.blk || !P.first || !P.end || !P.mid || !work || !touched || !spl || !in_work) goto fail;
+    for (uint32_t s = 0; s < M->N; s++)
+        for (uint32_t a = 0; a < M->A; a++) M->inv_first[(size_t)a * M->N + min_to(M, s, a) + 1]++;
+    for (size_t i = 0; i < AN; i++) M->inv_first[i + 1] += M->inv_first[i];
+    memcpy(fill, M->inv_first, AN * sizeof *fill);
+    for (uint32_t s = 0; s < M->N; s++)
+        for (uint32_t a = 0; a < M->A; a++) M->inv[fill[(size_t)a * M->N + min_to(M, s, a)]++] = s;
+    free(fill);
+    return true;
+}
+
+static void parts_free(parts *P) {
+    free(P->elem);
+    free(P->loc);
+    free(P->blk);
+    free(P->first);
+    free(P->end);
+    free(P->mid);
+}
+
+/* The first partition: accepting, the other live states, the dead state (the empty
+ * ones left out). */
+static bool parts_init(parts *P, const min_rule *M) {
+    const uint32_t N = M->N;
+    *P = (parts){ 0 };
+    P->elem = malloc(N * sizeof *P->elem);
+    P->loc = malloc(N * sizeof *P->loc);
+    P->blk = malloc(N * sizeof *P->blk);
+    P->first = malloc(N * sizeof *P->first);
+    P->end = malloc(N * sizeof *P->end);
+    P->mid = malloc(N * sizeof *P->mid);
+    if (!P->elem || !P->loc || !P->blk || !P->first || !P->end || !P->mid) return false;
     uint32_t k = 0;
     for (int pass = 0; pass < 3; pass++) {
-        uint32_t start = k;
+        const uint32_t start = k;
         for (uint32_t s = 0; s < N; s++) {
-            int kind = s == n ? 2 : d->accept[live[s]] ? 0 : 1;
+            const int kind = s == M->n ? 2 : M->d->accept[M->live[s]] ? 0 : 1;
             if (kind != pass) continue;
-            P.elem[k] = s;
-            P.loc[s] = k++;
-            P.blk[s] = P.n_blk;
+            P->elem[k] = s;
+            P->loc[s] = k++;
+            P->blk[s] = P->n_blk;
         }
         if (k > start) {
-            P.first[P.n_blk] = P.mid[P.n_blk] = start;
-            P.end[P.n_blk] = k;
-            P.n_blk++;
+            P->first[P->n_blk] = P->mid[P->n_blk] = start;
+            P->end[P->n_blk] = k;
+            P->n_blk++;
         }
     }
-    uint32_t n_work = 0;
-    for (uint32_t b = 0; b < P.n_blk; b++) work[n_work++] = b, in_work[b] = 1;
-    while (n_work) {
-        uint32_t sp = work[--n_work];
-        in_work[sp] = 0;
+    return true;
+}
+
+/* Hopcroft's work list: the blocks still to split others by. */
+typedef struct {
+    uint32_t *blocks;
+    uint8_t *queued; /* (N) a block is in blocks */
+    uint32_t n;
+} min_work;
+
+static void work_add(min_work *W, uint32_t b) {
+    W->blocks[W->n++] = b;
+    W->queued[b] = 1;
+}
+
+/* Block b, some of whose states ([first, mid)) were marked: the marked part becomes a
+ * block of its own, unless that is all of b. The smaller half joins the work list (the
+ * new one when b is queued already: both are then). */
+static void split_block(parts *P, uint32_t b, min_work *W) {
+    if (P->mid[b] == P->end[b]) {
+        P->mid[b] = P->first[b]; /* all marked: no split */
+        return;
+    }
+    const uint32_t nb = P->n_blk++;
+    P->first[nb] = P->first[b];
+    P->end[nb] = P->mid[b];
+    P->mid[nb] = P->first[nb];
+    P->first[b] = P->mid[b];
+    P->mid[b] = P->first[b];
+    for (uint32_t i = P->first[nb]; i < P->end[nb]; i++) P->blk[P->elem[i]] = nb;
+    work_add(W, W->queued[b] || P->end[nb] - P->first[nb] <= P->end[b] - P->first[b] ? nb : b);
+}
+
+/* Splits the blocks until no symbol tells two states of a block apart. */
+static bool refine(const min_rule *M, parts *P) {
+    const uint32_t N = M->N;
+    min_work W = { malloc(N * sizeof *W.blocks), calloc(N, 1), 0 };
+    uint32_t *touched = malloc(N * sizeof *touched), *spl = malloc(N * sizeof *spl);
+    const bool ok = W.blocks && W.queued && touched && spl;
+    for (uint32_t b = 0; ok && b < P->n_blk; b++) work_add(&W, b);
+    while (ok && W.n) {
+        const uint32_t sp = W.blocks[--W.n];
+        W.queued[sp] = 0;
         /* the splitter as it is now: marking and splitting move states around */
-        uint32_t n_spl = P.end[sp] - P.first[sp];
-        memcpy(spl, P.elem + P.first[sp], n_spl * sizeof *spl);
-        for (uint32_t a = 0; a < A; a++) {
+        const uint32_t n_spl = P->end[sp] - P->first[sp];
+        memcpy(spl, P->elem + P->first[sp], n_spl * sizeof *spl);
+        for (uint32_t a = 0; a < M->A; a++) {
             uint32_t n_touched = 0;
             for (uint32_t i = 0; i < n_spl; i++) {
-                uint32_t t = spl[i];
-                for (uint32_t j = inv_first[(size_t)a * N + t]; j < inv_first[(size_t)a * N + t + 1]; j++)
-                    mark(&P, inv[j], touched, &n_touched);
+                const size_t at = (size_t)a * N + spl[i];
+                for (uint32_t j = M->inv_first[at]; j < M->inv_first[at + 1]; j++)
+                    mark(P, M->inv[j], touched, &n_touched);
             }
-            for (uint32_t q = 0; q < n_touched; q++) {
-                uint32_t b = touched[q];
-                if (P.mid[b] == P.end[b]) {
-                    P.mid[b] = P.first[b]; /* all marked: no split */
-                    continue;
-                }
-                /* the marked part [first, mid) becomes a new block */
-                uint32_t nb = P.n_blk++;
-                P.first[nb] = P.first[b];
-                P.end[nb] = P.mid[b];
-                P.mid[nb] = P.first[nb];
-                P.first[b] = P.mid[b];
-                P.mid[b] = P.first[b];
-                for (uint32_t i = P.first[nb]; i < P.end[nb]; i++) P.blk[P.elem[i]] = nb;
-                if (in_work[b] || P.end[nb] - P.first[nb] <= P.end[b] - P.first[b]) {
-                    work[n_work++] = nb;
-                    in_work[nb] = 1;
-                } else {
-                    work[n_work++] = b;
-                    in_work[b] = 1;
-                }
-            }
+            for (uint32_t q = 0; q < n_touched; q++) split_block(P, touched[q], &W);
         }
     }
-    /* blocks renumbered in order of their first live state (state 0's block is 0) */
-    uint32_t nb = 0;
-    int32_t *bmap = (int32_t *)touched; /* reused: (n_blk) new number of a block */
-    for (uint32_t b = 0; b < P.n_blk; b++) bmap[b] = -1;
-    for (uint32_t s = 0; s < n; s++)
-        if (bmap[P.blk[s]] < 0) bmap[P.blk[s]] = (int32_t)nb++;
-    if (nb == n0) goto out; /* nothing merged, nothing dropped */
-    trans = malloc((size_t)nb * nc * sizeof *trans);
-    rep = malloc(nb * sizeof *rep);
-    acc = malloc(nb);
-    cf = malloc((nb + 1) * sizeof *cf);
-    calls = malloc((d->call_first[n0] + 1) * sizeof *calls);
-    if (!trans || !rep || !acc || !cf || !calls) goto fail;
-    for (uint32_t s = n; s-- > 0;) rep[bmap[P.blk[s]]] = (int32_t)live[s];
-    uint32_t o = 0;
-    for (uint32_t b = 0; b < nb; b++) {
-        uint32_t s = (uint32_t)rep[b];
-        acc[b] = d->accept[s];
-        for (uint32_t c = 0; c < nc; c++) {
-            int32_t y = d->trans[(size_t)s * nc + c];
-            trans[(size_t)b * nc + c] = y >= 0 ? bmap[P.blk[idx[y]]] : -1;
-        }
-        cf[b] = o;
-        for (uint32_t k2 = d->call_first[s]; k2 < d->call_first[s + 1]; k2++)
-            calls[o++] = (gr_call){ d->calls[k2].rule, bmap[P.blk[idx[d->calls[k2].ret]]] };
-    }
-    cf[nb] = o;
-    free(d->trans);
-    free(d->accept);
-    free(d->call_first);
-    free(d->calls);
-    d->trans = trans;
-    d->accept = acc;
-    d->call_first = cf;
-    d->calls = calls;
-    d->n_states = nb;
-    trans = NULL;
-    acc = NULL;
-    cf = NULL;
-    calls = NULL;
-    goto out;
-fail:
-    ok = false;
-out:
-    free(idx);
-    free(live);
-    free(crule);
-    free(inv_first);
-    free(inv);
-    free(work);
+    free(W.blocks);
+    free(W.queued);
     free(touched);
     free(spl);
-    free(in_work);
-    free(P.elem);
-    free(P.loc);
-    free(P.blk);
-    free(P.first);
-    free(P.end);
-    free(P.mid);
-    free(trans);
+    return ok;
+}
+
+/* The blocks' new numbers into bmap (n_blk), in order of their first live state (state
+ * 0's block is 0); their count. */
+static uint32_t number_blocks(const min_rule *M, const parts *P, int32_t *bmap) {
+    uint32_t nb = 0;
+    for (uint32_t b = 0; b < P->n_blk; b++) bmap[b] = -1;
+    for (uint32_t s = 0; s < M->n; s++)
+        if (bmap[P->blk[s]] < 0) bmap[P->blk[s]] = (int32_t)nb++;
+    return nb;
+}
+
+/* Block b's row of the new tables t, from state s of the old ones (one the block holds);
+ * *o: the next call pair. */
+static void block_row(const min_rule *M, const parts *P, const int32_t *bmap, uint32_t b, uint32_t s, gr_dfa *t,
+                      uint32_t *o) {
+    const gr_dfa *d = M->d;
+    const uint32_t nc = M->nc;
+    t->accept[b] = d->accept[s];
+    for (uint32_t c = 0; c < nc; c++) {
+        const int32_t y = d->trans[(size_t)s * nc + c];
+        t->trans[(size_t)b * nc + c] = y >= 0 ? bmap[P->blk[M->idx[y]]] : -1;
+    }
+    t->call_first[b] = *o;
+    for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++)
+        t->calls[(*o)++] = (gr_call){ d->calls[k].rule, bmap[P->blk[M->idx[d->calls[k].ret]]] };
+}
+
+static void swap_tables(gr_dfa *d, gr_dfa *t) {
+    gr_dfa x = *d;
+    d->trans = t->trans, d->accept = t->accept, d->call_first = t->call_first, d->calls = t->calls;
+    t->trans = x.trans, t->accept = x.accept, t->call_first = x.call_first, t->calls = x.calls;
+}
+
+/* d's tables over the blocks; d untouched when no state was merged or dropped. */
+static bool rebuild(gr_dfa *d, const min_rule *M, const parts *P) {
+    int32_t *bmap = malloc(P->n_blk * sizeof *bmap), *rep = malloc(P->n_blk * sizeof *rep);
+    gr_dfa t = { 0 }; /* the new tables, then the old ones to free */
+    bool ok = bmap && rep;
+    const uint32_t nb = ok ? number_blocks(M, P, bmap) : 0;
+    if (ok && nb != M->n0) {
+        t.trans = malloc((size_t)nb * M->nc * sizeof *t.trans);
+        t.accept = malloc(nb);
+        t.call_first = malloc((nb + 1) * sizeof *t.call_first);
+        t.calls = malloc((d->call_first[M->n0] + 1) * sizeof *t.calls);
+        ok = t.trans && t.accept && t.call_first && t.calls;
+        for (uint32_t s = M->n; ok && s-- > 0;) rep[bmap[P->blk[s]]] = (int32_t)M->live[s];
+        uint32_t o = 0;
+        for (uint32_t b = 0; ok && b < nb; b++) block_row(M, P, bmap, b, (uint32_t)rep[b], &t, &o);
+        if (ok) {
+            t.call_first[nb] = o;
+            swap_tables(d, &t);
+            d->n_states = nb;
+        }
+    }
+    gr_dfa_free_tables(&t);
+    free(bmap);
     free(rep);
-    free(acc);
-    free(cf);
-    free(calls);
+    return ok;
+}
+
+static bool minimize_rule(gr_dfa *d) {
+    if (d->n_states <= 1) return true;
+    min_rule M = { .d = d, .n0 = d->n_states, .nc = d->n_class };
+    parts P = { 0 };
+    const bool ok = live_states(&M) && called_rules(&M) && predecessors(&M) && parts_init(&P, &M) &&
+                    refine(&M, &P) && rebuild(d, &M, &P);
+    parts_free(&P);
+    min_rule_free(&M);
     return ok;
 }
 
@@ -1079,7 +1179,8 @@ static bool left_recursion(gr_grammar *g, cn_error *err) {
             int32_t s = work[--n];
             for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
                 const gr_call *c = &d->calls[k];
-                if (!i32v_push(&corners[r], c->rule)) ok = false;
+                if (!i32v_push(&corners[r], c->rule))
+                    ok = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar") == CN_STATUS_OK;
                 const gr_dfa *cd = &g->rules[c->rule];
                 if (cd->n_states && cd->accept_n[0] && !seen[c->ret]) seen[c->ret] = 1, work[n++] = c->ret;
             }
@@ -1205,7 +1306,7 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
     }
     pthread_mutex_init(&g->mu, NULL);
     g->rules = calloc(b->n_rules, sizeof *g->rules);
-    g->n_rules = b->n_rules;
+    g->n_rules = g->rules ? b->n_rules : 0; /* gr_grammar_free walks them */
     g->root = root;
     if (!g->rules) {
         cn_err(err, st, "out of memory compiling the grammar");
@@ -1221,13 +1322,16 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
     for (uint32_t r = 0; r < b->n_rules; r++) {
         gr_dfa *d = &g->rules[r];
         d->name = strdup(b->rules[r].name);
-        if (!d->name) {
-            cn_err(err, st, "out of memory compiling the grammar");
+        if (!d->name) { /* st may be OK here, from the rule before */
+            st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
             goto fail;
         }
         if (!reach[r]) {
             d->call_first = calloc(1, sizeof *d->call_first);
-            if (!d->call_first) goto fail;
+            if (!d->call_first) {
+                st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
+                goto fail;
+            }
             continue;
         }
         a.n_states = 0;

@@ -18,8 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_impl.h"
+#include "core/buf.h"
 #include "core/utf8.h"
+#include "grammar/grammar_impl.h"
 
 #define GB_MAX_DEPTH 200 /* nested parentheses */
 
@@ -32,13 +33,19 @@ typedef struct {
     size_t n_ids;
 } gb;
 
+/* The line and column (from 1, columns in bytes) of src[at]. */
+static void line_col(const gb *p, size_t at, size_t *line, size_t *col) {
+    *line = *col = 1;
+    for (size_t i = 0; i < at && i < p->n; i++) {
+        if (p->src[i] == '\n') ++*line, *col = 1;
+        else ++*col;
+    }
+}
+
 static bool fail(gb *p, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static bool fail(gb *p, size_t at, const char *fmt, ...) {
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < at && i < p->n; i++) {
-        if (p->src[i] == '\n') line++, col = 1;
-        else col++;
-    }
+    size_t line, col;
+    line_col(p, at, &line, &col);
     char msg[200];
     va_list ap;
     va_start(ap, fmt);
@@ -49,6 +56,12 @@ static bool fail(gb *p, size_t at, const char *fmt, ...) {
 }
 
 static bool at(const gb *p, char c) { return p->pos < p->n && p->src[p->pos] == c; }
+
+static bool oom(gb *p) {
+    gr_builder_fail(p->b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
+    return false;
+}
+
 static bool is_name(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
@@ -69,6 +82,20 @@ static void space(gb *p, bool nl) {
     }
 }
 
+/* Room for rule ids below need in used_at and def_at (one capacity, n_ids; new slots
+ * SIZE_MAX). */
+static bool ids_grow(gb *p, size_t need) {
+    const size_t nn = cn_grow_cap(p->n_ids, need, sizeof *p->used_at);
+    size_t *u = nn ? realloc(p->used_at, nn * sizeof *u) : NULL;
+    if (u) p->used_at = u;
+    size_t *d = u ? realloc(p->def_at, nn * sizeof *d) : NULL;
+    if (d) p->def_at = d;
+    if (!u || !d) return oom(p);
+    for (size_t i = p->n_ids; i < nn; i++) p->used_at[i] = p->def_at[i] = SIZE_MAX;
+    p->n_ids = nn;
+    return true;
+}
+
 /* The builder rule called src[s..e), its use/definition slots ready; -1 on error. */
 static int32_t rule_id(gb *p, size_t s, size_t e) {
     char name[256];
@@ -77,29 +104,12 @@ static int32_t rule_id(gb *p, size_t s, size_t e) {
     name[e - s] = 0;
     int32_t id = gr_rule(p->b, name);
     if (id < 0) return -1;
-    if ((size_t)id >= p->n_ids) {
-        size_t nn = ((size_t)id + 1) * 2;
-        size_t *u = realloc(p->used_at, nn * sizeof *u);
-        if (u) p->used_at = u;
-        size_t *d = u ? realloc(p->def_at, nn * sizeof *d) : NULL;
-        if (d) p->def_at = d;
-        if (!u || !d) {
-            gr_builder_fail(p->b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
-            return -1;
-        }
-        for (size_t i = p->n_ids; i < nn; i++) p->used_at[i] = p->def_at[i] = SIZE_MAX;
-        p->n_ids = nn;
-    }
+    if ((size_t)id >= p->n_ids && !ids_grow(p, (size_t)id + 1)) return -1;
     return id;
 }
 
 static bool next_cp(gb *p, uint32_t *out) {
-    size_t bad;
-    int len = cn_utf8_check((const uint8_t *)p->src + p->pos, p->n - p->pos, &bad);
-    if (len <= 0) return fail(p, p->pos, "invalid UTF-8");
-    cn_utf8_decode(p->src + p->pos, (size_t)len, out);
-    p->pos += (size_t)len;
-    return true;
+    return gr_utf8_next(p->src, p->n, &p->pos, out) || fail(p, p->pos, "invalid UTF-8");
 }
 
 /* One character of a literal or class: an escape or a UTF-8 scalar value. */
@@ -136,32 +146,26 @@ static bool parse_char(gb *p, uint32_t *out) {
 /* "..." with p->pos at the opening quote. */
 static int32_t parse_literal(gb *p) {
     size_t start = p->pos++;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    cn_buf buf = { 0 };
+    int32_t r = -1;
     for (;;) {
         if (p->pos >= p->n) {
-            free(buf);
-            return fail(p, start, "unterminated literal"), -1;
+            fail(p, start, "unterminated literal");
+            goto out;
         }
         if (at(p, '"')) break;
         uint32_t c;
-        if (!parse_char(p, &c)) { free(buf); return -1; }
-        if (len + 4 > cap) {
-            size_t nc = cap ? cap * 2 : 32;
-            char *q = realloc(buf, nc);
-            if (!q) {
-                free(buf);
-                gr_builder_fail(p->b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
-                return -1;
-            }
-            buf = q;
-            cap = nc;
+        char u[4];
+        if (!parse_char(p, &c)) goto out;
+        if (!cn_buf_put(&buf, u, cn_utf8_encode(c, u))) {
+            oom(p);
+            goto out;
         }
-        len += (size_t)cn_utf8_encode(c, buf + len);
     }
     p->pos++;
-    int32_t r = gr_literal(p->b, buf, len);
-    free(buf);
+    r = gr_literal(p->b, buf.p, buf.n);
+out:
+    cn_buf_free(&buf);
     return r;
 }
 
@@ -170,7 +174,7 @@ static int32_t parse_class(gb *p) {
     size_t start = p->pos++;
     bool neg = at(p, '^');
     if (neg) p->pos++;
-    uint32_t *r = NULL;
+    uint32_t *r = NULL; /* (nr, 2) the ranges; cap counts uint32_t, two a range */
     size_t nr = 0, cap = 0;
     while (!at(p, ']')) {
         if (p->pos >= p->n) {
@@ -189,16 +193,9 @@ static int32_t parse_class(gb *p) {
                 return fail(p, item, "range out of order in a character class"), -1;
             }
         }
-        if (nr == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            uint32_t *q = realloc(r, nc * 2 * sizeof *q);
-            if (!q) {
-                free(r);
-                gr_builder_fail(p->b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
-                return -1;
-            }
-            r = q;
-            cap = nc;
+        if (!CN_GROW(r, cap, 2 * nr + 2)) {
+            free(r);
+            return oom(p), -1;
         }
         r[2 * nr] = lo;
         r[2 * nr + 1] = hi;
@@ -224,10 +221,21 @@ static bool parse_uint(gb *p, uint32_t *v) {
 
 static int32_t parse_alternates(gb *p, bool nested, int depth);
 
+/* A sequence's items or a rule's alternatives as they are parsed. */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} gb_list;
+
+static bool push(gb *p, gb_list *l, int32_t x) {
+    if (!CN_GROW(l->v, l->cap, l->n + 1)) return oom(p);
+    l->v[l->n++] = x;
+    return true;
+}
+
 /* Items up to '|', ')', a newline (outside parentheses) or the end. */
 static int32_t parse_sequence(gb *p, bool nested, int depth) {
-    int32_t *items = NULL;
-    size_t n = 0, cap = 0;
+    gb_list items = { 0 };
     int32_t res = -1;
     for (;;) {
         if (p->pos >= p->n) break;
@@ -257,7 +265,7 @@ static int32_t parse_sequence(gb *p, bool nested, int depth) {
             if (p->used_at[id] == SIZE_MAX) p->used_at[id] = s;
             item = gr_ref(p->b, id);
         } else if (c == '*' || c == '+' || c == '?' || c == '{') {
-            if (n == 0) { fail(p, here, "'%c' has no item before it to repeat", c); goto out; }
+            if (items.n == 0) { fail(p, here, "'%c' has no item before it to repeat", c); goto out; }
             uint32_t lo = 0, hi = GR_INF;
             p->pos++;
             if (c == '+') lo = 1;
@@ -281,8 +289,8 @@ static int32_t parse_sequence(gb *p, bool nested, int depth) {
                 p->pos++;
                 if (lo > hi) { fail(p, here, "{%u,%u}: the minimum is above the maximum", lo, hi); goto out; }
             }
-            items[n - 1] = gr_repeat(p->b, items[n - 1], lo, hi);
-            if (items[n - 1] < 0) goto out;
+            int32_t *last = &items.v[items.n - 1];
+            if ((*last = gr_repeat(p->b, *last, lo, hi)) < 0) goto out;
             space(p, nested);
             continue;
         } else if (c == '<') {
@@ -294,38 +302,21 @@ static int32_t parse_sequence(gb *p, bool nested, int depth) {
             fail(p, here, "unexpected character '%c'", c);
             goto out;
         }
-        if (item < 0) goto out;
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            int32_t *q = realloc(items, nc * sizeof *q);
-            if (!q) { gr_builder_fail(p->b, CN_STATUS_NO_MEMORY, "out of memory building the grammar"); goto out; }
-            items = q;
-            cap = nc;
-        }
-        items[n++] = item;
+        if (item < 0 || !push(p, &items, item)) goto out;
         space(p, nested);
     }
-    res = gr_seq(p->b, items, n);
+    res = gr_seq(p->b, items.v, items.n);
 out:
-    free(items);
+    free(items.v);
     return res;
 }
 
 static int32_t parse_alternates(gb *p, bool nested, int depth) {
-    int32_t *alts = NULL;
-    size_t n = 0, cap = 0;
+    gb_list alts = { 0 };
     int32_t res = -1;
     for (;;) {
         int32_t s = parse_sequence(p, nested, depth);
-        if (s < 0) goto out;
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            int32_t *q = realloc(alts, nc * sizeof *q);
-            if (!q) { gr_builder_fail(p->b, CN_STATUS_NO_MEMORY, "out of memory building the grammar"); goto out; }
-            alts = q;
-            cap = nc;
-        }
-        alts[n++] = s;
+        if (s < 0 || !push(p, &alts, s)) goto out;
         if (!nested && !at(p, '|')) {
             /* a rule continued on a next line that starts with '|' */
             size_t save = p->pos;
@@ -336,9 +327,9 @@ static int32_t parse_alternates(gb *p, bool nested, int depth) {
         p->pos++;
         space(p, true);
     }
-    res = gr_alt(p->b, alts, n);
+    res = gr_alt(p->b, alts.v, alts.n);
 out:
-    free(alts);
+    free(alts.v);
     return res;
 }
 
@@ -353,11 +344,8 @@ static bool parse_rule(gb *p) {
     int32_t id = rule_id(p, s, e);
     if (id < 0) return false;
     if (p->def_at[id] != SIZE_MAX) {
-        size_t first = p->def_at[id], line = 1, col = 1;
-        for (size_t i = 0; i < first; i++) {
-            if (p->src[i] == '\n') line++, col = 1;
-            else col++;
-        }
+        size_t line, col;
+        line_col(p, p->def_at[id], &line, &col);
         return fail(p, s, "rule '%s' is defined twice (first at line %zu, column %zu)", gr_rule_name(p->b, id), line, col);
     }
     p->def_at[id] = s;

@@ -48,7 +48,6 @@ int32_t gr_rule(gr_builder *b, const char *name);
 int32_t gr_rule_fresh(gr_builder *b, const char *prefix);
 /* Defines rule as expr. Defining a rule twice is an error. */
 int32_t gr_rule_define(gr_builder *b, int32_t rule, int32_t expr);
-bool gr_rule_is_defined(const gr_builder *b, int32_t rule);
 const char *gr_rule_name(const gr_builder *b, int32_t rule);
 
 int32_t gr_empty(gr_builder *b);   /* matches "" */
@@ -155,7 +154,6 @@ cn_status gr_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *
 cn_status gr_vocab_from_tokenizer(const cn_tokenizer *t, gr_vocab **out, cn_error *err);
 gr_vocab *gr_vocab_ref(gr_vocab *v);
 void gr_vocab_free(gr_vocab *v);
-int32_t gr_vocab_n(const gr_vocab *v);
 
 /* ---- the token matcher ---- */
 

@@ -27,13 +27,17 @@ typedef struct {
 
 struct gr_builder {
     gr_node *nodes;
-    uint32_t n_nodes, cap_nodes;
+    uint32_t n_nodes;
+    size_t cap_nodes;
     int32_t *kids;
-    uint32_t n_kids, cap_kids;
+    uint32_t n_kids;
+    size_t cap_kids;
     gr_set *sets;
-    uint32_t n_sets, cap_sets;
+    uint32_t n_sets;
+    size_t cap_sets;
     gr_brule *rules;
-    uint32_t n_rules, cap_rules;
+    uint32_t n_rules;
+    size_t cap_rules;
     uint32_t n_fresh;
     /* long repeats are cut into chunks (builder.c) past chunk_at unrolled NFA states, K
      * items a chunk (0: the defaults; tests set them small to reach chunk borders) */
@@ -41,6 +45,11 @@ struct gr_builder {
     double deadline_ms; /* gr_builder_set_deadline; read every 1024 nodes */
     cn_error err;
 };
+
+/* The front ends' reader of their source text: the UTF-8 scalar value at src[*pos]
+ * (n bytes in all) into *out, *pos moved past it; false, nothing moved, when the bytes
+ * there are not UTF-8 (builder.c). */
+bool gr_utf8_next(const char *src, size_t n, size_t *pos, uint32_t *out);
 
 /* ---- the compiled grammar ----
  * One DFA per rule over byte classes and rule calls. State 0 is the start. trans[s *
@@ -89,7 +98,8 @@ typedef struct {
     int32_t *next;      /* (cap) hash chain */
     int32_t *head;      /* (n_head) buckets */
     uint32_t *seen;     /* (cap) generation stamps for the pop guard */
-    uint32_t n, cap, n_head, gen;
+    uint32_t n, n_head, gen;
+    size_t cap;
 } gr_frames;
 
 typedef struct {
@@ -180,7 +190,8 @@ typedef struct {
 typedef struct {
     gr_pda *p;
     gr_astate *st;
-    uint32_t n, cap, max_states; /* past max_states a walk keeps only its path */
+    uint32_t n, max_states; /* past max_states a walk keeps only its path */
+    size_t cap;
     int32_t *next;       /* (cap, 256) */
     uint8_t *esc;        /* (cap, 256) */
     int8_t *slice;       /* (cap) gr_auto_slice_ok's answer; -1 not asked */

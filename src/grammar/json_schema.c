@@ -15,7 +15,8 @@
  *
  * What it owns: keyword dispatch, $ref resolution (local JSON pointers and anchors; each
  * target becomes one rule, so recursion is a rule calling itself), allOf merging (and
- * siblings of $ref / anyOf merged into every branch), objects, arrays, enum filtering.
+ * siblings of $ref / anyOf merged into every branch), dependencies (an anyOf of objects
+ * with and without each name), objects, arrays, enum filtering.
  * The lexical pieces (strings, numbers, ranges, formats, literals) are json_schema_lex.c.
  * It must not compile or match anything: that is compile.c and pda.c. */
 #include <math.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "grammar/json_schema_impl.h"
 
 #define JS_MAX_BRANCHES 256    /* anyOf branches after distributing siblings and allOf */
@@ -46,7 +48,8 @@ typedef struct {
     size_t n_defs, cap_defs;
     json_t *owned; /* schemas made by merging, kept alive until the end */
     int depth;
-    const char *why; /* the keyword the enum checker could not decide */
+    const char *why;   /* the keyword the enum checker could not decide */
+    size_t dep_splits; /* dependencies() splits in the merge at hand (depth 0) */
 } js_ctx;
 
 /* ---- messages and paths ---- */
@@ -110,7 +113,7 @@ static const char *const handled[] = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
     "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "nullable", "uniqueItems", "multipleOf", "minProperties",
-    "patternProperties", "dependencies", "propertyNames", "if", NULL,
+    "patternProperties", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "if", NULL,
 };
 
 static bool in_list(const char *const *l, const char *k) {
@@ -125,8 +128,8 @@ static bool is_trivial_schema(const json_t *v) { return json_is_true(v) || (json
  * none. Some are fine with a no-op value (uniqueItems: false, minProperties: 0, ...). */
 static const char *unsupported_keyword(const json_t *s) {
     static const char *const never[] = {
-        "not", "dependentRequired", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "contains",
-        "minContains", "maxContains", "maxProperties", "$dynamicRef", "$recursiveRef", NULL,
+        "not", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "maxProperties",
+        "$dynamicRef", "$recursiveRef", NULL,
     };
     const char *k;
     json_t *v;
@@ -139,12 +142,44 @@ static const char *unsupported_keyword(const json_t *s) {
         }
         if (strcmp(k, "uniqueItems") == 0 && json_is_true(v)) return k;
         if (strcmp(k, "minProperties") == 0 && !(json_is_number(v) && json_number_value(v) <= 0)) return k;
-        if (strcmp(k, "dependencies") == 0 && !(json_is_object(v) && json_object_size(v) == 0)) return k;
         if (strcmp(k, "propertyNames") == 0 && !is_trivial_schema(v)) return k;
         if (strcmp(k, "if") == 0 && (json_object_get(s, "then") || json_object_get(s, "else"))) return k;
         if (strcmp(k, "multipleOf") == 0 && !(json_is_number(v) && json_number_value(v) == 1.0)) return k;
     }
     return NULL;
+}
+
+static const char *const dependency_keywords[] = { "dependencies", "dependentRequired", "dependentSchemas", NULL };
+
+/* Whether s has a dependency to compile (an empty one is none). */
+static bool has_dependencies(const json_t *s) {
+    for (const char *const *k = dependency_keywords; *k; k++) {
+        const json_t *v = json_object_get(s, *k);
+        if (v && !(json_is_object(v) && json_object_size(v) == 0)) return true;
+    }
+    return false;
+}
+
+enum { DEP_BAD, DEP_NAMES, DEP_SCHEMA };
+
+/* What a name's dependency d under keyword k is: a list of names (dependencies,
+ * dependentRequired), a schema (dependencies, dependentSchemas), or neither. */
+static int dependency_kind(const char *k, const json_t *d) {
+    bool names = json_is_array(d);
+    size_t i;
+    json_t *e;
+    json_array_foreach(d, i, e) names &= json_is_string(e);
+    if (names && strcmp(k, "dependentSchemas") != 0) return DEP_NAMES;
+    if ((json_is_object(d) || json_is_boolean(d)) && strcmp(k, "dependentRequired") != 0) return DEP_SCHEMA;
+    return DEP_BAD;
+}
+
+static bool required_has(const json_t *s, const char *name) {
+    const json_t *r = json_object_get(s, "required");
+    size_t i;
+    json_t *e;
+    json_array_foreach(r, i, e) if (json_is_string(e) && strcmp(json_string_value(e), name) == 0) return true;
+    return false;
 }
 
 /* ---- types ---- */
@@ -301,15 +336,9 @@ static const json_t *resolve(js_ctx *c, const char *ref) {
 static int32_t def_rule(js_ctx *c, const json_t *target, const char *label) {
     for (size_t i = 0; i < c->n_defs; i++)
         if (c->defs[i].target == target) return c->defs[i].rule;
-    if (c->n_defs == c->cap_defs) {
-        size_t nc = c->cap_defs ? 2 * c->cap_defs : 16;
-        js_def *p = realloc(c->defs, nc * sizeof *p);
-        if (!p) {
-            oom(c);
-            return -1;
-        }
-        c->defs = p;
-        c->cap_defs = nc;
+    if (!CN_GROW(c->defs, c->cap_defs, c->n_defs + 1)) {
+        oom(c);
+        return -1;
     }
     /* a readable name: the last segment of the pointer */
     const char *last = strrchr(label, '/');
@@ -382,15 +411,9 @@ typedef struct {
 } js_parts;
 
 static int parts_add(js_ctx *c, js_parts *p, json_t *s) {
-    if (p->n == p->cap) {
-        size_t nc = p->cap ? 2 * p->cap : 8;
-        json_t **q = realloc(p->v, nc * sizeof *q);
-        if (!q) {
-            oom(c);
-            return -1;
-        }
-        p->v = q;
-        p->cap = nc;
+    if (!CN_GROW(p->v, p->cap, p->n + 1)) {
+        oom(c);
+        return -1;
     }
     p->v[p->n++] = s;
     return 0;
@@ -406,15 +429,22 @@ static int parts_insert(js_ctx *c, js_parts *p, size_t at, json_t *s) {
     return 0;
 }
 
+/* A shallow copy of s (an object or an array), kept by c. jansson's json_copy leaves out
+ * the members it had no memory for and says nothing: a copy that came out short is out
+ * of memory too. */
+static json_t *copy(js_ctx *c, const json_t *s) {
+    json_t *o = keep(c, json_copy((json_t *)s));
+    const size_t n = json_is_object(s) ? json_object_size(s) : json_array_size(s);
+    if (o && (json_is_object(s) ? json_object_size(o) : json_array_size(o)) != n) return oom(c), NULL;
+    return o;
+}
+
 /* A copy of s without the keywords listed (kept alive by c). */
 static json_t *without(js_ctx *c, json_t *s, const char *const *keys) {
-    json_t *o = json_copy(s);
-    if (!o) {
-        oom(c);
-        return NULL;
-    }
+    json_t *o = copy(c, s);
+    if (!o) return NULL;
     for (; *keys; keys++) json_object_del(o, *keys);
-    return keep(c, o);
+    return o;
 }
 
 static int num_pick(json_t *r, const char *k, const json_t *v, bool bigger) {
@@ -430,14 +460,173 @@ static bool has_any(const json_t *s, const char *const *keys) {
     return false;
 }
 
-/* Merges plain parts (no $ref / allOf / anyOf / oneOf). Returns a schema kept by c. */
-static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
-    json_t *r = keep(c, json_object());
-    if (!r) return NULL;
-    int types = T_ALL;
-    bool any_type = false;
-    json_t *en = NULL; /* the enum so far (a list), NULL: none */
-    /* properties: the names in order of first appearance */
+/* ---- merging plain parts ----
+ * Plain parts (no $ref / allOf / anyOf / oneOf) merge keyword by keyword into one
+ * schema: each keyword a part holds goes through its row of merge_rows (bounds keep the
+ * tighter, "required" the union, "enum" the intersection); a keyword without a row must
+ * be equal in every part that has it. */
+
+typedef struct {
+    json_t *r;     /* the merged schema, kept by c */
+    int types;     /* the types every part allows */
+    bool any_type; /* some part said "type" or "nullable" */
+    json_t *en;    /* the enum so far (a list), NULL: none */
+    bool has_obj;  /* some part has "properties" or "additionalProperties" */
+    json_t *deps;  /* name -> the schema its presence adds, NULL: none */
+} js_merged;
+
+/* The keywords' merges: s the part, k its keyword, v the value. false: an error, said. */
+typedef bool (*merge_fn)(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v);
+
+static bool merge_equal(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    json_t *cur = json_object_get(m->r, k);
+    if (cur && !json_equal(cur, v)) return fail(c, "allOf: cannot merge two different '%s'", k), false;
+    if (!cur && json_object_set(m->r, k, v) < 0) return oom(c), false;
+    return true;
+}
+
+static bool merge_skip(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)c, (void)m, (void)s, (void)k, (void)v;
+    return true;
+}
+
+/* properties and additionalProperties: merged name by name at the end (merge_objects). */
+static bool merge_note_object(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)c, (void)s, (void)k, (void)v;
+    m->has_obj = true;
+    return true;
+}
+
+static bool merge_required(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s, (void)k;
+    json_t *req = json_object_get(m->r, "required");
+    if (!req) {
+        req = json_array();
+        if (!req || json_object_set_new(m->r, "required", req) < 0) return oom(c), false;
+    }
+    size_t j;
+    json_t *e;
+    json_array_foreach(v, j, e) {
+        bool seen = false;
+        size_t q;
+        json_t *f;
+        json_array_foreach(req, q, f) seen |= json_equal(e, f);
+        if (!seen && json_array_append(req, e) < 0) return oom(c), false;
+    }
+    return true;
+}
+
+/* enum and const: the values in every list so far. */
+static bool merge_enum(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    json_t *list = strcmp(k, "const") == 0 ? keep(c, json_pack("[O]", v)) : v;
+    if (!list || !json_is_array(list)) return fail(c, "'enum' must be an array"), false;
+    if (!m->en) {
+        m->en = list;
+        return true;
+    }
+    json_t *x = keep(c, json_array());
+    if (!x) return false;
+    size_t a, bb;
+    json_t *e, *f;
+    json_array_foreach(m->en, a, e) {
+        bool both = false;
+        json_array_foreach(list, bb, f) both |= json_equal(e, f);
+        if (both && json_array_append(x, e) < 0) return oom(c), false;
+    }
+    m->en = x;
+    return true;
+}
+
+/* A bound: the tighter one, the larger of lower bounds (bigger), the smaller of upper. */
+static bool merge_bound(js_ctx *c, js_merged *m, const char *k, const json_t *v, bool bigger) {
+    if (!json_is_number(v)) return fail(c, "'%s' must be a number", k), false;
+    if (num_pick(m->r, k, v, bigger) < 0) return oom(c), false;
+    return true;
+}
+
+static bool merge_lower(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    return merge_bound(c, m, k, v, true);
+}
+
+static bool merge_upper(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    return merge_bound(c, m, k, v, false);
+}
+
+/* items as one schema (not a tuple, not beside prefixItems): every part's, together. */
+static bool merge_items(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    if (json_is_array(v) || json_object_get(s, "prefixItems")) return merge_equal(c, m, s, k, v);
+    json_t *cur = json_object_get(m->r, "items");
+    if (cur && json_is_array(cur)) return fail(c, "allOf: cannot merge 'items' arrays"), false;
+    json_t *all = all_of2(c, cur, v);
+    if (!all || json_object_set(m->r, "items", all) < 0) return oom(c), false;
+    return true;
+}
+
+/* dependencies (draft 7: a list of names or a schema per name), dependentRequired (lists)
+ * and dependentSchemas (schemas): each name's dependency as a schema (a list of names is
+ * {"required": list}); NULL with the error when the value is neither. */
+static json_t *dependency_schema(js_ctx *c, const char *k, json_t *d) {
+    switch (dependency_kind(k, d)) {
+    case DEP_NAMES: return keep(c, json_pack("{s:O}", "required", d));
+    case DEP_SCHEMA: return d;
+    }
+    const bool lists = strcmp(k, "dependentSchemas") != 0, schemas = strcmp(k, "dependentRequired") != 0;
+    fail(c, "a value of '%s' must be %s", k,
+         !schemas ? "an array of strings" : !lists ? "a schema" : "an array of strings or a schema");
+    return NULL;
+}
+
+/* Every part's dependencies, name by name (several for one name: all of them), into
+ * m->deps; dependencies() compiles them. */
+static bool merge_dependencies(js_ctx *c, js_merged *m, const json_t *s, const char *k, json_t *v) {
+    (void)s;
+    size_t old = push(c, k);
+    bool ok = json_is_object(v) || (fail(c, "'%s' must be an object", k), false);
+    if (ok && !m->deps) ok = (m->deps = keep(c, json_object())) != NULL;
+    const char *name;
+    json_t *d;
+    if (ok) json_object_foreach(v, name, d) {
+            size_t o2 = push(c, name);
+            json_t *dep = dependency_schema(c, k, d);
+            pop(c, o2);
+            json_t *all = dep ? all_of2(c, json_object_get(m->deps, name), dep) : NULL;
+            if (!all || json_object_set(m->deps, name, all) < 0) {
+                if (dep && all) oom(c);
+                ok = false;
+                break;
+            }
+        }
+    pop(c, old);
+    return ok;
+}
+
+static const struct {
+    const char *kw;
+    merge_fn merge;
+} merge_rows[] = {
+    { "type", merge_skip },           { "nullable", merge_skip },       /* merge_types */
+    { "properties", merge_note_object }, { "additionalProperties", merge_note_object },
+    { "required", merge_required },   { "enum", merge_enum },           { "const", merge_enum },
+    { "minimum", merge_lower },       { "exclusiveMinimum", merge_lower }, { "minLength", merge_lower },
+    { "minItems", merge_lower },      { "maximum", merge_upper },       { "exclusiveMaximum", merge_upper },
+    { "maxLength", merge_upper },     { "maxItems", merge_upper },      { "items", merge_items },
+    { "dependencies", merge_dependencies }, { "dependentRequired", merge_dependencies },
+    { "dependentSchemas", merge_dependencies },
+};
+
+static merge_fn merge_for(const char *k) {
+    if (in_list(annotations, k)) return merge_skip;
+    for (size_t i = 0; i < sizeof merge_rows / sizeof merge_rows[0]; i++)
+        if (strcmp(merge_rows[i].kw, k) == 0) return merge_rows[i].merge;
+    return merge_equal;
+}
+
+/* The names of the parts' properties, in order of first appearance (kept by c). */
+static json_t *property_names(js_ctx *c, json_t *const *p, size_t n) {
     json_t *names = keep(c, json_array());
     if (!names) return NULL;
     for (size_t i = 0; i < n; i++) {
@@ -449,140 +638,230 @@ static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
                 size_t j;
                 json_t *e;
                 json_array_foreach(names, j, e) seen |= strcmp(json_string_value(e), k) == 0;
-                if (!seen) json_array_append_new(names, json_string(k));
+                if (!seen && json_array_append_new(names, json_string(k)) < 0) return oom(c), NULL;
             }
     }
-    bool has_obj = false;
-    /* patternProperties merge only when one part alone constrains objects: another part's
-     * additionalProperties would rule names the patterns rule */
+    return names;
+}
+
+/* patternProperties merge only when one part alone constrains objects: another part's
+ * additionalProperties would rule names the patterns rule. */
+static bool patterns_mergeable(js_ctx *c, json_t *const *p, size_t n) {
+    static const char *const okw[] = { "properties", "additionalProperties", "patternProperties", NULL };
     size_t n_obj = 0, n_pat = 0;
     for (size_t i = 0; i < n; i++) {
-        static const char *const okw[] = { "properties", "additionalProperties", "patternProperties", NULL };
         n_obj += has_any(p[i], okw);
         n_pat += json_object_get(p[i], "patternProperties") != NULL;
     }
-    if (n_pat && n_obj > 1) return fail(c, "allOf: cannot merge 'patternProperties' with another object schema"), NULL;
-    for (size_t i = 0; i < n; i++) {
-        json_t *s = p[i];
-        int t = types_of(c, s);
-        if (t < 0) return NULL;
-        if (json_object_get(s, "type") || json_object_get(s, "nullable")) {
-            types &= t;
-            any_type = true;
-        }
-        const char *k;
-        json_t *v;
-        json_object_foreach(s, k, v) {
-            if (in_list(annotations, k) || strcmp(k, "type") == 0 || strcmp(k, "nullable") == 0) continue;
-            if (strcmp(k, "properties") == 0 || strcmp(k, "additionalProperties") == 0) {
-                has_obj = true;
-                continue;
-            }
-            if (strcmp(k, "required") == 0) {
-                json_t *req = json_object_get(r, "required");
-                if (!req) {
-                    req = json_array();
-                    if (!req || json_object_set_new(r, "required", req) < 0) {
-                        oom(c);
-                        return NULL;
-                    }
-                }
-                size_t j;
-                json_t *e;
-                json_array_foreach(v, j, e) {
-                    bool seen = false;
-                    size_t q;
-                    json_t *f;
-                    json_array_foreach(req, q, f) seen |= json_equal(e, f);
-                    if (!seen) json_array_append(req, e);
-                }
-                continue;
-            }
-            if (strcmp(k, "enum") == 0 || strcmp(k, "const") == 0) {
-                json_t *list = strcmp(k, "const") == 0 ? keep(c, json_pack("[O]", v)) : v;
-                if (!list || !json_is_array(list)) return fail(c, "'enum' must be an array"), NULL;
-                if (!en) {
-                    en = list;
-                } else {
-                    json_t *x = keep(c, json_array());
-                    if (!x) return NULL;
-                    size_t a, bb;
-                    json_t *e, *f;
-                    json_array_foreach(en, a, e) {
-                        bool both = false;
-                        json_array_foreach(list, bb, f) both |= json_equal(e, f);
-                        if (both) json_array_append(x, e);
-                    }
-                    en = x;
-                }
-                continue;
-            }
-            if (!json_is_number(v) && (strcmp(k, "minimum") == 0 || strcmp(k, "maximum") == 0 ||
-                                       strcmp(k, "exclusiveMinimum") == 0 || strcmp(k, "exclusiveMaximum") == 0 ||
-                                       strcmp(k, "minLength") == 0 || strcmp(k, "maxLength") == 0 ||
-                                       strcmp(k, "minItems") == 0 || strcmp(k, "maxItems") == 0))
-                return fail(c, "'%s' must be a number", k), NULL;
-            if (strcmp(k, "minimum") == 0 || strcmp(k, "exclusiveMinimum") == 0 || strcmp(k, "minLength") == 0 ||
-                strcmp(k, "minItems") == 0) {
-                if (num_pick(r, k, v, true) < 0) return oom(c), NULL;
-                continue;
-            }
-            if (strcmp(k, "maximum") == 0 || strcmp(k, "exclusiveMaximum") == 0 || strcmp(k, "maxLength") == 0 ||
-                strcmp(k, "maxItems") == 0) {
-                if (num_pick(r, k, v, false) < 0) return oom(c), NULL;
-                continue;
-            }
-            if (strcmp(k, "items") == 0 && !json_is_array(v) && !json_object_get(s, "prefixItems")) {
-                json_t *cur = json_object_get(r, "items");
-                if (cur && json_is_array(cur)) return fail(c, "allOf: cannot merge 'items' arrays"), NULL;
-                json_t *m = all_of2(c, cur, v);
-                if (!m || json_object_set(r, "items", m) < 0) return oom(c), NULL;
-                continue;
-            }
-            json_t *cur = json_object_get(r, k);
-            if (cur && !json_equal(cur, v)) return fail(c, "allOf: cannot merge two different '%s'", k), NULL;
-            if (!cur && json_object_set(r, k, v) < 0) return oom(c), NULL;
-        }
-    }
-    if (has_obj) {
-        json_t *props = keep(c, json_object());
-        if (!props) return NULL;
-        size_t j;
-        json_t *e;
-        json_array_foreach(names, j, e) {
-            const char *name = json_string_value(e);
-            json_t *m = NULL;
-            for (size_t i = 0; i < n; i++) {
-                json_t *pp = json_object_get(p[i], "properties");
-                json_t *v = json_is_object(pp) ? json_object_get(pp, name) : NULL;
-                if (!v) v = json_object_get(p[i], "additionalProperties");
-                if (v) m = all_of2(c, m, v);
-                if (c->x.b && gr_builder_error(c->x.b)->status) return NULL;
-            }
-            if (json_object_set(props, name, m ? m : json_true()) < 0) return oom(c), NULL;
-        }
-        json_object_set(r, "properties", props);
-        json_t *add = NULL;
+    if (n_pat && n_obj > 1) return fail(c, "allOf: cannot merge 'patternProperties' with another object schema"), false;
+    return true;
+}
+
+/* Each listed name takes every part's schema for it (its own, else the part's
+ * additionalProperties), and additionalProperties every part's. */
+static bool merge_objects(js_ctx *c, json_t *const *p, size_t n, json_t *names, json_t *r) {
+    json_t *props = keep(c, json_object());
+    if (!props) return false;
+    size_t j;
+    json_t *e;
+    json_array_foreach(names, j, e) {
+        const char *name = json_string_value(e);
+        json_t *m = NULL;
         for (size_t i = 0; i < n; i++) {
-            json_t *v = json_object_get(p[i], "additionalProperties");
-            if (v) add = all_of2(c, add, v);
+            json_t *pp = json_object_get(p[i], "properties");
+            json_t *v = json_is_object(pp) ? json_object_get(pp, name) : NULL;
+            if (!v) v = json_object_get(p[i], "additionalProperties");
+            if (v) m = all_of2(c, m, v);
+            if (c->x.b && gr_builder_error(c->x.b)->status) return false;
         }
-        if (add) json_object_set(r, "additionalProperties", add);
+        if (json_object_set(props, name, m ? m : json_true()) < 0) return oom(c), false;
     }
-    if (any_type) {
-        json_t *tl = json_array();
-        if (!tl || json_object_set_new(r, "type", tl) < 0) return oom(c), NULL;
-        static const char *const tn[] = { "null", "boolean", "integer", "number", "string", "array", "object" };
-        for (int i = 0; i < 7; i++) {
-            if (i == 2 && (types & T_NUM)) continue; /* number covers integer */
-            if (types & (1 << i)) json_array_append_new(tl, json_string(tn[i]));
+    if (json_object_set(r, "properties", props) < 0) return oom(c), false;
+    json_t *add = NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_object_get(p[i], "additionalProperties");
+        if (v) add = all_of2(c, add, v);
+    }
+    if (add && json_object_set(r, "additionalProperties", add) < 0) return oom(c), false;
+    return true;
+}
+
+/* r's "type" as the list of the types in the mask types ("number" covers "integer"). */
+static bool set_types(js_ctx *c, json_t *r, int types) {
+    static const char *const tn[] = { "null", "boolean", "integer", "number", "string", "array", "object" };
+    json_t *tl = json_array();
+    if (!tl || json_object_set_new(r, "type", tl) < 0) return oom(c), false;
+    for (int i = 0; i < 7; i++) {
+        if (i == 2 && (types & T_NUM)) continue;
+        if ((types & (1 << i)) && json_array_append_new(tl, json_string(tn[i])) < 0) return oom(c), false;
+    }
+    return true;
+}
+
+/* One part's keywords into m. */
+static bool merge_part(js_ctx *c, js_merged *m, json_t *s) {
+    int t = types_of(c, s);
+    if (t < 0) return false;
+    if (json_object_get(s, "type") || json_object_get(s, "nullable")) {
+        m->types &= t;
+        m->any_type = true;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) if (!merge_for(k)(c, m, s, k, v)) return false;
+    return true;
+}
+
+/* Merges plain parts. Returns a schema kept by c. */
+static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
+    js_merged m = { .r = keep(c, json_object()), .types = T_ALL };
+    if (!m.r) return NULL;
+    json_t *names = property_names(c, p, n);
+    if (!names || !patterns_mergeable(c, p, n)) return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!merge_part(c, &m, p[i])) return NULL;
+    if (m.has_obj && !merge_objects(c, p, n, names, m.r)) return NULL;
+    if (m.any_type && !set_types(c, m.r, m.types)) return NULL;
+    if (m.en && json_object_set(m.r, "enum", m.en) < 0) return oom(c), NULL;
+    if (m.deps && json_object_size(m.deps) && json_object_set(m.r, "dependentSchemas", m.deps) < 0) return oom(c), NULL;
+    return m.r;
+}
+
+/* ---- dependencies ----
+ * A dependency "name -> S" holds for objects without the property name, and for those
+ * with it that match S. merge_plain gathers every dependency of the parts as
+ * "dependentSchemas" (one schema per name); dependencies() turns them into what the
+ * grammar can say: a name the object must have has its S merged in at once; a name it
+ * may not have drops its dependency; any other name splits the schema in two — name
+ * forbidden, or name required and S merged in — each half with the dependencies left
+ * (which the half may now decide). The halves are disjoint (an object has the name or
+ * not, and the second holds only objects), so their anyOf is exact. A half in which no
+ * object holds (S requires a name the schema forbids) keeps its other types, or goes.
+ * k undecided names make up to 2^k halves: JS_MAX_BRANCHES splits at the most. */
+
+/* Whether s rules out the property name: its schema false, or not listed under
+ * additionalProperties: false (and no patternProperties, which might take it). */
+static bool forbids(const json_t *s, const char *name) {
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *v = json_is_object(props) ? json_object_get(props, name) : NULL;
+    if (v) return json_is_false(v);
+    const json_t *pp = json_object_get(s, "patternProperties");
+    if (json_is_object(pp) && json_object_size(pp)) return false;
+    return json_is_false(json_object_get(s, "additionalProperties"));
+}
+
+/* s (kept by c) without the object type when s requires a name it forbids; false when
+ * no type is left. */
+static json_t *drop_objects(js_ctx *c, json_t *s) {
+    if (!json_is_object(s)) return s;
+    const json_t *req = json_object_get(s, "required");
+    bool none = false;
+    size_t i;
+    json_t *e;
+    json_array_foreach(req, i, e) none |= json_is_string(e) && forbids(s, json_string_value(e));
+    if (!none) return s;
+    const int t = types_of(c, s);
+    if (t < 0) return NULL;
+    if (!(t & ~T_OBJ)) return json_false();
+    json_t *o = copy(c, s);
+    return o && set_types(c, o, t & ~T_OBJ) ? o : NULL;
+}
+
+/* m's branches (an anyOf's, else m) into out, each through drop_objects; false ones
+ * dropped. */
+static bool add_branches(js_ctx *c, json_t *out, json_t *m) {
+    if (!m) return false;
+    json_t *any = json_is_object(m) && json_object_size(m) == 1 ? json_object_get(m, "anyOf") : NULL;
+    size_t n = any ? json_array_size(any) : 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = drop_objects(c, any ? json_array_get(any, i) : m);
+        if (!e) return false;
+        if (!json_is_false(e) && json_array_append(out, e) < 0) return oom(c), false;
+    }
+    return true;
+}
+
+/* out's branches as one schema: false when none, the one, or their anyOf. */
+static json_t *any_of(js_ctx *c, json_t *out) {
+    if (json_array_size(out) < 2) return json_array_size(out) ? json_array_get(out, 0) : json_false();
+    return keep(c, json_pack("{s:O}", "anyOf", out));
+}
+
+/* A copy of s (kept by c) with list (an object's or an array's member) key replaced by
+ * a copy with x added: under name when name is given, else appended. */
+static json_t *with_member(js_ctx *c, json_t *s, const char *key, const char *name, json_t *x) {
+    json_t *o = copy(c, s), *cur = json_object_get(s, key);
+    if (!o) return NULL;
+    if (cur && (name ? !json_is_object(cur) : !json_is_array(cur)))
+        return fail(c, "'%s' must be %s", key, name ? "an object" : "an array"), NULL;
+    json_t *l = cur ? copy(c, cur) : keep(c, name ? json_object() : json_array());
+    if (!l || (name ? json_object_set(l, name, x) : json_array_append(l, x)) < 0 || json_object_set(o, key, l) < 0)
+        return oom(c), NULL;
+    return o;
+}
+
+/* base's objects split on name (its dependency s; rest: the dependencies left for both
+ * halves, may be empty). */
+static json_t *split_on(js_ctx *c, json_t *base, int types, const char *name, json_t *s, json_t *rest, int depth) {
+    if (++c->dep_splits > JS_MAX_BRANCHES)
+        return fail(c, "dependencies: more than %d cases of present and absent names", JS_MAX_BRANCHES), NULL;
+    json_t *nm = keep(c, json_string(name));
+    json_t *absent = with_member(c, base, "properties", name, json_false());
+    json_t *present = nm ? with_member(c, base, "required", NULL, nm) : NULL;
+    json_t *out = keep(c, json_array());
+    if (!absent || !present || !out || !set_types(c, present, types & T_OBJ)) return NULL;
+    const bool more = json_object_size(rest) > 0;
+    if (more && (json_object_set(absent, "dependentSchemas", rest) < 0 ||
+                 json_object_set(present, "dependentSchemas", rest) < 0))
+        return oom(c), NULL;
+    json_t *parts[2] = { present, s };
+    if (!add_branches(c, out, merge(c, &absent, 1, depth + 1)) || !add_branches(c, out, merge(c, parts, 2, depth + 1)))
+        return NULL;
+    return any_of(c, out);
+}
+
+/* r, a merged plain schema with "dependentSchemas", as a schema without. */
+static json_t *dependencies(js_ctx *c, json_t *r, int depth) {
+    static const char *const drop[] = { "dependentSchemas", NULL };
+    json_t *deps = json_object_get(r, "dependentSchemas");
+    json_t *base = without(c, r, drop);
+    if (base) base = drop_objects(c, base);
+    const int t = base && json_is_object(base) ? types_of(c, base) : 0;
+    if (!base || t < 0 || !(t & T_OBJ)) return t < 0 ? NULL : base;
+    js_parts now = { 0 }; /* base and the dependencies it decides */
+    json_t *rest = keep(c, json_object()), *res = NULL;
+    const char *name;
+    json_t *s;
+    if (!rest || parts_add(c, &now, base) < 0) goto done;
+    json_object_foreach(deps, name, s) {
+        if (required_has(base, name)) {
+            if (parts_add(c, &now, s) < 0) goto done;
+        } else if (!forbids(base, name) && json_object_set(rest, name, s) < 0) {
+            oom(c);
+            goto done;
         }
     }
-    if (en) json_object_set(r, "enum", en);
-    return r;
+    if (now.n == 1 && json_object_size(rest) == 0) {
+        res = base;
+    } else if (now.n == 1) {
+        void *first = json_object_iter(rest);
+        name = json_object_iter_key(first);
+        s = json_object_iter_value(first);
+        json_t *left = copy(c, rest);
+        if (left && json_object_del(left, name) == 0) res = split_on(c, base, t, name, s, left, depth);
+    } else {
+        json_t *more = json_object_size(rest) ? keep(c, json_pack("{s:O}", "dependentSchemas", rest)) : json_true();
+        json_t *out = keep(c, json_array());
+        if (more && out && parts_add(c, &now, more) == 0 && add_branches(c, out, merge(c, now.v, now.n, depth + 1)))
+            res = any_of(c, out);
+    }
+done:
+    free(now.v);
+    return res;
 }
 
 static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
+    if (depth == 0) c->dep_splits = 0;
     if (depth > JS_MAX_DEPTH) return fail(c, "allOf / anyOf nested deeper than %d levels", JS_MAX_DEPTH), NULL;
     js_parts p = { 0 };
     json_t *res = NULL;
@@ -681,12 +960,13 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
                 fail(c, "a schema must be an object or a boolean");
                 goto done;
             }
-            json_t *cp = json_copy(p.v[i]);
-            if (!cp || !keep(c, cp)) goto done;
+            json_t *cp = copy(c, p.v[i]);
+            if (!cp) goto done;
             draft4_bounds(cp);
             plain[np++] = cp;
         }
         res = np == 0 ? json_true() : merge_plain(c, plain, np);
+        if (res && json_object_get(res, "dependentSchemas")) res = dependencies(c, res, depth);
     }
 done:
     free(p.v);
@@ -715,6 +995,28 @@ static int check_list(js_ctx *c, const json_t *list, const json_t *v, int depth,
         if (mode == 0 && !r) return 0;
     }
     return mode == 0 ? 1 : mode == 1 ? n_ok > 0 : n_ok == 1;
+}
+
+/* Keyword k's dependencies w for the enum checker: 1 when every name v has meets its
+ * dependency, 0 when one does not, -1 undecidable (c->why). */
+static int check_dependencies(js_ctx *c, const char *k, const json_t *w, const json_t *v, int depth) {
+    if (!json_is_object(v)) return 1;
+    if (!json_is_object(w)) return c->why = k, -1;
+    const char *name;
+    json_t *d;
+    json_object_foreach((json_t *)w, name, d) {
+        if (!json_object_get(v, name)) continue;
+        int ok = 1;
+        size_t i;
+        json_t *e;
+        switch (dependency_kind(k, d)) {
+        case DEP_NAMES: json_array_foreach(d, i, e) ok &= json_object_get(v, json_string_value(e)) != NULL; break;
+        case DEP_SCHEMA: ok = check(c, d, v, depth + 1); break;
+        default: return c->why = k, -1;
+        }
+        if (ok <= 0) return ok;
+    }
+    return 1;
 }
 
 static int check(js_ctx *c, const json_t *s, const json_t *v, int depth) {
@@ -807,6 +1109,8 @@ static int check(js_ctx *c, const json_t *s, const json_t *v, int depth) {
             const json_t *t = json_is_string(w) ? resolve(c, json_string_value(w)) : NULL;
             if (!t) return -1;
             ok = check(c, t, v, depth + 1);
+        } else if (in_list(dependency_keywords, k)) {
+            ok = check_dependencies(c, k, w, v, depth);
         } else if (strcmp(k, "pattern") == 0 || strcmp(k, "format") == 0) {
             if (json_is_string(v)) {
                 static const char *const known[] = { "date", "time", "date-time", "duration", "uuid", "email",
@@ -1368,16 +1672,20 @@ out:
     return result;
 }
 
+/* Whether s has a keyword we do not support: then an error naming it and its pointer. */
+static bool refuse_unsupported(js_ctx *c, const json_t *s) {
+    const char *uk = unsupported_keyword(s);
+    if (!uk) return false;
+    size_t old = push(c, uk);
+    fail(c, "unsupported keyword '%s'", uk);
+    pop(c, old);
+    return true;
+}
+
 /* A plain schema (no $ref / allOf; anyOf / oneOf handled by the caller). */
 static int32_t sch_typed(js_ctx *c, json_t *s) {
     gr_builder *b = c->x.b;
-    const char *uk = unsupported_keyword(s);
-    if (uk) {
-        size_t old = push(c, uk);
-        fail(c, "unsupported keyword '%s'", uk);
-        pop(c, old);
-        return -1;
-    }
+    if (refuse_unsupported(c, s)) return -1;
     int t = types_of(c, s);
     if (t < 0) return -1;
     if (t == 0) return fail(c, "unsatisfiable schema: no type allowed");
@@ -1423,14 +1731,6 @@ static int32_t sch_typed(js_ctx *c, json_t *s) {
  * branch rejects, a property one requires that the other forbids or constrains to a
  * disjoint set), or branches that differ only in "required", where each branch is made
  * exclusive by forbidding the names only the others require. Anything else is refused. */
-
-static bool required_has(const json_t *s, const char *name) {
-    const json_t *r = json_object_get(s, "required");
-    size_t i;
-    json_t *e;
-    if (json_is_array(r)) json_array_foreach(r, i, e) if (json_is_string(e) && strcmp(json_string_value(e), name) == 0) return true;
-    return false;
-}
 
 /* The schema s gives property name (NULL: unconstrained). */
 static json_t *prop_schema(const json_t *s, const char *name) {
@@ -1604,13 +1904,7 @@ static int32_t sch(js_ctx *c, json_t *s) {
     if (json_is_true(s)) return js_value(&c->x);
     if (json_is_false(s)) return gr_nothing(b);
     if (!json_is_object(s)) return fail(c, "a schema must be an object or a boolean");
-    const char *uk = unsupported_keyword(s);
-    if (uk) {
-        size_t old = push(c, uk);
-        fail(c, "unsupported keyword '%s'", uk);
-        pop(c, old);
-        return -1;
-    }
+    if (refuse_unsupported(c, s)) return -1;
     if (++c->depth > JS_MAX_DEPTH) {
         c->depth--;
         return fail(c, "schema nested deeper than %d levels", JS_MAX_DEPTH);
@@ -1621,7 +1915,7 @@ static int32_t sch(js_ctx *c, json_t *s) {
     static const char *const combinators[] = { "$ref", "anyOf", "oneOf", NULL };
     bool siblings = has_assertions(s, combinators);
     if (json_object_get(s, "allOf") || (ref && (siblings || any || one)) || ((any || one) && siblings) ||
-        (any && one)) {
+        (any && one) || has_dependencies(s)) {
         json_t *m = merge(c, &s, 1, 0);
         if (!m)
             r = -1;

@@ -14,8 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/json_schema_impl.h"
+#include "core/buf.h"
 #include "core/utf8.h"
+#include "grammar/json_schema_impl.h"
 
 struct js_strc {
     uint32_t min, max;
@@ -158,15 +159,9 @@ int32_t js_string_len(js_lex *x, uint32_t min, uint32_t max) {
     if (min == 0 && max == GR_INF) return js_string(x);
     for (size_t i = 0; i < x->n_strc; i++)
         if (x->strc[i].min == min && x->strc[i].max == max) return gr_ref(x->b, x->strc[i].rule);
-    if (x->n_strc == x->cap_strc) {
-        size_t nc = x->cap_strc ? 2 * x->cap_strc : 8;
-        js_strc *p = realloc(x->strc, nc * sizeof *p);
-        if (!p) {
-            oom(x);
-            return -1;
-        }
-        x->strc = p;
-        x->cap_strc = nc;
+    if (!CN_GROW(x->strc, x->cap_strc, x->n_strc + 1)) {
+        oom(x);
+        return -1;
     }
     char name[64];
     if (max == GR_INF)
@@ -255,17 +250,7 @@ int32_t js_string_constrained(js_lex *x, uint32_t min, uint32_t max, const char 
 /* ---- spelling JSON values ---- */
 
 static int buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t nc = *cap ? *cap : 64;
-        while (nc < *len + n + 1) {
-            if (nc > SIZE_MAX / 2) return -1;
-            nc *= 2;
-        }
-        char *p = realloc(*buf, nc);
-        if (!p) return -1;
-        *buf = p;
-        *cap = nc;
-    }
+    if (n > SIZE_MAX - 1 - *len || !CN_GROW(*buf, *cap, *len + n + 1)) return -1;
     memcpy(*buf + *len, s, n);
     *len += n;
     (*buf)[*len] = 0;
@@ -469,13 +454,7 @@ typedef struct {
 } js_trie;
 
 static int32_t trie_node(js_trie *t) {
-    if (t->nn == t->capn) {
-        size_t nc = t->capn ? 2 * t->capn : 16;
-        js_tnode *p = realloc(t->n, nc * sizeof *p);
-        if (!p) return -1;
-        t->n = p;
-        t->capn = nc;
-    }
+    if (!CN_GROW(t->n, t->capn, t->nn + 1)) return -1;
     t->n[t->nn] = (js_tnode){ -1, false };
     return (int32_t)t->nn++;
 }
@@ -485,13 +464,7 @@ static int32_t trie_child(js_trie *t, int32_t at, uint32_t cp) {
         if (t->e[e].cp == cp) return t->e[e].child;
     int32_t c = trie_node(t);
     if (c < 0) return -1;
-    if (t->ne == t->cape) {
-        size_t nc = t->cape ? 2 * t->cape : 16;
-        js_edge *p = realloc(t->e, nc * sizeof *p);
-        if (!p) return -1;
-        t->e = p;
-        t->cape = nc;
-    }
+    if (!CN_GROW(t->e, t->cape, t->ne + 1)) return -1;
     t->e[t->ne] = (js_edge){ cp, c, t->n[at].first };
     t->n[at].first = (int32_t)t->ne++;
     return c;

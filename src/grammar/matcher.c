@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/core.h"
 #include "grammar/grammar_impl.h"
 
@@ -48,7 +49,8 @@ struct gr_cache {
     uint32_t n, cap;
     /* shared cache only: the leaf DFAs seen, to resolve a rule to its id exactly */
     gr_dfa *dfas;
-    uint32_t n_dfas, cap_dfas;
+    uint32_t n_dfas;
+    size_t cap_dfas;
 };
 
 static void entry_free(gr_entry *e) {
@@ -143,13 +145,7 @@ static int32_t shared_dfa_id(gr_cache **cp, const gr_dfa *d) {
             return (int32_t)i;
     }
     if (c->n_dfas >= 4096) return -1;
-    if (c->n_dfas == c->cap_dfas) {
-        uint32_t nc = c->cap_dfas ? c->cap_dfas * 2 : 16;
-        gr_dfa *q = realloc(c->dfas, nc * sizeof *q);
-        if (!q) return -1;
-        c->dfas = q;
-        c->cap_dfas = nc;
-    }
+    if (!CN_GROW(c->dfas, c->cap_dfas, c->n_dfas + 1)) return -1;
     gr_dfa *x = &c->dfas[c->n_dfas];
     memset(x, 0, sizeof *x);
     x->hash = d->hash;
@@ -187,18 +183,12 @@ struct gr_matcher {
     gr_pda ep;           /* the walks' pda: frames over GR_SENT, and copies of p's */
     gr_auto ea;          /* the walks' automaton, over ep */
     int32_t *imp;        /* (cap_imp) p's frame i copied into ep: a guess, checked on use */
-    uint32_t cap_imp;
+    size_t cap_imp;
     int32_t *chain;      /* (cap_imp) import_frame's scratch */
 };
 
 static bool push_step(gr_matcher *m, gr_step s) {
-    if (m->n_steps == m->cap_steps) {
-        size_t nc = m->cap_steps ? m->cap_steps * 2 : 64;
-        gr_step *q = realloc(m->steps, nc * sizeof *q);
-        if (!q) return false;
-        m->steps = q;
-        m->cap_steps = nc;
-    }
+    if (!CN_GROW(m->steps, m->cap_steps, m->n_steps + 1)) return false;
     m->steps[m->n_steps++] = s;
     return true;
 }
@@ -376,14 +366,14 @@ static int32_t import_frame(gr_matcher *m, int32_t f) {
     gr_pda *p = &m->p, *ep = &m->ep;
     if (f < 0) return f;
     if (m->cap_imp < p->fr.n) {
-        uint32_t nc = m->cap_imp ? m->cap_imp : 256;
-        while (nc < p->fr.n) nc *= 2;
+        const size_t nc = cn_grow_cap(m->cap_imp, p->fr.n, sizeof *m->imp);
+        if (!nc) return -1;
         int32_t *q = realloc(m->imp, nc * sizeof *q);
         if (q) m->imp = q;
         int32_t *c = q ? realloc(m->chain, nc * sizeof *c) : NULL;
         if (!c) return -1;
         m->chain = c;
-        for (uint32_t i = m->cap_imp; i < nc; i++) m->imp[i] = -1;
+        for (size_t i = m->cap_imp; i < nc; i++) m->imp[i] = -1;
         m->cap_imp = nc;
     }
     /* the stack from f down is a chain of strictly smaller indices */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "grammar/grammar_impl.h"
 
 #define GR_MAX_PUSH_DEPTH 2000 /* pushes in one byte step (bounded anyway without left recursion) */
@@ -66,26 +67,31 @@ static int rehash(gr_frames *fr, uint32_t n_head) {
     return 0;
 }
 
+/* One more frame's room in each of the parallel arrays (one capacity). */
+static bool frames_grow(gr_frames *fr) {
+    const size_t nc = cn_grow_cap(fr->cap, (size_t)fr->n + 1, sizeof *fr->f);
+    if (!nc) return false;
+    gr_top *f = realloc(fr->f, nc * sizeof *f);
+    if (f) fr->f = f;
+    uint8_t *e = realloc(fr->end, nc);
+    if (e) fr->end = e;
+    int32_t *nx = realloc(fr->next, nc * sizeof *nx);
+    if (nx) fr->next = nx;
+    uint32_t *sn = realloc(fr->seen, nc * sizeof *sn);
+    if (sn) fr->seen = sn;
+    if (!f || !e || !nx || !sn) return false;
+    fr->cap = nc;
+    return true;
+}
+
 int32_t gr_frame_cons(gr_pda *p, gr_top t) {
     gr_frames *fr = &p->fr;
     uint32_t k = frame_hash(t) & (fr->n_head - 1);
     for (int32_t i = fr->head[k]; i >= 0; i = fr->next[i])
         if (fr->f[i].rule == t.rule && fr->f[i].state == t.state && fr->f[i].parent == t.parent) return i;
-    if (fr->n == fr->cap) {
-        uint32_t nc = fr->cap ? fr->cap * 2 : 1024;
-        gr_top *f = realloc(fr->f, nc * sizeof *f);
-        if (f) fr->f = f;
-        uint8_t *e = realloc(fr->end, nc);
-        if (e) fr->end = e;
-        int32_t *nx = realloc(fr->next, nc * sizeof *nx);
-        if (nx) fr->next = nx;
-        uint32_t *sn = realloc(fr->seen, nc * sizeof *sn);
-        if (sn) fr->seen = sn;
-        if (!f || !e || !nx || !sn) {
-            p->oom = true;
-            return -1;
-        }
-        fr->cap = nc;
+    if (fr->n == fr->cap && !frames_grow(fr)) {
+        p->oom = true;
+        return -1;
     }
     uint32_t i = fr->n++;
     fr->f[i] = t;
@@ -110,17 +116,9 @@ void gr_frames_truncate(gr_pda *p, uint32_t mark) {
 }
 
 int gr_tops_reserve(gr_pda *p, size_t extra) {
-    if (p->n_tops + extra <= p->cap_tops) return 0;
-    size_t nc = p->cap_tops ? p->cap_tops : 256;
-    while (nc < p->n_tops + extra) nc *= 2;
-    gr_top *t = realloc(p->tops, nc * sizeof *t);
-    if (!t) {
-        p->oom = true;
-        return -1;
-    }
-    p->tops = t;
-    p->cap_tops = nc;
-    return 0;
+    if (CN_GROW(p->tops, p->cap_tops, p->n_tops + extra)) return 0;
+    p->oom = true;
+    return -1;
 }
 
 static bool same_top(gr_top a, gr_top b) { return a.rule == b.rule && a.state == b.state && a.parent == b.parent; }

@@ -37,8 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_impl.h"
+#include "core/buf.h"
 #include "core/utf8.h"
+#include "grammar/grammar_impl.h"
 
 #define RX_MAX_DEPTH 200       /* nested groups */
 #define RX_NONE (-2)           /* an empty language (never passed to the builder) */
@@ -47,17 +48,14 @@
 
 typedef struct {
     uint32_t *r; /* (n, 2) */
-    size_t n, cap;
+    size_t n, cap; /* cap: r's room in uint32_t, two a range */
     bool oom;
 } cpset;
 
 static void cs_add(cpset *s, uint32_t lo, uint32_t hi) {
-    if (s->n == s->cap) {
-        size_t nc = s->cap ? s->cap * 2 : 8;
-        uint32_t *q = realloc(s->r, nc * 2 * sizeof *q);
-        if (!q) { s->oom = true; return; }
-        s->r = q;
-        s->cap = nc;
+    if (!CN_GROW(s->r, s->cap, 2 * s->n + 2)) {
+        s->oom = true;
+        return;
     }
     s->r[2 * s->n] = lo;
     s->r[2 * s->n + 1] = hi;
@@ -255,12 +253,7 @@ static int32_t emit_char(rx *p, uint32_t c) {
 
 /* Decodes one UTF-8 scalar value at p->pos; false (error recorded) if malformed. */
 static bool next_cp(rx *p, uint32_t *out) {
-    size_t bad;
-    int len = cn_utf8_check((const uint8_t *)p->src + p->pos, p->n - p->pos, &bad);
-    if (len <= 0) return fail(p, p->pos, "invalid UTF-8");
-    cn_utf8_decode(p->src + p->pos, (size_t)len, out);
-    p->pos += (size_t)len;
-    return true;
+    return gr_utf8_next(p->src, p->n, &p->pos, out) || fail(p, p->pos, "invalid UTF-8");
 }
 
 static bool at(const rx *p, char c) { return p->pos < p->n && p->src[p->pos] == c; }
@@ -301,6 +294,13 @@ static void set_space(cpset *s) {
     static const uint32_t sp[] = { 0x09, 0x0D, 0x20, 0x20, 0xA0, 0xA0, 0x1680, 0x1680, 0x2000, 0x200A,
                                    0x2028, 0x2029, 0x202F, 0x202F, 0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF };
     for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i += 2) cs_add(s, sp[i], sp[i + 1]);
+}
+
+/* The value of \xHH or \uHHHH (digits of them), or of the braced form \x{H...} (p->pos
+ * at the letter; *end after the escape); -1 if malformed. */
+static int64_t hex_escape(rx *p, int digits, size_t *end) {
+    const bool braced = p->pos + 1 < p->n && p->src[p->pos + 1] == '{';
+    return braced ? hex_at(p, p->pos + 2, 0, end) : hex_at(p, p->pos + 1, digits, end);
 }
 
 /* An escape after '\' (p->pos at the character after it). Either a class shorthand
@@ -350,8 +350,7 @@ static int parse_escape(rx *p, bool in_class, uint32_t *cp, cpset *set) {
         return fail(p, start, "\\c must be followed by a letter"), -1;
     case 'x': {
         size_t end;
-        bool braced = p->pos + 1 < p->n && p->src[p->pos + 1] == '{';
-        int64_t v = braced ? hex_at(p, p->pos + 2, 0, &end) : hex_at(p, p->pos + 1, 2, &end);
+        int64_t v = hex_escape(p, 2, &end);
         if (v < 0) return fail(p, start, "\\x needs two hex digits or {hex}"), -1;
         p->pos = end;
         *cp = (uint32_t)v;
@@ -359,8 +358,7 @@ static int parse_escape(rx *p, bool in_class, uint32_t *cp, cpset *set) {
     }
     case 'u': {
         size_t end;
-        bool braced = p->pos + 1 < p->n && p->src[p->pos + 1] == '{';
-        int64_t v = braced ? hex_at(p, p->pos + 2, 0, &end) : hex_at(p, p->pos + 1, 4, &end);
+        int64_t v = hex_escape(p, 4, &end);
         if (v < 0) return fail(p, start, "\\u needs four hex digits or {hex}"), -1;
         p->pos = end;
         if (v >= 0xD800 && v <= 0xDBFF && end + 1 < p->n && p->src[end] == '\\' && p->src[end + 1] == 'u') {
@@ -691,12 +689,9 @@ static bool parse_seq(rx *p, int depth, quad *out) {
         }
         bool plain = !end && it.x[1] == RX_NONE && it.x[2] == RX_NONE && it.x[3] == RX_NONE;
         if (plain) {
-            if (n_run == cap_run) {
-                size_t nc = cap_run ? cap_run * 2 : 16;
-                int32_t *q = realloc(run, nc * sizeof *q);
-                if (!q) { ok = fail(p, p->pos, "out of memory"); break; }
-                run = q;
-                cap_run = nc;
+            if (!CN_GROW(run, cap_run, n_run + 1)) {
+                ok = fail(p, p->pos, "out of memory");
+                break;
             }
             run[n_run++] = it.x[0];
             run_eps = run_eps && (it.eps & 1);
@@ -719,6 +714,18 @@ static bool parse_seq(rx *p, int depth, quad *out) {
     return ok && !failed(p);
 }
 
+/* One more entry's room in each of the four parallel lists of parse_alt (one capacity). */
+static bool grow4(int32_t *v[4], size_t *cap) {
+    const size_t nc = cn_grow_cap(*cap, *cap + 1, sizeof *v[0]);
+    for (int k = 0; k < 4; k++) {
+        int32_t *q = nc ? realloc(v[k], nc * sizeof *q) : NULL;
+        if (!q) return false;
+        v[k] = q;
+    }
+    *cap = nc;
+    return true;
+}
+
 static bool parse_alt(rx *p, int depth, quad *out) {
     int32_t *v[4] = { NULL };
     size_t nv = 0, cap = 0;
@@ -727,14 +734,9 @@ static bool parse_alt(rx *p, int depth, quad *out) {
     for (;;) {
         quad s;
         if (!parse_seq(p, depth, &s)) { ok = false; break; }
-        if (nv == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            for (int k = 0; k < 4; k++) {
-                int32_t *q = realloc(v[k], nc * sizeof *q);
-                if (!q) { ok = fail(p, p->pos, "out of memory"); goto done; }
-                v[k] = q;
-            }
-            cap = nc;
+        if (nv == cap && !grow4(v, &cap)) {
+            ok = fail(p, p->pos, "out of memory");
+            goto done;
         }
         for (int k = 0; k < 4; k++) v[k][nv] = s.x[k];
         nv++;

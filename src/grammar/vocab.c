@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/core.h"
-#include "grammar/grammar_impl.h"
 #include "core/utf8.h"
+#include "grammar/grammar_impl.h"
 
 void gr_trie_free(gr_trie *t) {
     free(t->byte);
@@ -215,16 +216,10 @@ cn_status gr_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *
             *out = same;
             return CN_STATUS_OK;
         }
-    if (n_reg == cap_reg) {
-        size_t nc = cap_reg ? cap_reg * 2 : 4;
-        gr_vocab **q = realloc(reg, nc * sizeof *q);
-        if (!q) {
-            pthread_mutex_unlock(&reg_mu);
-            vocab_destroy(v);
-            return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory building the grammar vocabulary");
-        }
-        reg = q;
-        cap_reg = nc;
+    if (!CN_GROW(reg, cap_reg, n_reg + 1)) {
+        pthread_mutex_unlock(&reg_mu);
+        vocab_destroy(v);
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory building the grammar vocabulary");
     }
     reg[n_reg++] = v;
     pthread_mutex_unlock(&reg_mu);
@@ -296,5 +291,3 @@ void gr_vocab_free(gr_vocab *v) {
     pthread_mutex_unlock(&reg_mu);
     if (last) vocab_destroy(v);
 }
-
-int32_t gr_vocab_n(const gr_vocab *v) { return v->n_vocab; }

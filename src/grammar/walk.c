@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "grammar/grammar_impl.h"
 
 #define W_UNKNOWN (-2)
@@ -90,12 +91,13 @@ void gr_auto_reset(gr_auto *a) {
 }
 
 static bool grow(gr_auto *a) {
-    uint32_t nc = a->cap ? a->cap * 2 : 64;
+    const size_t nc = cn_grow_cap(a->cap, (size_t)a->n + 1, 256 * sizeof *a->next);
+    if (!nc) return false;
     gr_astate *w = realloc(a->st, nc * sizeof *w);
     if (w) a->st = w;
-    int32_t *nx = w ? realloc(a->next, (size_t)nc * 256 * sizeof *nx) : NULL;
+    int32_t *nx = w ? realloc(a->next, nc * 256 * sizeof *nx) : NULL;
     if (nx) a->next = nx;
-    uint8_t *e = nx ? realloc(a->esc, (size_t)nc * 256) : NULL;
+    uint8_t *e = nx ? realloc(a->esc, nc * 256) : NULL;
     if (e) a->esc = e;
     int8_t *sl = e ? realloc(a->slice, nc) : NULL;
     if (sl) a->slice = sl;
@@ -104,10 +106,10 @@ static bool grow(gr_auto *a) {
     a->chain = ch;
     a->cap = nc;
     if (nc > a->n_head) {
-        int32_t *h = realloc(a->head, (size_t)2 * nc * sizeof *h);
+        int32_t *h = realloc(a->head, 2 * nc * sizeof *h);
         if (!h) return false;
         a->head = h;
-        a->n_head = 2 * nc;
+        a->n_head = (uint32_t)(2 * nc);
         for (uint32_t i = 0; i < a->n_head; i++) a->head[i] = -1;
         for (uint32_t s = 0; s < a->n; s++) {
             uint32_t k = (uint32_t)a->st[s].h & (a->n_head - 1);
@@ -126,14 +128,7 @@ int32_t gr_auto_intern(gr_auto *a, gr_top *t, size_t n) {
             if (a->st[s].h == h && a->st[s].n == n && memcmp(a->tops + a->st[s].at, t, n * sizeof *t) == 0) return s;
     }
     if (a->n == a->cap && !grow(a)) return -1;
-    if (a->n_tops + n > a->cap_tops) {
-        size_t nc = a->cap_tops ? a->cap_tops : 256;
-        while (nc < a->n_tops + n) nc *= 2;
-        gr_top *q = realloc(a->tops, nc * sizeof *q);
-        if (!q) return -1;
-        a->tops = q;
-        a->cap_tops = nc;
-    }
+    if (!CN_GROW(a->tops, a->cap_tops, a->n_tops + n)) return -1;
     uint32_t s = a->n++;
     memcpy(a->tops + a->n_tops, t, n * sizeof *t);
     a->st[s] = (gr_astate){ a->n_tops, (uint32_t)n, h };
@@ -276,13 +271,7 @@ bool gr_auto_slice_ok(gr_auto *a, int32_t s0) {
 /* ---- walks ---- */
 
 static bool note_escape(gr_auto *a, uint32_t i) {
-    if (a->n_esc_nodes == a->cap_esc_nodes) {
-        size_t nc = a->cap_esc_nodes ? a->cap_esc_nodes * 2 : 256;
-        uint32_t *q = realloc(a->esc_nodes, nc * sizeof *q);
-        if (!q) return false;
-        a->esc_nodes = q;
-        a->cap_esc_nodes = nc;
-    }
+    if (!CN_GROW(a->esc_nodes, a->cap_esc_nodes, a->n_esc_nodes + 1)) return false;
     a->esc_nodes[a->n_esc_nodes++] = i;
     return true;
 }
@@ -320,14 +309,9 @@ static bool flush_to_path(gr_auto *a, uint32_t from, uint32_t depth) {
 void gr_walk(gr_auto *a, const gr_trie *t, uint32_t lo, uint32_t hi, int32_t s0, uint32_t *mask, bool collect) {
     gr_pda *p = a->p;
     if (lo >= hi || p->oom) return;
-    if (a->cap_path < (size_t)t->max_depth + 1) {
-        int32_t *q = realloc(a->path, ((size_t)t->max_depth + 1) * sizeof *q);
-        if (!q) {
-            p->oom = true;
-            return;
-        }
-        a->path = q;
-        a->cap_path = (size_t)t->max_depth + 1;
+    if (!CN_GROW(a->path, a->cap_path, (size_t)t->max_depth + 1)) {
+        p->oom = true;
+        return;
     }
     uint32_t d0 = t->depth[lo];
     a->path[d0 - 1] = s0;

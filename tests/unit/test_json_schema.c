@@ -249,6 +249,67 @@ Test(json_schema, combinators) {
     expect_error("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "oneOf whose branches may overlap");
 }
 
+/* Draft 7's dependencies (a list of names, or a schema, per name) and 2019-09's
+ * dependentRequired / dependentSchemas: an object with the name also has the names
+ * listed / matches the schema; an object without it, and anything not an object, is not
+ * touched. */
+Test(json_schema, dependencies) {
+    /* the list form */
+    check("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}},"
+          "\"dependencies\":{\"a\":[\"b\",\"c\"]}}", false,
+          L("{}", "{\"b\":1}", "{\"a\":1,\"b\":1,\"c\":1}", "{\"b\":1,\"c\":1}"),
+          L("{\"a\":1}", "{\"a\":1,\"b\":1}", "{\"a\":1,\"c\":1}"));
+    /* the schema form; untyped, so other values pass */
+    check("{\"properties\":{\"a\":{},\"b\":{}},"
+          "\"dependencies\":{\"a\":{\"properties\":{\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}}}", false,
+          L("{}", "{\"b\":1}", "{\"a\":1,\"b\":\"x\"}", "1", "\"s\""),
+          L("{\"a\":1}", "{\"a\":1,\"b\":1}"));
+    /* both forms in one object, one name's dependency naming another that has one */
+    check("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{\"type\":\"integer\"},\"c\":{}},"
+          "\"additionalProperties\":false,\"dependencies\":{\"a\":[\"c\"],"
+          "\"c\":{\"properties\":{\"b\":{\"minimum\":5}}}}}", false,
+          L("{}", "{\"b\":1}", "{\"c\":1}", "{\"a\":1,\"c\":1}", "{\"a\":1,\"b\":5,\"c\":1}", "{\"b\":7,\"c\":1}"),
+          L("{\"a\":1}", "{\"a\":1,\"b\":1,\"c\":1}", "{\"b\":1,\"c\":1}", "{\"a\":1,\"b\":9}"));
+    /* the later keywords */
+    check("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"dependentRequired\":{\"a\":[\"b\"]},"
+          "\"dependentSchemas\":{\"b\":{\"properties\":{\"a\":{\"type\":\"string\"}}}}}", false,
+          L("{}", "{\"b\":1}", "{\"a\":\"s\",\"b\":1}"),
+          L("{\"a\":\"s\"}", "{\"a\":1,\"b\":1}"));
+    /* every part's dependencies hold (allOf) */
+    check("{\"allOf\":[{\"dependencies\":{\"a\":[\"b\"]}},{\"dependencies\":{\"a\":[\"c\"]}}],"
+          "\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{},\"c\":{}}}", false,
+          L("{}", "{\"a\":1,\"b\":1,\"c\":1}", "{\"b\":1}"),
+          L("{\"a\":1,\"b\":1}", "{\"a\":1,\"c\":1}"));
+    /* a required name's dependency always applies; one that cannot hold forbids its name */
+    check("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"required\":[\"a\"],"
+          "\"dependencies\":{\"a\":[\"b\"]}}", false,
+          L("{\"a\":1,\"b\":1}"),
+          L("{\"a\":1}", "{\"b\":1}", "{}"));
+    check("{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":false,\"c\":{}},\"dependencies\":{\"a\":[\"b\"],"
+          "\"c\":false}}", false,
+          L("{}"),
+          L("{\"a\":1}", "{\"c\":1}"));
+    /* enum values meet the dependencies of the schema around them */
+    check("{\"enum\":[{\"a\":1},{\"a\":1,\"b\":2},{\"b\":2}],\"dependencies\":{\"a\":[\"b\"]}}", false,
+          L("{\"a\":1,\"b\":2}", "{\"b\":2}"),
+          L("{\"a\":1}"));
+    check("{\"properties\":{\"o\":{\"dependencies\":{\"a\":[\"b\"]}}},\"enum\":[{\"o\":{\"a\":1}},"
+          "{\"o\":{\"a\":1,\"b\":1}}]}", false,
+          L("{\"o\":{\"a\":1,\"b\":1}}"),
+          L("{\"o\":{\"a\":1}}"));
+    expect_error("{\"dependencies\":{\"a\":1}}",
+                 "a value of 'dependencies' must be an array of strings or a schema at /dependencies/a");
+    expect_error("{\"properties\":{\"p\":{\"dependentRequired\":{\"a\":{}}}}}",
+                 "a value of 'dependentRequired' must be an array of strings at /properties/p/dependentRequired/a");
+    expect_error("{\"dependentSchemas\":{\"a\":[\"b\"]}}",
+                 "a value of 'dependentSchemas' must be a schema at /dependentSchemas/a");
+    expect_error("{\"dependencies\":[]}", "'dependencies' must be an object at /dependencies");
+    /* each name neither required nor forbidden doubles the cases: nine are too many */
+    expect_error("{\"type\":\"object\",\"dependencies\":{\"a\":[\"z\"],\"b\":[\"z\"],\"c\":[\"z\"],\"d\":[\"z\"],"
+                 "\"e\":[\"z\"],\"f\":[\"z\"],\"g\":[\"z\"],\"h\":[\"z\"],\"i\":[\"z\"]}}",
+                 "more than 256 cases");
+}
+
 /* patternProperties: a name matching a pattern takes its schema (with its own when it is
  * listed); names matching none take additionalProperties; overlapping patterns both
  * apply (JSON Schema 2020-12, 10.3.2.2). */

@@ -1,10 +1,10 @@
-/* grammar.h — the structured-output flags of the CLI (--json-schema, --json-object,
+/* grammar_opts.h — the structured-output flags of the CLI (--json-schema, --json-object,
  * --grammar, --regex, --choice, --flexible-ws): one table that `cinder run` and `cinder
  * grammar check` both take, and the compile of what they name into a cn_grammar (the
- * library's, against a tokenizer). Parsing and messages only; grammar.c owns them and the
- * `grammar` subcommand. */
-#ifndef CN_CLI_GRAMMAR_H
-#define CN_CLI_GRAMMAR_H
+ * library's, against a tokenizer). Parsing and messages only (grammar_opts.c); the
+ * `grammar` subcommand itself is grammar.c. */
+#ifndef CN_CLI_GRAMMAR_OPTS_H
+#define CN_CLI_GRAMMAR_OPTS_H
 
 #include <stdbool.h>
 
