@@ -37,7 +37,7 @@ ISA_AVX512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -m
 ISA_AMX    = $(ISA_AVX512) -mamx-tile -mamx-int8
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
-              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/text/*.c src/grammar/*.c src/gen/*.c src/engine/*.c src/serve/*.c))
+              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/quant/*.c src/text/*.c src/grammar/*.c src/gen/*.c src/engine/*.c src/serve/*.c))
 ifeq ($(ARCH),x86_64)
 LIB_SRC  += $(sort $(wildcard src/kernels/x86/*.c))
 endif
@@ -285,7 +285,7 @@ ARM_QEMU ?= qemu-aarch64 -cpu cortex-a53
 ARM_DIR  := $(BUILD)/arm64
 ARM_CFLAGS = $(filter-out $(SANFLAGS),$(CFLAGS)) -idirafter /usr/include
 ARM_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
-              src/kernels/ref/*.c src/kernels/arm/*.c src/kv/*.c src/model/*.c src/text/*.c \
+              src/kernels/ref/*.c src/kernels/arm/*.c src/kv/*.c src/model/*.c src/quant/*.c src/text/*.c \
               src/gen/*.c src/engine/*.c src/serve/*.c src/cli/*.c))
 ARM_OBJ  := $(ARM_SRC:%.c=$(ARM_DIR)/obj/%.o)
 ARM_CHECK_OBJ := $(filter $(ARM_DIR)/obj/src/core/% $(ARM_DIR)/obj/src/tensor/% \

@@ -1143,7 +1143,7 @@ CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn
 CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, int32_t n_layers,
                                       int32_t *n_layer_model, cn_error *err);
 
-/* Importance matrices (src/model/imatrix.c): `cinder imatrix`, llama-imatrix's statistics
+/* Importance matrices (src/quant/imatrix_stats.c): `cinder imatrix`, llama-imatrix's statistics
  * and its GGUF file. Per weight, the sum over every observed row of each column's squared
  * activation, and the number of rows: llama-quantize --imatrix and `cinder quantize
  * --imatrix` spend a quantized row's precision where these are large. Not thread-safe:
@@ -1163,7 +1163,7 @@ CN_API int64_t cn_imatrix_stats_n_weights(const cn_imatrix_stats *s);
 CN_API cn_status cn_imatrix_stats_save(const cn_imatrix_stats *s, const char *path, const char *dataset,
                                        int32_t chunk_count, int32_t chunk_size, cn_error *err);
 
-/* Quantizing a model file (src/model/quantize.c): `cinder quantize`, llama-quantize's
+/* Quantizing a model file (src/quant/quantize.c): `cinder quantize`, llama-quantize's
  * rules. type is a file type as llama-quantize spells it (case-insensitive): Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q6_K, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, and Q4_K / Q5_K, which are
  * llama-quantize's aliases of Q4_K_M / Q5_K_M (with pure, every tensor the one type). */

@@ -17,7 +17,7 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
-#include "model/imatrix.h"
+#include "quant/imatrix.h"
 #include "tensor/quants.h"
 #include "tensor/tensor.h"
 

@@ -15,7 +15,7 @@
  * quantization_version are replaced where they stand; llama.cpp moves them last), and
  * the rules for models cinder does not run (MoE with 8 experts, Falcon, 70B) are left out.
  *
- * With an importance matrix (model/imatrix.c reads llama-imatrix's files), as
+ * With an importance matrix (quant/imatrix.c reads llama-imatrix's files), as
  * llama-quantize --imatrix: a tensor being converted whose name has an entry is
  * quantized by the weighted row quantizers (cn_type_quantizer_weighted; Q8_0 and F16
  * take no weights), one without an entry unweighted; an entry whose size is not the
@@ -39,7 +39,7 @@
 
 #include "core/pool.h"
 #include "gguf/gguf.h"
-#include "model/imatrix.h"
+#include "quant/imatrix.h"
 #include "tensor/tensor.h"
 
 /* llama.cpp's llama_ftype numbers (general.file_type). */

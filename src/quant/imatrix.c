@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
-#include "model/imatrix.h"
+#include "quant/imatrix.h"
 #include "tensor/tensor.h"
 
 static cn_imatrix_entry *push_entry(cn_imatrix *m, int64_t *cap, const char *name, size_t name_len, int64_t n) {
