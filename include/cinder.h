@@ -1199,7 +1199,7 @@ typedef struct {
     int64_t n_imatrix;                          /* tensors quantized with importance weights */
 } cn_quantize_stats;
 
-CN_API cn_quantize_params cn_quantize_default(void);
+CN_API cn_quantize_params cn_quantize_default_params(void);
 /* Writes out_path (through a temporary file in its folder, renamed at the end: on any
  * failure nothing is left under either name). Metadata is copied, with general.file_type
  * and general.quantization_version set. stats may be NULL. Errors: INVALID_ARG for an

@@ -65,7 +65,7 @@ static const struct {
 
 typedef enum { CAT_OTHER, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN } category;
 
-cn_quantize_params cn_quantize_default(void) {
+cn_quantize_params cn_quantize_default_params(void) {
     return (cn_quantize_params){0};
 }
 
@@ -470,7 +470,7 @@ static void imatrix_select(cn_imatrix *im, const cn_quantize_params *p) {
 
 cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type,
                             const cn_quantize_params *pp, cn_quantize_stats *stats_out, cn_error *err) {
-    const cn_quantize_params p = pp ? *pp : cn_quantize_default();
+    const cn_quantize_params p = pp ? *pp : cn_quantize_default_params();
     cn_quantize_stats stats = {0};
     plan_state ps = {0};
     bool found = false;
