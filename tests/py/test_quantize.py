@@ -26,6 +26,7 @@ import re
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 from pathlib import Path
 
@@ -235,6 +236,13 @@ def test_existing_output_survives_a_failure(stories, tmp_path):
     p = cinder("quantize", stories, out, "Q8_0", check=False, preexec_fn=limit)
     assert p.returncode == 1
     assert out.read_bytes() == b"keep me" and leftovers(tmp_path) == ["o.gguf"]
+
+
+def test_output_mode_follows_the_umask(stories, tmp_path):
+    # the output is any file the user writes: 0666 less the umask (not a temporary file's 0600)
+    out = tmp_path / "o.gguf"
+    cinder("quantize", stories, out, "Q8_0", preexec_fn=lambda: os.umask(0o027))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640 and leftovers(tmp_path) == ["o.gguf"]
 
 
 # ---- the K types on rows they can take: a random llama model 256 wide ----
