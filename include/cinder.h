@@ -1139,7 +1139,9 @@ CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn
  * general.name marked), so its vocabulary is the model's. No model is run. *n_layer_model
  * (may be NULL) gets the model's layer count. INVALID_ARG (param "n_layers") when
  * n_layers < 1 or it keeps every layer; CORRUPT when the file is not a model's (no
- * general.architecture or block_count); IO when out_path cannot be written. */
+ * general.architecture or block_count); IO when out_path cannot be written (it is written
+ * through a temporary file renamed at the end: a failure leaves no partial file, and an
+ * existing out_path as it was). */
 CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, int32_t n_layers,
                                       int32_t *n_layer_model, cn_error *err);
 
@@ -1159,7 +1161,8 @@ CN_API int64_t cn_imatrix_stats_n_weights(const cn_imatrix_stats *s);
 /* Writes llama-imatrix's GGUF file (general.type "imatrix"; imatrix.datasets [dataset],
  * imatrix.chunk_count, imatrix.chunk_size; per weight, in name order, "<name>.in_sum2"
  * F32 [k, 1] and "<name>.counts" F32 [1, 1]) through a temporary file renamed at the end,
- * so a failure leaves no partial file. Errors: INVALID_ARG when nothing was added; IO. */
+ * so a failure leaves no partial file, and an existing file at path as it was. Errors:
+ * INVALID_ARG when nothing was added; IO. */
 CN_API cn_status cn_imatrix_stats_save(const cn_imatrix_stats *s, const char *path, const char *dataset,
                                        int32_t chunk_count, int32_t chunk_size, cn_error *err);
 
@@ -1201,7 +1204,7 @@ typedef struct {
 
 CN_API cn_quantize_params cn_quantize_default_params(void);
 /* Writes out_path (through a temporary file in its folder, renamed at the end: on any
- * failure nothing is left under either name). Metadata is copied, with general.file_type
+ * failure nothing is left behind and an existing out_path is as it was). Metadata is copied, with general.file_type
  * and general.quantization_version set. stats may be NULL. Errors: INVALID_ARG for an
  * unknown type or tensor type (message names it), a type a tensor's rows cannot take, a
  * quantized input without allow_requantize, in_path == out_path, or an imatrix entry whose

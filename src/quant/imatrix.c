@@ -17,21 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "gguf/gguf.h"
 #include "quant/imatrix.h"
 #include "tensor/tensor.h"
 
-static cn_imatrix_entry *push_entry(cn_imatrix *m, int64_t *cap, const char *name, size_t name_len, int64_t n) {
-    if (m->n_entries >= CN_IMATRIX_MAX_ENTRIES)
+/* A new entry of n values named name[0..name_len), *cap the capacity of m->e; NULL past
+ * CN_IMATRIX_MAX_ENTRIES or out of memory. */
+static cn_imatrix_entry *push_entry(cn_imatrix *m, size_t *cap, const char *name, size_t name_len, int64_t n) {
+    if (m->n_entries >= CN_IMATRIX_MAX_ENTRIES || !CN_GROW(m->e, *cap, (size_t)m->n_entries + 1))
         return NULL;
-    if (m->n_entries == *cap) {
-        int64_t nc = *cap ? *cap * 2 : 64;
-        cn_imatrix_entry *ne = realloc(m->e, (size_t)nc * sizeof *ne);
-        if (!ne)
-            return NULL;
-        m->e = ne;
-        *cap = nc;
-    }
     cn_imatrix_entry *e = &m->e[m->n_entries];
     e->name = malloc(name_len + 1);
     e->w = malloc((size_t)n * sizeof(float) + 1);
@@ -88,7 +83,7 @@ static bool take_i32(cursor *c, int32_t *v) {
 
 static cn_status parse_legacy(const uint8_t *data, size_t n_bytes, cn_imatrix *m, cn_error *err) {
     cursor c = {data, n_bytes};
-    int64_t cap = 0;
+    size_t cap = 0;
     int32_t n_entries;
     if (!take_i32(&c, &n_entries) || n_entries < 1)
         return cn_err(err, CN_STATUS_CORRUPT, "not an imatrix file (neither GGUF nor llama.cpp's legacy format: "
@@ -154,7 +149,7 @@ static cn_status parse_gguf(const void *data, size_t n_bytes, cn_imatrix *m, cn_
     cn_status st = cn_gguf_parse(data, n_bytes, &g, err);
     if (st)
         return st;
-    int64_t cap = 0;
+    size_t cap = 0;
     const int64_t nt = cn_gguf_n_tensors(g);
     cn_gguf_arr ds;
     uint32_t cc = 0, cs = 0;
@@ -316,15 +311,9 @@ cn_status cn_imatrix_load(const char *path, cn_imatrix **out, cn_error *err) {
     size_t n = 0, cap = 0;
     cn_status st = CN_STATUS_OK;
     for (;;) {
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 1 << 16;
-            uint8_t *nb = nc > cap ? realloc(buf, nc) : NULL;
-            if (!nb) {
-                st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix '%s'", path);
-                break;
-            }
-            buf = nb;
-            cap = nc;
+        if (n == cap && !CN_GROW(buf, cap, n + ((size_t)1 << 16))) {
+            st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix '%s'", path);
+            break;
         }
         size_t k = fread(buf + n, 1, cap - n, f);
         n += k;
