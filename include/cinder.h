@@ -1213,6 +1213,57 @@ CN_API cn_quantize_params cn_quantize_default_params(void);
 CN_API cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type,
                                    const cn_quantize_params *p, cn_quantize_stats *stats, cn_error *err);
 
+/* llama-perplexity's log-probability file (its --kl-divergence-base; src/quant/logits_file.c):
+ * `cinder perplexity --save-logits` writes one, `--kl-base` measures a model against one
+ * (cinder's or llama-perplexity's) with llama-perplexity's arithmetic, so each tool reads
+ * the other's files and reports the same figures. A file holds n_chunk chunks of n_ctx
+ * tokens (the text's, BOS first when the model adds one); a chunk is evaluated from an
+ * empty sequence with its first token replaced by BOS, and each of its positions i in
+ * [n_ctx/2, n_ctx - 1) is scored against token i + 1: one row of quantized
+ * log-probabilities per position. No model is run here: the caller gives each chunk's
+ * logits, in order. Not thread-safe. */
+typedef struct cn_logits_file cn_logits_file;
+
+typedef struct {
+    int64_t n_scored;    /* positions given so far */
+    double ppl, ppl_unc; /* perplexity of the logits given, and ppl × the standard error of
+                            the mean log-likelihood (0 under 2 positions) */
+    double mean_kld;     /* comparing: mean KL divergence from the file's distributions */
+    double same_top_pct; /* comparing: % of positions whose most likely token is the file's */
+} cn_logits_stats;
+
+/* Starts writing path: the header and tokens[0 .. n_chunk * n_ctx) (borrowed during the
+ * call). The file is built beside path and renamed over it by cn_logits_file_commit; until
+ * then, and after any failure, an existing file at path is as it was. Errors: INVALID_ARG
+ * for n_ctx outside [8, 2^20], n_vocab outside [1, 2^24], n_chunk < 1 or more than 2^30
+ * tokens; IO (naming path); NO_MEMORY. */
+CN_API cn_status cn_logits_file_create(const char *path, int32_t n_ctx, int32_t n_vocab, int32_t n_chunk,
+                                       const int32_t *tokens, cn_logits_file **out, cn_error *err);
+/* Opens path for comparing, its header and tokens read and checked. Errors: IO when it
+ * cannot be opened; CORRUPT (naming path) for a file that is not one, is truncated, has
+ * implausible sizes or a token outside its vocabulary; NO_MEMORY. */
+CN_API cn_status cn_logits_file_open(const char *path, cn_logits_file **out, cn_error *err);
+/* The file's tokens (n_chunk * n_ctx; view valid until cn_logits_file_free) and its shape
+ * (each pointer may be NULL). */
+CN_API const int32_t *cn_logits_file_tokens(const cn_logits_file *f, int32_t *n_ctx, int32_t *n_vocab,
+                                            int32_t *n_chunk);
+/* The next chunk: logits (n_ctx - 1 - n_ctx/2, n_vocab), row r for position n_ctx/2 + r
+ * (borrowed during the call). A file being written gets its rows; a file opened for
+ * comparing has its rows read and measured against them. *stats (may be NULL) gets the
+ * figures so far. Errors: INVALID_ARG past the last chunk or after commit; CORRUPT when
+ * the file ends before the chunk's rows (message "PATH: truncated at chunk N"); IO. */
+CN_API cn_status cn_logits_file_add_chunk(cn_logits_file *f, const float *logits, cn_logits_stats *stats,
+                                          cn_error *err);
+/* Writing: syncs the file and renames it over path. INVALID_ARG when fewer than n_chunk
+ * chunks were given or f is not being written; IO. Either way nothing is left beside path. */
+CN_API cn_status cn_logits_file_commit(cn_logits_file *f, cn_error *err);
+/* Comparing: llama-perplexity's closing statistics under its labels ("Mean PPL(Q)",
+ * "Mean    KLD", "Median  KLD", "Same top p", ...) as lines of text; *out is freed by the
+ * caller with free(). INVALID_ARG for a file being written; NO_MEMORY. */
+CN_API cn_status cn_logits_file_report(cn_logits_file *f, char **out, cn_error *err);
+/* NULL is a no-op. A file written and not committed is removed, path left as it was. */
+CN_API void cn_logits_file_free(cn_logits_file *f);
+
 /* ==== end of gguf files =================================================================== */
 
 /* ==== text helpers ========================================================================
