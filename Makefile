@@ -41,8 +41,8 @@ ISA_AVX512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -m
 ISA_AMX    = $(ISA_AVX512) -mamx-tile -mamx-int8
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
-              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/jinja/*.c src/text/*.c src/grammar/*.c src/gen/*.c \
-              src/engine/*.c))
+              src/kernels/ref/*.c src/kv/*.c src/model/*.c src/quant/*.c src/jinja/*.c src/text/*.c src/grammar/*.c \
+              src/gen/*.c src/engine/*.c))
 # The HTTP server: an archive of its own over the public API (tools/layers.txt: serve
 # includes cinder.h only), linked by the CLI, the unit tests and the fuzz/alloc harnesses.
 SERVE_SRC := $(sort $(wildcard src/serve/*.c))
@@ -302,7 +302,8 @@ ARM_QEMU ?= qemu-aarch64 -cpu cortex-a53
 ARM_DIR  := $(BUILD)/arm64
 ARM_CFLAGS = $(filter-out $(SANFLAGS),$(CFLAGS)) -idirafter /usr/include
 ARM_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
-              src/kernels/ref/*.c src/kernels/arm/*.c src/kv/*.c src/model/*.c src/jinja/*.c src/text/*.c src/grammar/*.c \
+              src/kernels/ref/*.c src/kernels/arm/*.c src/kv/*.c src/model/*.c src/quant/*.c src/jinja/*.c \
+              src/text/*.c src/grammar/*.c \
               src/gen/*.c src/engine/*.c src/serve/*.c src/cli/*.c))
 ARM_OBJ  := $(ARM_SRC:%.c=$(ARM_DIR)/obj/%.o)
 ARM_CHECK_OBJ := $(filter $(ARM_DIR)/obj/src/core/% $(ARM_DIR)/obj/src/tensor/% \

@@ -1139,11 +1139,13 @@ CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn
  * general.name marked), so its vocabulary is the model's. No model is run. *n_layer_model
  * (may be NULL) gets the model's layer count. INVALID_ARG (param "n_layers") when
  * n_layers < 1 or it keeps every layer; CORRUPT when the file is not a model's (no
- * general.architecture or block_count); IO when out_path cannot be written. */
+ * general.architecture or block_count); IO when out_path cannot be written (it is written
+ * through a temporary file renamed at the end: a failure leaves no partial file, and an
+ * existing out_path as it was). */
 CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, int32_t n_layers,
                                       int32_t *n_layer_model, cn_error *err);
 
-/* Importance matrices (src/model/imatrix.c): `cinder imatrix`, llama-imatrix's statistics
+/* Importance matrices (src/quant/imatrix_stats.c): `cinder imatrix`, llama-imatrix's statistics
  * and its GGUF file. Per weight, the sum over every observed row of each column's squared
  * activation, and the number of rows: llama-quantize --imatrix and `cinder quantize
  * --imatrix` spend a quantized row's precision where these are large. Not thread-safe:
@@ -1159,11 +1161,12 @@ CN_API int64_t cn_imatrix_stats_n_weights(const cn_imatrix_stats *s);
 /* Writes llama-imatrix's GGUF file (general.type "imatrix"; imatrix.datasets [dataset],
  * imatrix.chunk_count, imatrix.chunk_size; per weight, in name order, "<name>.in_sum2"
  * F32 [k, 1] and "<name>.counts" F32 [1, 1]) through a temporary file renamed at the end,
- * so a failure leaves no partial file. Errors: INVALID_ARG when nothing was added; IO. */
+ * so a failure leaves no partial file, and an existing file at path as it was. Errors:
+ * INVALID_ARG when nothing was added; IO. */
 CN_API cn_status cn_imatrix_stats_save(const cn_imatrix_stats *s, const char *path, const char *dataset,
                                        int32_t chunk_count, int32_t chunk_size, cn_error *err);
 
-/* Quantizing a model file (src/model/quantize.c): `cinder quantize`, llama-quantize's
+/* Quantizing a model file (src/quant/quantize.c): `cinder quantize`, llama-quantize's
  * rules. type is a file type as llama-quantize spells it (case-insensitive): Q8_0, Q4_0,
  * Q4_1, Q5_0, Q5_1, Q6_K, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, and Q4_K / Q5_K, which are
  * llama-quantize's aliases of Q4_K_M / Q5_K_M (with pure, every tensor the one type). */
@@ -1199,9 +1202,9 @@ typedef struct {
     int64_t n_imatrix;                          /* tensors quantized with importance weights */
 } cn_quantize_stats;
 
-CN_API cn_quantize_params cn_quantize_default(void);
+CN_API cn_quantize_params cn_quantize_default_params(void);
 /* Writes out_path (through a temporary file in its folder, renamed at the end: on any
- * failure nothing is left under either name). Metadata is copied, with general.file_type
+ * failure nothing is left behind and an existing out_path is as it was). Metadata is copied, with general.file_type
  * and general.quantization_version set. stats may be NULL. Errors: INVALID_ARG for an
  * unknown type or tensor type (message names it), a type a tensor's rows cannot take, a
  * quantized input without allow_requantize, in_path == out_path, or an imatrix entry whose
@@ -1209,6 +1212,57 @@ CN_API cn_quantize_params cn_quantize_default(void);
  * the imatrix (the message names which); IO when the output cannot be written (full disk). */
 CN_API cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type,
                                    const cn_quantize_params *p, cn_quantize_stats *stats, cn_error *err);
+
+/* llama-perplexity's log-probability file (its --kl-divergence-base; src/quant/logits_file.c):
+ * `cinder perplexity --save-logits` writes one, `--kl-base` measures a model against one
+ * (cinder's or llama-perplexity's) with llama-perplexity's arithmetic, so each tool reads
+ * the other's files and reports the same figures. A file holds n_chunk chunks of n_ctx
+ * tokens (the text's, BOS first when the model adds one); a chunk is evaluated from an
+ * empty sequence with its first token replaced by BOS, and each of its positions i in
+ * [n_ctx/2, n_ctx - 1) is scored against token i + 1: one row of quantized
+ * log-probabilities per position. No model is run here: the caller gives each chunk's
+ * logits, in order. Not thread-safe. */
+typedef struct cn_logits_file cn_logits_file;
+
+typedef struct {
+    int64_t n_scored;    /* positions given so far */
+    double ppl, ppl_unc; /* perplexity of the logits given, and ppl × the standard error of
+                            the mean log-likelihood (0 under 2 positions) */
+    double mean_kld;     /* comparing: mean KL divergence from the file's distributions */
+    double same_top_pct; /* comparing: % of positions whose most likely token is the file's */
+} cn_logits_stats;
+
+/* Starts writing path: the header and tokens[0 .. n_chunk * n_ctx) (borrowed during the
+ * call). The file is built beside path and renamed over it by cn_logits_file_commit; until
+ * then, and after any failure, an existing file at path is as it was. Errors: INVALID_ARG
+ * for n_ctx outside [8, 2^20], n_vocab outside [1, 2^24], n_chunk < 1 or more than 2^30
+ * tokens; IO (naming path); NO_MEMORY. */
+CN_API cn_status cn_logits_file_create(const char *path, int32_t n_ctx, int32_t n_vocab, int32_t n_chunk,
+                                       const int32_t *tokens, cn_logits_file **out, cn_error *err);
+/* Opens path for comparing, its header and tokens read and checked. Errors: IO when it
+ * cannot be opened; CORRUPT (naming path) for a file that is not one, is truncated, has
+ * implausible sizes or a token outside its vocabulary; NO_MEMORY. */
+CN_API cn_status cn_logits_file_open(const char *path, cn_logits_file **out, cn_error *err);
+/* The file's tokens (n_chunk * n_ctx; view valid until cn_logits_file_free) and its shape
+ * (each pointer may be NULL). */
+CN_API const int32_t *cn_logits_file_tokens(const cn_logits_file *f, int32_t *n_ctx, int32_t *n_vocab,
+                                            int32_t *n_chunk);
+/* The next chunk: logits (n_ctx - 1 - n_ctx/2, n_vocab), row r for position n_ctx/2 + r
+ * (borrowed during the call). A file being written gets its rows; a file opened for
+ * comparing has its rows read and measured against them. *stats (may be NULL) gets the
+ * figures so far. Errors: INVALID_ARG past the last chunk or after commit; CORRUPT when
+ * the file ends before the chunk's rows (message "PATH: truncated at chunk N"); IO. */
+CN_API cn_status cn_logits_file_add_chunk(cn_logits_file *f, const float *logits, cn_logits_stats *stats,
+                                          cn_error *err);
+/* Writing: syncs the file and renames it over path. INVALID_ARG when fewer than n_chunk
+ * chunks were given or f is not being written; IO. Either way nothing is left beside path. */
+CN_API cn_status cn_logits_file_commit(cn_logits_file *f, cn_error *err);
+/* Comparing: llama-perplexity's closing statistics under its labels ("Mean PPL(Q)",
+ * "Mean    KLD", "Median  KLD", "Same top p", ...) as lines of text; *out is freed by the
+ * caller with free(). INVALID_ARG for a file being written; NO_MEMORY. */
+CN_API cn_status cn_logits_file_report(cn_logits_file *f, char **out, cn_error *err);
+/* NULL is a no-op. A file written and not committed is removed, path left as it was. */
+CN_API void cn_logits_file_free(cn_logits_file *f);
 
 /* ==== end of gguf files =================================================================== */
 

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "flags.h"
 #include "genopts.h"
+#include "textrun.h"
 
 typedef struct {
     cn_imatrix_stats *stats;
@@ -29,6 +30,37 @@ static void observe(void *user, const char *weight, const float *x, int64_t n_ro
     if (c->failed) return;
     if (strncmp(weight, "blk.", 4) != 0 && !(c->process_output && !strcmp(weight, "output.weight"))) return;
     if (cn_imatrix_stats_add(c->stats, weight, x, n_rows, k, &c->err) != CN_STATUS_OK) c->failed = true;
+}
+
+/* Chunks [0, n_chunks) of r's tokens, each a fresh sequence with BOS first, in batches of
+ * r's capacity, with a progress line; the observer collects as they run. */
+static cn_status run_chunks(cli_text_run *r, collect *col, int32_t n_ctx, int64_t n_chunks, cn_error *err) {
+    const cn_tokenizer *tk = cn_context_tokenizer(r->ctx);
+    const int32_t bos = cn_tokenizer_add_bos(tk) ? cn_tokenizer_bos(tk) : -1;
+    const int32_t batch = r->batch.cap;
+    const double t0 = cli_now_ms();
+    cn_status st = CN_STATUS_OK;
+    for (int64_t c = 0; c < n_chunks; c++) {
+        const int32_t *chunk = r->tokens + c * n_ctx;
+        cn_context_seq_keep(r->ctx, 0);
+        if ((st = cn_context_seq_rm(r->ctx, 0, 0, err)) != CN_STATUS_OK) break;
+        for (int32_t i0 = 0; i0 < n_ctx && st == CN_STATUS_OK; i0 += batch) {
+            cn_batch_clear(&r->batch);
+            for (int32_t i = i0; i < n_ctx && i < i0 + batch; i++)
+                cn_batch_add(&r->batch, i == 0 && bos >= 0 ? bos : chunk[i], i, 0, col->process_output);
+            st = cn_context_decode(r->ctx, &r->batch, err);
+            if (col->failed) {
+                *err = col->err;
+                st = col->err.status;
+            }
+        }
+        if (st != CN_STATUS_OK) break;
+        const double s = (cli_now_ms() - t0) / 1000.0;
+        fprintf(stderr, "\rimatrix: chunk %lld/%lld, %.1f s, %.0f tok/s, %.0f s left ", (long long)c + 1,
+                (long long)n_chunks, s, (double)(c + 1) * n_ctx / s, s / (double)(c + 1) * (double)(n_chunks - c - 1));
+    }
+    fputc('\n', stderr);
+    return st;
 }
 
 int cn_cli_imatrix(int argc, char **argv) {
@@ -63,13 +95,7 @@ int cn_cli_imatrix(int argc, char **argv) {
     char *text = cn_cli_read_file(file, &n_text);
     if (!text) return 1;
 
-    int rc = 1;
     cn_error err = {0};
-    cn_model *m = NULL;
-    cn_context *ctx = NULL;
-    cn_batch b = {0};
-    int32_t *tok = NULL;
-    size_t n_tok = 0;
     collect col = {.process_output = process_output};
     /* batches of at most 512 rows, split evenly so none is a lone row (those are not observed) */
     const int32_t n_batches = (n_ctx + 511) / 512, batch = (n_ctx + n_batches - 1) / n_batches;
@@ -77,47 +103,27 @@ int cn_cli_imatrix(int argc, char **argv) {
     cp.n_threads = n_threads;
     cp.n_ctx = n_ctx;
     cp.n_batch = batch;
-    cn_status st = cn_cli_model_load(model, &m, &err);
-    if (st == CN_STATUS_OK) st = cn_context_create(m, &cp, &ctx, &err);
-    if (st == CN_STATUS_OK) st = cn_batch_init(&b, batch, &err);
-    if (st == CN_STATUS_OK) st = cn_imatrix_stats_create(&col.stats, &err);
-    const cn_tokenizer *tk = ctx ? cn_context_tokenizer(ctx) : NULL;
-    if (st == CN_STATUS_OK) st = cn_tokenize_alloc(tk, text, n_text, true, false, &tok, &n_tok, &err);
+    cli_text_run r;
+    int rc = cli_text_run_open(&r, "imatrix", model, &cp, text, n_text, false);
+    free(text);
+    if (rc) goto done;
+    rc = 1;
+    cn_status st = cn_imatrix_stats_create(&col.stats, &err);
     if (st != CN_STATUS_OK) {
         cn_cli_errorf("imatrix: %s", err.msg);
         goto done;
     }
+    const size_t n_tok = r.n_tokens;
     int64_t n_chunks = (int64_t)(n_tok / (size_t)n_ctx);
     if (max_chunks > 0 && n_chunks > max_chunks) n_chunks = max_chunks;
     if (n_chunks < 1) {
         cn_cli_errorf("imatrix: the text has %zu tokens, fewer than one chunk of %d (-c)", n_tok, n_ctx);
         goto done;
     }
-    const int32_t bos = cn_tokenizer_add_bos(tk) ? cn_tokenizer_bos(tk) : -1;
-    cn_context_observe_matmuls(ctx, observe, &col);
+    cn_context_observe_matmuls(r.ctx, observe, &col);
     fprintf(stderr, "imatrix: %zu tokens, %lld chunks of %d, %s\n", n_tok, (long long)n_chunks, n_ctx,
             process_output ? "blk.* and output.weight" : "blk.* weights");
-    const double t0 = cli_now_ms();
-    for (int64_t c = 0; c < n_chunks; c++) {
-        const int32_t *chunk = tok + c * n_ctx;
-        cn_context_seq_keep(ctx, 0);
-        if ((st = cn_context_seq_rm(ctx, 0, 0, &err)) != CN_STATUS_OK) break;
-        for (int32_t i0 = 0; i0 < n_ctx && st == CN_STATUS_OK; i0 += batch) {
-            cn_batch_clear(&b);
-            for (int32_t i = i0; i < n_ctx && i < i0 + batch; i++)
-                cn_batch_add(&b, i == 0 && bos >= 0 ? bos : chunk[i], i, 0, process_output);
-            st = cn_context_decode(ctx, &b, &err);
-            if (col.failed) {
-                err = col.err;
-                st = col.err.status;
-            }
-        }
-        if (st != CN_STATUS_OK) break;
-        const double s = (cli_now_ms() - t0) / 1000.0;
-        fprintf(stderr, "\rimatrix: chunk %lld/%lld, %.1f s, %.0f tok/s, %.0f s left ", (long long)c + 1,
-                (long long)n_chunks, s, (double)(c + 1) * n_ctx / s, s / (double)(c + 1) * (double)(n_chunks - c - 1));
-    }
-    fputc('\n', stderr);
+    st = run_chunks(&r, &col, n_ctx, n_chunks, &err);
     if (st == CN_STATUS_OK)
         st = cn_imatrix_stats_save(col.stats, out, file, (int32_t)n_chunks, n_ctx, &err);
     if (st != CN_STATUS_OK) {
@@ -129,10 +135,6 @@ int cn_cli_imatrix(int argc, char **argv) {
     rc = 0;
 done:
     cn_imatrix_stats_free(col.stats);
-    free(tok);
-    free(text);
-    cn_batch_free(&b);
-    cn_context_free(ctx);
-    cn_model_free(m);
+    cli_text_run_close(&r);
     return rc;
 }

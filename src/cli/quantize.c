@@ -74,7 +74,7 @@ int cn_cli_quantize(int argc, char **argv) {
     if (!getenv("CINDER_LOG"))
         cn_log_set_level(CN_LOG_WARN); /* the fallbacks and the requantize warning */
     progress_state ps = {now_s(), isatty(2) == 1};
-    cn_quantize_params p = cn_quantize_default();
+    cn_quantize_params p = cn_quantize_default_params();
     p.n_threads = n_threads;
     p.allow_requantize = requant;
     p.pure = pure;

@@ -91,6 +91,9 @@ cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type
                                     uint64_t n_bytes, cn_error *err);
 /* version 3 by default; 2 is accepted for tests of the v2 reader path. */
 void cn_gguf_writer_set_version(cn_gguf_writer *w, uint32_t version);
+/* Writes path through a temporary file renamed over it at the end (core/outfile.h): on
+ * any failure an existing file under path is left as it was and nothing is left behind.
+ * Errors: INVALID_ARG for a tensor without data or a bad general.alignment, IO. */
 cn_status cn_gguf_writer_write_file(const cn_gguf_writer *w, const char *path, cn_error *err);
 /* Streams a file too large to hold: writes the header, key/values, tensor entries and
  * the padding up to the data section to f; the caller then writes each tensor's bytes in

@@ -5,7 +5,8 @@
  * in insertion order, tensor infos, zero padding to the alignment (general.alignment or
  * 32), then each tensor's bytes padded with zeros to the alignment, offsets counted from
  * the start of the data section. A value is stored already encoded (the bytes that follow
- * its type in the file), so nested arrays are built bottom-up with cn_gguf_warr. */
+ * its type in the file), so nested arrays are built bottom-up with cn_gguf_warr. A file
+ * is written through core/outfile.h: a failed write leaves an existing file as it was. */
 #include "gguf.h"
 
 #include <errno.h>
@@ -13,41 +14,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* --- a growable byte buffer --- */
+#include "core/buf.h"
+#include "core/outfile.h"
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} bytes;
+/* --- encoded values: bytes appended to a cn_buf --- */
 
-static bool put(bytes *b, const void *src, size_t n) {
-    if (n > SIZE_MAX - b->n) return false;
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n) {
-            if (cap > SIZE_MAX / 2) return false;
-            cap *= 2;
-        }
-        uint8_t *p = realloc(b->p, cap);
-        if (!p) return false;
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, src, n);
-    b->n += n;
-    return true;
-}
-
-static bool put_u32(bytes *b, uint32_t v) { return put(b, &v, 4); }
-static bool put_u64(bytes *b, uint64_t v) { return put(b, &v, 8); }
-static bool put_str(bytes *b, const char *s, uint64_t n) { return put_u64(b, n) && put(b, s, n); }
+static bool put_u32(cn_buf *b, uint32_t v) { return cn_buf_put(b, &v, 4); }
+static bool put_u64(cn_buf *b, uint64_t v) { return cn_buf_put(b, &v, 8); }
+static bool put_str(cn_buf *b, const char *s, uint64_t n) { return put_u64(b, n) && cn_buf_put(b, s, n); }
 
 /* --- array values --- */
 
 struct cn_gguf_warr {
     cn_gguf_vtype elem;
     uint64_t n;
-    bytes body; /* the encoded elements */
+    cn_buf body; /* the encoded elements */
 };
 
 cn_gguf_warr *cn_gguf_warr_new(cn_gguf_vtype elem) {
@@ -59,14 +40,14 @@ cn_gguf_warr *cn_gguf_warr_new(cn_gguf_vtype elem) {
 
 void cn_gguf_warr_free(cn_gguf_warr *a) {
     if (!a) return;
-    free(a->body.p);
+    cn_buf_free(&a->body);
     free(a);
 }
 
 cn_status cn_gguf_warr_push(cn_gguf_warr *a, const void *v) {
     size_t es = cn_gguf_vtype_size(a->elem);
     if (!es) return CN_STATUS_INVALID_ARG;
-    if (!put(&a->body, v, es)) return CN_STATUS_NO_MEMORY;
+    if (!cn_buf_put(&a->body, v, es)) return CN_STATUS_NO_MEMORY;
     a->n++;
     return CN_STATUS_OK;
 }
@@ -78,8 +59,8 @@ cn_status cn_gguf_warr_push_str(cn_gguf_warr *a, const char *s, uint64_t len) {
     return CN_STATUS_OK;
 }
 
-static bool put_warr(bytes *b, const cn_gguf_warr *a) {
-    return put_u32(b, (uint32_t)a->elem) && put_u64(b, a->n) && put(b, a->body.p, a->body.n);
+static bool put_warr(cn_buf *b, const cn_gguf_warr *a) {
+    return put_u32(b, (uint32_t)a->elem) && put_u64(b, a->n) && cn_buf_put(b, a->body.p, a->body.n);
 }
 
 cn_status cn_gguf_warr_push_arr(cn_gguf_warr *a, const cn_gguf_warr *sub) {
@@ -94,7 +75,7 @@ cn_status cn_gguf_warr_push_arr(cn_gguf_warr *a, const cn_gguf_warr *sub) {
 typedef struct {
     char *key;
     cn_gguf_vtype type;
-    bytes val;
+    cn_buf val; /* the encoded value */
 } wkv;
 
 typedef struct {
@@ -124,7 +105,7 @@ void cn_gguf_writer_free(cn_gguf_writer *w) {
     if (!w) return;
     for (size_t i = 0; i < w->n_kv; i++) {
         free(w->kv[i].key);
-        free(w->kv[i].val.p);
+        cn_buf_free(&w->kv[i].val);
     }
     for (size_t i = 0; i < w->n_t; i++) {
         free(w->t[i].name);
@@ -137,38 +118,32 @@ void cn_gguf_writer_free(cn_gguf_writer *w) {
 
 void cn_gguf_writer_set_version(cn_gguf_writer *w, uint32_t version) { w->version = version; }
 
-/* Stores an encoded value under key, replacing an earlier one in place. Takes val. */
-static cn_status set_encoded(cn_gguf_writer *w, const char *key, cn_gguf_vtype t, bytes val) {
+/* Stores an encoded value under key, replacing an earlier one in place. Takes val (and
+ * frees it on failure). */
+static cn_status set_encoded(cn_gguf_writer *w, const char *key, cn_gguf_vtype t, cn_buf val) {
     for (size_t i = 0; i < w->n_kv; i++) {
         if (!strcmp(w->kv[i].key, key)) {
-            free(w->kv[i].val.p);
+            cn_buf_free(&w->kv[i].val);
             w->kv[i].type = t;
             w->kv[i].val = val;
             return CN_STATUS_OK;
         }
     }
-    if (w->n_kv == w->cap_kv) {
-        size_t cap = w->cap_kv ? 2 * w->cap_kv : 16;
-        wkv *kv = realloc(w->kv, cap * sizeof *kv);
-        if (!kv) goto oom;
-        w->kv = kv;
-        w->cap_kv = cap;
+    char *k = CN_GROW(w->kv, w->cap_kv, w->n_kv + 1) ? strdup(key) : NULL;
+    if (!k) {
+        cn_buf_free(&val);
+        return CN_STATUS_NO_MEMORY;
     }
-    char *k = strdup(key);
-    if (!k) goto oom;
     w->kv[w->n_kv++] = (wkv){k, t, val};
     return CN_STATUS_OK;
-oom:
-    free(val.p);
-    return CN_STATUS_NO_MEMORY;
 }
 
 cn_status cn_gguf_writer_set_scalar(cn_gguf_writer *w, const char *key, cn_gguf_vtype t,
                                     const void *v) {
     size_t es = cn_gguf_vtype_size(t);
     if (!es) return CN_STATUS_INVALID_ARG;
-    bytes b = {0};
-    if (!put(&b, v, es)) return CN_STATUS_NO_MEMORY;
+    cn_buf b = {0};
+    if (!cn_buf_put(&b, v, es)) return CN_STATUS_NO_MEMORY;
     return set_encoded(w, key, t, b);
 }
 
@@ -190,9 +165,9 @@ cn_status cn_gguf_writer_set_bool(cn_gguf_writer *w, const char *key, bool v) {
 }
 
 cn_status cn_gguf_writer_set_strn(cn_gguf_writer *w, const char *key, const char *v, uint64_t len) {
-    bytes b = {0};
+    cn_buf b = {0};
     if (!put_str(&b, v, len)) {
-        free(b.p);
+        cn_buf_free(&b);
         return CN_STATUS_NO_MEMORY;
     }
     return set_encoded(w, key, CN_GGUF_STRING, b);
@@ -207,9 +182,9 @@ cn_status cn_gguf_writer_set_arr(cn_gguf_writer *w, const char *key, cn_gguf_vty
     size_t es = cn_gguf_vtype_size(elem);
     uint64_t body;
     if (!es || !cn_mul_ok(n, es, &body) || body > SIZE_MAX) return CN_STATUS_INVALID_ARG;
-    bytes b = {0};
-    if (!put_u32(&b, (uint32_t)elem) || !put_u64(&b, n) || !put(&b, data, (size_t)body)) {
-        free(b.p);
+    cn_buf b = {0};
+    if (!put_u32(&b, (uint32_t)elem) || !put_u64(&b, n) || !cn_buf_put(&b, data, (size_t)body)) {
+        cn_buf_free(&b);
         return CN_STATUS_NO_MEMORY;
     }
     return set_encoded(w, key, CN_GGUF_ARRAY, b);
@@ -217,20 +192,20 @@ cn_status cn_gguf_writer_set_arr(cn_gguf_writer *w, const char *key, cn_gguf_vty
 
 cn_status cn_gguf_writer_set_arr_str(cn_gguf_writer *w, const char *key,
                                      const char *const *strs, uint64_t n) {
-    bytes b = {0};
+    cn_buf b = {0};
     bool ok = put_u32(&b, CN_GGUF_STRING) && put_u64(&b, n);
     for (uint64_t i = 0; ok && i < n; i++) ok = put_str(&b, strs[i], strlen(strs[i]));
     if (!ok) {
-        free(b.p);
+        cn_buf_free(&b);
         return CN_STATUS_NO_MEMORY;
     }
     return set_encoded(w, key, CN_GGUF_ARRAY, b);
 }
 
 cn_status cn_gguf_writer_set_warr(cn_gguf_writer *w, const char *key, const cn_gguf_warr *a) {
-    bytes b = {0};
+    cn_buf b = {0};
     if (!put_warr(&b, a)) {
-        free(b.p);
+        cn_buf_free(&b);
         return CN_STATUS_NO_MEMORY;
     }
     return set_encoded(w, key, CN_GGUF_ARRAY, b);
@@ -253,13 +228,7 @@ cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type
     for (size_t i = 0; i < w->n_t; i++)
         if (!strcmp(w->t[i].name, name))
             return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s' added twice", name);
-    if (w->n_t == w->cap_t) {
-        size_t cap = w->cap_t ? 2 * w->cap_t : 16;
-        wtensor *t = realloc(w->t, cap * sizeof *t);
-        if (!t) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
-        w->t = t;
-        w->cap_t = cap;
-    }
+    if (!CN_GROW(w->t, w->cap_t, w->n_t + 1)) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
     wtensor t = {.type = (uint32_t)type, .n_dims = n_dims, .n_bytes = n_bytes};
     for (uint32_t d = 0; d < CN_GGUF_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
     t.name = strdup(name);
@@ -279,14 +248,14 @@ cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type
 /* Where the bytes go: a FILE or a memory buffer. */
 typedef struct {
     FILE *f;
-    bytes mem;
+    cn_buf mem;
     bool failed;
     uint64_t n; /* bytes written so far */
 } sink;
 
 static void emit(sink *s, const void *p, size_t n) {
     if (s->failed || n == 0) return;
-    if (s->f ? fwrite(p, 1, n, s->f) != n : !put(&s->mem, p, n)) s->failed = true;
+    if (s->f ? fwrite(p, 1, n, s->f) != n : !cn_buf_put(&s->mem, p, n)) s->failed = true;
     s->n += n;
 }
 
@@ -367,29 +336,26 @@ cn_status cn_gguf_writer_write_mem(const cn_gguf_writer *w, uint8_t **out, size_
     cn_status st = write_all(w, &s, false, err);
     if (!st && s.failed) st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory writing GGUF");
     if (st) {
-        free(s.mem.p);
+        cn_buf_free(&s.mem);
         return st;
     }
-    *out = s.mem.p ? s.mem.p : malloc(1);
+    *out = (uint8_t *)cn_buf_take(&s.mem, n_bytes);
     if (!*out) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
-    *n_bytes = s.mem.n;
     return CN_STATUS_OK;
 }
 
 cn_status cn_gguf_writer_write_file(const cn_gguf_writer *w, const char *path, cn_error *err) {
-    sink s = {0};
-    s.f = fopen(path, "wb");
-    if (!s.f) return cn_err(err, CN_STATUS_IO, "cannot create '%s': %s", path, strerror(errno));
-    cn_status st = write_all(w, &s, false, err);
-    int e = s.failed ? errno : 0;
-    if (fclose(s.f) != 0 && !s.failed) {
-        s.failed = true;
-        e = errno;
-    }
-    if (st || s.failed) remove(path); /* no half-written model left behind */
+    cn_outfile o;
+    cn_status st = cn_outfile_open(&o, path, err);
     if (st) return st;
-    if (s.failed) return cn_err(err, CN_STATUS_IO, "cannot write '%s': %s", path, strerror(e));
-    return CN_STATUS_OK;
+    sink s = {.f = o.f};
+    st = write_all(w, &s, false, err);
+    if (!st && s.failed) st = cn_err(err, CN_STATUS_IO, "cannot write '%s': %s", path, strerror(errno ? errno : EIO));
+    if (st) {
+        cn_outfile_abort(&o);
+        return st;
+    }
+    return cn_outfile_commit(&o, err);
 }
 
 cn_status cn_gguf_writer_write_header(const cn_gguf_writer *w, FILE *f, uint32_t *align, cn_error *err) {

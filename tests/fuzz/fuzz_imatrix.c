@@ -1,4 +1,4 @@
-/* fuzz_imatrix.c — fuzz entry for the importance-matrix reader (src/model/imatrix.c):
+/* fuzz_imatrix.c — fuzz entry for the importance-matrix reader (src/quant/imatrix.c):
  * llama-imatrix's GGUF and legacy .dat files, which `cinder quantize --imatrix` reads.
  *
  * A refused input must carry a message and no result. An accepted one must keep the
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "model/imatrix.h"
+#include "quant/imatrix.h"
 
 int fuzz_imatrix_one(const uint8_t *data, size_t size);
 

@@ -12,6 +12,9 @@ stories260K (F32) must be within KL 1e-4 of llama.cpp's.
 """
 import os
 import re
+import resource
+import signal
+import stat
 import subprocess
 from pathlib import Path
 
@@ -123,6 +126,28 @@ def test_bad_base_files(base, tmp_path):
     p = cinder("perplexity", "-m", STORIES, "--save-logits", tmp_path / "x.kl", check=False)
     assert p.returncode == 2 and "-f" in p.stderr
     assert not (tmp_path / "x.kl").exists() and not (tmp_path / "x").exists()
+
+
+def test_save_logits_replaces_the_file_only_on_success(base, tmp_path):
+    # written through a temporary file: a run whose writes fail (a file size limit standing
+    # in for a full disk) leaves an existing file byte for byte and nothing beside it; a
+    # good run replaces it, with the mode the umask gives
+    d, _ = base
+    out = tmp_path / "x.kl"
+    out.write_bytes(b"keep me")
+
+    def full_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    args = ("perplexity", "-m", STORIES, "-f", d / "text.txt", "-c", CTX, "--chunks", CHUNKS, "-t", "2",
+            "--save-logits", out)
+    p = cinder(*args, check=False, preexec_fn=full_disk)
+    assert p.returncode == 1 and "cannot write" in p.stderr, p.stderr
+    assert out.read_bytes() == b"keep me" and os.listdir(tmp_path) == ["x.kl"]
+    cinder(*args, preexec_fn=lambda: os.umask(0o027))
+    assert out.read_bytes() == (d / "base.kl").read_bytes()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640 and os.listdir(tmp_path) == ["x.kl"]
 
 
 def test_llama_perplexity_reads_ours_and_we_read_theirs(base, tmp_path):

@@ -26,6 +26,7 @@ import re
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 from pathlib import Path
 
@@ -235,6 +236,13 @@ def test_existing_output_survives_a_failure(stories, tmp_path):
     p = cinder("quantize", stories, out, "Q8_0", check=False, preexec_fn=limit)
     assert p.returncode == 1
     assert out.read_bytes() == b"keep me" and leftovers(tmp_path) == ["o.gguf"]
+
+
+def test_output_mode_follows_the_umask(stories, tmp_path):
+    # the output is any file the user writes: 0666 less the umask (not a temporary file's 0600)
+    out = tmp_path / "o.gguf"
+    cinder("quantize", stories, out, "Q8_0", preexec_fn=lambda: os.umask(0o027))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640 and leftovers(tmp_path) == ["o.gguf"]
 
 
 # ---- the K types on rows they can take: a random llama model 256 wide ----
@@ -595,6 +603,29 @@ def test_imatrix_bad_input(stories, tmp_path):
                "-c", "64", check=False)
     assert p.returncode == 1 and "cannot create" in p.stderr, p.stderr
     assert not (tmp_path / "x.gguf").exists() and list(tmp_path.iterdir()) == [short]
+
+
+def file_size_limit(n_bytes):
+    """A preexec_fn under which writing a file past n_bytes fails with EFBIG: a full disk."""
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n_bytes, n_bytes))
+    return limit
+
+
+def test_imatrix_output_replaced_only_on_success(stories, tmp_path):
+    # written through a temporary file: a failed write leaves an existing file as it was
+    # and nothing beside it; a good one gets the umask's mode
+    if not GPL3.exists():
+        pytest.skip("%s not found" % GPL3)
+    out = tmp_path / "im.gguf"
+    out.write_bytes(b"keep me")
+    args = ("imatrix", "-m", stories, "-f", GPL3, "-o", out, "--chunks", "1", "-c", "64")
+    p = cinder(*args, check=False, preexec_fn=file_size_limit(1000))
+    assert p.returncode == 1 and "cannot write" in p.stderr, p.stderr
+    assert out.read_bytes() == b"keep me" and leftovers(tmp_path) == ["im.gguf"]
+    cinder(*args, preexec_fn=lambda: os.umask(0o027))
+    assert read_imatrix(out) and stat.S_IMODE(out.stat().st_mode) == 0o640 and leftovers(tmp_path) == ["im.gguf"]
 
 
 # bad imatrix files: a clear message naming the file, a non-zero exit, no output

@@ -7,6 +7,9 @@ drafters at once, speculation with beams, a draft length out of range, a missing
 file (exit 1). Runs on every cinder binary (the ASan build included)."""
 import os
 import re
+import resource
+import signal
+import stat
 import subprocess
 from pathlib import Path
 
@@ -125,6 +128,27 @@ def test_draft_from_not_a_model(cinder, tmp_path):
     bad.write_bytes(b"GGUF\x03\x00\x00\x00garbage")
     r = run(cinder, "draft-from", str(bad), str(tmp_path / "d.gguf"), "--layers", "2")
     assert r.returncode == 1 and r.stderr.startswith("cinder: draft-from:"), r.stderr
+
+
+def test_draft_from_replaces_its_output_only_on_success(cinder, tmp_path):
+    """The draft is written through a temporary file: a write that fails (a file size
+    limit standing in for a full disk) leaves an existing OUT byte for byte and nothing
+    beside it; a good one replaces it, with the mode the umask gives."""
+    out = tmp_path / "d.gguf"
+    out.write_bytes(b"keep me")
+
+    def full_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    args = [str(cinder), "draft-from", STORIES, str(out), "--layers", "2"]
+    r = subprocess.run(args, capture_output=True, text=True, preexec_fn=full_disk)
+    assert r.returncode == 1 and "cannot write" in r.stderr, r.stderr
+    assert out.read_bytes() == b"keep me" and os.listdir(tmp_path) == ["d.gguf"]
+    r = subprocess.run(args, capture_output=True, text=True, preexec_fn=lambda: os.umask(0o027))
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:4] == b"GGUF" and stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert os.listdir(tmp_path) == ["d.gguf"]
 
 
 def test_bench_spec(cinder):

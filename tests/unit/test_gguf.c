@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf/gguf.h"
 
@@ -190,6 +192,57 @@ Test(gguf, roundtrip_file) {
     check_sample(g);
     cn_gguf_close(g);
     cn_gguf_writer_free(w);
+}
+
+/* The folder's entries other than . and .., as one string ("a b "), for "nothing else
+ * was left behind". */
+static void folder_listing(const char *dir, char *out, size_t n) {
+    DIR *d = opendir(dir);
+    cr_assert(d);
+    out[0] = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            snprintf(out + strlen(out), n - strlen(out), "%s ", e->d_name);
+    closedir(d);
+}
+
+/* write_file goes through a temporary file: a write that fails after it began (here a
+ * tensor without data) leaves an existing file byte for byte and no temporary file; one
+ * that succeeds replaces it with the mode any file the user writes gets (0666 less the
+ * umask, not a temporary file's 0600). */
+Test(gguf, write_file_replaces_only_on_success) {
+    char dir[] = "/tmp/cinder_gguf_dir_XXXXXX", path[64], listing[256];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/out.gguf", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f && fputs("keep me", f) >= 0 && fclose(f) == 0);
+    cn_gguf_writer *w = sample_writer();
+    cr_assert_eq(cn_gguf_writer_add_tensor(w, "no_data", CN_TYPE_F32, 1, (int64_t[]){4}, NULL, 16, NULL),
+                 CN_STATUS_OK);
+    cn_error err;
+    cr_assert_eq(cn_gguf_writer_write_file(w, path, &err), CN_STATUS_INVALID_ARG);
+    cr_assert(strstr(err.msg, "no_data"), "%s", err.msg);
+    char got[16] = {0};
+    f = fopen(path, "rb");
+    cr_assert(f && fread(got, 1, sizeof got, f) == 7 && fclose(f) == 0);
+    cr_assert_str_eq(got, "keep me");
+    folder_listing(dir, listing, sizeof listing);
+    cr_assert_str_eq(listing, "out.gguf ");
+    cn_gguf_writer_free(w);
+
+    w = sample_writer();
+    const mode_t old = umask(027);
+    const cn_status st = cn_gguf_writer_write_file(w, path, &err);
+    umask(old);
+    cr_assert_eq(st, CN_STATUS_OK, "%s", err.msg);
+    struct stat sb;
+    cr_assert(stat(path, &sb) == 0 && sb.st_size > 7);
+    cr_assert_eq(sb.st_mode & 0777, 0640, "mode %o", (unsigned)(sb.st_mode & 0777));
+    folder_listing(dir, listing, sizeof listing);
+    cr_assert_str_eq(listing, "out.gguf ");
+    cn_gguf_writer_free(w);
+    remove(path);
+    rmdir(dir);
 }
 
 Test(gguf, version2_and_alignment) {

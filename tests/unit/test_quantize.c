@@ -7,7 +7,8 @@
  * average they must not lose), that zeros stay zeros, that a file streamed through
  * write_header is the very file write_mem makes; the importance-weighted quantizers
  * lower the error measured with their weights, and the imatrix reader's legacy format
- * (duplicates, division by ncall, truncations, bad sizes). */
+ * (duplicates, division by ncall, truncations, bad sizes); llama-perplexity's
+ * log-probability file (cn_logits_file) round trip and misuse. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,7 +18,7 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
-#include "model/imatrix.h"
+#include "quant/imatrix.h"
 #include "tensor/quants.h"
 #include "tensor/tensor.h"
 
@@ -300,4 +301,74 @@ Test(quantize, imatrix_stats_save_refuses_empty_and_leaves_nothing) {
     cr_assert_eq(cn_imatrix_stats_save(s, "/nonexistent-dir/im.gguf", "t", 1, 8, &err), CN_STATUS_IO);
     cr_assert(strstr(err.msg, "/nonexistent-dir/im.gguf"), "%s", err.msg);
     cn_imatrix_stats_free(s);
+}
+
+/* ---- llama-perplexity's log-probability file (cn_logits_file): a file compared with the
+ * logits it was written from shows no divergence; chunks past the header's count, a commit
+ * before the last chunk and a truncated file are refused ---- */
+
+Test(quantize, logits_file_round_trip_and_misuse) {
+    enum { N_CTX = 8, N_VOCAB = 5, N_CHUNK = 2, N_ROWS = N_CTX - 1 - N_CTX / 2 };
+    int32_t tokens[N_CHUNK * N_CTX];
+    float logits[N_CHUNK][N_ROWS * N_VOCAB];
+    uint64_t seed = 7;
+    for (int i = 0; i < N_CHUNK * N_CTX; i++) tokens[i] = (int32_t)((uint64_t)(gauss(&seed) * 1e6) % N_VOCAB);
+    for (int c = 0; c < N_CHUNK; c++)
+        for (int i = 0; i < N_ROWS * N_VOCAB; i++) logits[c][i] = (float)gauss(&seed);
+    char dir[] = "/tmp/cinder_logits_XXXXXX", path[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/base.kl", dir);
+    cn_error err = {0};
+    cn_logits_file *f = NULL;
+    cn_logits_stats s;
+
+    cr_assert_eq(cn_logits_file_create(path, N_CTX, N_VOCAB, N_CHUNK, tokens, &f, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_logits_file_add_chunk(f, logits[0], &s, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_logits_file_commit(f, &err), CN_STATUS_INVALID_ARG); /* one chunk of two */
+    cn_logits_file_free(f);
+    cr_assert(access(path, F_OK) != 0, "a file left behind");
+
+    cr_assert_eq(cn_logits_file_create(path, N_CTX, N_VOCAB, N_CHUNK, tokens, &f, &err), CN_STATUS_OK, "%s", err.msg);
+    for (int c = 0; c < N_CHUNK; c++)
+        cr_assert_eq(cn_logits_file_add_chunk(f, logits[c], &s, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_logits_file_add_chunk(f, logits[0], NULL, &err), CN_STATUS_INVALID_ARG);
+    cr_assert_eq(s.n_scored, N_CHUNK * N_ROWS);
+    cr_assert(s.ppl > 1 && s.ppl < 100, "ppl %g", s.ppl);
+    cr_assert_eq(cn_logits_file_commit(f, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_logits_file_free(f);
+
+    cr_assert_eq(cn_logits_file_open(path, &f, &err), CN_STATUS_OK, "%s", err.msg);
+    int32_t n_ctx, n_vocab, n_chunk;
+    const int32_t *t = cn_logits_file_tokens(f, &n_ctx, &n_vocab, &n_chunk);
+    cr_assert(n_ctx == N_CTX && n_vocab == N_VOCAB && n_chunk == N_CHUNK);
+    cr_assert_arr_eq(t, tokens, sizeof tokens);
+    const double ppl_written = s.ppl;
+    for (int c = 0; c < N_CHUNK; c++)
+        cr_assert_eq(cn_logits_file_add_chunk(f, logits[c], &s, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_float_eq(s.ppl, ppl_written, 1e-5 * ppl_written);
+    cr_assert(fabs(s.mean_kld) < 1e-6, "mean KLD %g", s.mean_kld); /* the stored rows are rounded */
+    cr_assert_float_eq(s.same_top_pct, 100.0, 1e-9);
+    cr_assert_eq(cn_logits_file_add_chunk(f, logits[0], NULL, &err), CN_STATUS_INVALID_ARG);
+    char *report = NULL;
+    cr_assert_eq(cn_logits_file_report(f, &report, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert(strstr(report, "Mean    KLD:") && strstr(report, "Same top p: 100.000"), "%s", report);
+    free(report);
+    cn_logits_file_free(f);
+
+    /* the last row cut off: the header reads, the second chunk does not */
+    FILE *in = fopen(path, "rb");
+    char buf[4096];
+    const size_t n = fread(buf, 1, sizeof buf, in);
+    fclose(in);
+    FILE *o = fopen(path, "wb");
+    cr_assert(o && fwrite(buf, 1, n - 2, o) == n - 2 && fclose(o) == 0);
+    cr_assert_eq(cn_logits_file_open(path, &f, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_logits_file_add_chunk(f, logits[0], NULL, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_logits_file_add_chunk(f, logits[1], NULL, &err), CN_STATUS_CORRUPT);
+    cr_assert(strstr(err.msg, "truncated at chunk 2"), "%s", err.msg);
+    cn_logits_file_free(f);
+    cr_assert_eq(cn_logits_file_open("/nonexistent-dir/base.kl", &f, &err), CN_STATUS_IO);
+    cr_assert_null(f);
+    remove(path);
+    rmdir(dir);
 }

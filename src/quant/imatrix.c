@@ -17,21 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "gguf/gguf.h"
-#include "model/imatrix.h"
+#include "quant/imatrix.h"
 #include "tensor/tensor.h"
 
-static cn_imatrix_entry *push_entry(cn_imatrix *m, int64_t *cap, const char *name, size_t name_len, int64_t n) {
-    if (m->n_entries >= CN_IMATRIX_MAX_ENTRIES)
+/* A new entry of n values named name[0..name_len), *cap the capacity of m->e; NULL past
+ * CN_IMATRIX_MAX_ENTRIES or out of memory. */
+static cn_imatrix_entry *push_entry(cn_imatrix *m, size_t *cap, const char *name, size_t name_len, int64_t n) {
+    if (m->n_entries >= CN_IMATRIX_MAX_ENTRIES || !CN_GROW(m->e, *cap, (size_t)m->n_entries + 1))
         return NULL;
-    if (m->n_entries == *cap) {
-        int64_t nc = *cap ? *cap * 2 : 64;
-        cn_imatrix_entry *ne = realloc(m->e, (size_t)nc * sizeof *ne);
-        if (!ne)
-            return NULL;
-        m->e = ne;
-        *cap = nc;
-    }
     cn_imatrix_entry *e = &m->e[m->n_entries];
     e->name = malloc(name_len + 1);
     e->w = malloc((size_t)n * sizeof(float) + 1);
@@ -88,7 +83,7 @@ static bool take_i32(cursor *c, int32_t *v) {
 
 static cn_status parse_legacy(const uint8_t *data, size_t n_bytes, cn_imatrix *m, cn_error *err) {
     cursor c = {data, n_bytes};
-    int64_t cap = 0;
+    size_t cap = 0;
     int32_t n_entries;
     if (!take_i32(&c, &n_entries) || n_entries < 1)
         return cn_err(err, CN_STATUS_CORRUPT, "not an imatrix file (neither GGUF nor llama.cpp's legacy format: "
@@ -149,85 +144,70 @@ static int64_t n_elem_of(const cn_gguf_tensor_info *t) {
     return n;
 }
 
-static cn_status parse_gguf(const void *data, size_t n_bytes, cn_imatrix *m, cn_error *err) {
-    cn_gguf *g = NULL;
-    cn_status st = cn_gguf_parse(data, n_bytes, &g, err);
-    if (st)
-        return st;
-    int64_t cap = 0;
-    const int64_t nt = cn_gguf_n_tensors(g);
+/* imatrix.datasets, .chunk_count and .chunk_size, all three required as llama-quantize
+ * requires them; the chunk count and the first dataset into m. */
+static cn_status read_gguf_meta(const cn_gguf *g, cn_imatrix *m, cn_error *err) {
     cn_gguf_arr ds;
     uint32_t cc = 0, cs = 0;
     const bool has_ds = cn_gguf_get_arr(g, "imatrix.datasets", &ds);
     const bool has_cc = cn_gguf_get_u32(g, "imatrix.chunk_count", &cc);
     const bool has_cs = cn_gguf_get_u32(g, "imatrix.chunk_size", &cs);
-    if (nt < 1) {
-        st = cn_err(err, CN_STATUS_CORRUPT, "a GGUF file with no tensors: not an imatrix");
-        goto done;
-    }
-    if (!has_ds || !has_cc || !has_cs) {
-        st = cn_err(err, CN_STATUS_CORRUPT, "a GGUF file without the imatrix metadata (imatrix.datasets, "
-                    "imatrix.chunk_count, imatrix.chunk_size): not llama-imatrix's file");
-        goto done;
-    }
+    if (cn_gguf_n_tensors(g) < 1)
+        return cn_err(err, CN_STATUS_CORRUPT, "a GGUF file with no tensors: not an imatrix");
+    if (!has_ds || !has_cc || !has_cs)
+        return cn_err(err, CN_STATUS_CORRUPT, "a GGUF file without the imatrix metadata (imatrix.datasets, "
+                      "imatrix.chunk_count, imatrix.chunk_size): not llama-imatrix's file");
     m->chunk_count = (int32_t)CN_MIN(cc, (uint32_t)INT32_MAX);
     if (ds.type == CN_GGUF_STRING && ds.n > 0) {
         cn_gguf_str s = cn_gguf_arr_str(&ds, 0);
         m->dataset = dup_until_nul(s.ptr, (size_t)s.len);
-        if (!m->dataset) {
-            st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
-            goto done;
+        if (!m->dataset)
+            return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
+    }
+    return CN_STATUS_OK;
+}
+
+/* The entry of "<name>.in_sum2" (sums; its name stem bytes long) and its "<name>.counts":
+ * per expert, the sums divided by the rounded count. */
+static cn_status read_gguf_entry(const cn_gguf *g, const cn_gguf_tensor_info *sums, size_t stem, cn_imatrix *m,
+                                 size_t *cap, cn_error *err) {
+    char name[512];
+    if (stem >= sizeof name - 8)
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "an imatrix entry name of %zu bytes", stem);
+    memcpy(name, sums->name.ptr, stem);
+    snprintf(name + stem, sizeof name - stem, ".counts");
+    const int64_t ci = cn_gguf_find_tensor(g, name);
+    name[stem] = 0;
+    if (ci < 0)
+        return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': in_sum2 without counts", name);
+    const cn_gguf_tensor_info *counts = cn_gguf_tensor(g, ci);
+    if (sums->type != CN_TYPE_F32 || counts->type != CN_TYPE_F32 || !sums->data || !counts->data)
+        return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': sums and counts must be F32", name);
+    const int64_t nval = n_elem_of(sums), ncounts = n_elem_of(counts);
+    if (nval < 1 || ncounts < 1 || nval % ncounts != 0)
+        return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': %lld sums do not split into %lld counts", name,
+                      (long long)nval, (long long)ncounts);
+    cn_imatrix_entry *e = push_entry(m, cap, name, stem, nval);
+    if (!e)
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
+    const int64_t ne0 = nval / ncounts;
+    for (int64_t j = 0; j < ncounts; j++) {
+        float cf;
+        memcpy(&cf, (const uint8_t *)counts->data + 4 * j, 4);
+        /* llama.cpp stores the count rounded to an integer, then divides in float */
+        const float count = isfinite(cf) ? (float)lroundf(cf) : 0.0f;
+        for (int64_t k = 0; k < ne0; k++) {
+            float v;
+            memcpy(&v, (const uint8_t *)sums->data + 4 * (j * ne0 + k), 4);
+            e->w[j * ne0 + k] = count > 0.0f ? v / count : 1.0f;
         }
     }
-    for (int64_t i = 0; i < nt && !st; i++) {
-        const cn_gguf_tensor_info *sums = cn_gguf_tensor(g, i);
-        size_t stem;
-        if (!strip_suffix(sums->name, ".in_sum2", &stem))
-            continue;
-        char name[512];
-        if (stem >= sizeof name - 8) {
-            st = cn_err(err, CN_STATUS_UNSUPPORTED, "an imatrix entry name of %zu bytes", stem);
-            break;
-        }
-        memcpy(name, sums->name.ptr, stem);
-        snprintf(name + stem, sizeof name - stem, ".counts");
-        int64_t ci = cn_gguf_find_tensor(g, name);
-        name[stem] = 0;
-        if (ci < 0) {
-            st = cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': in_sum2 without counts", name);
-            break;
-        }
-        const cn_gguf_tensor_info *counts = cn_gguf_tensor(g, ci);
-        if (sums->type != CN_TYPE_F32 || counts->type != CN_TYPE_F32 || !sums->data || !counts->data) {
-            st = cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': sums and counts must be F32", name);
-            break;
-        }
-        const int64_t nval = n_elem_of(sums), ncounts = n_elem_of(counts);
-        if (nval < 1 || ncounts < 1 || nval % ncounts != 0) {
-            st = cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': %lld sums do not split into %lld counts",
-                        name, (long long)nval, (long long)ncounts);
-            break;
-        }
-        cn_imatrix_entry *e = push_entry(m, &cap, name, stem, nval);
-        if (!e) {
-            st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
-            break;
-        }
-        const int64_t ne0 = nval / ncounts;
-        for (int64_t j = 0; j < ncounts; j++) {
-            float cf;
-            memcpy(&cf, (const uint8_t *)counts->data + 4 * j, 4);
-            /* llama.cpp stores the count rounded to an integer, then divides in float */
-            const float count = isfinite(cf) ? (float)lroundf(cf) : 0.0f;
-            for (int64_t k = 0; k < ne0; k++) {
-                float v;
-                memcpy(&v, (const uint8_t *)sums->data + 4 * (j * ne0 + k), 4);
-                e->w[j * ne0 + k] = count > 0.0f ? v / count : 1.0f;
-            }
-        }
-    }
-    /* a .counts without its .in_sum2 */
-    for (int64_t i = 0; i < nt && !st; i++) {
+    return CN_STATUS_OK;
+}
+
+/* A ".counts" without its ".in_sum2" is an error too. */
+static cn_status check_counts_have_sums(const cn_gguf *g, cn_error *err) {
+    for (int64_t i = 0; i < cn_gguf_n_tensors(g); i++) {
         const cn_gguf_tensor_info *t = cn_gguf_tensor(g, i);
         size_t stem;
         char name[512];
@@ -237,17 +217,75 @@ static cn_status parse_gguf(const void *data, size_t n_bytes, cn_imatrix *m, cn_
         snprintf(name + stem, sizeof name - stem, ".in_sum2");
         if (cn_gguf_find_tensor(g, name) < 0) {
             name[stem] = 0;
-            st = cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': counts without in_sum2", name);
+            return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': counts without in_sum2", name);
         }
     }
-done:
+    return CN_STATUS_OK;
+}
+
+static cn_status parse_gguf(const void *data, size_t n_bytes, cn_imatrix *m, cn_error *err) {
+    cn_gguf *g = NULL;
+    cn_status st = cn_gguf_parse(data, n_bytes, &g, err);
+    if (st)
+        return st;
+    size_t cap = 0;
+    st = read_gguf_meta(g, m, err);
+    for (int64_t i = 0; i < cn_gguf_n_tensors(g) && !st; i++) {
+        const cn_gguf_tensor_info *sums = cn_gguf_tensor(g, i);
+        size_t stem;
+        if (strip_suffix(sums->name, ".in_sum2", &stem))
+            st = read_gguf_entry(g, sums, stem, m, &cap, err);
+    }
+    if (!st)
+        st = check_counts_have_sums(g, err);
     cn_gguf_close(g);
     return st;
+}
+
+static cn_status check_finite(const cn_imatrix *m, cn_error *err) {
+    for (int64_t i = 0; i < m->n_entries; i++)
+        for (int64_t j = 0; j < m->e[i].n; j++)
+            if (!isfinite(m->e[i].w[j]))
+                return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s' holds a non-finite value (%g at %lld)",
+                              m->e[i].name, (double)m->e[i].w[j], (long long)j);
+    return CN_STATUS_OK;
 }
 
 static int cmp_entry(const void *pa, const void *pb) {
     const cn_imatrix_entry *a = pa, *b = pb;
     return strcmp(a->name, b->name);
+}
+
+/* Names unique, the last of a repeated one kept (as llama.cpp's map keeps it), sorted by
+ * name. qsort is not stable: the entries are sorted with their positions beside them. */
+static cn_status sort_keeping_the_last(cn_imatrix *m, cn_error *err) {
+    const int64_t n = m->n_entries;
+    if (n < 2)
+        return CN_STATUS_OK;
+    struct pair { cn_imatrix_entry e; int64_t at; } *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp)
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
+    for (int64_t i = 0; i < n; i++)
+        tmp[i] = (struct pair){m->e[i], i};
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_entry); /* the entry leads the pair */
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + 1 < n && !strcmp(tmp[i].e.name, tmp[i + 1].e.name)) {
+            /* equal names: keep the one read last */
+            if (tmp[i].at > tmp[i + 1].at) {
+                struct pair t = tmp[i];
+                tmp[i] = tmp[i + 1];
+                tmp[i + 1] = t;
+            }
+            free(tmp[i].e.name);
+            free(tmp[i].e.w);
+            continue;
+        }
+        m->e[k++] = tmp[i].e;
+    }
+    m->n_entries = k;
+    free(tmp);
+    return CN_STATUS_OK;
 }
 
 cn_status cn_imatrix_parse(const void *data, size_t n_bytes, cn_imatrix **out, cn_error *err) {
@@ -259,46 +297,10 @@ cn_status cn_imatrix_parse(const void *data, size_t n_bytes, cn_imatrix **out, c
                                                               : parse_legacy(data, n_bytes, m, err);
     if (!st && m->n_entries < 1)
         st = cn_err(err, CN_STATUS_CORRUPT, "no importance matrix entries (no '<name>.in_sum2' tensors)");
-    /* names unique, the last of a repeated one kept: a stable order by (name, position) */
-    if (!st) {
-        for (int64_t i = 0; i < m->n_entries; i++)
-            for (int64_t j = 0; j < m->e[i].n; j++)
-                if (!isfinite(m->e[i].w[j])) {
-                    st = cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s' holds a non-finite value (%g at %lld)",
-                                m->e[i].name, (double)m->e[i].w[j], (long long)j);
-                    i = m->n_entries;
-                    break;
-                }
-    }
-    if (!st && m->n_entries > 1) {
-        /* qsort is not stable: sort indexes by (name, index) through a side array */
-        int64_t n = m->n_entries;
-        struct pair { cn_imatrix_entry e; int64_t at; } *tmp = malloc((size_t)n * sizeof *tmp);
-        if (!tmp) {
-            st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
-        } else {
-            for (int64_t i = 0; i < n; i++)
-                tmp[i] = (struct pair){m->e[i], i};
-            qsort(tmp, (size_t)n, sizeof *tmp, cmp_entry); /* the entry leads the pair */
-            int64_t k = 0;
-            for (int64_t i = 0; i < n; i++) {
-                if (i + 1 < n && !strcmp(tmp[i].e.name, tmp[i + 1].e.name)) {
-                    /* equal names: keep the one read last */
-                    if (tmp[i].at > tmp[i + 1].at) {
-                        struct pair t = tmp[i];
-                        tmp[i] = tmp[i + 1];
-                        tmp[i + 1] = t;
-                    }
-                    free(tmp[i].e.name);
-                    free(tmp[i].e.w);
-                    continue;
-                }
-                m->e[k++] = tmp[i].e;
-            }
-            m->n_entries = k;
-            free(tmp);
-        }
-    }
+    if (!st)
+        st = check_finite(m, err);
+    if (!st)
+        st = sort_keeping_the_last(m, err);
     if (st) {
         cn_imatrix_free(m);
         return st;
@@ -316,15 +318,9 @@ cn_status cn_imatrix_load(const char *path, cn_imatrix **out, cn_error *err) {
     size_t n = 0, cap = 0;
     cn_status st = CN_STATUS_OK;
     for (;;) {
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 1 << 16;
-            uint8_t *nb = nc > cap ? realloc(buf, nc) : NULL;
-            if (!nb) {
-                st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix '%s'", path);
-                break;
-            }
-            buf = nb;
-            cap = nc;
+        if (n == cap && !CN_GROW(buf, cap, n + ((size_t)1 << 16))) {
+            st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix '%s'", path);
+            break;
         }
         size_t k = fread(buf + n, 1, cap - n, f);
         n += k;

@@ -4,15 +4,16 @@
  *
  * Per weight: one sum of squares per column over every row added, and the number of rows.
  * Sums are kept in double (llama-imatrix keeps float), so over long texts cinder's are
- * the more exact; the file stores them as F32 as llama-imatrix's does. */
-#include <errno.h>
+ * the more exact; the file stores them as F32 as llama-imatrix's does. It is written by
+ * the GGUF writer through a temporary file (core/outfile.h): a failed save leaves no
+ * partial file and an existing one as it was. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cinder.h"
+#include "core/buf.h"
 #include "gguf/gguf.h"
 
 typedef struct {
@@ -22,8 +23,9 @@ typedef struct {
 } stat_entry;
 
 struct cn_imatrix_stats {
-    stat_entry *e;
-    int64_t n, cap;
+    stat_entry *e; /* (n) in the order first seen */
+    int64_t n;
+    size_t cap;
     int64_t last; /* the entry the previous add found: calls come in the same order every pass */
 };
 
@@ -54,13 +56,7 @@ static stat_entry *entry_for(cn_imatrix_stats *s, const char *name, int64_t k, c
             return &s->e[i];
         }
     }
-    if (s->n == s->cap) {
-        const int64_t nc = s->cap ? s->cap * 2 : 64;
-        stat_entry *ne = realloc(s->e, (size_t)nc * sizeof *ne);
-        if (!ne) goto oom;
-        s->e = ne;
-        s->cap = nc;
-    }
+    if (!CN_GROW(s->e, s->cap, (size_t)s->n + 1)) goto oom;
     stat_entry *e = &s->e[s->n];
     e->name = strdup(name);
     e->sum = calloc((size_t)k, sizeof *e->sum);
@@ -149,45 +145,9 @@ cn_status cn_imatrix_stats_save(const cn_imatrix_stats *s, const char *path, con
     if (chunk_count < 0 || chunk_size < 0)
         return cn_err(err, CN_STATUS_INVALID_ARG, "imatrix: chunk count and size must not be negative");
     cn_gguf_writer *w = cn_gguf_writer_new();
-    uint8_t *bytes = NULL;
-    size_t n_bytes = 0;
-    char *tmp = NULL;
-    FILE *f = NULL;
     cn_status st = w ? CN_STATUS_OK : cn_err(err, CN_STATUS_NO_MEMORY, "out of memory writing the importance matrix");
     if (!st) st = fill_writer(s, w, dataset, chunk_count, chunk_size, err);
-    if (!st) st = cn_gguf_writer_write_mem(w, &bytes, &n_bytes, err);
-    if (st) goto done;
-    const size_t pn = strlen(path);
-    if (!(tmp = malloc(pn + 16))) {
-        st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory writing the importance matrix");
-        goto done;
-    }
-    snprintf(tmp, pn + 16, "%s.tmp.XXXXXX", path);
-    const int fd = mkstemp(tmp);
-    if (fd < 0 || !(f = fdopen(fd, "wb"))) {
-        st = cn_err(err, CN_STATUS_IO, "cannot create '%s': %s", tmp, strerror(errno));
-        if (fd >= 0) close(fd);
-        else tmp[0] = 0; /* nothing was made */
-        goto done;
-    }
-    errno = 0;
-    const bool ok = fwrite(bytes, 1, n_bytes, f) == n_bytes && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    const int e1 = errno;
-    const int rc = fclose(f);
-    f = NULL;
-    if (!ok || rc != 0) {
-        st = cn_err(err, CN_STATUS_IO, "cannot write '%s': %s", path, strerror(e1 ? e1 : errno ? errno : EIO));
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        st = cn_err(err, CN_STATUS_IO, "cannot rename the output to '%s': %s", path, strerror(errno));
-        goto done;
-    }
-    tmp[0] = 0;
-done:
-    if (tmp && tmp[0]) unlink(tmp); /* nothing half-written stays behind */
-    free(tmp);
-    free(bytes);
+    if (!st) st = cn_gguf_writer_write_file(w, path, err);
     cn_gguf_writer_free(w);
     return st;
 }

@@ -15,7 +15,7 @@
  * quantization_version are replaced where they stand; llama.cpp moves them last), and
  * the rules for models cinder does not run (MoE with 8 experts, Falcon, 70B) are left out.
  *
- * With an importance matrix (model/imatrix.c reads llama-imatrix's files), as
+ * With an importance matrix (quant/imatrix.c reads llama-imatrix's files), as
  * llama-quantize --imatrix: a tensor being converted whose name has an entry is
  * quantized by the weighted row quantizers (cn_type_quantizer_weighted; Q8_0 and F16
  * take no weights), one without an entry unweighted; an entry whose size is not the
@@ -24,22 +24,22 @@
  * the layers; and the output records quantize.imatrix.file (the path as given, at most
  * 127 bytes), .dataset, .entries_count and .chunks_count after file_type.
  *
- * Design: the output is streamed. The header (all metadata, every tensor's entry) goes
- * first into a temporary file next to out_path; each tensor is then converted in slabs
- * of rows — every row read as float (dequantized) and quantized again, rows split over
- * the thread pool — and written; the temporary file is renamed over out_path only when
- * every byte is written and synced, so a failure (full disk, bad input) leaves nothing. */
+ * Design: every tensor's type is planned and checked before a byte is written; then the
+ * output is streamed through core/outfile.h (a temporary file renamed over out_path only
+ * when every byte is written and synced, so a failure — full disk, bad input — leaves
+ * nothing and an existing out_path as it was). The header (all metadata, every tensor's
+ * entry) goes first; each tensor is then converted in slabs of rows — every row read as
+ * float (dequantized) and quantized again, rows split over the thread pool — and written. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
+#include "core/outfile.h"
 #include "core/pool.h"
 #include "gguf/gguf.h"
-#include "model/imatrix.h"
+#include "quant/imatrix.h"
 #include "tensor/tensor.h"
 
 /* llama.cpp's llama_ftype numbers (general.file_type). */
@@ -65,7 +65,7 @@ static const struct {
 
 typedef enum { CAT_OTHER, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN } category;
 
-cn_quantize_params cn_quantize_default(void) {
+cn_quantize_params cn_quantize_default_params(void) {
     return (cn_quantize_params){0};
 }
 
@@ -281,14 +281,117 @@ static cn_status write_tensor(FILE *f, const char *path, const cn_gguf_tensor_in
     return st ? st : write_pad(f, *n_out, align, path, err);
 }
 
-/* ---- the order: llama-quantize's (the loader's map: layer number, non-layer tensors
- * first as -1, then the name), so that the counters and the file come out the same ---- */
+/* ---- one run: what it holds, and its steps in the order they run ---- */
 
+/* Where a tensor stands in llama-quantize's order (the loader's map: layer number,
+ * non-layer tensors first as -1, then the name), so that the counters and the file come
+ * out the same. */
 typedef struct {
     int64_t index;
     long layer;
     char name[256];
 } ordered;
+
+typedef struct {
+    cn_quantize_params p;
+    plan_state ps;
+    cn_quantize_stats stats;
+    cn_imatrix *im;     /* NULL: none, or every entry filtered out */
+    cn_gguf *g;         /* the input */
+    int64_t n;          /* its tensors */
+    ordered *ord;       /* (n) in llama-quantize's order; the arrays below follow it */
+    cn_type *types;     /* (n) each tensor's output type */
+    const float **qws;  /* (n) its importance weights (views into im), or NULL */
+    cn_gguf_writer *w;  /* the output's metadata and tensor entries */
+} quant_run;
+
+static void quant_run_free(quant_run *q) {
+    cn_gguf_writer_free(q->w);
+    cn_gguf_close(q->g);
+    free(q->types);
+    free(q->qws);
+    free(q->ord);
+    cn_imatrix_free(q->im);
+}
+
+/* The file type named by type (llama-quantize's spelling, any case). */
+static cn_status find_file_type(const char *type, plan_state *ps, cn_error *err) {
+    for (size_t i = 0; type && i < sizeof k_ftypes / sizeof k_ftypes[0]; i++) {
+        if (!strcasecmp(type, k_ftypes[i].name)) {
+            ps->ftype = k_ftypes[i].ftype;
+            ps->base = k_ftypes[i].base;
+            return CN_STATUS_OK;
+        }
+    }
+    return cn_err(err, CN_STATUS_INVALID_ARG, "unknown type '%s' (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, "
+                  "Q4_K_S, Q4_K_M, Q4_K, Q5_K_S, Q5_K_M, Q5_K)", type ? type : "(null)");
+}
+
+static cn_status check_params(const cn_quantize_params *p, cn_error *err) {
+    if (p->n_include < 0 || p->n_exclude < 0 || (p->n_include > 0 && !p->include_weights) ||
+        (p->n_exclude > 0 && !p->exclude_weights))
+        return cn_err(err, CN_STATUS_INVALID_ARG, "bad include/exclude weight lists");
+    if (p->n_include > 0 && p->n_exclude > 0)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "give --include-weights or --exclude-weights, not both");
+    if ((p->n_include > 0 || p->n_exclude > 0) && !p->imatrix_path)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "--include-weights / --exclude-weights select imatrix entries: "
+                      "they need --imatrix");
+    return cn_threads_check(p->n_threads, "quantize", err);
+}
+
+/* Any of names[0..n) a substring of name. */
+static bool name_has_any(const char *name, const char *const *names, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (names[i] && strstr(name, names[i]))
+            return true;
+    return false;
+}
+
+/* --include-weights / --exclude-weights, as llama-quantize applies them: by substring. */
+static void imatrix_select(cn_imatrix *im, const cn_quantize_params *p) {
+    if (p->n_include <= 0 && p->n_exclude <= 0)
+        return;
+    int64_t k = 0;
+    for (int64_t i = 0; i < im->n_entries; i++) {
+        cn_imatrix_entry *e = &im->e[i];
+        const bool keep = p->n_include > 0 ? name_has_any(e->name, p->include_weights, p->n_include)
+                                           : !name_has_any(e->name, p->exclude_weights, p->n_exclude);
+        if (keep) {
+            im->e[k++] = *e;
+        } else {
+            free(e->name);
+            free(e->w);
+        }
+    }
+    im->n_entries = k; /* still sorted: the kept ones keep their order */
+}
+
+static cn_status load_imatrix(quant_run *q, cn_error *err) {
+    if (!q->p.imatrix_path)
+        return CN_STATUS_OK;
+    cn_status st = cn_imatrix_load(q->p.imatrix_path, &q->im, err);
+    if (st)
+        return st;
+    imatrix_select(q->im, &q->p);
+    if (q->im->n_entries == 0) { /* every entry filtered out: no imatrix at all, as llama-quantize */
+        cn_imatrix_free(q->im);
+        q->im = NULL;
+    }
+    q->ps.has_imatrix = q->im != NULL;
+    return CN_STATUS_OK;
+}
+
+/* <arch>.block_count, 0 when the file has none. */
+static int n_layer_of(const cn_gguf *g) {
+    cn_gguf_str arch;
+    char key[300];
+    uint32_t n_layer = 0;
+    if (cn_gguf_get_str(g, "general.architecture", &arch)) {
+        snprintf(key, sizeof key, "%.*s.block_count", (int)CN_MIN(arch.len, 200), arch.ptr);
+        cn_gguf_get_u32(g, key, &n_layer);
+    }
+    return (int)CN_MIN(n_layer, (uint32_t)INT32_MAX);
+}
 
 static int cmp_ordered(const void *pa, const void *pb) {
     const ordered *a = pa, *b = pb;
@@ -303,6 +406,39 @@ static long layer_of(const char *name) {
     char *end;
     long v = strtol(name + 4, &end, 10);
     return end == name + 4 ? -1 : v;
+}
+
+static cn_status order_tensors(quant_run *q, cn_error *err) {
+    for (int64_t i = 0; i < q->n; i++) {
+        const cn_gguf_tensor_info *t = cn_gguf_tensor(q->g, i);
+        ordered *o = &q->ord[i];
+        if (t->name.len >= sizeof o->name)
+            return cn_err(err, CN_STATUS_UNSUPPORTED, "a tensor name of %llu bytes", (unsigned long long)t->name.len);
+        o->index = i;
+        memcpy(o->name, t->name.ptr, t->name.len);
+        o->name[t->name.len] = 0;
+        o->layer = layer_of(o->name);
+    }
+    qsort(q->ord, (size_t)q->n, sizeof *q->ord, cmp_ordered);
+    return CN_STATUS_OK;
+}
+
+/* Opens the input and lists its tensors in llama-quantize's order. */
+static cn_status open_input(quant_run *q, const char *in_path, cn_error *err) {
+    cn_status st = cn_gguf_open(in_path, &q->g, err);
+    if (st)
+        return st;
+    q->n = cn_gguf_n_tensors(q->g);
+    q->types = calloc((size_t)q->n + 1, sizeof *q->types);
+    q->ord = calloc((size_t)q->n + 1, sizeof *q->ord);
+    q->qws = calloc((size_t)q->n + 1, sizeof *q->qws);
+    q->w = cn_gguf_writer_new();
+    if (!q->types || !q->ord || !q->qws || !q->w)
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
+    q->ps.n_layer = n_layer_of(q->g);
+    q->stats.n_tensors = q->n;
+    q->stats.file_type = q->ps.ftype;
+    return order_tensors(q, err);
 }
 
 /* ---- the plan: every tensor's output type, checked before a byte is written ---- */
@@ -338,63 +474,74 @@ static cn_status find_weights(const cn_imatrix *im, const char *name, const cn_g
     return CN_STATUS_OK;
 }
 
-static cn_status plan_types(const cn_gguf *g, const ordered *ord, const cn_quantize_params *p, plan_state *ps,
-                            const cn_imatrix *im, cn_type *types, const float **qws, cn_quantize_stats *stats,
-                            cn_error *err) {
-    const int64_t n = cn_gguf_n_tensors(g);
-    int out_t, emb_t;
-    cn_status st = parse_override(p->output_type, "output type", &out_t, err);
-    if (!st)
-        st = parse_override(p->token_embd_type, "token embedding type", &emb_t, err);
-    if (st)
-        return st;
-    ps->tied = cn_gguf_find_tensor(g, "output.weight") < 0;
-    for (int64_t i = 0; i < n; i++)
-        if (category_of(ord[i].name) == CAT_ATTN_V)
-            ps->n_attn_v++;
-    bool warned = false;
-    for (int64_t i = 0; i < n; i++) {
-        const cn_gguf_tensor_info *t = cn_gguf_tensor(g, ord[i].index);
-        const char *name = ord[i].name;
-        const category cat = category_of(name);
-        cn_type nt = (cn_type)t->type;
-        if (allows_quantization(name, t)) {
-            if (cat == CAT_TOKEN_EMBD && emb_t >= 0) {
-                nt = (cn_type)emb_t;
-            } else if (cat == CAT_OUTPUT && out_t >= 0) {
-                nt = (cn_type)out_t;
-            } else {
-                nt = p->pure ? ps->base : mix_type(ps, cat, t, out_t);
-                nt = fallback(ps, name, t, nt);
-            }
-        }
-        types[i] = nt;
-        if (nt == (cn_type)t->type)
-            continue;
-        if (t->ne[0] % block_of(nt) != 0)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s': %lld columns cannot take %s (blocks of %lld)",
-                          name, (long long)t->ne[0], cn_type_name(nt), (long long)block_of(nt));
-        const cn_type_traits *src = cn_type_traits_get(t->type);
-        if (!src || !src->to_float || t->data == NULL)
-            return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor '%s': cannot read its type %u to quantize it again",
-                          name, t->type);
-        const bool src_quantized = t->type != CN_TYPE_F32 && t->type != CN_TYPE_F16 && t->type != CN_TYPE_BF16;
-        if (src_quantized && !p->allow_requantize)
-            return cn_err(err, CN_STATUS_INVALID_ARG,
-                          "tensor '%s' is already %s: requantizing needs allow_requantize (--allow-requantize)",
-                          name, cn_type_name((cn_type)t->type));
-        if (src_quantized && !warned) {
-            cn_log(CN_LOG_WARN, "requantizing: the input is already quantized (%s), so its error and the new "
-                   "format's compound; quantize from F32/F16/BF16 where there is one", cn_type_name((cn_type)t->type));
-            warned = true;
-        }
-        cn_status st = find_weights(im, name, t, nt, &qws[i], stats, err);
-        if (st)
-            return st;
-        stats->n_quantized++;
+/* The type tensor t becomes: kept when it is not one llama-quantize converts, else an
+ * explicit override (out_t, emb_t; -1 for none), else the mix's (or, pure, the base)
+ * with the fallback for rows the type's block does not divide. */
+static cn_type choose_type(plan_state *ps, bool pure, const char *name, const cn_gguf_tensor_info *t, int out_t,
+                           int emb_t) {
+    if (!allows_quantization(name, t))
+        return (cn_type)t->type;
+    const category cat = category_of(name);
+    if (cat == CAT_TOKEN_EMBD && emb_t >= 0)
+        return (cn_type)emb_t;
+    if (cat == CAT_OUTPUT && out_t >= 0)
+        return (cn_type)out_t;
+    return fallback(ps, name, t, pure ? ps->base : mix_type(ps, cat, t, out_t));
+}
+
+/* Whether t can be converted to nt: its rows fit nt's blocks, its type reads as float,
+ * and a quantized input is requantized only when allowed (warned about once). */
+static cn_status check_conversion(const cn_quantize_params *p, const char *name, const cn_gguf_tensor_info *t,
+                                  cn_type nt, bool *warned, cn_error *err) {
+    if (t->ne[0] % block_of(nt) != 0)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s': %lld columns cannot take %s (blocks of %lld)", name,
+                      (long long)t->ne[0], cn_type_name(nt), (long long)block_of(nt));
+    const cn_type_traits *src = cn_type_traits_get(t->type);
+    if (!src || !src->to_float || t->data == NULL)
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor '%s': cannot read its type %u to quantize it again", name,
+                      t->type);
+    const bool src_quantized = t->type != CN_TYPE_F32 && t->type != CN_TYPE_F16 && t->type != CN_TYPE_BF16;
+    if (src_quantized && !p->allow_requantize)
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "tensor '%s' is already %s: requantizing needs allow_requantize (--allow-requantize)", name,
+                      cn_type_name((cn_type)t->type));
+    if (src_quantized && !*warned) {
+        cn_log(CN_LOG_WARN, "requantizing: the input is already quantized (%s), so its error and the new "
+               "format's compound; quantize from F32/F16/BF16 where there is one", cn_type_name((cn_type)t->type));
+        *warned = true;
     }
     return CN_STATUS_OK;
 }
+
+static cn_status plan_types(quant_run *q, cn_error *err) {
+    int out_t, emb_t;
+    cn_status st = parse_override(q->p.output_type, "output type", &out_t, err);
+    if (!st)
+        st = parse_override(q->p.token_embd_type, "token embedding type", &emb_t, err);
+    if (st)
+        return st;
+    q->ps.tied = cn_gguf_find_tensor(q->g, "output.weight") < 0;
+    for (int64_t i = 0; i < q->n; i++)
+        if (category_of(q->ord[i].name) == CAT_ATTN_V)
+            q->ps.n_attn_v++;
+    bool warned = false;
+    for (int64_t i = 0; i < q->n && !st; i++) {
+        const cn_gguf_tensor_info *t = cn_gguf_tensor(q->g, q->ord[i].index);
+        const char *name = q->ord[i].name;
+        const cn_type nt = q->types[i] = choose_type(&q->ps, q->p.pure, name, t, out_t, emb_t);
+        if (nt == (cn_type)t->type)
+            continue;
+        st = check_conversion(&q->p, name, t, nt, &warned, err);
+        if (!st)
+            st = find_weights(q->im, name, t, nt, &q->qws[i], &q->stats, err);
+        if (!st)
+            q->stats.n_quantized++;
+    }
+    q->stats.n_fallback = q->ps.n_fallback;
+    return st;
+}
+
+/* ---- the output's header ---- */
 
 /* Every key but split.* (one file out) and the two the quantizer owns, which go last in
  * llama-quantize's order (its gguf_set_val removes a key and appends it). */
@@ -441,218 +588,78 @@ static cn_status copy_meta(cn_gguf_writer *w, const cn_gguf *g, uint32_t ftype, 
     return st;
 }
 
-/* Any of names[0..n) a substring of name. */
-static bool name_has_any(const char *name, const char *const *names, int32_t n) {
-    for (int32_t i = 0; i < n; i++)
-        if (names[i] && strstr(name, names[i]))
-            return true;
-    return false;
+/* The metadata, then every tensor's entry (its planned type and size) in file order. */
+static cn_status build_header(quant_run *q, cn_error *err) {
+    cn_status st = copy_meta(q->w, q->g, q->ps.ftype, q->im, q->p.imatrix_path, err);
+    for (int64_t i = 0; i < q->n && !st; i++) {
+        const cn_gguf_tensor_info *t = cn_gguf_tensor(q->g, q->ord[i].index);
+        const char *name = q->ord[i].name;
+        uint64_t nb = 0;
+        if (t->data == NULL || !cn_gguf_tensor_bytes((uint32_t)q->types[i], t->n_dims, t->ne, &nb))
+            return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor '%s': type %u is not one cinder can copy", name,
+                          (unsigned)q->types[i]);
+        st = cn_gguf_writer_add_tensor(q->w, name, q->types[i], t->n_dims, t->ne, NULL, nb, err);
+        int64_t ne = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            ne *= t->ne[d];
+        q->stats.n_elem += ne;
+    }
+    return st;
 }
 
-/* --include-weights / --exclude-weights, as llama-quantize applies them: by substring. */
-static void imatrix_select(cn_imatrix *im, const cn_quantize_params *p) {
-    if (p->n_include <= 0 && p->n_exclude <= 0)
-        return;
-    int64_t k = 0;
-    for (int64_t i = 0; i < im->n_entries; i++) {
-        cn_imatrix_entry *e = &im->e[i];
-        const bool keep = p->n_include > 0 ? name_has_any(e->name, p->include_weights, p->n_include)
-                                           : !name_has_any(e->name, p->exclude_weights, p->n_exclude);
-        if (keep) {
-            im->e[k++] = *e;
-        } else {
-            free(e->name);
-            free(e->w);
-        }
+/* ---- the output: header, then each tensor converted, through a temporary file ---- */
+
+static cn_status write_tensors(quant_run *q, FILE *f, const char *out_path, uint32_t align, cn_pool *pool,
+                               cn_error *err) {
+    if (q->p.progress)
+        q->p.progress(q->p.progress_user, 0, q->n, 0);
+    cn_status st = CN_STATUS_OK;
+    for (int64_t i = 0; i < q->n && !st; i++) {
+        const cn_gguf_tensor_info *t = cn_gguf_tensor(q->g, q->ord[i].index);
+        uint64_t n_out = 0;
+        st = write_tensor(f, out_path, t, q->ord[i].name, q->types[i], q->qws[i], align, pool, &n_out, err);
+        q->stats.n_bytes_in += t->n_bytes;
+        q->stats.n_bytes_out += n_out;
+        if (!st && q->p.progress)
+            q->p.progress(q->p.progress_user, i + 1, q->n, q->stats.n_bytes_in);
     }
-    im->n_entries = k; /* still sorted: the kept ones keep their order */
+    return st;
+}
+
+static cn_status write_output(quant_run *q, const char *out_path, cn_error *err) {
+    cn_pool *pool = NULL;
+    cn_outfile o;
+    uint32_t align;
+    cn_status st = cn_pool_create(cn_threads_resolve(q->p.n_threads), &pool, err);
+    if (!st && !(st = cn_outfile_open(&o, out_path, err))) {
+        st = cn_gguf_writer_write_header(q->w, o.f, &align, err);
+        if (!st)
+            st = write_tensors(q, o.f, out_path, align, pool, err);
+        st = st ? (cn_outfile_abort(&o), st) : cn_outfile_commit(&o, err);
+    }
+    cn_pool_free(pool);
+    return st;
 }
 
 cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type,
                             const cn_quantize_params *pp, cn_quantize_stats *stats_out, cn_error *err) {
-    const cn_quantize_params p = pp ? *pp : cn_quantize_default();
-    cn_quantize_stats stats = {0};
-    plan_state ps = {0};
-    bool found = false;
-    for (size_t i = 0; type && i < sizeof k_ftypes / sizeof k_ftypes[0] && !found; i++) {
-        if (!strcasecmp(type, k_ftypes[i].name)) {
-            ps.ftype = k_ftypes[i].ftype;
-            ps.base = k_ftypes[i].base;
-            found = true;
-        }
-    }
-    if (!found)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "unknown type '%s' (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, "
-                      "Q4_K_S, Q4_K_M, Q4_K, Q5_K_S, Q5_K_M, Q5_K)", type ? type : "(null)");
-    if (p.n_include < 0 || p.n_exclude < 0 || (p.n_include > 0 && !p.include_weights) ||
-        (p.n_exclude > 0 && !p.exclude_weights))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "bad include/exclude weight lists");
-    if (p.n_include > 0 && p.n_exclude > 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "give --include-weights or --exclude-weights, not both");
-    if ((p.n_include > 0 || p.n_exclude > 0) && !p.imatrix_path)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "--include-weights / --exclude-weights select imatrix entries: "
-                      "they need --imatrix");
-    if (p.n_threads < 0 || p.n_threads > 1024)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_threads %d is out of range [0, 1024]", p.n_threads);
-
-    cn_gguf *g = NULL;
-    cn_gguf_writer *w = NULL;
-    cn_pool *pool = NULL;
-    cn_type *types = NULL;
-    const float **qws = NULL;
-    cn_imatrix *im = NULL;
-    ordered *ord = NULL;
-    FILE *f = NULL;
-    char *tmp = NULL;
-    cn_status st = CN_STATUS_OK;
-    if (p.imatrix_path && (st = cn_imatrix_load(p.imatrix_path, &im, err)))
-        goto done;
-    if (im)
-        imatrix_select(im, &p);
-    if (im && im->n_entries == 0) { /* every entry filtered out: no imatrix at all, as llama-quantize */
-        cn_imatrix_free(im);
-        im = NULL;
-    }
-    ps.has_imatrix = im != NULL;
-    if ((st = cn_gguf_open(in_path, &g, err)))
-        goto done;
-    const int64_t n = cn_gguf_n_tensors(g);
-    types = calloc((size_t)n + 1, sizeof *types);
-    ord = calloc((size_t)n + 1, sizeof *ord);
-    qws = calloc((size_t)n + 1, sizeof *qws);
-    w = cn_gguf_writer_new();
-    if (!types || !ord || !qws || !w) {
-        st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
-        goto done;
-    }
-    cn_gguf_str arch;
-    char key[300];
-    uint32_t n_layer = 0;
-    if (cn_gguf_get_str(g, "general.architecture", &arch)) {
-        snprintf(key, sizeof key, "%.*s.block_count", (int)CN_MIN(arch.len, 200), arch.ptr);
-        cn_gguf_get_u32(g, key, &n_layer);
-    }
-    ps.n_layer = (int)CN_MIN(n_layer, (uint32_t)INT32_MAX);
-    stats.n_tensors = n;
-    stats.file_type = ps.ftype;
-    for (int64_t i = 0; i < n; i++) {
-        const cn_gguf_tensor_info *t = cn_gguf_tensor(g, i);
-        if (t->name.len >= sizeof ord[i].name) {
-            st = cn_err(err, CN_STATUS_UNSUPPORTED, "a tensor name of %llu bytes", (unsigned long long)t->name.len);
-            goto done;
-        }
-        ord[i].index = i;
-        memcpy(ord[i].name, t->name.ptr, t->name.len);
-        ord[i].name[t->name.len] = 0;
-        ord[i].layer = layer_of(ord[i].name);
-    }
-    qsort(ord, (size_t)n, sizeof *ord, cmp_ordered);
-    if ((st = plan_types(g, ord, &p, &ps, im, types, qws, &stats, err)))
-        goto done;
-    stats.n_fallback = ps.n_fallback;
-    if ((st = copy_meta(w, g, ps.ftype, im, p.imatrix_path, err)))
-        goto done;
-    for (int64_t i = 0; i < n && !st; i++) {
-        const cn_gguf_tensor_info *t = cn_gguf_tensor(g, ord[i].index);
-        const char *name = ord[i].name;
-        uint64_t nb = 0;
-        if (t->data == NULL || !cn_gguf_tensor_bytes((uint32_t)types[i], t->n_dims, t->ne, &nb)) {
-            st = cn_err(err, CN_STATUS_UNSUPPORTED, "tensor '%s': type %u is not one cinder can copy", name,
-                        (unsigned)types[i]);
-            break;
-        }
-        st = cn_gguf_writer_add_tensor(w, name, types[i], t->n_dims, t->ne, NULL, nb, err);
-        int64_t ne = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            ne *= t->ne[d];
-        stats.n_elem += ne;
-    }
+    quant_run q = {.p = pp ? *pp : cn_quantize_default_params()};
+    cn_status st = find_file_type(type, &q.ps, err);
+    if (!st)
+        st = check_params(&q.p, err);
     if (st)
-        goto done;
-
-    int nth = p.n_threads;
-    if (nth == 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        nth = (int)CN_MAX(1L, CN_MIN(c, 1024L));
-    }
-    if ((st = cn_pool_create(nth, &pool, err)))
-        goto done;
-
-    size_t tl = strlen(out_path) + 16;
-    tmp = malloc(tl);
-    if (!tmp) {
-        st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
-        goto done;
-    }
-    /* open(O_EXCL, 0666) rather than mkstemp: the file gets the umask's mode, as any
-     * file the user writes */
-    int fd = -1;
-    for (unsigned k = 0; k < 100 && fd < 0; k++) {
-        snprintf(tmp, tl, "%s.tmp%05u", out_path, ((unsigned)getpid() + k * 7919u) % 100000u);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
-    if (fd < 0) {
-        st = cn_err(err, CN_STATUS_IO, "cannot create a file next to '%s': %s", out_path, strerror(errno));
-        free(tmp);
-        tmp = NULL;
-        goto done;
-    }
-    f = fdopen(fd, "wb");
-    if (!f) {
-        close(fd);
-        st = cn_err(err, CN_STATUS_IO, "cannot open '%s': %s", tmp, strerror(errno));
-        goto done;
-    }
-    uint32_t align;
-    if ((st = cn_gguf_writer_write_header(w, f, &align, err)))
-        goto done;
-    if (p.progress)
-        p.progress(p.progress_user, 0, n, 0);
-    for (int64_t i = 0; i < n && !st; i++) {
-        const cn_gguf_tensor_info *t = cn_gguf_tensor(g, ord[i].index);
-        uint64_t n_out = 0;
-        st = write_tensor(f, out_path, t, ord[i].name, types[i], qws[i], align, pool, &n_out, err);
-        stats.n_bytes_in += t->n_bytes;
-        stats.n_bytes_out += n_out;
-        if (!st && p.progress)
-            p.progress(p.progress_user, i + 1, n, stats.n_bytes_in);
-    }
-    if (st)
-        goto done;
-    errno = 0;
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        st = cn_err(err, CN_STATUS_IO, "cannot write '%s': %s", out_path, strerror(errno ? errno : EIO));
-        goto done;
-    }
-    int rc = fclose(f);
-    f = NULL;
-    if (rc != 0) {
-        st = cn_err(err, CN_STATUS_IO, "cannot write '%s': %s", out_path, strerror(errno));
-        goto done;
-    }
-    if (rename(tmp, out_path) != 0) {
-        st = cn_err(err, CN_STATUS_IO, "cannot rename the output to '%s': %s", out_path, strerror(errno));
-        goto done;
-    }
-    free(tmp);
-    tmp = NULL;
-done:
-    if (f)
-        fclose(f);
-    if (tmp) {
-        unlink(tmp); /* nothing half-written stays behind */
-        free(tmp);
-    }
-    cn_pool_free(pool);
-    cn_gguf_writer_free(w);
-    cn_gguf_close(g);
-    free(types);
-    free(qws);
-    free(ord);
-    cn_imatrix_free(im);
+        return st; /* stats_out untouched: nothing was read */
+    st = load_imatrix(&q, err);
+    if (!st)
+        st = open_input(&q, in_path, err);
+    if (!st)
+        st = plan_types(&q, err);
+    if (!st)
+        st = build_header(&q, err);
+    if (!st)
+        st = write_output(&q, out_path, err);
+    quant_run_free(&q);
     if (stats_out)
-        *stats_out = stats;
+        *stats_out = q.stats;
     return st;
 }
