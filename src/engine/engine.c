@@ -82,7 +82,7 @@ const cn_kv *cn_engine_draft_kv(const cn_engine *e) { return e->dkv; }
 int32_t cn_engine_n_ctx(const cn_engine *e) { return e->n_ctx; }
 int32_t cn_engine_n_vocab(const cn_engine *e) { return e->n_vocab; }
 int32_t cn_engine_max_running(const cn_engine *e) { return e->p.max_running; }
-bool cn_engine_has_draft(const cn_engine *e) { return e->dctx != NULL; }
+bool cn_engine_has_draft(const cn_engine *e) { return e->dfwd != NULL; }
 
 /* ---- create / free ---- */
 
@@ -138,12 +138,12 @@ void cn_engine_free(cn_engine *e) {
         free_req(r);
     }
     cn_sched_free(e->sched);
-    cn_ctx_free(e->dctx);
+    cn_fwd_free(e->dfwd);
     cn_kv_free(e->dkv);
     cn_batch_free(&e->dbatch);
     free(e->dlogits);
     free(e->downer);
-    cn_ctx_free(e->ctx);
+    cn_fwd_free(e->fwd);
     cn_pool_free(e->pool); /* after both contexts that borrow it */
     cn_kv_free(e->kv);
     cn_chat_template_free(e->chat);
@@ -175,11 +175,11 @@ static cn_status draft_create(cn_engine *e, const cn_model *dm, cn_error *err) {
     const int64_t positions = e->kv_capacity + (int64_t)p->max_running * (CN_ENGINE_MAX_DRAFT + p->block_tokens);
     kp.n_blocks = CN_MIN((positions + p->block_tokens - 1) / p->block_tokens, (int64_t)INT32_MAX);
     if ((st = cn_kv_create(&kp, &e->dkv, err)) != CN_STATUS_OK) return st;
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.pool = e->pool;
     cp.n_batch_max = p->step_tokens;
     cp.n_ctx = e->n_ctx;
-    if ((st = cn_ctx_create(dm, &cp, &e->dctx, err)) != CN_STATUS_OK) return st;
+    if ((st = cn_fwd_create(dm, &cp, &e->dfwd, err)) != CN_STATUS_OK) return st;
     if ((st = cn_batch_init(&e->dbatch, p->step_tokens, err)) != CN_STATUS_OK) return st;
     e->dlogits = malloc((size_t)p->max_running * (size_t)e->n_vocab * sizeof *e->dlogits);
     e->downer = calloc((size_t)p->max_running, sizeof *e->downer);
@@ -254,11 +254,11 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
 
     /* one pool for the target and the draft model: their passes never run at once */
     if ((st = cn_pool_create(p->n_threads, &e->pool, err)) != CN_STATUS_OK) goto fail;
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.pool = e->pool;
     cp.n_batch_max = p->step_tokens;
     cp.n_ctx = e->n_ctx;
-    if ((st = cn_ctx_create(m, &cp, &e->ctx, err)) != CN_STATUS_OK) goto fail;
+    if ((st = cn_fwd_create(m, &cp, &e->fwd, err)) != CN_STATUS_OK) goto fail;
     cn_sched_params sp = {.max_running = p->max_running, .step_tokens = p->step_tokens,
                           .prefix_cache = p->prefix_cache};
     if ((st = cn_sched_create(&sp, e->kv, &e->sched, err)) != CN_STATUS_OK) goto fail;
@@ -343,7 +343,7 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
     if (r->max_draft < 0 || r->max_draft > CN_ENGINE_MAX_DRAFT)
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: max_draft = %d is out of range [0, %d]", r->max_draft,
                       CN_ENGINE_MAX_DRAFT);
-    if (r->draft && !e->dctx)
+    if (r->draft && !e->dfwd)
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: the request asks for the draft model, the engine has none");
     cn_status st = cn_gen_validate(&r->gen, e->n_vocab, err);
     if (st != CN_STATUS_OK) return st;
@@ -594,7 +594,7 @@ static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
     e->kv_peak = CN_MAX(e->kv_peak, ks.n_blocks - ks.n_free);
 
     const double t0 = cn_time_ms();
-    st = cn_forward(e->m, e->ctx, &e->batch, e->kv, e->logits, err);
+    st = cn_forward(e->m, e->fwd, &e->batch, e->kv, e->logits, err);
     if (st != CN_STATUS_OK) return st;
     cn_step_costs_add(&e->costs, e->batch.n_rows, cn_time_ms() - t0, e->n_steps);
     e->n_steps++;

@@ -294,10 +294,10 @@ static void search_free(search *s) {
 cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t *prompt,
                          int32_t n_prompt, cn_gen *g, cn_beam_result *out, cn_error *err) {
     if (out) memset(out, 0, sizeof *out);
-    if (!r || !r->model || !r->ctx || !r->kv || !g)
+    if (!r || !r->model || !r->fwd || !r->kv || !g)
         return cn_err(err, CN_STATUS_INVALID_ARG, "cn_beam_search: NULL argument");
     const cn_gen_params *p = cn_gen_params_of(g);
-    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_ctx_n_ctx(r->ctx);
+    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_fwd_n_ctx(r->fwd);
     const int32_t k = p->beam.n_beams;
     if (k < 1 || k > CN_GEN_MAX_BEAMS)
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_beams = %d is out of range", (int)k);
@@ -378,7 +378,7 @@ cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t
             cut = CN_FINISH_CANCELLED;
         } else {
             if ((st = rehome(&s, &b, n_prompt + cur_len - 1, err)) != CN_STATUS_OK) goto done;
-            if ((st = cn_forward(r->model, r->ctx, &b, r->kv, logits, err)) != CN_STATUS_OK) goto done;
+            if ((st = cn_forward(r->model, r->fwd, &b, r->kv, logits, err)) != CN_STATUS_OK) goto done;
             if (out) out->n_steps++;
         }
         beam *t = s.live;

@@ -25,7 +25,7 @@ struct cn_embedder {
     const cn_model *m;
     cn_embedder_params p;
     cn_tokenizer *tok;
-    cn_ctx *ctx;
+    cn_fwd *fwd;
     cn_kv *kv;
     cn_batch batch;
     float *hidden;             /* (n_batch, n_embd) one pass's hidden states */
@@ -98,7 +98,7 @@ void cn_embedder_free(cn_embedder *e) {
     cn_batch_free(&e->batch);
     free(e->hidden);
     cn_kv_free(e->kv);
-    cn_ctx_free(e->ctx);
+    cn_fwd_free(e->fwd);
     cn_tokenizer_free(e->tok);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -154,11 +154,11 @@ const cn_tokenizer *cn_embedder_tokenizer(const cn_embedder *e) { return e->tok;
  * for. On failure nothing is kept, so a later call tries again. */
 static cn_status ensure_pass(cn_embedder *e, cn_error *err) {
     if (e->hidden) return CN_STATUS_OK;
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = e->p.n_threads;
     cp.n_batch_max = e->p.n_batch;
     cp.n_ctx = e->p.n_batch;
-    cn_status st = cn_ctx_create(e->m, &cp, &e->ctx, err);
+    cn_status st = cn_fwd_create(e->m, &cp, &e->fwd, err);
     if (st == CN_STATUS_OK) {
         cn_kv_params kp = cn_model_kv_params(e->m);
         kp.max_seqs = e->p.max_seqs;
@@ -173,9 +173,9 @@ static cn_status ensure_pass(cn_embedder *e, cn_error *err) {
         cn_batch_free(&e->batch);
         memset(&e->batch, 0, sizeof e->batch);
         cn_kv_free(e->kv);
-        cn_ctx_free(e->ctx);
+        cn_fwd_free(e->fwd);
         e->kv = NULL;
-        e->ctx = NULL;
+        e->fwd = NULL;
     }
     return st;
 }
@@ -187,7 +187,7 @@ static cn_status run_pass(cn_embedder *e, const int32_t *const *tokens, const in
     for (size_t i = i0; i < i1; i++)
         for (int32_t t = 0; t < n_tokens[i]; t++)
             cn_batch_add(&e->batch, tokens[i][t], t, (int32_t)(i - i0), true);
-    cn_status st = cn_forward_embd(e->m, e->ctx, &e->batch, e->kv, e->hidden, err);
+    cn_status st = cn_forward_embd(e->m, e->fwd, &e->batch, e->kv, e->hidden, err);
     for (size_t i = i0; i < i1; i++) cn_kv_seq_free(e->kv, (int32_t)(i - i0));
     if (st != CN_STATUS_OK) return st;
     int64_t row = 0;

@@ -583,7 +583,7 @@ cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tok
         cn_batch_clear(&b);
         const int32_t end = CN_MIN(n, i + b.cap);
         for (int32_t j = i; j < end; j++) cn_batch_add(&b, tokens[j], j, seq, j == n - 1);
-        st = cn_forward(r->model, r->ctx, &b, r->kv, logits, err);
+        st = cn_forward(r->model, r->fwd, &b, r->kv, logits, err);
     }
     cn_batch_free(&b);
     return st;
@@ -591,7 +591,7 @@ cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tok
 
 cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t *prompt, int32_t n_prompt,
                              int32_t *n_reuse, cn_error *err) {
-    const int32_t n_ctx = cn_ctx_n_ctx(r->ctx);
+    const int32_t n_ctx = cn_fwd_n_ctx(r->fwd);
     if (n_prompt < 1 || !prompt) return cn_err(err, CN_STATUS_INVALID_ARG, "the prompt is empty (no tokens)");
     if (n_prompt >= n_ctx)
         return cn_err(err, CN_STATUS_LIMIT,
@@ -608,9 +608,9 @@ cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t
 
 cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt,
                       int32_t n_prompt, int32_t n_reuse, cn_gen *g, cn_error *err) {
-    if (!r || !r->model || !r->ctx || !r->kv || !g)
+    if (!r || !r->model || !r->fwd || !r->kv || !g)
         return cn_err(err, CN_STATUS_INVALID_ARG, "cn_generate: NULL argument");
-    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_ctx_n_ctx(r->ctx);
+    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_fwd_n_ctx(r->fwd);
     if (g->n_vocab != V)
         return cn_err(err, CN_STATUS_INVALID_ARG, "the request was made for %d logits, the model has %d",
                       (int)g->n_vocab, (int)V);
@@ -641,7 +641,7 @@ cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt
         }
         cn_batch_clear(&b);
         cn_batch_add(&b, step.token, pos, seq, true);
-        st = cn_forward(r->model, r->ctx, &b, r->kv, logits, err);
+        st = cn_forward(r->model, r->fwd, &b, r->kv, logits, err);
     }
     cn_batch_free(&b);
     free(logits);

@@ -142,7 +142,7 @@ void cn_gen_guess_undo(cn_gen *g);
  * (the context's n_batch_max); longer prompts are prefilled in chunks of n_batch. */
 typedef struct {
     const cn_model *model;
-    cn_ctx *ctx;
+    cn_fwd *fwd;
     cn_kv *kv;
     int32_t n_batch;
 } cn_gen_runner;
