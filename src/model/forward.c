@@ -50,9 +50,11 @@ struct cn_fwd {
 };
 
 /* ---- the per-step profile (cn_fwd_profile) ----
- * A step is one call of the layer loop below (a pool region, or the caller's own work);
- * its ops are keyed by step and the formats and shape of the weights it reads, so the
- * layers a mixed quantization gives more bits to come out as rows of their own. */
+ * A step is one call of the forward pass's step helpers (embed_rows, norm_matmuls,
+ * rope_qk, attend, quant_matmul, act_matmul), each timing itself, so the layer loop
+ * reads as the math; its ops are keyed by step and the formats and shape of the weights
+ * it reads, so the layers a mixed quantization gives more bits to come out as rows of
+ * their own. */
 enum { PROF_MAX = 48 };
 typedef enum { ST_EMBED, ST_QKV, ST_ROPE, ST_ATTN, ST_WO, ST_GATE_UP, ST_DOWN, ST_HEAD } prof_step;
 static const char *const STEP_NAME[] = {"embed + rope angles", "attn_norm + q,k,v", "q/k norm + rope", "attention",
@@ -523,65 +525,75 @@ static void run_matmuls(cn_fwd *c, const quant_set *qs, const int *wi, int64_t r
 }
 
 /* resid_norm over the batch's rows, then y[i] = xb · w[i]ᵀ for nw matmuls on it. With
- * want, only those n_want rows go on to the matmuls (row i of y is batch row want[i]). */
-static void norm_matmuls(cn_fwd *c, int64_t n, const int32_t *want, int64_t n_want, resid_norm rn, int nw,
-                         const cn_weight *const *w, float *const *y) {
+ * want, only those n_want rows go on to the matmuls (row i of y is batch row want[i]).
+ * Profiled as `step`, like each step below. */
+static void norm_matmuls(cn_fwd *c, prof_step step, int64_t n, const int32_t *want, int64_t n_want, resid_norm rn,
+                         int nw, const cn_weight *const *w, float *const *y) {
+    const double t0 = prof_start(c);
     if (n == 1) {
         dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .rn = rn, .k = cn_model_hparams(c->m)->n_embd,
                       .n_mm = nw};
         for (int i = 0; i < nw; i++) d.w[i] = w[i], d.y[i] = y[i];
         cn_pool_run(c->pool, dec_run, &d);
         dec_keep_x(c, 0);
-        return;
+    } else {
+        const int64_t rows = want ? n_want : n;
+        int wi[3];
+        resid_norm_task t = {c, rows, rn, want, {0}};
+        quant_plan(c, w, nw, &t.qs, wi);
+        cn_pool_run(c->pool, resid_norm_run, &t);
+        observe(c, w, nw, c->xb, rows, cn_model_hparams(c->m)->n_embd);
+        run_matmuls(c, &t.qs, wi, rows, nw, w, y);
     }
-    const int64_t rows = want ? n_want : n;
-    int wi[3];
-    resid_norm_task t = {c, rows, rn, want, {0}};
-    quant_plan(c, w, nw, &t.qs, wi);
-    cn_pool_run(c->pool, resid_norm_run, &t);
-    observe(c, w, nw, c->xb, rows, cn_model_hparams(c->m)->n_embd);
-    run_matmuls(c, &t.qs, wi, rows, nw, w, y);
+    prof_add(c, t0, step, w, nw, 0);
 }
 
 /* y = src · wᵀ for n rows of width k (src quantized first). */
-static void quant_matmul(cn_fwd *c, int64_t n, const float *src, int64_t k, const cn_weight *w, float *y) {
+static void quant_matmul(cn_fwd *c, prof_step step, int64_t n, const float *src, int64_t k, const cn_weight *w,
+                         float *y) {
+    const double t0 = prof_start(c);
     if (n == 1) {
         dec_task d = {.c = c, .mode = DEC_QUANT, .src = src, .k = k, .n_mm = 1, .w = {w}, .y = {y}};
         cn_pool_run(c->pool, dec_run, &d);
-        return;
+    } else {
+        int wi;
+        quant_set qs;
+        quant_plan(c, &w, 1, &qs, &wi);
+        quant_task qt = {c->kern, qs.act[0], src, k, n, qs.buf[0], qs.rb[0]};
+        cn_pool_run(c->pool, quant_run, &qt);
+        observe(c, &w, 1, src, n, k);
+        run_matmuls(c, &qs, &wi, n, 1, &w, &y);
     }
-    int wi;
-    quant_set qs;
-    quant_plan(c, &w, 1, &qs, &wi);
-    quant_task qt = {c->kern, qs.act[0], src, k, n, qs.buf[0], qs.rb[0]};
-    cn_pool_run(c->pool, quant_run, &qt);
-    observe(c, &w, 1, src, n, k);
-    run_matmuls(c, &qs, &wi, n, 1, &w, &y);
+    prof_add(c, t0, step, &w, 1, 0);
 }
 
 /* hg = act(hg) * hu, then y = hg · wᵀ. */
-static void act_matmul(cn_fwd *c, int64_t n, cn_act act, const cn_weight *w, float *y) {
+static void act_matmul(cn_fwd *c, prof_step step, int64_t n, cn_act act, const cn_weight *w, float *y) {
+    const double t0 = prof_start(c);
     if (n == 1) {
         dec_task d = {.c = c, .mode = DEC_ACT, .act = act, .k = cn_model_hparams(c->m)->n_ff, .n_mm = 1, .w = {w}, .y = {y}};
         cn_pool_run(c->pool, dec_run, &d);
-        return;
+    } else {
+        int wi;
+        act_task t = {c, n, act, {0}};
+        quant_plan(c, &w, 1, &t.qs, &wi);
+        cn_pool_run(c->pool, act_run, &t);
+        observe(c, &w, 1, c->hg, n, cn_model_hparams(c->m)->n_ff);
+        run_matmuls(c, &t.qs, &wi, n, 1, &w, &y);
     }
-    int wi;
-    act_task t = {c, n, act, {0}};
-    quant_plan(c, &w, 1, &t.qs, &wi);
-    cn_pool_run(c->pool, act_run, &t);
-    observe(c, &w, 1, c->hg, n, cn_model_hparams(c->m)->n_ff);
-    run_matmuls(c, &t.qs, &wi, n, 1, &w, &y);
+    prof_add(c, t0, step, &w, 1, 0);
 }
 
 /* Biases, q/k norms, RoPE and the q pre-scale of every row (one row: on this thread). */
 static void rope_qk(cn_fwd *c, const cn_layer *L, const float *cs, int64_t n) {
+    const double t0 = prof_start(c);
     if (n == 1) {
         qk_row(c, L, cs, 0);
-        return;
+    } else {
+        qk_task t = {c, L, cs, n};
+        cn_pool_run(c->pool, qk_run, &t);
     }
-    qk_task t = {c, L, cs, n};
-    cn_pool_run(c->pool, qk_run, &t);
+    prof_add(c, t0, ST_ROPE, NULL, 0, 0);
 }
 
 
@@ -669,6 +681,15 @@ static cn_status gather_blocks(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t 
     return CN_STATUS_OK;
 }
 
+/* The bytes attention reads from the cache in one layer: each sequence's K and V rows
+ * up to its last new position. */
+static uint64_t kv_bytes_read(const cn_fwd *c, const cn_kv_params *kp, int32_t nu, int64_t n, int64_t kv_dim) {
+    const double per = kp->type == CN_TYPE_F32 ? 4.0 : kp->type == CN_TYPE_F16 ? 2.0 : 34.0 / 32.0;
+    int64_t positions = n; /* the new rows */
+    for (int32_t u = 0; u < nu; u++) positions += c->useq_len[u];
+    return (uint64_t)((double)positions * (double)kv_dim * 2.0 * per);
+}
+
 /* Writes the batch's K, V rows into the cache for layer il and attends: att = each row's
  * attention over its sequence's cached positions (a sliding window on SWA layers). */
 static cn_status attend(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t il, const cn_layer *L, int32_t nu,
@@ -677,6 +698,7 @@ static cn_status attend(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t il, con
     const cn_arch_desc *arch = cn_model_arch(c->m);
     const cn_kv_params *kp = cn_kv_params_of(kv);
     const int64_t n = b->n_rows, hd = hp->head_dim, KVD = (int64_t)hp->n_head_kv * hd;
+    const double t0 = prof_start(c);
     cn_status s;
     for (int64_t r = 0; r < n; r++) {
         s = cn_kv_write(kv, il, b->rows[r].seq, b->rows[r].pos, c->k + r * KVD, c->v + r * KVD, err);
@@ -694,16 +716,35 @@ static cn_status attend(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t il, con
                      .kv_type = kp->type, .scale = arch->q_prescale ? 1.0f : hp->attn_scale,
                      .scratch = c->attn_scratch, .scratch_stride = CN_ATTN_SCRATCH(c->n_ctx)}};
     cn_pool_run(c->pool, attn_run, &at);
+    if (c->prof) prof_add(c, t0, ST_ATTN, NULL, 0, kv_bytes_read(c, kp, nu, n, KVD));
     return CN_STATUS_OK;
 }
 
-/* The bytes attention reads from the cache in one layer: each sequence's K and V rows
- * up to its last new position. */
-static uint64_t kv_bytes_read(const cn_fwd *c, const cn_kv_params *kp, int32_t nu, int64_t n, int64_t kv_dim) {
-    const double per = kp->type == CN_TYPE_F32 ? 4.0 : kp->type == CN_TYPE_F16 ? 2.0 : 34.0 / 32.0;
-    int64_t positions = n; /* the new rows */
-    for (int32_t u = 0; u < nu; u++) positions += c->useq_len[u];
-    return (uint64_t)((double)positions * (double)kv_dim * 2.0 * per);
+/* x = each row's token embedding (scaled when the arch says); its RoPE angles for global
+ * and sliding layers. */
+static void embed_rows(cn_fwd *c, const cn_batch *b) {
+    const cn_hparams *hp = cn_model_hparams(c->m);
+    const cn_arch_desc *arch = cn_model_arch(c->m);
+    const cn_kernels *K = c->kern;
+    const int64_t n = b->n_rows, E = hp->n_embd;
+    const cn_weight *te = cn_model_tok_embd(c->m);
+    const cn_type_traits *tr = cn_type_traits_get(te->type);
+    const float embd_scale = sqrtf((float)E);
+    const cn_weight *ff = cn_model_rope_freqs(c->m);
+    const float *freqs = ff ? ff->data : NULL;
+    const double t0 = prof_start(c);
+    for (int64_t r = 0; r < n; r++) {
+        float *xr = c->x + r * E;
+        tr->to_float((const uint8_t *)te->data + (size_t)b->rows[r].token * te->row_bytes, xr, E);
+        if (arch->embd_scale)
+            for (int64_t i = 0; i < E; i++) xr[i] *= embd_scale;
+        K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base, hp->rope_freq_scale, freqs,
+                      c->cs_global + r * hp->n_rot);
+        if (arch->swa_pattern > 0)
+            K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base_swa, 1.0f, freqs,
+                          c->cs_swa + r * hp->n_rot);
+    }
+    prof_add(c, t0, ST_EMBED, NULL, 0, (uint64_t)n * te->row_bytes);
 }
 
 /* cn_forward, or cn_forward_embd when embd_out is given (logits_out unused then). */
@@ -732,26 +773,7 @@ static cn_status forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv 
     cn_status s = prepare_batch(c, b, kv, &nu, &n_want, err);
     if (s != CN_STATUS_OK) return s;
 
-    /* Embeddings; RoPE angles for each row, for global and sliding layers. */
-    const cn_weight *te = cn_model_tok_embd(m);
-    const cn_type_traits *tr = cn_type_traits_get(te->type);
-    const float embd_scale = sqrtf((float)E);
-    const cn_weight *ff = cn_model_rope_freqs(m);
-    const float *freqs = ff ? ff->data : NULL;
-    double t0 = prof_start(c);
-    for (int64_t r = 0; r < n; r++) {
-        float *xr = c->x + r * E;
-        tr->to_float((const uint8_t *)te->data + (size_t)b->rows[r].token * te->row_bytes, xr, E);
-        if (arch->embd_scale)
-            for (int64_t i = 0; i < E; i++) xr[i] *= embd_scale;
-        K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base, hp->rope_freq_scale, freqs,
-                      c->cs_global + r * hp->n_rot);
-        if (arch->swa_pattern > 0)
-            K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base_swa, 1.0f, freqs,
-                          c->cs_swa + r * hp->n_rot);
-    }
-    prof_add(c, t0, ST_EMBED, NULL, 0, (uint64_t)n * te->row_bytes);
-
+    embed_rows(c, b); /* x = embeddings; RoPE angles */
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const cn_layer *L = cn_model_layer(m, il);
         const cn_layer *prev = il > 0 ? cn_model_layer(m, il - 1) : NULL;
@@ -760,31 +782,18 @@ static cn_status forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv 
         /* attention: x (+ the previous layer's FFN branch) → norm → Q, K, V → RoPE */
         const resid_norm attn_in = {prev ? c->tmp : NULL, prev && arch->post_norms ? &prev->post_ffn_norm : NULL,
                                     &L->attn_norm};
-        const cn_weight *const qkv[] = {&L->wq, &L->wk, &L->wv};
-        t0 = prof_start(c);
-        norm_matmuls(c, n, NULL, n, attn_in, 3, qkv, (float *[]){c->q, c->k, c->v});
-        prof_add(c, t0, ST_QKV, qkv, 3, 0);
-        t0 = prof_start(c);
+        norm_matmuls(c, ST_QKV, n, NULL, n, attn_in, 3, (const cn_weight *[]){&L->wq, &L->wk, &L->wv},
+                     (float *[]){c->q, c->k, c->v});
         rope_qk(c, L, cs, n);
-        prof_add(c, t0, ST_ROPE, NULL, 0, 0);
-        t0 = prof_start(c);
         s = attend(c, b, kv, il, L, nu, err); /* K, V into the cache; att = attention over it */
         if (s != CN_STATUS_OK) return s;
-        if (c->prof) prof_add(c, t0, ST_ATTN, NULL, 0, kv_bytes_read(c, kp, nu, n, KVD));
-        const cn_weight *const wo = &L->wo;
-        t0 = prof_start(c);
-        quant_matmul(c, n, c->att, QD, wo, c->tmp);
-        prof_add(c, t0, ST_WO, &wo, 1, 0);
+        quant_matmul(c, ST_WO, n, c->att, QD, &L->wo, c->tmp);
 
         /* feed-forward: x += attention branch → norm → gate, up → act → down */
         const resid_norm ffn_in = {c->tmp, arch->post_norms ? &L->post_attn_norm : NULL, &L->ffn_norm};
-        const cn_weight *const gate_up[] = {&L->w_gate, &L->w_up}, *const down = &L->w_down;
-        t0 = prof_start(c);
-        norm_matmuls(c, n, NULL, n, ffn_in, 2, gate_up, (float *[]){c->hg, c->hu});
-        prof_add(c, t0, ST_GATE_UP, gate_up, 2, 0);
-        t0 = prof_start(c);
-        act_matmul(c, n, arch->act, down, c->tmp);
-        prof_add(c, t0, ST_DOWN, &down, 1, 0);
+        norm_matmuls(c, ST_GATE_UP, n, NULL, n, ffn_in, 2, (const cn_weight *[]){&L->w_gate, &L->w_up},
+                     (float *[]){c->hg, c->hu});
+        act_matmul(c, ST_DOWN, n, arch->act, &L->w_down, c->tmp);
     }
 
     /* the last FFN branch, the output norm and the LM head, for the rows that want logits */
@@ -798,17 +807,14 @@ static cn_status forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv 
         }
         return CN_STATUS_OK;
     }
-    const resid_norm out_in = {c->tmp, arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
-                               cn_model_output_norm(m)};
-    const cn_weight *const head = cn_model_output(m);
-    t0 = prof_start(c);
-    norm_matmuls(c, n, c->want_rows, n_want, out_in, 1, &head, (float *[]){logits_out});
+    const resid_norm out_in = {c->tmp, last_post, cn_model_output_norm(m)};
+    norm_matmuls(c, ST_HEAD, n, c->want_rows, n_want, out_in, 1, (const cn_weight *[]){cn_model_output(m)},
+                 (float *[]){logits_out});
     if (hp->final_softcap > 0.0f) {
         const float cap = hp->final_softcap;
         for (int64_t i = 0; i < (int64_t)n_want * hp->n_vocab; i++)
             logits_out[i] = tanhf(logits_out[i] / cap) * cap;
     }
-    prof_add(c, t0, ST_HEAD, &head, 1, 0);
     return CN_STATUS_OK;
 }
 
