@@ -199,11 +199,7 @@ static cn_status load_chat_template(cn_engine *e, const char *name, cn_error *er
         if (cn_chat_template_for_model(cn_model_gguf(e->m), e->tok, &e->chat, &ignored) != CN_STATUS_OK) e->chat = NULL;
         if (ignored.status == CN_STATUS_NO_MEMORY) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory");
     }
-    if (e->chat) {
-        const char *eot = cn_chat_template_end_of_turn(e->chat);
-        const int32_t id = eot[0] ? cn_tokenizer_find(e->tok, eot) : -1;
-        if (eot[0] && (id < 0 || !cn_tokenizer_is_eog(e->tok, id))) e->eot_stop = eot;
-    }
+    e->eot_stop = cn_chat_end_of_turn_stop(e->chat, e->tok);
     return CN_STATUS_OK;
 }
 

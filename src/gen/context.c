@@ -218,9 +218,7 @@ static cn_status prompt_ids(const cn_context *c, const cn_prompt *pr, int32_t **
         cn_status st = cn_chat_render(c->chat, pr->messages, pr->n_messages, true, &rendered, &len, err);
         if (st != CN_STATUS_OK) return st;
         text = rendered;
-        const char *e = cn_chat_template_end_of_turn(c->chat);
-        const int32_t id = e[0] ? cn_tokenizer_find(c->tok, e) : -1;
-        if (e[0] && (id < 0 || !cn_tokenizer_is_eog(c->tok, id))) *eot = e;
+        *eot = cn_chat_end_of_turn_stop(c->chat, c->tok);
     }
     size_t cnt = 0;
     cn_status st = cn_tokenize_alloc(c->tok, text, len, true, true, ids, &cnt, err);
