@@ -777,7 +777,7 @@ typedef struct cn_engine cn_engine;
 #define CN_ENGINE_MAX_DRAFT 16       /* speculative guesses per sequence and step */
 
 typedef struct {
-    int32_t n_threads;     /* [1, 1024]; default 1 */
+    int32_t n_threads;     /* [1, 1024]; 0 = every CPU (as for a context); default 1 */
     int64_t kv_mem_mib;    /* KV budget in MiB (all layers, K and V); 0 = use kv_tokens */
     int64_t kv_tokens;     /* KV budget in token positions over all sequences, when
                               kv_mem_mib is 0; default 4096 */

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cinder.h"
 #include "cli.h"
@@ -122,7 +121,7 @@ int cn_cli_serve(int argc, char **argv) {
     cn_server_params sp = cn_server_default_params();
     engine_cfg ec = {.ep = cn_engine_default_params(), .emp = cn_embedder_default_params()};
     cn_engine_params *const epp = &ec.ep;
-    int32_t n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), shutdown_s = 10, models_max = 0;
+    int32_t n_threads = 0, shutdown_s = 10, models_max = 0; /* 0: every CPU */
     int64_t max_body = (int64_t)sp.max_body_bytes;
     bool no_prefix_cache = false;
     const char *pooling = NULL;

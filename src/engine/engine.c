@@ -87,8 +87,7 @@ bool cn_engine_has_draft(const cn_engine *e) { return e->dfwd != NULL; }
 /* ---- create / free ---- */
 
 static cn_status check_params(const cn_engine_params *p, cn_error *err) {
-    if (p->n_threads < 1 || p->n_threads > 1024)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: n_threads = %d is out of range [1, 1024]", p->n_threads);
+    if (cn_threads_check(p->n_threads, "engine", err) != CN_STATUS_OK) return CN_STATUS_INVALID_ARG;
     if (p->kv_mem_mib < 0 || p->kv_mem_mib > (1 << 20))
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: kv_mem_mib = %lld is out of range [0, 2^20]",
                       (long long)p->kv_mem_mib);
@@ -218,6 +217,7 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
     pthread_cond_init(&e->cv, NULL);
     e->m = m;
     e->p = *p;
+    e->p.n_threads = cn_threads_resolve(p->n_threads);
     e->next_id = 1;
     const cn_hparams *hp = cn_model_hparams(m);
     e->n_vocab = hp->n_vocab;
@@ -249,7 +249,7 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
     }
 
     /* one pool for the target and the draft model: their passes never run at once */
-    if ((st = cn_pool_create(p->n_threads, &e->pool, err)) != CN_STATUS_OK) goto fail;
+    if ((st = cn_pool_create(e->p.n_threads, &e->pool, err)) != CN_STATUS_OK) goto fail;
     cn_fwd_params cp = cn_fwd_default_params();
     cp.pool = e->pool;
     cp.n_batch_max = p->step_tokens;

@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cinder.h"
 #include "core/core.h"
+#include "core/pool.h"
 #include "gen/beam.h"
 #include "gen/generate.h"
 #include "gen/sampling.h"
@@ -112,9 +112,7 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
     cn_context_params d = cn_context_default_params();
     if (!p) p = &d;
     if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "context: no model");
-    if (p->n_threads < 0 || p->n_threads > 1024)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_threads", "context: n_threads = %d is out of range [0, 1024] (0 = every CPU)",
-                      p->n_threads);
+    if (cn_threads_check(p->n_threads, "context", err) != CN_STATUS_OK) return CN_STATUS_INVALID_ARG;
     if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_ctx", "context: n_ctx = %d is out of range [0, 2^24] (0 = the model's)",
                       p->n_ctx);
@@ -133,10 +131,7 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
     const cn_hparams *hp = cn_model_hparams(m);
     c->n_vocab = hp->n_vocab;
     c->n_ctx = p->n_ctx ? p->n_ctx : CN_MIN(hp->n_ctx_train, 4096);
-    if (c->p.n_threads == 0) {
-        const long n = sysconf(_SC_NPROCESSORS_ONLN);
-        c->p.n_threads = (int32_t)CN_MAX(1, CN_MIN(n, 1024));
-    }
+    c->p.n_threads = cn_threads_resolve(p->n_threads);
     cn_status st = cn_tokenizer_from_model(m, &c->tok, err);
     if (st == CN_STATUS_OK && p->chat_template) {
         st = cn_chat_template_from_name(p->chat_template, &c->chat, err);

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "core/core.h"
+#include "core/pool.h"
 #include "model/model.h"
 
 struct cn_embedder {
@@ -109,9 +109,7 @@ cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_
     const cn_embedder_params d = cn_embedder_default_params();
     if (!p) p = &d;
     if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "embedder: no model");
-    if (p->n_threads < 0 || p->n_threads > 1024)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_threads",
-                            "embedder: n_threads = %d is out of range [0, 1024] (0 = every CPU)", p->n_threads);
+    if (cn_threads_check(p->n_threads, "embedder", err) != CN_STATUS_OK) return CN_STATUS_INVALID_ARG;
     if (p->n_batch < 8 || p->n_batch > 65536)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_batch", "embedder: n_batch = %d is out of range [8, 65536]",
                             p->n_batch);
@@ -127,10 +125,7 @@ cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_
     pthread_mutex_init(&e->mu, NULL);
     e->m = m;
     e->p = *p;
-    if (e->p.n_threads == 0) {
-        const long n = sysconf(_SC_NPROCESSORS_ONLN);
-        e->p.n_threads = (int32_t)CN_MAX(1, CN_MIN(n, 1024));
-    }
+    e->p.n_threads = cn_threads_resolve(p->n_threads);
     if (e->p.pooling == CN_POOLING_DEFAULT) e->p.pooling = model_pooling(m);
     const cn_hparams *hp = cn_model_hparams(m);
     e->n_embd = hp->n_embd;

@@ -412,9 +412,8 @@ static void weights_to_hugepages(cn_model *m) {
         cp.dst[i] = dst;
         if (bytes[i]) dst += (bytes[i] + 63) & ~(size_t)63;
     }
-    const long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     cn_pool *pool = NULL;
-    if (cn_pool_create((int)CN_MAX(1, CN_MIN(n_cpu, 8)), &pool, NULL) != CN_STATUS_OK) pool = NULL;
+    if (cn_pool_create(CN_MIN(cn_threads_resolve(0), 8), &pool, NULL) != CN_STATUS_OK) pool = NULL;
     cn_pool_run(pool, hp_copy_run, &cp); /* a NULL pool copies on this thread */
     cn_pool_free(pool);
     for (size_t i = 0; i < n_ws; i++) {
