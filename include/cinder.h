@@ -1369,7 +1369,7 @@ CN_API void cn_tool_reader_free(cn_tool_reader *r); /* NULL is a no-op */
 CN_API cn_status cn_tool_reader_feed(cn_tool_reader *r, const char *text, size_t n, bool final,
                                      const cn_tool_event **ev, size_t *n_ev, cn_error *err);
 
-/* A chat turn that may call tools, made ready to generate (src/gen/chat_turn.c): the
+/* A chat turn that may call tools, made ready to generate (src/text/chat_turn.c): the
  * messages checked (roles, fields, a tool result must answer a call an earlier
  * assistant message made: INVALID_ARG with err->param such as
  * "messages[3].tool_call_id") and rendered with the template, the tools in it; a
