@@ -915,14 +915,15 @@ CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
 /* ==== end of engine ======================================================================= */
 
 /* ==== embeddings ==========================================================================
- * One vector per input text (src/gen/embed.c): the model's final hidden states (after the
+ * One vector per input text (src/engine/embed.c): the model's final hidden states (after the
  * output norm, what its LM head would read: llama.cpp's embeddings) pooled over the
  * input's tokens, then L2-normalized. An embedder is a path of its own beside the
  * engine: an input is one prefill and no token is sampled, so it needs neither the
  * scheduler nor a KV cache that outlives the call; it packs many inputs into each
  * forward pass (one sequence each, up to n_batch tokens per pass) on a cache sized for
- * one pass. Threads: calls may come from any thread; they run one at a time (an internal
- * lock), each on the embedder's own n_threads. */
+ * one pass. Threads: calls may come from any thread; their passes run one at a time (an
+ * internal lock), on the embedder's own n_threads, or, for an engine's embedder
+ * (cn_engine_embedder), on the engine's threads between two of its steps. */
 
 /* How token vectors become one: numbered as GGUF's <arch>.pooling_type (llama.cpp's). */
 typedef enum {
@@ -950,7 +951,8 @@ CN_API cn_status cn_embd_pool(const float *h, int32_t n_rows, int32_t n_embd, cn
 typedef struct cn_embedder cn_embedder;
 
 typedef struct {
-    int32_t n_threads;         /* [1, 1024]; 0 (default) = every CPU */
+    int32_t n_threads;         /* [1, 1024]; 0 (default) = every CPU; an engine's embedder
+                                  ignores it (the engine's threads) */
     int32_t n_batch;           /* tokens per forward pass, [8, 65536], and so the longest input;
                                   default 512 (llama-server's default physical batch, which
                                   bounds its embedding inputs the same way) */
@@ -964,6 +966,13 @@ CN_API cn_embedder_params cn_embedder_default_params(void);
 /* Borrows m (it must outlive the embedder). Errors: a parameter out of range or pooling
  * NONE (INVALID_ARG, param named), the tokenizer's errors, no memory. */
 CN_API cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_embedder **out, cn_error *err);
+/* An embedder of e's model on e's thread pool and tokenizer (a server then runs one set
+ * of compute threads per model, not two). Each forward pass takes the engine's lock, so
+ * it runs between two steps: generation and embeddings interleave pass by pass, and a
+ * vector is bit-identical to a standalone embedder's. Borrows e: free the embedder before
+ * the engine. Errors as cn_embedder_create's (n_threads is not read), INVALID_ARG
+ * without an engine. */
+CN_API cn_status cn_engine_embedder(cn_engine *e, const cn_embedder_params *p, cn_embedder **out, cn_error *err);
 CN_API void cn_embedder_free(cn_embedder *e); /* NULL is a no-op */
 
 CN_API int32_t cn_embedder_n_embd(const cn_embedder *e);    /* floats per vector */
@@ -1015,7 +1024,8 @@ CN_API uint64_t cn_model_decode_bytes(const cn_model *m);
 
 /* ==== engine: what it owns ===============================================================
  * An engine owns its model's tokenizer, its chat template and the end-of-turn stop that
- * template needs, and one thread pool of n_threads that the draft model's passes share:
+ * template needs, and one thread pool of n_threads that the draft model's passes and its
+ * embedders' (cn_engine_embedder) share:
  * a server or a program built on an engine asks it for them rather than loading its own
  * (src/engine/engine.c). Every call may come from any thread at any time. */
 
