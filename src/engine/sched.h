@@ -116,7 +116,4 @@ typedef struct {
 } cn_sched_stats;
 void cn_sched_get_stats(const cn_sched *s, cn_sched_stats *out);
 
-/* Blocks a sequence of n_tokens positions needs: ceil(n_tokens / block_tokens). */
-int64_t cn_sched_blocks_for(const cn_sched *s, int64_t n_tokens);
-
 #endif

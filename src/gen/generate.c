@@ -259,8 +259,6 @@ void cn_gen_free(cn_gen *g) {
     free(g);
 }
 
-void cn_gen_set_arrival(cn_gen *g, double t_ms) { g->t_arrival = t_ms; }
-
 static bool grow_hist(cn_gen *g, size_t need) {
     if (need <= g->cap_hist) return true;
     size_t cap = g->cap_hist ? g->cap_hist : 64;
@@ -447,8 +445,6 @@ cn_status cn_gen_push_logits(cn_gen *g, const float *logits, cn_gen_step *out, c
 }
 
 /* ---- guessing under the grammar (speculation) ---- */
-
-bool cn_gen_has_grammar(const cn_gen *g) { return g->gm != NULL; }
 
 int32_t cn_gen_guess_filter(cn_gen *g, const int32_t *draft, int32_t n) {
     if (!g->gm || n <= 0) return CN_MAX(n, 0);
