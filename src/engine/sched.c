@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
+
 struct cn_sched {
     cn_sched_params p;
     cn_kv *kv;
@@ -88,13 +90,8 @@ void cn_sched_seq_free(cn_sched_seq *q) {
 
 cn_status cn_sched_seq_append(cn_sched_seq *q, const int32_t *tokens, int64_t n, cn_error *err) {
     if (n <= 0) return CN_STATUS_OK;
-    if (q->n_tokens + n > q->cap) {
-        int64_t cap = CN_MAX(q->n_tokens + n, CN_MAX(2 * q->cap, 64));
-        int32_t *t = realloc(q->tokens, (size_t)cap * sizeof *t);
-        if (!t) return cn_err(err, CN_STATUS_NO_MEMORY, "sched: out of memory for %lld tokens", (long long)cap);
-        q->tokens = t;
-        q->cap = cap;
-    }
+    if (!CN_GROW(q->tokens, q->cap, (size_t)(q->n_tokens + n)))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "sched: out of memory for %lld tokens", (long long)(q->n_tokens + n));
     memcpy(q->tokens + q->n_tokens, tokens, (size_t)n * sizeof *tokens);
     q->n_tokens += n;
     return CN_STATUS_OK;

@@ -40,7 +40,8 @@ typedef enum {
 typedef struct cn_sched_seq {
     uint64_t key;          /* order: smaller is older (admitted first, preempted last) */
     int32_t *tokens;       /* (cap) prompt then generated tokens; n_tokens in use */
-    int64_t n_tokens, cap;
+    int64_t n_tokens;
+    size_t cap;
     int64_t n_computed;    /* positions [0, n_computed) are in the KV cache */
     int32_t slot;          /* KV sequence id while running, else -1 */
     int32_t n_fork;        /* forks still to come (n > 1; set by the owner): admission

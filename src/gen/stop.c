@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/utf8.h"
 
 struct cn_stop_filter {
@@ -171,13 +172,8 @@ cn_status cn_stop_filter_push(cn_stop_filter *f, const char *text, size_t n_byte
     uint64_t need;
     if (!cn_add_ok(f->n_held, n_bytes, &need) || need > SIZE_MAX)
         return cn_err(err, CN_STATUS_LIMIT, "stop filter: piece of %zu bytes too large", n_bytes);
-    if (need > f->held_cap) {
-        size_t cap = CN_MAX((size_t)need, 2 * f->held_cap);
-        char *p = realloc(f->held, cap);
-        if (!p) return cn_err(err, CN_STATUS_NO_MEMORY, "stop filter: out of memory");
-        f->held = p;
-        f->held_cap = cap;
-    }
+    if (!CN_GROW(f->held, f->held_cap, need))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "stop filter: out of memory");
     memcpy(f->held + f->n_held, text, n_bytes);
     f->n_held += n_bytes;
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/pool.h"
+#include "core/buf.h"
 #include "tensor/tensor.h"
 
 struct cn_fwd {
@@ -41,7 +42,7 @@ struct cn_fwd {
     const void *const **k_rows, *const **v_rows; /* (B) a row's block pointers */
     const void *const **useq_k, *const **useq_v; /* (B) */
     const void **blk;             /* block pointers of all distinct sequences, grown as needed */
-    int64_t blk_cap;
+    size_t blk_cap;
     int32_t *want_rows;           /* (B) */
     struct prof *prof;            /* NULL: not profiling; else prof_data */
     struct prof *prof_data;       /* the counts, kept when profiling stops */
@@ -656,12 +657,8 @@ static cn_status gather_blocks(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t 
         const int32_t *ids;
         need += 2 * cn_kv_seq_blocks(kv, c->useq[u], &ids);
     }
-    if (need > c->blk_cap) {
-        const void **nb = realloc(c->blk, (size_t)need * sizeof *nb);
-        if (!nb) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for KV block tables");
-        c->blk = nb;
-        c->blk_cap = need;
-    }
+    if (!CN_GROW(c->blk, c->blk_cap, (size_t)need))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for KV block tables");
     int64_t off = 0;
     for (int32_t u = 0; u < nu; u++) {
         const int32_t *ids;
