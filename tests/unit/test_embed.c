@@ -106,13 +106,18 @@ static void setup(void) {
 
 static void teardown(void) { cn_model_free(model); }
 
-static cn_embedder *make(int32_t n_batch, int32_t max_seqs, cn_pooling p, bool norm) {
+static cn_embedder_params params(int32_t n_batch, int32_t max_seqs, cn_pooling p, bool norm) {
     cn_embedder_params ep = cn_embedder_default_params();
     ep.n_threads = 2;
     ep.n_batch = n_batch;
     ep.max_seqs = max_seqs;
     ep.pooling = p;
     ep.normalize = norm;
+    return ep;
+}
+
+static cn_embedder *make(int32_t n_batch, int32_t max_seqs, cn_pooling p, bool norm) {
+    const cn_embedder_params ep = params(n_batch, max_seqs, p, norm);
     cn_embedder *e = NULL;
     cn_error err = {0};
     cr_assert_eq(cn_embedder_create(model, &ep, &e, &err), CN_STATUS_OK, "%s", err.msg);
@@ -154,15 +159,21 @@ Test(embed, last_hidden_state_feeds_the_head, .init = setup, .fini = teardown) {
     cn_embedder_free(e);
 }
 
-/* A text's vector is the same alone and packed with others, whatever the pass sizes. */
-Test(embed, packing_does_not_change_a_vector, .init = setup, .fini = teardown) {
-    enum { N = 9 };
-    int32_t *ids[N], n[N];
-    for (int i = 0; i < N; i++) {
+/* Nine inputs of 1 to 23 tokens, for the tests that compare embedders. */
+enum { N_IN = 9 };
+static void some_inputs(int32_t *ids[N_IN], int32_t n[N_IN]) {
+    for (int i = 0; i < N_IN; i++) {
         n[i] = 1 + (i * 7) % 23;
         ids[i] = malloc(n[i] * sizeof *ids[i]);
         for (int t = 0; t < n[i]; t++) ids[i][t] = 1 + (i * 31 + t * 17) % 500;
     }
+}
+
+/* A text's vector is the same alone and packed with others, whatever the pass sizes. */
+Test(embed, packing_does_not_change_a_vector, .init = setup, .fini = teardown) {
+    enum { N = N_IN };
+    int32_t *ids[N], n[N];
+    some_inputs(ids, n);
     const cn_pooling pools[] = {CN_POOLING_MEAN, CN_POOLING_CLS, CN_POOLING_LAST};
     for (size_t p = 0; p < 3; p++) {
         cn_embedder *alone = make(32, 1, pools[p], true), *packed = make(40, 3, pools[p], true);
@@ -219,22 +230,21 @@ Test(embed, bad_inputs, .init = setup, .fini = teardown) {
     cn_embedder_free(NULL);
 }
 
-/* Nine inputs of 1 to 23 tokens, for the tests that compare embedders. */
-enum { N_IN = 9 };
-static void some_inputs(int32_t *ids[N_IN], int32_t n[N_IN]) {
-    for (int i = 0; i < N_IN; i++) {
-        n[i] = 1 + (i * 7) % 23;
-        ids[i] = malloc(n[i] * sizeof *ids[i]);
-        for (int t = 0; t < n[i]; t++) ids[i][t] = 1 + (i * 31 + t * 17) % 500;
-    }
+/* The inputs' vectors from a standalone embedder (n_batch 40, 3 inputs a pass, mean):
+ * what an engine's embedder must give. *E: floats per vector. */
+static float *reference_vectors(int32_t *const ids[N_IN], const int32_t n[N_IN], int32_t *E) {
+    cn_embedder *alone = make(40, 3, CN_POOLING_MEAN, true);
+    *E = cn_embedder_n_embd(alone);
+    float *a = malloc((size_t)N_IN * *E * sizeof *a);
+    cn_error err = {0};
+    cr_assert_eq(cn_embedder_embed(alone, (const int32_t *const *)ids, n, N_IN, a, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_embedder_free(alone);
+    return a;
 }
 
 static cn_embedder *engine_embedder(cn_engine *eng) {
-    cn_embedder_params ep = cn_embedder_default_params();
+    cn_embedder_params ep = params(40, 3, CN_POOLING_MEAN, true);
     ep.n_threads = 7; /* not read: the engine's threads */
-    ep.n_batch = 40;
-    ep.max_seqs = 3;
-    ep.pooling = CN_POOLING_MEAN;
     cn_embedder *e = NULL;
     cn_error err = {0};
     cr_assert_eq(cn_engine_embedder(eng, &ep, &e, &err), CN_STATUS_OK, "%s", err.msg);
@@ -244,13 +254,10 @@ static cn_embedder *engine_embedder(cn_engine *eng) {
 /* An engine's embedder (the engine's pool and tokenizer) gives a standalone embedder's
  * vectors bit for bit, whatever the engine's thread count. */
 Test(embed, engine_embedder_matches_standalone, .init = setup, .fini = teardown) {
-    int32_t *ids[N_IN], n[N_IN];
+    int32_t *ids[N_IN], n[N_IN], E = 0;
     some_inputs(ids, n);
-    cn_embedder *alone = make(40, 3, CN_POOLING_MEAN, true);
-    const int32_t E = cn_embedder_n_embd(alone);
-    float *a = malloc((size_t)N_IN * E * sizeof *a), *b = malloc((size_t)N_IN * E * sizeof *b);
+    float *a = reference_vectors(ids, n, &E), *b = malloc((size_t)N_IN * E * sizeof *b);
     cn_error err = {0};
-    cr_assert_eq(cn_embedder_embed(alone, (const int32_t *const *)ids, n, N_IN, a, &err), CN_STATUS_OK, "%s", err.msg);
     const int32_t threads[] = {1, 3};
     for (size_t k = 0; k < 2; k++) {
         cn_engine_params p = cn_engine_default_params();
@@ -277,7 +284,6 @@ Test(embed, engine_embedder_matches_standalone, .init = setup, .fini = teardown)
     cr_assert_str_eq(err.param, "max_seqs");
     cr_assert_null(x);
     cn_engine_free(eng);
-    cn_embedder_free(alone);
     free(a);
     free(b);
     for (int i = 0; i < N_IN; i++) free(ids[i]);
@@ -311,13 +317,10 @@ static void slow_finish(void *user, uint64_t id, int32_t index, cn_finish_reason
  * standalone one, passes run between steps, and the request's tokens are those it makes
  * alone. */
 Test(embed, engine_embedder_while_the_engine_generates, .init = setup, .fini = teardown, .timeout = 120) {
-    int32_t *ids[N_IN], n[N_IN];
+    int32_t *ids[N_IN], n[N_IN], E = 0;
     some_inputs(ids, n);
-    cn_embedder *alone = make(40, 3, CN_POOLING_MEAN, true);
-    const int32_t E = cn_embedder_n_embd(alone);
-    float *a = malloc((size_t)N_IN * E * sizeof *a), *b = malloc((size_t)N_IN * E * sizeof *b);
+    float *a = reference_vectors(ids, n, &E), *b = malloc((size_t)N_IN * E * sizeof *b);
     cn_error err = {0};
-    cr_assert_eq(cn_embedder_embed(alone, (const int32_t *const *)ids, n, N_IN, a, &err), CN_STATUS_OK, "%s", err.msg);
 
     cn_engine_params p = cn_engine_default_params();
     p.n_threads = 2;
@@ -358,7 +361,6 @@ Test(embed, engine_embedder_while_the_engine_generates, .init = setup, .fini = t
     cn_engine_stop(eng);
     cn_embedder_free(e);
     cn_engine_free(eng);
-    cn_embedder_free(alone);
     free(a);
     free(b);
     for (int i = 0; i < N_IN; i++) free(ids[i]);
