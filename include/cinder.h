@@ -918,8 +918,8 @@ CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
  * One vector per input text (src/engine/embed.c): the model's final hidden states (after the
  * output norm, what its LM head would read: llama.cpp's embeddings) pooled over the
  * input's tokens, then L2-normalized. An embedder is a path of its own beside the
- * engine: an input is one prefill and no token is sampled, so it needs neither the
- * scheduler nor a KV cache that outlives the call; it packs many inputs into each
+ * engine's scheduler: an input is one prefill and no token is sampled, so it needs neither
+ * the scheduler nor a KV cache that outlives the call; it packs many inputs into each
  * forward pass (one sequence each, up to n_batch tokens per pass) on a cache sized for
  * one pass. Threads: calls may come from any thread; their passes run one at a time (an
  * internal lock), on the embedder's own n_threads, or, for an engine's embedder
@@ -978,7 +978,8 @@ CN_API void cn_embedder_free(cn_embedder *e); /* NULL is a no-op */
 CN_API int32_t cn_embedder_n_embd(const cn_embedder *e);    /* floats per vector */
 CN_API int32_t cn_embedder_n_batch(const cn_embedder *e);   /* the longest input, in tokens */
 CN_API cn_pooling cn_embedder_pooling(const cn_embedder *e); /* what DEFAULT became */
-/* The model's tokenizer. View valid until cn_embedder_free. */
+/* The model's tokenizer (an engine's embedder: the engine's). View valid until
+ * cn_embedder_free. */
 CN_API const cn_tokenizer *cn_embedder_tokenizer(const cn_embedder *e);
 
 /* Embeds n_inputs token sequences: tokens[i][0..n_tokens[i]) into out[i * n_embd ..]
