@@ -777,7 +777,7 @@ typedef struct cn_engine cn_engine;
 #define CN_ENGINE_MAX_DRAFT 16       /* speculative guesses per sequence and step */
 
 typedef struct {
-    int32_t n_threads;     /* [1, 1024]; default 1 */
+    int32_t n_threads;     /* [1, 1024]; 0 = every CPU (as for a context); default 1 */
     int64_t kv_mem_mib;    /* KV budget in MiB (all layers, K and V); 0 = use kv_tokens */
     int64_t kv_tokens;     /* KV budget in token positions over all sequences, when
                               kv_mem_mib is 0; default 4096 */
@@ -915,14 +915,15 @@ CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
 /* ==== end of engine ======================================================================= */
 
 /* ==== embeddings ==========================================================================
- * One vector per input text (src/gen/embed.c): the model's final hidden states (after the
+ * One vector per input text (src/engine/embed.c): the model's final hidden states (after the
  * output norm, what its LM head would read: llama.cpp's embeddings) pooled over the
  * input's tokens, then L2-normalized. An embedder is a path of its own beside the
- * engine: an input is one prefill and no token is sampled, so it needs neither the
- * scheduler nor a KV cache that outlives the call; it packs many inputs into each
+ * engine's scheduler: an input is one prefill and no token is sampled, so it needs neither
+ * the scheduler nor a KV cache that outlives the call; it packs many inputs into each
  * forward pass (one sequence each, up to n_batch tokens per pass) on a cache sized for
- * one pass. Threads: calls may come from any thread; they run one at a time (an internal
- * lock), each on the embedder's own n_threads. */
+ * one pass. Threads: calls may come from any thread; their passes run one at a time (an
+ * internal lock), on the embedder's own n_threads, or, for an engine's embedder
+ * (cn_engine_embedder), on the engine's threads between two of its steps. */
 
 /* How token vectors become one: numbered as GGUF's <arch>.pooling_type (llama.cpp's). */
 typedef enum {
@@ -950,7 +951,8 @@ CN_API cn_status cn_embd_pool(const float *h, int32_t n_rows, int32_t n_embd, cn
 typedef struct cn_embedder cn_embedder;
 
 typedef struct {
-    int32_t n_threads;         /* [1, 1024]; 0 (default) = every CPU */
+    int32_t n_threads;         /* [1, 1024]; 0 (default) = every CPU; an engine's embedder
+                                  ignores it (the engine's threads) */
     int32_t n_batch;           /* tokens per forward pass, [8, 65536], and so the longest input;
                                   default 512 (llama-server's default physical batch, which
                                   bounds its embedding inputs the same way) */
@@ -964,12 +966,20 @@ CN_API cn_embedder_params cn_embedder_default_params(void);
 /* Borrows m (it must outlive the embedder). Errors: a parameter out of range or pooling
  * NONE (INVALID_ARG, param named), the tokenizer's errors, no memory. */
 CN_API cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_embedder **out, cn_error *err);
+/* An embedder of e's model on e's thread pool and tokenizer (a server then runs one set
+ * of compute threads per model, not two). Each forward pass takes the engine's lock, so
+ * it runs between two steps: generation and embeddings interleave pass by pass, and a
+ * vector is bit-identical to a standalone embedder's. Borrows e: free the embedder before
+ * the engine. Errors as cn_embedder_create's (n_threads is not read), INVALID_ARG
+ * without an engine. */
+CN_API cn_status cn_engine_embedder(cn_engine *e, const cn_embedder_params *p, cn_embedder **out, cn_error *err);
 CN_API void cn_embedder_free(cn_embedder *e); /* NULL is a no-op */
 
 CN_API int32_t cn_embedder_n_embd(const cn_embedder *e);    /* floats per vector */
 CN_API int32_t cn_embedder_n_batch(const cn_embedder *e);   /* the longest input, in tokens */
 CN_API cn_pooling cn_embedder_pooling(const cn_embedder *e); /* what DEFAULT became */
-/* The model's tokenizer. View valid until cn_embedder_free. */
+/* The model's tokenizer (an engine's embedder: the engine's). View valid until
+ * cn_embedder_free. */
 CN_API const cn_tokenizer *cn_embedder_tokenizer(const cn_embedder *e);
 
 /* Embeds n_inputs token sequences: tokens[i][0..n_tokens[i]) into out[i * n_embd ..]
@@ -1015,7 +1025,8 @@ CN_API uint64_t cn_model_decode_bytes(const cn_model *m);
 
 /* ==== engine: what it owns ===============================================================
  * An engine owns its model's tokenizer, its chat template and the end-of-turn stop that
- * template needs, and one thread pool of n_threads that the draft model's passes share:
+ * template needs, and one thread pool of n_threads that the draft model's passes and its
+ * embedders' (cn_engine_embedder) share:
  * a server or a program built on an engine asks it for them rather than loading its own
  * (src/engine/engine.c). Every call may come from any thread at any time. */
 
@@ -1423,7 +1434,7 @@ CN_API void cn_tool_reader_free(cn_tool_reader *r); /* NULL is a no-op */
 CN_API cn_status cn_tool_reader_feed(cn_tool_reader *r, const char *text, size_t n, bool final,
                                      const cn_tool_event **ev, size_t *n_ev, cn_error *err);
 
-/* A chat turn that may call tools, made ready to generate (src/gen/chat_turn.c): the
+/* A chat turn that may call tools, made ready to generate (src/text/chat_turn.c): the
  * messages checked (roles, fields, a tool result must answer a call an earlier
  * assistant message made: INVALID_ARG with err->param such as
  * "messages[3].tool_call_id") and rendered with the template, the tools in it; a

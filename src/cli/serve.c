@@ -1,7 +1,8 @@
 /* serve.c — `cinder serve`: the OpenAI-compatible HTTP server on the batched engine.
  * Parses flags, starts listening at once (/health answers 503 while the model loads),
  * loads the model (and a draft model) and makes the engine, which owns the tokenizer,
- * chat template and threads the server asks it for; starts the engine's run loop and
+ * chat template and threads the server asks it for (its embedder for /v1/embeddings runs
+ * on them too: one compute pool per model); starts the engine's run loop and
  * waits for SIGINT/SIGTERM; then drains (running requests may finish until
  * --shutdown-timeout), cancels the rest and exits 0. With --models-dir the server serves
  * every GGUF file of a folder and loads each on its first request through load_engine
@@ -12,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cinder.h"
 #include "cli.h"
@@ -55,7 +55,7 @@ static cn_status load_engine(void *user, const char *path, cn_model **m, cn_engi
     *emb = NULL;
     cn_status st = cn_cli_model_load(path, m, err);
     if (st == CN_STATUS_OK) st = make_engine(ec, *m, e, err);
-    if (st == CN_STATUS_OK) st = cn_embedder_create(*m, &ec->emp, emb, err);
+    if (st == CN_STATUS_OK) st = cn_engine_embedder(*e, &ec->emp, emb, err);
     if (st != CN_STATUS_OK) {
         cn_engine_free(*e);
         *e = NULL;
@@ -122,7 +122,7 @@ int cn_cli_serve(int argc, char **argv) {
     cn_server_params sp = cn_server_default_params();
     engine_cfg ec = {.ep = cn_engine_default_params(), .emp = cn_embedder_default_params()};
     cn_engine_params *const epp = &ec.ep;
-    int32_t n_threads = (int32_t)sysconf(_SC_NPROCESSORS_ONLN), shutdown_s = 10, models_max = 0;
+    int32_t n_threads = 0, shutdown_s = 10, models_max = 0; /* 0: every CPU */
     int64_t max_body = (int64_t)sp.max_body_bytes;
     bool no_prefix_cache = false;
     const char *pooling = NULL;
@@ -197,8 +197,7 @@ int cn_cli_serve(int argc, char **argv) {
     sp.max_body_bytes = (size_t)max_body;
     sp.api_key = api_key && *api_key ? api_key : NULL;
     epp->prefix_cache = !no_prefix_cache;
-    epp->n_threads = n_threads;
-    ec.emp.n_threads = n_threads;
+    epp->n_threads = n_threads; /* the embedders run on the engine's threads */
 
     /* several models: --models-dir, or --models-max / --model-alias without -m */
     char dir_buf[4096];
@@ -266,7 +265,7 @@ int cn_cli_serve(int argc, char **argv) {
     if (!chat)
         fprintf(stderr, "cinder: serve: the model has no chat template cinder renders (--chat-template NAME "
                         "chooses one); /v1/chat/completions will answer 400\n");
-    if (cn_embedder_create(m, &ec.emp, &emb, &err) != CN_STATUS_OK) {
+    if (cn_engine_embedder(e, &ec.emp, &emb, &err) != CN_STATUS_OK) {
         cn_cli_errorf("serve: the embedder: %s", err.msg);
         goto done;
     }

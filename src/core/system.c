@@ -4,7 +4,6 @@
  * allows. It measures and reports; it chooses nothing (kernels are chosen from cpu.c). */
 #include <math.h>
 #include <string.h>
-#include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -17,8 +16,7 @@
 
 void cn_system_get_info(cn_system_info *out) {
     memset(out, 0, sizeof *out);
-    const long n = sysconf(_SC_NPROCESSORS_ONLN);
-    out->n_cpus = (int32_t)CN_MAX(1L, CN_MIN(n, 1024L)); /* the context's "every CPU" */
+    out->n_cpus = cn_threads_resolve(0); /* what n_threads = 0 means everywhere */
     const cn_cpu_features *f = cn_cpu_get();
     out->avx2 = f->avx2;
     out->avx512f = f->avx512f;

@@ -82,13 +82,12 @@ const cn_kv *cn_engine_draft_kv(const cn_engine *e) { return e->dkv; }
 int32_t cn_engine_n_ctx(const cn_engine *e) { return e->n_ctx; }
 int32_t cn_engine_n_vocab(const cn_engine *e) { return e->n_vocab; }
 int32_t cn_engine_max_running(const cn_engine *e) { return e->p.max_running; }
-bool cn_engine_has_draft(const cn_engine *e) { return e->dctx != NULL; }
+bool cn_engine_has_draft(const cn_engine *e) { return e->dfwd != NULL; }
 
 /* ---- create / free ---- */
 
 static cn_status check_params(const cn_engine_params *p, cn_error *err) {
-    if (p->n_threads < 1 || p->n_threads > 1024)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: n_threads = %d is out of range [1, 1024]", p->n_threads);
+    if (cn_threads_check(p->n_threads, "engine", err) != CN_STATUS_OK) return CN_STATUS_INVALID_ARG;
     if (p->kv_mem_mib < 0 || p->kv_mem_mib > (1 << 20))
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: kv_mem_mib = %lld is out of range [0, 2^20]",
                       (long long)p->kv_mem_mib);
@@ -138,12 +137,12 @@ void cn_engine_free(cn_engine *e) {
         free_req(r);
     }
     cn_sched_free(e->sched);
-    cn_ctx_free(e->dctx);
+    cn_fwd_free(e->dfwd);
     cn_kv_free(e->dkv);
     cn_batch_free(&e->dbatch);
     free(e->dlogits);
     free(e->downer);
-    cn_ctx_free(e->ctx);
+    cn_fwd_free(e->fwd);
     cn_pool_free(e->pool); /* after both contexts that borrow it */
     cn_kv_free(e->kv);
     cn_chat_template_free(e->chat);
@@ -175,11 +174,11 @@ static cn_status draft_create(cn_engine *e, const cn_model *dm, cn_error *err) {
     const int64_t positions = e->kv_capacity + (int64_t)p->max_running * (CN_ENGINE_MAX_DRAFT + p->block_tokens);
     kp.n_blocks = CN_MIN((positions + p->block_tokens - 1) / p->block_tokens, (int64_t)INT32_MAX);
     if ((st = cn_kv_create(&kp, &e->dkv, err)) != CN_STATUS_OK) return st;
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.pool = e->pool;
     cp.n_batch_max = p->step_tokens;
     cp.n_ctx = e->n_ctx;
-    if ((st = cn_ctx_create(dm, &cp, &e->dctx, err)) != CN_STATUS_OK) return st;
+    if ((st = cn_fwd_create(dm, &cp, &e->dfwd, err)) != CN_STATUS_OK) return st;
     if ((st = cn_batch_init(&e->dbatch, p->step_tokens, err)) != CN_STATUS_OK) return st;
     e->dlogits = malloc((size_t)p->max_running * (size_t)e->n_vocab * sizeof *e->dlogits);
     e->downer = calloc((size_t)p->max_running, sizeof *e->downer);
@@ -199,11 +198,7 @@ static cn_status load_chat_template(cn_engine *e, const char *name, cn_error *er
         if (cn_chat_template_for_model(cn_model_gguf(e->m), e->tok, &e->chat, &ignored) != CN_STATUS_OK) e->chat = NULL;
         if (ignored.status == CN_STATUS_NO_MEMORY) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory");
     }
-    if (e->chat) {
-        const char *eot = cn_chat_template_end_of_turn(e->chat);
-        const int32_t id = eot[0] ? cn_tokenizer_find(e->tok, eot) : -1;
-        if (eot[0] && (id < 0 || !cn_tokenizer_is_eog(e->tok, id))) e->eot_stop = eot;
-    }
+    e->eot_stop = cn_chat_end_of_turn_stop(e->chat, e->tok);
     return CN_STATUS_OK;
 }
 
@@ -222,6 +217,7 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
     pthread_cond_init(&e->cv, NULL);
     e->m = m;
     e->p = *p;
+    e->p.n_threads = cn_threads_resolve(p->n_threads);
     e->next_id = 1;
     const cn_hparams *hp = cn_model_hparams(m);
     e->n_vocab = hp->n_vocab;
@@ -253,12 +249,12 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
     }
 
     /* one pool for the target and the draft model: their passes never run at once */
-    if ((st = cn_pool_create(p->n_threads, &e->pool, err)) != CN_STATUS_OK) goto fail;
-    cn_ctx_params cp = cn_ctx_default_params();
+    if ((st = cn_pool_create(e->p.n_threads, &e->pool, err)) != CN_STATUS_OK) goto fail;
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.pool = e->pool;
     cp.n_batch_max = p->step_tokens;
     cp.n_ctx = e->n_ctx;
-    if ((st = cn_ctx_create(m, &cp, &e->ctx, err)) != CN_STATUS_OK) goto fail;
+    if ((st = cn_fwd_create(m, &cp, &e->fwd, err)) != CN_STATUS_OK) goto fail;
     cn_sched_params sp = {.max_running = p->max_running, .step_tokens = p->step_tokens,
                           .prefix_cache = p->prefix_cache};
     if ((st = cn_sched_create(&sp, e->kv, &e->sched, err)) != CN_STATUS_OK) goto fail;
@@ -343,7 +339,7 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
     if (r->max_draft < 0 || r->max_draft > CN_ENGINE_MAX_DRAFT)
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: max_draft = %d is out of range [0, %d]", r->max_draft,
                       CN_ENGINE_MAX_DRAFT);
-    if (r->draft && !e->dctx)
+    if (r->draft && !e->dfwd)
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: the request asks for the draft model, the engine has none");
     cn_status st = cn_gen_validate(&r->gen, e->n_vocab, err);
     if (st != CN_STATUS_OK) return st;
@@ -594,7 +590,7 @@ static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
     e->kv_peak = CN_MAX(e->kv_peak, ks.n_blocks - ks.n_free);
 
     const double t0 = cn_time_ms();
-    st = cn_forward(e->m, e->ctx, &e->batch, e->kv, e->logits, err);
+    st = cn_forward(e->m, e->fwd, &e->batch, e->kv, e->logits, err);
     if (st != CN_STATUS_OK) return st;
     cn_step_costs_add(&e->costs, e->batch.n_rows, cn_time_ms() - t0, e->n_steps);
     e->n_steps++;

@@ -66,7 +66,7 @@ struct cn_engine {
     cn_chat_template *chat;    /* NULL: none cinder renders */
     const char *eot_stop;      /* chat's end of turn when it must be a stop string, or NULL */
     cn_pool *pool;             /* the threads of every forward pass, target and draft */
-    cn_ctx *ctx;
+    cn_fwd *fwd;
     cn_kv *kv;
     cn_sched *sched;
     cn_batch batch;
@@ -91,7 +91,7 @@ struct cn_engine {
 
     /* the draft model (p.draft): its context, cache (one slot per engine slot), batch */
     const cn_model *dm;
-    cn_ctx *dctx;
+    cn_fwd *dfwd;
     cn_kv *dkv;
     cn_batch dbatch;
     float *dlogits;             /* (max_running, n_vocab) */

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
+
 struct cn_sched {
     cn_sched_params p;
     cn_kv *kv;
@@ -88,19 +90,15 @@ void cn_sched_seq_free(cn_sched_seq *q) {
 
 cn_status cn_sched_seq_append(cn_sched_seq *q, const int32_t *tokens, int64_t n, cn_error *err) {
     if (n <= 0) return CN_STATUS_OK;
-    if (q->n_tokens + n > q->cap) {
-        int64_t cap = CN_MAX(q->n_tokens + n, CN_MAX(2 * q->cap, 64));
-        int32_t *t = realloc(q->tokens, (size_t)cap * sizeof *t);
-        if (!t) return cn_err(err, CN_STATUS_NO_MEMORY, "sched: out of memory for %lld tokens", (long long)cap);
-        q->tokens = t;
-        q->cap = cap;
-    }
+    if (!CN_GROW(q->tokens, q->cap, (size_t)(q->n_tokens + n)))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "sched: out of memory for %lld tokens", (long long)(q->n_tokens + n));
     memcpy(q->tokens + q->n_tokens, tokens, (size_t)n * sizeof *tokens);
     q->n_tokens += n;
     return CN_STATUS_OK;
 }
 
-int64_t cn_sched_blocks_for(const cn_sched *s, int64_t n_tokens) {
+/* Blocks a sequence of n_tokens positions needs: ceil(n_tokens / block_tokens). */
+static int64_t blocks_for(const cn_sched *s, int64_t n_tokens) {
     return (n_tokens + s->block_tokens - 1) / s->block_tokens;
 }
 
@@ -187,7 +185,7 @@ static int64_t need_blocks(const cn_sched *s, const cn_sched_seq *q, int64_t row
     const int32_t *ids;
     const int64_t held = cn_kv_seq_blocks(s->kv, q->slot, &ids);
     const int64_t first = q->n_computed / s->block_tokens;
-    const int64_t want = cn_sched_blocks_for(s, q->n_computed + rows);
+    const int64_t want = blocks_for(s, q->n_computed + rows);
     int64_t n = CN_MAX(0, want - held);
     for (int64_t i = first; i < CN_MIN(held, want); i++) n += cn_kv_block_refcount(s->kv, ids[i]) > 1;
     return n;
@@ -225,7 +223,7 @@ static int64_t pending_blocks(const cn_sched *s) {
  * holds are counted as free, so attaching them takes from the pool too). */
 static int64_t admission_blocks(const cn_sched *s, const cn_sched_seq *q, int32_t *scratch,
                                 int64_t scratch_n) {
-    int64_t n = cn_sched_blocks_for(s, q->n_tokens);
+    int64_t n = blocks_for(s, q->n_tokens);
     if (!s->p.prefix_cache) return n;
     const int64_t hits = cn_kv_prefix_lookup(s->kv, q->tokens, q->n_tokens - 1, scratch, scratch_n);
     for (int64_t i = 0; i < hits; i++) n -= cn_kv_block_refcount(s->kv, scratch[i]) > 0;

@@ -40,7 +40,8 @@ typedef enum {
 typedef struct cn_sched_seq {
     uint64_t key;          /* order: smaller is older (admitted first, preempted last) */
     int32_t *tokens;       /* (cap) prompt then generated tokens; n_tokens in use */
-    int64_t n_tokens, cap;
+    int64_t n_tokens;
+    size_t cap;
     int64_t n_computed;    /* positions [0, n_computed) are in the KV cache */
     int32_t slot;          /* KV sequence id while running, else -1 */
     int32_t n_fork;        /* forks still to come (n > 1; set by the owner): admission
@@ -115,8 +116,5 @@ typedef struct {
     int64_t n_preemptions; /* since creation */
 } cn_sched_stats;
 void cn_sched_get_stats(const cn_sched *s, cn_sched_stats *out);
-
-/* Blocks a sequence of n_tokens positions needs: ceil(n_tokens / block_tokens). */
-int64_t cn_sched_blocks_for(const cn_sched *s, int64_t n_tokens);
 
 #endif

@@ -103,7 +103,7 @@ static void draft_release(cn_engine *e, int32_t s) {
  * model confirmed; a completion that lost its slot (finished, preempted) loses its
  * draft slot too. */
 void cn_engine_draft_settle(cn_engine *e) {
-    if (!e->dctx) return;
+    if (!e->dfwd) return;
     for (int32_t s = 0; s < e->p.max_running; s++) {
         engine_choice *c = e->downer[s];
         if (!c) continue;
@@ -121,7 +121,7 @@ void cn_engine_draft_settle(cn_engine *e) {
 
 /* finish_choice: c is going away */
 void cn_engine_draft_forget(cn_engine *e, engine_choice *c) {
-    if (!e->dctx) return;
+    if (!e->dfwd) return;
     for (int32_t s = 0; s < e->p.max_running; s++)
         if (e->downer[s] == c) draft_release(e, s);
 }
@@ -133,7 +133,7 @@ static void draft_drop_all(cn_engine *e) {
 
 static cn_status draft_pass(cn_engine *e, cn_error *err) {
     const double t0 = cn_time_ms();
-    cn_status st = cn_forward(e->dm, e->dctx, &e->dbatch, e->dkv, e->dlogits, err);
+    cn_status st = cn_forward(e->dm, e->dfwd, &e->dbatch, e->dkv, e->dlogits, err);
     if (st == CN_STATUS_OK) cn_step_costs_add(&e->dcosts, e->dbatch.n_rows, cn_time_ms() - t0, e->n_draft_passes++);
     return st;
 }

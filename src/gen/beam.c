@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/buf.h"
 
 typedef struct {
     int32_t *tokens;      /* (cap) */
@@ -176,29 +177,18 @@ static cn_status has_stop(const search *s, const beam *b, bool *found, cn_error 
     if (cn_detok_new(s->tok, false, &d) != CN_STATUS_OK)
         return cn_err(err, CN_STATUS_NO_MEMORY, "beam search: out of memory");
     cn_detok_set_strip_space(d, false);
-    char *text = NULL;
-    size_t n = 0, cap = 0;
+    cn_buf text = {0};
     cn_status st = CN_STATUS_OK;
     for (int32_t i = 0; i < b->len && st == CN_STATUS_OK; i++) {
         const char *piece;
         size_t np;
         st = cn_detok_push(d, b->tokens[i], &piece, &np);
-        if (st != CN_STATUS_OK) break;
-        if (n + np > cap) {
-            cap = CN_MAX(2 * cap, n + np + 64);
-            char *t = realloc(text, cap);
-            if (!t) {
-                st = cn_err(err, CN_STATUS_NO_MEMORY, "beam search: out of memory");
-                break;
-            }
-            text = t;
-        }
-        memcpy(text + n, piece, np);
-        n += np;
+        if (st == CN_STATUS_OK && !cn_buf_put(&text, piece, np))
+            st = cn_err(err, CN_STATUS_NO_MEMORY, "beam search: out of memory");
     }
     for (int32_t k = 0; st == CN_STATUS_OK && k < s->p->n_stop && !*found; k++)
-        *found = memmem(text ? text : "", n, s->p->stop[k], strlen(s->p->stop[k])) != NULL;
-    free(text);
+        *found = memmem(text.p ? text.p : "", text.n, s->p->stop[k], strlen(s->p->stop[k])) != NULL;
+    cn_buf_free(&text);
     cn_detok_free(d);
     return st;
 }
@@ -294,10 +284,10 @@ static void search_free(search *s) {
 cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t *prompt,
                          int32_t n_prompt, cn_gen *g, cn_beam_result *out, cn_error *err) {
     if (out) memset(out, 0, sizeof *out);
-    if (!r || !r->model || !r->ctx || !r->kv || !g)
+    if (!r || !r->model || !r->fwd || !r->kv || !g)
         return cn_err(err, CN_STATUS_INVALID_ARG, "cn_beam_search: NULL argument");
     const cn_gen_params *p = cn_gen_params_of(g);
-    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_ctx_n_ctx(r->ctx);
+    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_fwd_n_ctx(r->fwd);
     const int32_t k = p->beam.n_beams;
     if (k < 1 || k > CN_GEN_MAX_BEAMS)
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_beams = %d is out of range", (int)k);
@@ -378,7 +368,7 @@ cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t
             cut = CN_FINISH_CANCELLED;
         } else {
             if ((st = rehome(&s, &b, n_prompt + cur_len - 1, err)) != CN_STATUS_OK) goto done;
-            if ((st = cn_forward(r->model, r->ctx, &b, r->kv, logits, err)) != CN_STATUS_OK) goto done;
+            if ((st = cn_forward(r->model, r->fwd, &b, r->kv, logits, err)) != CN_STATUS_OK) goto done;
             if (out) out->n_steps++;
         }
         beam *t = s.live;

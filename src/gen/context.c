@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cinder.h"
 #include "core/core.h"
+#include "core/pool.h"
 #include "gen/beam.h"
 #include "gen/generate.h"
 #include "gen/sampling.h"
@@ -32,8 +32,8 @@ struct cn_context {
     cn_tokenizer *tok;
     cn_chat_template *chat;    /* NULL: none cinder renders */
     char no_chat[CN_ERROR_MSG_LEN]; /* why chat is NULL */
-    cn_ctx *ctx;
-    cn_ctx *draft_ctx;         /* the draft model's (NULL: none) */
+    cn_fwd *fwd;
+    cn_fwd *draft_fwd;         /* the draft model's (NULL: none) */
     cn_kv *draft_kv;           /* one sequence of n_ctx positions */
     cn_kv *kv;
     int32_t kv_seqs;           /* sequences kv was made for */
@@ -88,7 +88,7 @@ static cn_status make_kv(cn_context *c, int32_t n_seqs, cn_error *err) {
 
 /* The draft model's context and a cache of one full sequence, after checking that its
  * vocabulary is the target's token for token. */
-static cn_status make_draft(cn_context *c, const cn_model *d, const cn_ctx_params *cp, cn_error *err) {
+static cn_status make_draft(cn_context *c, const cn_model *d, const cn_fwd_params *cp, cn_error *err) {
     cn_tokenizer *dtok = NULL;
     cn_status st = cn_tokenizer_from_model(d, &dtok, err);
     if (st == CN_STATUS_OK) st = cn_spec_check_vocab(c->tok, dtok, err);
@@ -98,7 +98,7 @@ static cn_status make_draft(cn_context *c, const cn_model *d, const cn_ctx_param
         snprintf(msg, sizeof msg, "%s", err->msg);
         return cn_err_param(err, st, "draft", "draft: %.*s", CN_ERROR_MSG_LEN - 8, msg);
     }
-    if (st == CN_STATUS_OK) st = cn_ctx_create(d, cp, &c->draft_ctx, err);
+    if (st == CN_STATUS_OK) st = cn_fwd_create(d, cp, &c->draft_fwd, err);
     if (st != CN_STATUS_OK) return st;
     cn_kv_params kp = cn_model_kv_params(d);
     kp.type = c->p.kv_type;
@@ -112,9 +112,7 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
     cn_context_params d = cn_context_default_params();
     if (!p) p = &d;
     if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "context: no model");
-    if (p->n_threads < 0 || p->n_threads > 1024)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_threads", "context: n_threads = %d is out of range [0, 1024] (0 = every CPU)",
-                      p->n_threads);
+    if (cn_threads_check(p->n_threads, "context", err) != CN_STATUS_OK) return CN_STATUS_INVALID_ARG;
     if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_ctx", "context: n_ctx = %d is out of range [0, 2^24] (0 = the model's)",
                       p->n_ctx);
@@ -133,10 +131,7 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
     const cn_hparams *hp = cn_model_hparams(m);
     c->n_vocab = hp->n_vocab;
     c->n_ctx = p->n_ctx ? p->n_ctx : CN_MIN(hp->n_ctx_train, 4096);
-    if (c->p.n_threads == 0) {
-        const long n = sysconf(_SC_NPROCESSORS_ONLN);
-        c->p.n_threads = (int32_t)CN_MAX(1, CN_MIN(n, 1024));
-    }
+    c->p.n_threads = cn_threads_resolve(p->n_threads);
     cn_status st = cn_tokenizer_from_model(m, &c->tok, err);
     if (st == CN_STATUS_OK && p->chat_template) {
         st = cn_chat_template_from_name(p->chat_template, &c->chat, err);
@@ -151,11 +146,11 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
         if (why.status == CN_STATUS_NO_MEMORY) st = cn_err(err, CN_STATUS_NO_MEMORY, "context: out of memory");
         snprintf(c->no_chat, sizeof c->no_chat, "%s", why.msg);
     }
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = c->p.n_threads;
     cp.n_batch_max = CN_MAX(c->p.n_batch, CN_GEN_MAX_BEAMS);
     cp.n_ctx = c->n_ctx;
-    if (st == CN_STATUS_OK) st = cn_ctx_create(m, &cp, &c->ctx, err);
+    if (st == CN_STATUS_OK) st = cn_fwd_create(m, &cp, &c->fwd, err);
     if (st == CN_STATUS_OK) st = make_kv(c, p->n_seq_max, err);
     if (st == CN_STATUS_OK && p->draft) st = make_draft(c, p->draft, &cp, err);
     if (st == CN_STATUS_OK && !(c->kv_tokens = malloc((size_t)c->n_ctx * sizeof *c->kv_tokens)))
@@ -173,9 +168,9 @@ void cn_context_free(cn_context *c) {
     free(c->logits);
     free(c->kv_tokens);
     cn_kv_free(c->kv);
-    cn_ctx_free(c->ctx);
+    cn_fwd_free(c->fwd);
     cn_kv_free(c->draft_kv);
-    cn_ctx_free(c->draft_ctx);
+    cn_fwd_free(c->draft_fwd);
     cn_chat_template_free(c->chat);
     cn_tokenizer_free(c->tok);
     free(c);
@@ -218,9 +213,7 @@ static cn_status prompt_ids(const cn_context *c, const cn_prompt *pr, int32_t **
         cn_status st = cn_chat_render(c->chat, pr->messages, pr->n_messages, true, &rendered, &len, err);
         if (st != CN_STATUS_OK) return st;
         text = rendered;
-        const char *e = cn_chat_template_end_of_turn(c->chat);
-        const int32_t id = e[0] ? cn_tokenizer_find(c->tok, e) : -1;
-        if (e[0] && (id < 0 || !cn_tokenizer_is_eog(c->tok, id))) *eot = e;
+        *eot = cn_chat_end_of_turn_stop(c->chat, c->tok);
     }
     size_t cnt = 0;
     cn_status st = cn_tokenize_alloc(c->tok, text, len, true, true, ids, &cnt, err);
@@ -313,7 +306,7 @@ cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_g
     const char *stops[CN_GEN_MAX_STOP];
     st = with_eot_stop(gen, eot, &gp, stops, err);
     const int32_t k = gp.beam.n_beams;
-    if (st == CN_STATUS_OK && gp.draft && !c->draft_ctx)
+    if (st == CN_STATUS_OK && gp.draft && !c->draft_fwd)
         st = cn_err_param(err, CN_STATUS_INVALID_ARG, "draft", "generate: draft is set but the context has no draft "
                                                                "model (cn_context_params.draft)");
     if (st == CN_STATUS_OK && k > 1 && k > c->kv_seqs && k <= CN_GEN_MAX_BEAMS) st = make_kv(c, k, err);
@@ -323,7 +316,7 @@ cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_g
         free(ids);
         return st;
     }
-    const cn_gen_runner run = {c->m, c->ctx, c->kv, CN_MAX(c->p.n_batch, k)};
+    const cn_gen_runner run = {c->m, c->fwd, c->kv, CN_MAX(c->p.n_batch, k)};
     cn_beam_result beam;
     cn_spec_stats spec = {0};
     const bool speculate = gp.draft || gp.lookup_n > 0;
@@ -333,7 +326,7 @@ cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_g
     } else {
         const int32_t reuse = common_prefix(c, ids, n);
         c->n_kv = 0; /* unknown until it succeeds */
-        const cn_gen_runner draft = {c->p.draft, c->draft_ctx, c->draft_kv, run.n_batch};
+        const cn_gen_runner draft = {c->p.draft, c->draft_fwd, c->draft_kv, run.n_batch};
         cn_spec_params sp = cn_spec_default_params();
         sp.draft = gp.draft ? &draft : NULL;
         sp.lookup_n = gp.draft ? 0 : gp.lookup_n;
@@ -370,7 +363,7 @@ cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float *logit
         free(ids);
         return cn_err(err, CN_STATUS_LIMIT, "logits: the prompt is %d tokens and the context holds %d", n, c->n_ctx);
     }
-    const cn_gen_runner run = {c->m, c->ctx, c->kv, c->p.n_batch};
+    const cn_gen_runner run = {c->m, c->fwd, c->kv, c->p.n_batch};
     int32_t reuse = common_prefix(c, ids, n);
     if (reuse == n) reuse = n - 1; /* the last token is run again for its logits */
     c->n_kv = 0;
@@ -397,21 +390,21 @@ cn_status cn_context_decode(cn_context *c, const cn_batch *b, cn_error *err) {
         c->logits = l;
         c->logits_cap = nl;
     }
-    const cn_status st = cn_forward(c->m, c->ctx, b, c->kv, c->logits, err);
+    const cn_status st = cn_forward(c->m, c->fwd, b, c->kv, c->logits, err);
     if (st == CN_STATUS_OK) c->n_logits = nl;
     return st;
 }
 
 void cn_context_profile(cn_context *c, bool on) {
-    if (c) (void)cn_ctx_profile(c->ctx, on); /* out of memory: it stays off */
+    if (c) (void)cn_fwd_profile(c->fwd, on); /* out of memory: it stays off */
 }
 
 int32_t cn_context_profile_read(const cn_context *c, cn_profile_op *out, int32_t max) {
-    return c && (out || max == 0) ? cn_ctx_profile_read(c->ctx, out, max) : 0;
+    return c && (out || max == 0) ? cn_fwd_profile_read(c->fwd, out, max) : 0;
 }
 
 void cn_context_observe_matmuls(cn_context *c, cn_matmul_observer fn, void *user) {
-    if (c) cn_ctx_observe(c->ctx, fn, user);
+    if (c) cn_fwd_observe(c->fwd, fn, user);
 }
 
 const float *cn_context_logits_row(const cn_context *c, int32_t i) {

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/buf.h"
 #include "gen/stop.h"
 
 struct cn_gen {
@@ -57,9 +58,8 @@ struct cn_gen {
     double *t_tok;               /* (n_gen) when each generated token was chosen */
     size_t cap_gen;
 
-    char *text;                  /* (n_text + 1) emitted text, NUL-terminated */
-    size_t n_text, cap_text;
-    bool text_oom;               /* a text append failed: reported by the next call */
+    cn_buf text;                 /* emitted text; text.failed: an append ran out of memory
+                                    (reported by the next call) */
 
     double t_arrival, t_begin, t_end;
     bool begun, done;
@@ -135,22 +135,7 @@ cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_error *err
 
 static void emit_text(void *user, const char *text, size_t n) {
     cn_gen *g = user;
-    if (g->n_text + n + 1 > g->cap_text) {
-        size_t cap = g->cap_text ? g->cap_text : 256;
-        while (cap < g->n_text + n + 1) cap *= 2;
-        char *t = realloc(g->text, cap);
-        if (!t) {
-            g->text_oom = true; /* keep streaming; the buffer just stops growing */
-        } else {
-            g->text = t;
-            g->cap_text = cap;
-        }
-    }
-    if (!g->text_oom) {
-        memcpy(g->text + g->n_text, text, n);
-        g->n_text += n;
-        g->text[g->n_text] = '\0';
-    }
+    cn_buf_put(&g->text, text, n); /* out of memory: keep streaming; the buffer stops growing */
     if (g->p.on_text) g->p.on_text(g->p.user, text, n);
 }
 
@@ -255,21 +240,8 @@ void cn_gen_free(cn_gen *g) {
     free(g->hist);
     free(g->info);
     free(g->t_tok);
-    free(g->text);
+    cn_buf_free(&g->text);
     free(g);
-}
-
-void cn_gen_set_arrival(cn_gen *g, double t_ms) { g->t_arrival = t_ms; }
-
-static bool grow_hist(cn_gen *g, size_t need) {
-    if (need <= g->cap_hist) return true;
-    size_t cap = g->cap_hist ? g->cap_hist : 64;
-    while (cap < need) cap *= 2;
-    int32_t *h = realloc(g->hist, cap * sizeof *h);
-    if (!h) return false;
-    g->hist = h;
-    g->cap_hist = cap;
-    return true;
 }
 
 cn_status cn_gen_begin(cn_gen *g, const int32_t *prompt, int32_t n_prompt, int32_t n_cached,
@@ -282,7 +254,7 @@ cn_status cn_gen_begin(cn_gen *g, const int32_t *prompt, int32_t n_prompt, int32
         if (prompt[i] < 0 || prompt[i] >= g->n_vocab)
             return cn_err(err, CN_STATUS_INVALID_ARG, "prompt token %d = %d is outside the vocabulary [0, %d)",
                           (int)i, (int)prompt[i], (int)g->n_vocab);
-    if (!grow_hist(g, (size_t)n_prompt + 16))
+    if (!CN_GROW(g->hist, g->cap_hist, (size_t)n_prompt + 16))
         return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for %d prompt tokens", (int)n_prompt);
     if (n_prompt > 0) memcpy(g->hist, prompt, (size_t)n_prompt * sizeof *prompt);
     g->n_hist = (size_t)n_prompt;
@@ -320,6 +292,19 @@ static bool should_cancel(const cn_gen *g) {
     return g->p.should_cancel && g->p.should_cancel(g->p.user);
 }
 
+/* info and t_tok, which share one capacity, hold at least need tokens. */
+static bool grow_gen(cn_gen *g, size_t need) {
+    if (need <= g->cap_gen) return true;
+    const size_t cap = cn_grow_cap(g->cap_gen, need, sizeof *g->info); /* the wider of the two */
+    cn_gen_token *info = cap ? realloc(g->info, cap * sizeof *info) : NULL;
+    if (info) g->info = info;
+    double *t = info ? realloc(g->t_tok, cap * sizeof *t) : NULL;
+    if (t) g->t_tok = t;
+    if (!t) return false;
+    g->cap_gen = cap;
+    return true;
+}
+
 cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_step *out,
                         cn_error *err) {
     cn_gen_step step = {tok ? tok->id : -1, false, CN_FINISH_NONE};
@@ -351,17 +336,10 @@ cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_
         return CN_STATUS_OK;
     }
     cn_status st = CN_STATUS_OK;
-    if (!grow_hist(g, g->n_hist + 1))
+    if (!CN_GROW(g->hist, g->cap_hist, g->n_hist + 1))
         st = cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the token history");
-    if (st == CN_STATUS_OK && (size_t)g->n_gen + 1 > g->cap_gen) {
-        size_t cap = g->cap_gen ? g->cap_gen * 2 : 64;
-        cn_gen_token *info = realloc(g->info, cap * sizeof *info);
-        if (info) g->info = info;
-        double *t = realloc(g->t_tok, cap * sizeof *t);
-        if (t) g->t_tok = t;
-        if (!info || !t) st = cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for token %d", (int)g->n_gen);
-        else g->cap_gen = cap;
-    }
+    if (st == CN_STATUS_OK && !grow_gen(g, (size_t)g->n_gen + 1))
+        st = cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for token %d", (int)g->n_gen);
     const char *text = NULL;
     size_t n_text = 0;
     if (st == CN_STATUS_OK && (st = cn_detok_push(g->detok, id, &text, &n_text)) != CN_STATUS_OK)
@@ -382,7 +360,7 @@ cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_
     bool stopped = false;
     st = cn_stop_filter_push(g->filter, text, n_text, &stopped, err);
     if (st != CN_STATUS_OK) return st;
-    if (g->text_oom) return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the output text");
+    if (g->text.failed) return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the output text");
     if (stopped)
         set_done(g, CN_FINISH_STOP, &step);
     else if (g->gm && cn_grammar_matcher_is_done(g->gm)) {
@@ -448,8 +426,6 @@ cn_status cn_gen_push_logits(cn_gen *g, const float *logits, cn_gen_step *out, c
 
 /* ---- guessing under the grammar (speculation) ---- */
 
-bool cn_gen_has_grammar(const cn_gen *g) { return g->gm != NULL; }
-
 int32_t cn_gen_guess_filter(cn_gen *g, const int32_t *draft, int32_t n) {
     if (!g->gm || n <= 0) return CN_MAX(n, 0);
     int32_t k = 0;
@@ -497,8 +473,8 @@ cn_finish_reason cn_gen_finish_reason(const cn_gen *g) { return g->reason; }
 int cn_gen_stop_index(const cn_gen *g) { return cn_stop_filter_stop_index(g->filter); }
 
 const char *cn_gen_text(const cn_gen *g, size_t *n_bytes) {
-    if (n_bytes) *n_bytes = g->n_text;
-    return g->text ? g->text : "";
+    if (n_bytes) *n_bytes = g->text.n;
+    return g->text.p ? g->text.p : "";
 }
 
 const int32_t *cn_gen_tokens(const cn_gen *g, int32_t *n_tokens) {
@@ -583,7 +559,7 @@ cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tok
         cn_batch_clear(&b);
         const int32_t end = CN_MIN(n, i + b.cap);
         for (int32_t j = i; j < end; j++) cn_batch_add(&b, tokens[j], j, seq, j == n - 1);
-        st = cn_forward(r->model, r->ctx, &b, r->kv, logits, err);
+        st = cn_forward(r->model, r->fwd, &b, r->kv, logits, err);
     }
     cn_batch_free(&b);
     return st;
@@ -591,7 +567,7 @@ cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tok
 
 cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t *prompt, int32_t n_prompt,
                              int32_t *n_reuse, cn_error *err) {
-    const int32_t n_ctx = cn_ctx_n_ctx(r->ctx);
+    const int32_t n_ctx = cn_fwd_n_ctx(r->fwd);
     if (n_prompt < 1 || !prompt) return cn_err(err, CN_STATUS_INVALID_ARG, "the prompt is empty (no tokens)");
     if (n_prompt >= n_ctx)
         return cn_err(err, CN_STATUS_LIMIT,
@@ -608,9 +584,9 @@ cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t
 
 cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt,
                       int32_t n_prompt, int32_t n_reuse, cn_gen *g, cn_error *err) {
-    if (!r || !r->model || !r->ctx || !r->kv || !g)
+    if (!r || !r->model || !r->fwd || !r->kv || !g)
         return cn_err(err, CN_STATUS_INVALID_ARG, "cn_generate: NULL argument");
-    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_ctx_n_ctx(r->ctx);
+    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_fwd_n_ctx(r->fwd);
     if (g->n_vocab != V)
         return cn_err(err, CN_STATUS_INVALID_ARG, "the request was made for %d logits, the model has %d",
                       (int)g->n_vocab, (int)V);
@@ -641,7 +617,7 @@ cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt
         }
         cn_batch_clear(&b);
         cn_batch_add(&b, step.token, pos, seq, true);
-        st = cn_forward(r->model, r->ctx, &b, r->kv, logits, err);
+        st = cn_forward(r->model, r->fwd, &b, r->kv, logits, err);
     }
     cn_batch_free(&b);
     free(logits);

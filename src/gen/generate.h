@@ -35,7 +35,7 @@ typedef struct cn_gen cn_gen;
  * borrowed and must outlive g. n_vocab: the width of the logits rows that will be pushed
  * (the model's vocabulary; ids at or past the tokenizer's vocabulary are banned). With
  * p->sampling.ignore_eos every end-of-generation token gets a -inf bias (so the chain
- * must contain logit_bias). The arrival time is now (see cn_gen_set_arrival). With
+ * must contain logit_bias). The arrival time (queue time starts) is now. With
  * p->grammar (compiled with tok's vocabulary, else INVALID_ARG naming "grammar"), g owns
  * a matcher on it (which holds a reference to the grammar until cn_gen_free): every
  * push is masked to what the grammar allows, every accepted token must be allowed, and
@@ -49,10 +49,6 @@ cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_p
 cn_status cn_gen_create_valid(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p,
                               cn_gen **out, cn_error *err);
 void cn_gen_free(cn_gen *g); /* NULL is a no-op */
-
-/* Overrides the arrival time (cn_time_ms clock), e.g. when the request was queued before
- * its state was built. */
-void cn_gen_set_arrival(cn_gen *g, double t_ms);
 
 /* Marks the start of prefill (queue time ends) and gives the prompt: prompt[0..n_prompt)
  * is copied as the start of the token history (penalties see prompt and output, as HF
@@ -122,7 +118,6 @@ void cn_gen_get_timings(const cn_gen *g, cn_gen_timings *out);
  * guess under the grammar; without one they change nothing. Guesses are committed to the
  * matcher while they are made and must be undone (cn_gen_guess_undo) before the next
  * cn_gen_push_logits / cn_gen_accept, which refuse to run while guesses are pending. */
-bool cn_gen_has_grammar(const cn_gen *g);
 /* How many of draft[0..n) the grammar allows, in order, after the output so far (n
  * without a grammar): the ones after the first refused cannot be confirmed. The matcher
  * is left as it was. */
@@ -142,7 +137,7 @@ void cn_gen_guess_undo(cn_gen *g);
  * (the context's n_batch_max); longer prompts are prefilled in chunks of n_batch. */
 typedef struct {
     const cn_model *model;
-    cn_ctx *ctx;
+    cn_fwd *fwd;
     cn_kv *kv;
     int32_t n_batch;
 } cn_gen_runner;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/buf.h"
 #include "gen/rng.h"
 
 struct cn_sampler {
@@ -192,13 +193,8 @@ cn_status cn_sampler_add_bias(cn_sampler *s, int32_t token, float bias, cn_error
     if (s->n_bias >= CN_SAMPLING_MAX_LOGIT_BIAS)
         return cn_err(err, CN_STATUS_LIMIT, "logit_bias: more than %d entries",
                       CN_SAMPLING_MAX_LOGIT_BIAS);
-    if (s->n_bias == s->cap_bias) {
-        size_t cap = s->cap_bias ? s->cap_bias * 2 : 8;
-        cn_logit_bias *nb = realloc(s->bias, cap * sizeof *nb);
-        if (!nb) return cn_err(err, CN_STATUS_NO_MEMORY, "logit_bias: out of memory");
-        s->bias = nb;
-        s->cap_bias = cap;
-    }
+    if (!CN_GROW(s->bias, s->cap_bias, s->n_bias + 1))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "logit_bias: out of memory");
     memmove(&s->bias[lo + 1], &s->bias[lo], (s->n_bias - lo) * sizeof *s->bias);
     s->bias[lo] = (cn_logit_bias){token, bias};
     s->n_bias++;

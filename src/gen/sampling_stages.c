@@ -356,14 +356,14 @@ void cn_stage_top_p(cn_cands *c, float top_p) {
     renormalize(c, mass_of(c));
 }
 
-void cn_stage_min_p(cn_cands *c, float min_p) {
-    if (!(min_p > 0.0f)) return;
-    if (!c->normalized) cn_stage_softmax(c);
-    const float th = min_p * c->data[first_index(c)].p;
+/* Keeps the candidates keep(cand, arg) accepts, in their order (the sorted prefix stays
+ * sorted), and renormalizes over them. Inlined into each filter, so keep is a direct
+ * call. */
+static inline void keep_where(cn_cands *c, bool (*keep)(const cn_candidate *, const void *), const void *arg) {
     size_t j = 0, js = 0;
     double mass = 0.0;
     for (size_t i = 0; i < c->n; i++) {
-        if (!(c->data[i].p >= th)) continue;
+        if (!keep(&c->data[i], arg)) continue;
         if (i < c->n_sorted) js++;
         mass += c->data[i].p;
         c->data[j++] = c->data[i];
@@ -374,11 +374,31 @@ void cn_stage_min_p(cn_cands *c, float min_p) {
     renormalize(c, mass);
 }
 
+static bool at_least(const cn_candidate *x, const void *th) { return x->p >= *(const float *)th; }
+
+void cn_stage_min_p(cn_cands *c, float min_p) {
+    if (!(min_p > 0.0f)) return;
+    if (!c->normalized) cn_stage_softmax(c);
+    const float th = min_p * c->data[first_index(c)].p;
+    keep_where(c, at_least, &th);
+}
+
 /* Typical sampling's order key: minus the distance of the token's information content
  * from the entropy, so that "logit descending" in canonical order means "most typical
  * first". Computed the same way wherever it is used, so the boundary compares exactly. */
 static inline float typical_key(float p, float entropy) {
     return -fabsf(-logf(p) - entropy);
+}
+
+typedef struct {
+    cn_candidate last;         /* the last kept, in typical order */
+    float entropy;
+} typical_bound;
+
+static bool not_after(const cn_candidate *x, const void *arg) {
+    const typical_bound *b = arg;
+    const cn_candidate k = {x->id, typical_key(x->p, b->entropy), 0.0f};
+    return !cn_cand_before(&b->last, &k);
 }
 
 void cn_stage_typical(cn_cands *c, float typical_p, cn_candidate *scratch) {
@@ -400,23 +420,10 @@ void cn_stage_typical(cn_cands *c, float typical_p, cn_candidate *scratch) {
     if (keep == c->n) return;
     /* scratch[0..keep) are the kept, unordered; the boundary is the last of them in
      * typical order, and a candidate is kept iff it does not rank after it. */
-    cn_candidate bound = scratch[0];
+    typical_bound b = {scratch[0], h};
     for (size_t i = 1; i < keep; i++)
-        if (cn_cand_before(&bound, &scratch[i])) bound = scratch[i];
-
-    size_t j = 0, js = 0;
-    double mass = 0.0;
-    for (size_t i = 0; i < c->n; i++) {
-        cn_candidate k = {c->data[i].id, typical_key(c->data[i].p, h), 0.0f};
-        if (cn_cand_before(&bound, &k)) continue; /* ranks after the boundary: dropped */
-        if (i < c->n_sorted) js++;
-        mass += c->data[i].p;
-        c->data[j++] = c->data[i];
-    }
-    if (j != c->n) c->by_id = false;
-    c->n = j;
-    c->n_sorted = js;
-    renormalize(c, mass);
+        if (cn_cand_before(&b.last, &scratch[i])) b.last = scratch[i];
+    keep_where(c, not_after, &b);
 }
 
 size_t cn_stage_draw(cn_cands *c, double u) {

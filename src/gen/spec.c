@@ -29,7 +29,7 @@ cn_status cn_spec_validate(const cn_spec_params *p, cn_error *err) {
         return cn_err(err, CN_STATUS_INVALID_ARG, "lookup n-gram length %d is out of range: must be in [0, 8]",
                       (int)p->lookup_n);
     if (!p->draft) return CN_STATUS_OK;
-    if (!p->draft->model || !p->draft->ctx || !p->draft->kv || p->draft->n_batch < 1)
+    if (!p->draft->model || !p->draft->fwd || !p->draft->kv || p->draft->n_batch < 1)
         return cn_err(err, CN_STATUS_INVALID_ARG, "speculation: incomplete draft runner");
     return CN_STATUS_OK;
 }
@@ -160,7 +160,7 @@ static cn_status draft_propose(draft_state *d, cn_gen *g, const int32_t *hist, i
         if (j + 1 == k) break;
         cn_batch_clear(&b);
         cn_batch_add(&b, out[j], n + j, d->seq, true);
-        s = cn_forward(d->r->model, d->r->ctx, &b, d->r->kv, d->logits, err);
+        s = cn_forward(d->r->model, d->r->fwd, &b, d->r->kv, d->logits, err);
         st->draft_evals++;
     }
     cn_batch_free(&b);
@@ -175,17 +175,17 @@ cn_status cn_generate_spec(const cn_gen_runner *r, const cn_spec_params *p, int3
     cn_spec_stats dummy;
     cn_spec_stats *st = stats ? stats : &dummy;
     memset(st, 0, sizeof *st);
-    if (!r || !r->model || !r->ctx || !r->kv || !g)
+    if (!r || !r->model || !r->fwd || !r->kv || !g)
         return cn_err(err, CN_STATUS_INVALID_ARG, "cn_generate_spec: NULL argument");
     cn_status s = cn_spec_validate(p, err);
     if (s != CN_STATUS_OK) return s;
-    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_ctx_n_ctx(r->ctx);
+    const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_fwd_n_ctx(r->fwd);
     if (p->draft && cn_model_hparams(p->draft->model)->n_vocab != V)
         return cn_err(err, CN_STATUS_INVALID_ARG, "the draft model has %d logits, the target %d",
                       (int)cn_model_hparams(p->draft->model)->n_vocab, (int)V);
-    if (p->draft && cn_ctx_n_ctx(p->draft->ctx) < n_ctx)
+    if (p->draft && cn_fwd_n_ctx(p->draft->fwd) < n_ctx)
         return cn_err(err, CN_STATUS_INVALID_ARG, "the draft context holds %d tokens, the target's %d",
-                      (int)cn_ctx_n_ctx(p->draft->ctx), (int)n_ctx);
+                      (int)cn_fwd_n_ctx(p->draft->fwd), (int)n_ctx);
     const int32_t kmax = CN_MIN(p->n_draft_max, r->n_batch - 1); /* a verify pass is one cn_forward */
     if (kmax < 1) return cn_err(err, CN_STATUS_INVALID_ARG, "speculation needs n_batch >= 2 (it is %d)", (int)r->n_batch);
     s = cn_gen_check_prompt(r, seq, prompt, n_prompt, &n_reuse, err);
@@ -235,7 +235,7 @@ cn_status cn_generate_spec(const cn_gen_runner *r, const cn_spec_params *p, int3
         cn_batch_clear(&b);
         cn_batch_add(&b, step.token, P, seq, true);
         for (int32_t j = 0; j < nd; j++) cn_batch_add(&b, draft[j], P + 1 + j, seq, true);
-        s = cn_forward(r->model, r->ctx, &b, r->kv, logits, err);
+        s = cn_forward(r->model, r->fwd, &b, r->kv, logits, err);
         if (s != CN_STATUS_OK) break;
         const double ms_pass = cn_time_ms() - t_pass;
         st->steps++;

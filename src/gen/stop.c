@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
+#include "core/utf8.h"
+
 struct cn_stop_filter {
     char **stops;        /* (n_stops) copies, NUL-terminated */
     size_t *stop_len;    /* (n_stops) bytes, excluding the NUL */
@@ -41,25 +44,13 @@ const char *cn_finish_reason_str(cn_finish_reason r) {
     return "unknown";
 }
 
-/* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
-static bool utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t len;
-        uint32_t cp, min;
-        if (c < 0x80) { i++; continue; }
-        if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; min = 0x80; }
-        else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; min = 0x800; }
-        else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; min = 0x10000; }
-        else return false;
-        if (n - i < len) return false;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-        i += len;
+/* Strict UTF-8 (core/utf8.h): no overlong forms, no surrogates, nothing above U+10FFFF,
+ * nothing cut short. */
+static bool utf8_valid(const char *s, size_t n) {
+    for (size_t i = 0, bad; i < n;) {
+        const int len = cn_utf8_check((const uint8_t *)s + i, n - i, &bad);
+        if (len <= 0) return false;
+        i += (size_t)len;
     }
     return true;
 }
@@ -80,7 +71,7 @@ cn_status cn_stop_filter_new(const char *const *stops, size_t n_stops, cn_stream
         if (len > CN_STOP_MAX_LEN)
             return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %zu is longer than %d bytes",
                           k, CN_STOP_MAX_LEN);
-        if (!utf8_valid((const unsigned char *)stops[k], len))
+        if (!utf8_valid(stops[k], len))
             return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %zu is not valid UTF-8", k);
     }
 
@@ -181,13 +172,8 @@ cn_status cn_stop_filter_push(cn_stop_filter *f, const char *text, size_t n_byte
     uint64_t need;
     if (!cn_add_ok(f->n_held, n_bytes, &need) || need > SIZE_MAX)
         return cn_err(err, CN_STATUS_LIMIT, "stop filter: piece of %zu bytes too large", n_bytes);
-    if (need > f->held_cap) {
-        size_t cap = CN_MAX((size_t)need, 2 * f->held_cap);
-        char *p = realloc(f->held, cap);
-        if (!p) return cn_err(err, CN_STATUS_NO_MEMORY, "stop filter: out of memory");
-        f->held = p;
-        f->held_cap = cap;
-    }
+    if (!CN_GROW(f->held, f->held_cap, need))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "stop filter: out of memory");
     memcpy(f->held + f->n_held, text, n_bytes);
     f->n_held += n_bytes;
 

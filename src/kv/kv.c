@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
+
 #include "tensor/tensor.h"
 
 typedef struct {
@@ -48,7 +50,8 @@ typedef struct {
 
 typedef struct {
     int32_t *blocks; /* (cap) block ids in position order; n in use */
-    int64_t n, cap;
+    int64_t n;
+    size_t cap;
     int64_t len;     /* one past the highest position written */
     bool live;       /* reserved (or forked/attached) and not freed since */
 } kv_seq;
@@ -338,12 +341,8 @@ static void block_release(cn_kv *kv, int32_t b) {
 }
 
 static cn_status seq_grow(kv_seq *s, int64_t need, cn_error *err) {
-    if (need <= s->cap) return CN_STATUS_OK;
-    int64_t cap = CN_MAX(need, CN_MAX(s->cap * 2, 4));
-    int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
-    if (!nb) return cn_err(err, CN_STATUS_NO_MEMORY, "kv: cannot grow a block table");
-    s->blocks = nb;
-    s->cap = cap;
+    if (!CN_GROW(s->blocks, s->cap, (size_t)need))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "kv: cannot grow a block table");
     return CN_STATUS_OK;
 }
 
@@ -638,7 +637,7 @@ cn_status cn_kv_check(const cn_kv *kv, cn_error *err) {
             cn_err(err, st, "kv check: freed sequence %d holds blocks", q);
             goto done;
         }
-        if (s->n > s->cap || s->len > s->n * bt) {
+        if ((size_t)s->n > s->cap || s->len > s->n * bt) {
             cn_err(err, st, "kv check: sequence %d: len %lld past its %lld blocks", q,
                    (long long)s->len, (long long)s->n);
             goto done;

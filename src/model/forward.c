@@ -1,5 +1,5 @@
 /* forward.c — the one forward pass, driven by the model's cn_arch_desc, over a batch of
- * rows; plus the context (thread pool, scratch) and batch helpers.
+ * rows; plus its scratch (cn_fwd: thread pool, buffers) and batch helpers.
  *
  * Shape of a step: every row's hidden state goes through the layers together, so each
  * matmul is (rows × in) · Wᵀ and reads each weight row once per batch. Per-row work
@@ -15,13 +15,14 @@
 #include <string.h>
 
 #include "core/pool.h"
+#include "core/buf.h"
 #include "tensor/tensor.h"
 
-struct cn_ctx {
+struct cn_fwd {
     const cn_model *m;
     const cn_kernels *kern;
     cn_pool *pool;
-    bool own_pool;                /* made here (cn_ctx_params.pool was NULL) */
+    bool own_pool;                /* made here (cn_fwd_params.pool was NULL) */
     int32_t n_batch_max, n_ctx;
     float *x, *xb, *tmp;          /* (B, n_embd) */
     float *q, *att;               /* (B, n_head * head_dim) */
@@ -41,18 +42,20 @@ struct cn_ctx {
     const void *const **k_rows, *const **v_rows; /* (B) a row's block pointers */
     const void *const **useq_k, *const **useq_v; /* (B) */
     const void **blk;             /* block pointers of all distinct sequences, grown as needed */
-    int64_t blk_cap;
+    size_t blk_cap;
     int32_t *want_rows;           /* (B) */
     struct prof *prof;            /* NULL: not profiling; else prof_data */
     struct prof *prof_data;       /* the counts, kept when profiling stops */
-    cn_matmul_observer obs;       /* NULL: none (cn_ctx_observe) */
+    cn_matmul_observer obs;       /* NULL: none (cn_fwd_observe) */
     void *obs_user;
 };
 
-/* ---- the per-step profile (cn_ctx_profile) ----
- * A step is one call of the layer loop below (a pool region, or the caller's own work);
- * its ops are keyed by step and the formats and shape of the weights it reads, so the
- * layers a mixed quantization gives more bits to come out as rows of their own. */
+/* ---- the per-step profile (cn_fwd_profile) ----
+ * A step is one call of the forward pass's step helpers (embed_rows, norm_matmuls,
+ * rope_qk, attend, quant_matmul, act_matmul), each timing itself, so the layer loop
+ * reads as the math; its ops are keyed by step and the formats and shape of the weights
+ * it reads, so the layers a mixed quantization gives more bits to come out as rows of
+ * their own. */
 enum { PROF_MAX = 48 };
 typedef enum { ST_EMBED, ST_QKV, ST_ROPE, ST_ATTN, ST_WO, ST_GATE_UP, ST_DOWN, ST_HEAD } prof_step;
 static const char *const STEP_NAME[] = {"embed + rope angles", "attn_norm + q,k,v", "q/k norm + rope", "attention",
@@ -68,10 +71,10 @@ struct prof {
     int32_t n;
 };
 
-static double prof_start(const cn_ctx *c) { return c->prof ? cn_time_ms() : 0.0; }
+static double prof_start(const cn_fwd *c) { return c->prof ? cn_time_ms() : 0.0; }
 
 /* Adds the step that began at t0 (prof_start) and read nw weights plus extra bytes. */
-static void prof_add(cn_ctx *c, double t0, prof_step step, const cn_weight *const *w, int nw, uint64_t extra) {
+static void prof_add(cn_fwd *c, double t0, prof_step step, const cn_weight *const *w, int nw, uint64_t extra) {
     struct prof *p = c->prof;
     if (!p) return;
     const double ms = cn_time_ms() - t0;
@@ -103,7 +106,7 @@ static void prof_add(cn_ctx *c, double t0, prof_step step, const cn_weight *cons
     p->op[j].bytes += bytes;
 }
 
-bool cn_ctx_profile(cn_ctx *c, bool on) {
+bool cn_fwd_profile(cn_fwd *c, bool on) {
     c->prof = NULL;
     if (!on) return true;
     if (!c->prof_data && !(c->prof_data = malloc(sizeof *c->prof_data))) return false;
@@ -112,30 +115,30 @@ bool cn_ctx_profile(cn_ctx *c, bool on) {
     return true;
 }
 
-int32_t cn_ctx_profile_read(const cn_ctx *c, cn_profile_op *out, int32_t max) {
+int32_t cn_fwd_profile_read(const cn_fwd *c, cn_profile_op *out, int32_t max) {
     const struct prof *p = c->prof_data;
     if (!p) return 0;
     for (int32_t i = 0; i < p->n && i < max; i++) out[i] = p->op[i];
     return p->n;
 }
 
-void cn_ctx_observe(cn_ctx *c, cn_matmul_observer fn, void *user) {
+void cn_fwd_observe(cn_fwd *c, cn_matmul_observer fn, void *user) {
     c->obs = fn;
     c->obs_user = user;
 }
 
 /* Shows the observer the rows x (n of k) that enter weights w[0..nw). */
-static void observe(const cn_ctx *c, const cn_weight *const *w, int nw, const float *x, int64_t n, int64_t k) {
+static void observe(const cn_fwd *c, const cn_weight *const *w, int nw, const float *x, int64_t n, int64_t k) {
     if (!c->obs) return;
     for (int i = 0; i < nw; i++) c->obs(c->obs_user, w[i]->name, x, n, k);
 }
 
-cn_ctx_params cn_ctx_default_params(void) {
-    cn_ctx_params p = {.n_threads = 1, .n_batch_max = 512, .n_ctx = 0, .pool = NULL};
+cn_fwd_params cn_fwd_default_params(void) {
+    cn_fwd_params p = {.n_threads = 1, .n_batch_max = 512, .n_ctx = 0, .pool = NULL};
     return p;
 }
 
-void cn_ctx_free(cn_ctx *c) {
+void cn_fwd_free(cn_fwd *c) {
     if (!c) return;
     if (c->own_pool) cn_pool_free(c->pool);
     float *fl[] = {c->x, c->xb, c->tmp, c->q, c->att, c->k, c->v, c->hg, c->hu,
@@ -172,7 +175,7 @@ static float *falloc(int64_t n_rows, int64_t n_cols, bool *ok) {
     return p;
 }
 
-cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out, cn_error *err) {
+cn_status cn_fwd_create(const cn_model *m, const cn_fwd_params *p, cn_fwd **out, cn_error *err) {
     *out = NULL;
     const cn_hparams *hp = cn_model_hparams(m);
     if (!p->pool && (p->n_threads < 1 || p->n_threads > 1024))
@@ -182,7 +185,7 @@ cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out,
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_batch_max = %d out of range [1, 2^20]", p->n_batch_max);
     if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
         return cn_err(err, CN_STATUS_INVALID_ARG, "n_ctx = %d out of range [0, 2^24]", p->n_ctx);
-    cn_ctx *c = calloc(1, sizeof *c);
+    cn_fwd *c = calloc(1, sizeof *c);
     if (!c) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory creating context");
     c->m = m;
     c->kern = cn_kernels_get();
@@ -193,7 +196,7 @@ cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out,
         c->own_pool = true;
         const cn_status s = cn_pool_create(n_threads, &c->pool, err);
         if (s != CN_STATUS_OK) {
-            cn_ctx_free(c);
+            cn_fwd_free(c);
             return s;
         }
     }
@@ -232,14 +235,14 @@ cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out,
     c->want_rows = calloc((size_t)B, sizeof *c->want_rows);
     if (!ok || !c->pos_lo || !c->pos_hi || !c->row_useq || !c->useq || !c->useq_len ||
         !c->k_rows || !c->v_rows || !c->useq_k || !c->useq_v || !c->want_rows) {
-        cn_ctx_free(c);
+        cn_fwd_free(c);
         return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for a context of %d rows", p->n_batch_max);
     }
     *out = c;
     return CN_STATUS_OK;
 }
 
-int32_t cn_ctx_n_ctx(const cn_ctx *c) { return c->n_ctx; }
+int32_t cn_fwd_n_ctx(const cn_fwd *c) { return c->n_ctx; }
 
 /* ---- batches ---- */
 
@@ -292,7 +295,7 @@ typedef struct {
 } quant_set;
 
 /* Plans ws[0..nw) (same input width): which[i] is weight i's buffer in qs. */
-static void quant_plan(cn_ctx *c, const cn_weight *const *ws, int nw, quant_set *qs, int *which) {
+static void quant_plan(cn_fwd *c, const cn_weight *const *ws, int nw, quant_set *qs, int *which) {
     void *bufs[3] = {c->xq, c->xq_alt[0], c->xq_alt[1]};
     qs->n = 0;
     for (int i = 0; i < nw; i++) {
@@ -339,7 +342,7 @@ typedef struct {
 /* Rows r: [add_norm(add_r); x_r += add_r]; xb_r = norm(x_r); quantize xb_r. With
  * `want`, row i works on batch row want[i] and writes xb / quantized row i. */
 typedef struct {
-    cn_ctx *c;
+    cn_fwd *c;
     int64_t n;
     resid_norm rn;              /* rn.add: (n, E) or NULL, its rows normed in place */
     const int32_t *want;        /* NULL: row i is batch row i */
@@ -347,7 +350,7 @@ typedef struct {
 } resid_norm_task;
 static void resid_norm_run(void *p, int ith, int nth) {
     resid_norm_task *t = p;
-    cn_ctx *c = t->c;
+    cn_fwd *c = t->c;
     const cn_kernels *K = c->kern;
     const cn_hparams *hp = cn_model_hparams(c->m);
     const int64_t E = hp->n_embd;
@@ -363,7 +366,7 @@ static void resid_norm_run(void *p, int ith, int nth) {
 
 /* Rows: hg_r = act(hg_r) * hu_r, quantized for w_down. */
 typedef struct {
-    cn_ctx *c;
+    cn_fwd *c;
     int64_t n;
     cn_act act;
     quant_set qs;
@@ -422,12 +425,12 @@ static void attn_run(void *p, int ith, int nth) {
 
 /* Per row, before the K/V write: biases, q/k norms, RoPE, q pre-scale. */
 typedef struct {
-    cn_ctx *c;
+    cn_fwd *c;
     const cn_layer *L;
     const float *cs;
     int64_t n;
 } qk_task;
-static void qk_row(cn_ctx *c, const cn_layer *L, const float *cs, int64_t r) {
+static void qk_row(cn_fwd *c, const cn_layer *L, const float *cs, int64_t r) {
     const cn_hparams *hp = cn_model_hparams(c->m);
     const cn_arch_desc *arch = cn_model_arch(c->m);
     const cn_kernels *K = c->kern;
@@ -462,7 +465,7 @@ static void qk_run(void *p, int ith, int nth) {
  * arithmetic is the batch path's. */
 typedef enum { DEC_RESID_NORM, DEC_QUANT, DEC_ACT } dec_mode;
 typedef struct {
-    cn_ctx *c;
+    cn_fwd *c;
     dec_mode mode;
     int64_t row;                /* DEC_RESID_NORM: the batch row (x, add) */
     resid_norm rn;              /* DEC_RESID_NORM (rn.add is read only: the branch is normed
@@ -476,7 +479,7 @@ typedef struct {
 } dec_task;
 static void dec_run(void *p, int ith, int nth) {
     dec_task *t = p;
-    cn_ctx *c = t->c;
+    cn_fwd *c = t->c;
     const cn_kernels *K = c->kern;
     const cn_hparams *hp = cn_model_hparams(c->m);
     float *f = c->thr_f + (int64_t)ith * 3 * c->thr_w; /* row, branch, normed */
@@ -505,7 +508,7 @@ static void dec_run(void *p, int ith, int nth) {
 }
 
 /* x row `row` = the residual computed by the caller's thread (thread 0) in dec_run. */
-static void dec_keep_x(cn_ctx *c, int64_t row) {
+static void dec_keep_x(cn_fwd *c, int64_t row) {
     const int64_t E = cn_model_hparams(c->m)->n_embd;
     memcpy(c->x + row * E, c->thr_f, (size_t)E * sizeof(float));
 }
@@ -515,7 +518,7 @@ static void dec_keep_x(cn_ctx *c, int64_t row) {
 
 /* The batch path's matmuls on one quantized input, in one region: y[i] = (rows of qs
  * buffer wi[i]) · w[i]ᵀ. */
-static void run_matmuls(cn_ctx *c, const quant_set *qs, const int *wi, int64_t rows, int nw, const cn_weight *const *w,
+static void run_matmuls(cn_fwd *c, const quant_set *qs, const int *wi, int64_t rows, int nw, const cn_weight *const *w,
                         float *const *y) {
     mm_group g = {c->kern, nw, {{0}}};
     for (int i = 0; i < nw; i++) g.a[i] = mm_args(w[i], qs, wi[i], rows, y[i], w[i]->ne1);
@@ -523,71 +526,81 @@ static void run_matmuls(cn_ctx *c, const quant_set *qs, const int *wi, int64_t r
 }
 
 /* resid_norm over the batch's rows, then y[i] = xb · w[i]ᵀ for nw matmuls on it. With
- * want, only those n_want rows go on to the matmuls (row i of y is batch row want[i]). */
-static void norm_matmuls(cn_ctx *c, int64_t n, const int32_t *want, int64_t n_want, resid_norm rn, int nw,
-                         const cn_weight *const *w, float *const *y) {
+ * want, only those n_want rows go on to the matmuls (row i of y is batch row want[i]).
+ * Profiled as `step`, like each step below. */
+static void norm_matmuls(cn_fwd *c, prof_step step, int64_t n, const int32_t *want, int64_t n_want, resid_norm rn,
+                         int nw, const cn_weight *const *w, float *const *y) {
+    const double t0 = prof_start(c);
     if (n == 1) {
         dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .rn = rn, .k = cn_model_hparams(c->m)->n_embd,
                       .n_mm = nw};
         for (int i = 0; i < nw; i++) d.w[i] = w[i], d.y[i] = y[i];
         cn_pool_run(c->pool, dec_run, &d);
         dec_keep_x(c, 0);
-        return;
+    } else {
+        const int64_t rows = want ? n_want : n;
+        int wi[3];
+        resid_norm_task t = {c, rows, rn, want, {0}};
+        quant_plan(c, w, nw, &t.qs, wi);
+        cn_pool_run(c->pool, resid_norm_run, &t);
+        observe(c, w, nw, c->xb, rows, cn_model_hparams(c->m)->n_embd);
+        run_matmuls(c, &t.qs, wi, rows, nw, w, y);
     }
-    const int64_t rows = want ? n_want : n;
-    int wi[3];
-    resid_norm_task t = {c, rows, rn, want, {0}};
-    quant_plan(c, w, nw, &t.qs, wi);
-    cn_pool_run(c->pool, resid_norm_run, &t);
-    observe(c, w, nw, c->xb, rows, cn_model_hparams(c->m)->n_embd);
-    run_matmuls(c, &t.qs, wi, rows, nw, w, y);
+    prof_add(c, t0, step, w, nw, 0);
 }
 
 /* y = src · wᵀ for n rows of width k (src quantized first). */
-static void quant_matmul(cn_ctx *c, int64_t n, const float *src, int64_t k, const cn_weight *w, float *y) {
+static void quant_matmul(cn_fwd *c, prof_step step, int64_t n, const float *src, int64_t k, const cn_weight *w,
+                         float *y) {
+    const double t0 = prof_start(c);
     if (n == 1) {
         dec_task d = {.c = c, .mode = DEC_QUANT, .src = src, .k = k, .n_mm = 1, .w = {w}, .y = {y}};
         cn_pool_run(c->pool, dec_run, &d);
-        return;
+    } else {
+        int wi;
+        quant_set qs;
+        quant_plan(c, &w, 1, &qs, &wi);
+        quant_task qt = {c->kern, qs.act[0], src, k, n, qs.buf[0], qs.rb[0]};
+        cn_pool_run(c->pool, quant_run, &qt);
+        observe(c, &w, 1, src, n, k);
+        run_matmuls(c, &qs, &wi, n, 1, &w, &y);
     }
-    int wi;
-    quant_set qs;
-    quant_plan(c, &w, 1, &qs, &wi);
-    quant_task qt = {c->kern, qs.act[0], src, k, n, qs.buf[0], qs.rb[0]};
-    cn_pool_run(c->pool, quant_run, &qt);
-    observe(c, &w, 1, src, n, k);
-    run_matmuls(c, &qs, &wi, n, 1, &w, &y);
+    prof_add(c, t0, step, &w, 1, 0);
 }
 
 /* hg = act(hg) * hu, then y = hg · wᵀ. */
-static void act_matmul(cn_ctx *c, int64_t n, cn_act act, const cn_weight *w, float *y) {
+static void act_matmul(cn_fwd *c, prof_step step, int64_t n, cn_act act, const cn_weight *w, float *y) {
+    const double t0 = prof_start(c);
     if (n == 1) {
         dec_task d = {.c = c, .mode = DEC_ACT, .act = act, .k = cn_model_hparams(c->m)->n_ff, .n_mm = 1, .w = {w}, .y = {y}};
         cn_pool_run(c->pool, dec_run, &d);
-        return;
+    } else {
+        int wi;
+        act_task t = {c, n, act, {0}};
+        quant_plan(c, &w, 1, &t.qs, &wi);
+        cn_pool_run(c->pool, act_run, &t);
+        observe(c, &w, 1, c->hg, n, cn_model_hparams(c->m)->n_ff);
+        run_matmuls(c, &t.qs, &wi, n, 1, &w, &y);
     }
-    int wi;
-    act_task t = {c, n, act, {0}};
-    quant_plan(c, &w, 1, &t.qs, &wi);
-    cn_pool_run(c->pool, act_run, &t);
-    observe(c, &w, 1, c->hg, n, cn_model_hparams(c->m)->n_ff);
-    run_matmuls(c, &t.qs, &wi, n, 1, &w, &y);
+    prof_add(c, t0, step, &w, 1, 0);
 }
 
 /* Biases, q/k norms, RoPE and the q pre-scale of every row (one row: on this thread). */
-static void rope_qk(cn_ctx *c, const cn_layer *L, const float *cs, int64_t n) {
+static void rope_qk(cn_fwd *c, const cn_layer *L, const float *cs, int64_t n) {
+    const double t0 = prof_start(c);
     if (n == 1) {
         qk_row(c, L, cs, 0);
-        return;
+    } else {
+        qk_task t = {c, L, cs, n};
+        cn_pool_run(c->pool, qk_run, &t);
     }
-    qk_task t = {c, L, cs, n};
-    cn_pool_run(c->pool, qk_run, &t);
+    prof_add(c, t0, ST_ROPE, NULL, 0, 0);
 }
 
 
 /* Checks rows, finds the batch's sequences, checks each continues its cache without
  * gaps, and reserves the blocks. */
-static cn_status prepare_batch(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t *n_useq,
+static cn_status prepare_batch(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t *n_useq,
                                int32_t *n_want, cn_error *err) {
     const cn_hparams *hp = cn_model_hparams(c->m);
     const cn_kv_params *kp = cn_kv_params_of(kv);
@@ -637,19 +650,15 @@ static cn_status prepare_batch(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t 
 }
 
 /* Block pointers of layer il for every sequence of the batch, and per-row views. */
-static cn_status gather_blocks(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t il, int32_t nu,
+static cn_status gather_blocks(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t il, int32_t nu,
                                cn_error *err) {
     int64_t need = 0;
     for (int32_t u = 0; u < nu; u++) {
         const int32_t *ids;
         need += 2 * cn_kv_seq_blocks(kv, c->useq[u], &ids);
     }
-    if (need > c->blk_cap) {
-        const void **nb = realloc(c->blk, (size_t)need * sizeof *nb);
-        if (!nb) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for KV block tables");
-        c->blk = nb;
-        c->blk_cap = need;
-    }
+    if (!CN_GROW(c->blk, c->blk_cap, (size_t)need))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for KV block tables");
     int64_t off = 0;
     for (int32_t u = 0; u < nu; u++) {
         const int32_t *ids;
@@ -669,14 +678,24 @@ static cn_status gather_blocks(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t 
     return CN_STATUS_OK;
 }
 
+/* The bytes attention reads from the cache in one layer: each sequence's K and V rows
+ * up to its last new position. */
+static uint64_t kv_bytes_read(const cn_fwd *c, const cn_kv_params *kp, int32_t nu, int64_t n, int64_t kv_dim) {
+    const double per = kp->type == CN_TYPE_F32 ? 4.0 : kp->type == CN_TYPE_F16 ? 2.0 : 34.0 / 32.0;
+    int64_t positions = n; /* the new rows */
+    for (int32_t u = 0; u < nu; u++) positions += c->useq_len[u];
+    return (uint64_t)((double)positions * (double)kv_dim * 2.0 * per);
+}
+
 /* Writes the batch's K, V rows into the cache for layer il and attends: att = each row's
  * attention over its sequence's cached positions (a sliding window on SWA layers). */
-static cn_status attend(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t il, const cn_layer *L, int32_t nu,
+static cn_status attend(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t il, const cn_layer *L, int32_t nu,
                         cn_error *err) {
     const cn_hparams *hp = cn_model_hparams(c->m);
     const cn_arch_desc *arch = cn_model_arch(c->m);
     const cn_kv_params *kp = cn_kv_params_of(kv);
     const int64_t n = b->n_rows, hd = hp->head_dim, KVD = (int64_t)hp->n_head_kv * hd;
+    const double t0 = prof_start(c);
     cn_status s;
     for (int64_t r = 0; r < n; r++) {
         s = cn_kv_write(kv, il, b->rows[r].seq, b->rows[r].pos, c->k + r * KVD, c->v + r * KVD, err);
@@ -694,20 +713,39 @@ static cn_status attend(cn_ctx *c, const cn_batch *b, cn_kv *kv, int32_t il, con
                      .kv_type = kp->type, .scale = arch->q_prescale ? 1.0f : hp->attn_scale,
                      .scratch = c->attn_scratch, .scratch_stride = CN_ATTN_SCRATCH(c->n_ctx)}};
     cn_pool_run(c->pool, attn_run, &at);
+    if (c->prof) prof_add(c, t0, ST_ATTN, NULL, 0, kv_bytes_read(c, kp, nu, n, KVD));
     return CN_STATUS_OK;
 }
 
-/* The bytes attention reads from the cache in one layer: each sequence's K and V rows
- * up to its last new position. */
-static uint64_t kv_bytes_read(const cn_ctx *c, const cn_kv_params *kp, int32_t nu, int64_t n, int64_t kv_dim) {
-    const double per = kp->type == CN_TYPE_F32 ? 4.0 : kp->type == CN_TYPE_F16 ? 2.0 : 34.0 / 32.0;
-    int64_t positions = n; /* the new rows */
-    for (int32_t u = 0; u < nu; u++) positions += c->useq_len[u];
-    return (uint64_t)((double)positions * (double)kv_dim * 2.0 * per);
+/* x = each row's token embedding (scaled when the arch says); its RoPE angles for global
+ * and sliding layers. */
+static void embed_rows(cn_fwd *c, const cn_batch *b) {
+    const cn_hparams *hp = cn_model_hparams(c->m);
+    const cn_arch_desc *arch = cn_model_arch(c->m);
+    const cn_kernels *K = c->kern;
+    const int64_t n = b->n_rows, E = hp->n_embd;
+    const cn_weight *te = cn_model_tok_embd(c->m);
+    const cn_type_traits *tr = cn_type_traits_get(te->type);
+    const float embd_scale = sqrtf((float)E);
+    const cn_weight *ff = cn_model_rope_freqs(c->m);
+    const float *freqs = ff ? ff->data : NULL;
+    const double t0 = prof_start(c);
+    for (int64_t r = 0; r < n; r++) {
+        float *xr = c->x + r * E;
+        tr->to_float((const uint8_t *)te->data + (size_t)b->rows[r].token * te->row_bytes, xr, E);
+        if (arch->embd_scale)
+            for (int64_t i = 0; i < E; i++) xr[i] *= embd_scale;
+        K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base, hp->rope_freq_scale, freqs,
+                      c->cs_global + r * hp->n_rot);
+        if (arch->swa_pattern > 0)
+            K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base_swa, 1.0f, freqs,
+                          c->cs_swa + r * hp->n_rot);
+    }
+    prof_add(c, t0, ST_EMBED, NULL, 0, (uint64_t)n * te->row_bytes);
 }
 
 /* cn_forward, or cn_forward_embd when embd_out is given (logits_out unused then). */
-static cn_status forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv, float *logits_out,
+static cn_status forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv *kv, float *logits_out,
                          float *embd_out, cn_error *err) {
     const cn_hparams *hp = cn_model_hparams(m);
     const cn_arch_desc *arch = cn_model_arch(m);
@@ -732,26 +770,7 @@ static cn_status forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv 
     cn_status s = prepare_batch(c, b, kv, &nu, &n_want, err);
     if (s != CN_STATUS_OK) return s;
 
-    /* Embeddings; RoPE angles for each row, for global and sliding layers. */
-    const cn_weight *te = cn_model_tok_embd(m);
-    const cn_type_traits *tr = cn_type_traits_get(te->type);
-    const float embd_scale = sqrtf((float)E);
-    const cn_weight *ff = cn_model_rope_freqs(m);
-    const float *freqs = ff ? ff->data : NULL;
-    double t0 = prof_start(c);
-    for (int64_t r = 0; r < n; r++) {
-        float *xr = c->x + r * E;
-        tr->to_float((const uint8_t *)te->data + (size_t)b->rows[r].token * te->row_bytes, xr, E);
-        if (arch->embd_scale)
-            for (int64_t i = 0; i < E; i++) xr[i] *= embd_scale;
-        K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base, hp->rope_freq_scale, freqs,
-                      c->cs_global + r * hp->n_rot);
-        if (arch->swa_pattern > 0)
-            K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base_swa, 1.0f, freqs,
-                          c->cs_swa + r * hp->n_rot);
-    }
-    prof_add(c, t0, ST_EMBED, NULL, 0, (uint64_t)n * te->row_bytes);
-
+    embed_rows(c, b); /* x = embeddings; RoPE angles */
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const cn_layer *L = cn_model_layer(m, il);
         const cn_layer *prev = il > 0 ? cn_model_layer(m, il - 1) : NULL;
@@ -760,31 +779,18 @@ static cn_status forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv 
         /* attention: x (+ the previous layer's FFN branch) → norm → Q, K, V → RoPE */
         const resid_norm attn_in = {prev ? c->tmp : NULL, prev && arch->post_norms ? &prev->post_ffn_norm : NULL,
                                     &L->attn_norm};
-        const cn_weight *const qkv[] = {&L->wq, &L->wk, &L->wv};
-        t0 = prof_start(c);
-        norm_matmuls(c, n, NULL, n, attn_in, 3, qkv, (float *[]){c->q, c->k, c->v});
-        prof_add(c, t0, ST_QKV, qkv, 3, 0);
-        t0 = prof_start(c);
+        norm_matmuls(c, ST_QKV, n, NULL, n, attn_in, 3, (const cn_weight *[]){&L->wq, &L->wk, &L->wv},
+                     (float *[]){c->q, c->k, c->v});
         rope_qk(c, L, cs, n);
-        prof_add(c, t0, ST_ROPE, NULL, 0, 0);
-        t0 = prof_start(c);
         s = attend(c, b, kv, il, L, nu, err); /* K, V into the cache; att = attention over it */
         if (s != CN_STATUS_OK) return s;
-        if (c->prof) prof_add(c, t0, ST_ATTN, NULL, 0, kv_bytes_read(c, kp, nu, n, KVD));
-        const cn_weight *const wo = &L->wo;
-        t0 = prof_start(c);
-        quant_matmul(c, n, c->att, QD, wo, c->tmp);
-        prof_add(c, t0, ST_WO, &wo, 1, 0);
+        quant_matmul(c, ST_WO, n, c->att, QD, &L->wo, c->tmp);
 
         /* feed-forward: x += attention branch → norm → gate, up → act → down */
         const resid_norm ffn_in = {c->tmp, arch->post_norms ? &L->post_attn_norm : NULL, &L->ffn_norm};
-        const cn_weight *const gate_up[] = {&L->w_gate, &L->w_up}, *const down = &L->w_down;
-        t0 = prof_start(c);
-        norm_matmuls(c, n, NULL, n, ffn_in, 2, gate_up, (float *[]){c->hg, c->hu});
-        prof_add(c, t0, ST_GATE_UP, gate_up, 2, 0);
-        t0 = prof_start(c);
-        act_matmul(c, n, arch->act, down, c->tmp);
-        prof_add(c, t0, ST_DOWN, &down, 1, 0);
+        norm_matmuls(c, ST_GATE_UP, n, NULL, n, ffn_in, 2, (const cn_weight *[]){&L->w_gate, &L->w_up},
+                     (float *[]){c->hg, c->hu});
+        act_matmul(c, ST_DOWN, n, arch->act, &L->w_down, c->tmp);
     }
 
     /* the last FFN branch, the output norm and the LM head, for the rows that want logits */
@@ -798,24 +804,21 @@ static cn_status forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv 
         }
         return CN_STATUS_OK;
     }
-    const resid_norm out_in = {c->tmp, arch->post_norms ? &cn_model_layer(m, hp->n_layer - 1)->post_ffn_norm : NULL,
-                               cn_model_output_norm(m)};
-    const cn_weight *const head = cn_model_output(m);
-    t0 = prof_start(c);
-    norm_matmuls(c, n, c->want_rows, n_want, out_in, 1, &head, (float *[]){logits_out});
+    const resid_norm out_in = {c->tmp, last_post, cn_model_output_norm(m)};
+    norm_matmuls(c, ST_HEAD, n, c->want_rows, n_want, out_in, 1, (const cn_weight *[]){cn_model_output(m)},
+                 (float *[]){logits_out});
     if (hp->final_softcap > 0.0f) {
         const float cap = hp->final_softcap;
         for (int64_t i = 0; i < (int64_t)n_want * hp->n_vocab; i++)
             logits_out[i] = tanhf(logits_out[i] / cap) * cap;
     }
-    prof_add(c, t0, ST_HEAD, &head, 1, 0);
     return CN_STATUS_OK;
 }
 
-cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv, float *logits_out, cn_error *err) {
+cn_status cn_forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv *kv, float *logits_out, cn_error *err) {
     return forward(m, c, b, kv, logits_out, NULL, err);
 }
 
-cn_status cn_forward_embd(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv, float *embd_out, cn_error *err) {
+cn_status cn_forward_embd(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv *kv, float *embd_out, cn_error *err) {
     return forward(m, c, b, kv, NULL, embd_out, err);
 }

@@ -75,14 +75,21 @@ static cn_status wrong_kind(meta *mt, const char *want, cn_error *err) {
                   cn_gguf_vtype_name(cn_gguf_kv_type(mt->g, i)), want);
 }
 
+/* Points mt->key at <arch>.suffix and says whether the file has it: when it has not,
+ * *st is what the reader returns (NOT_FOUND if required, else OK with *present false). */
+static bool meta_find(meta *mt, const char *suffix, bool required, bool *present, cn_status *st, cn_error *err) {
+    mkey(mt, suffix);
+    if (present) *present = false;
+    if (cn_gguf_find_key(mt->g, mt->key) >= 0) return true;
+    *st = required ? cn_err(err, CN_STATUS_NOT_FOUND, "missing metadata key %s", mt->key) : CN_STATUS_OK;
+    return false;
+}
+
 /* Reads a positive integer that fits int32. *present=false if absent and optional. */
 static cn_status meta_i32(meta *mt, const char *suffix, bool required, int32_t *out,
                           bool *present, cn_error *err) {
-    mkey(mt, suffix);
-    if (present) *present = false;
-    if (cn_gguf_find_key(mt->g, mt->key) < 0)
-        return required ? cn_err(err, CN_STATUS_NOT_FOUND, "missing metadata key %s", mt->key)
-                        : CN_STATUS_OK;
+    cn_status st;
+    if (!meta_find(mt, suffix, required, present, &st, err)) return st;
     uint32_t v;
     if (!cn_gguf_get_u32(mt->g, mt->key, &v)) return wrong_kind(mt, "an unsigned integer", err);
     if (v == 0 || v > INT32_MAX)
@@ -94,11 +101,8 @@ static cn_status meta_i32(meta *mt, const char *suffix, bool required, int32_t *
 
 static cn_status meta_f32(meta *mt, const char *suffix, bool required, float *out,
                           bool *present, cn_error *err) {
-    mkey(mt, suffix);
-    if (present) *present = false;
-    if (cn_gguf_find_key(mt->g, mt->key) < 0)
-        return required ? cn_err(err, CN_STATUS_NOT_FOUND, "missing metadata key %s", mt->key)
-                        : CN_STATUS_OK;
+    cn_status st;
+    if (!meta_find(mt, suffix, required, present, &st, err)) return st;
     float v;
     if (!cn_gguf_get_f32(mt->g, mt->key, &v)) return wrong_kind(mt, "a float", err);
     if (!isfinite(v)) return cn_err(err, CN_STATUS_CORRUPT, "metadata key %s is not finite", mt->key);
@@ -412,9 +416,8 @@ static void weights_to_hugepages(cn_model *m) {
         cp.dst[i] = dst;
         if (bytes[i]) dst += (bytes[i] + 63) & ~(size_t)63;
     }
-    const long n_cpu = sysconf(_SC_NPROCESSORS_ONLN);
     cn_pool *pool = NULL;
-    if (cn_pool_create((int)CN_MAX(1, CN_MIN(n_cpu, 8)), &pool, NULL) != CN_STATUS_OK) pool = NULL;
+    if (cn_pool_create(CN_MIN(cn_threads_resolve(0), 8), &pool, NULL) != CN_STATUS_OK) pool = NULL;
     cn_pool_run(pool, hp_copy_run, &cp); /* a NULL pool copies on this thread */
     cn_pool_free(pool);
     for (size_t i = 0; i < n_ws; i++) {

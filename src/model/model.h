@@ -3,11 +3,12 @@
  * A model is hyperparameters from `<arch>.*` metadata, weights used in place in the
  * memory-mapped file (never copied to float), and an architecture description as DATA
  * (cn_arch_desc): one forward function reads the description, there is no per-family
- * code path. A context (cn_ctx) owns the scratch sized once for the largest batch, and
- * a thread pool (or borrows one). cn_forward runs a batch of (token, pos, seq, want_logits) rows —
- * a whole prompt, one decode token per sequence, or a mix — reading and appending
- * K/V through the paged cache. Every output element is reduced in a fixed order, so
- * logits do not depend on the thread count or on what else is in the batch. */
+ * code path. A forward scratch (cn_fwd: not cinder.h's one-request cn_context) owns the
+ * buffers sized once for the largest batch, and a thread pool (or borrows one).
+ * cn_forward runs a batch of (token, pos, seq, want_logits) rows — a whole prompt, one
+ * decode token per sequence, or a mix — reading and appending K/V through the paged
+ * cache. Every output element is reduced in a fixed order, so logits do not depend on
+ * the thread count or on what else is in the batch. */
 #ifndef CN_MODEL_H
 #define CN_MODEL_H
 
@@ -91,23 +92,23 @@ cn_kv_params cn_model_kv_params(const cn_model *m);
 
 /* ---- forward ---- */
 
-typedef struct cn_ctx cn_ctx;
+typedef struct cn_fwd cn_fwd;
 
 typedef struct {
     int32_t n_threads;         /* >= 1; with pool: ignored, the pool's size is used */
     int32_t n_batch_max;       /* most rows one cn_forward takes */
     int32_t n_ctx;             /* most positions per sequence; 0: the model's context */
-    cn_pool *pool;             /* borrowed (must outlive the context), so that contexts
+    cn_pool *pool;             /* borrowed (must outlive the scratch), so that scratches
                                   that never run at once share one set of threads (the
-                                  engine's target and draft models); NULL (default): the
-                                  context makes its own of n_threads */
-} cn_ctx_params;
-cn_ctx_params cn_ctx_default_params(void);
+                                  engine's target and draft models, its embedder); NULL
+                                  (default): the scratch makes its own of n_threads */
+} cn_fwd_params;
+cn_fwd_params cn_fwd_default_params(void);
 
-/* Borrows m, which must outlive the context. */
-cn_status cn_ctx_create(const cn_model *m, const cn_ctx_params *p, cn_ctx **out, cn_error *err);
-void cn_ctx_free(cn_ctx *c); /* NULL is a no-op */
-int32_t cn_ctx_n_ctx(const cn_ctx *c);
+/* Borrows m, which must outlive the scratch. */
+cn_status cn_fwd_create(const cn_model *m, const cn_fwd_params *p, cn_fwd **out, cn_error *err);
+void cn_fwd_free(cn_fwd *c); /* NULL is a no-op */
+int32_t cn_fwd_n_ctx(const cn_fwd *c);
 
 /* Runs batch b. For each sequence in b, reserves cache blocks through the highest
  * position, writes every row's K/V, and attends causally (positions <= the row's, and
@@ -115,19 +116,19 @@ int32_t cn_ctx_n_ctx(const cn_ctx *c);
  * without gaps (rows may also rewrite positions it already holds). logits_out gets
  * (cn_batch_n_logits(b), n_vocab) floats, the wanting rows in batch order. The KV cache
  * must have been created with cn_model_kv_params' n_layer and kv_dim. */
-cn_status cn_forward(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
+cn_status cn_forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv *kv,
                      float *logits_out, cn_error *err);
 /* As cn_forward, but embd_out gets (cn_batch_n_logits(b), n_embd) floats instead of
  * logits: the wanting rows' final hidden states after the output norm (what the LM head
  * would read; llama.cpp's "result_norm", which its embeddings pool). */
-cn_status cn_forward_embd(const cn_model *m, cn_ctx *c, const cn_batch *b, cn_kv *kv,
+cn_status cn_forward_embd(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv *kv,
                           float *embd_out, cn_error *err);
 
 /* The per-step profile of cn_forward (cinder.h's cn_context_profile): false when out of
  * memory turning it on. */
-bool cn_ctx_profile(cn_ctx *c, bool on);
-int32_t cn_ctx_profile_read(const cn_ctx *c, cn_profile_op *out, int32_t max);
+bool cn_fwd_profile(cn_fwd *c, bool on);
+int32_t cn_fwd_profile_read(const cn_fwd *c, cn_profile_op *out, int32_t max);
 /* cn_context_observe_matmuls's observer, for the batch path (two or more rows). */
-void cn_ctx_observe(cn_ctx *c, cn_matmul_observer fn, void *user);
+void cn_fwd_observe(cn_fwd *c, cn_matmul_observer fn, void *user);
 
 #endif

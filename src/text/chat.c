@@ -136,6 +136,12 @@ const char *cn_chat_template_name(const cn_chat_template *t) { return t->jinja ?
 const char *cn_chat_template_end_of_turn(const cn_chat_template *t) {
     return t->jinja ? t->eot : END_OF_TURN[t->family];
 }
+const char *cn_chat_end_of_turn_stop(const cn_chat_template *t, const cn_tokenizer *tok) {
+    const char *eot = t ? cn_chat_template_end_of_turn(t) : "";
+    if (!eot[0]) return NULL;
+    const int32_t id = cn_tokenizer_find(tok, eot);
+    return id >= 0 && cn_tokenizer_is_eog(tok, id) ? NULL : eot;
+}
 const char *cn_chat_template_default_system(const cn_chat_template *t) {
     return t->default_system;
 }

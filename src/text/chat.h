@@ -62,6 +62,11 @@ bool cn_chat_template_is_jinja(const cn_chat_template *t);
 /* cn_chat_template_end_of_turn: an end-of-generation token for the model, or a stop
  * string when the tokenizer does not mark it as one. A Jinja template: its family's when
  * its markers show one, else the EOS text, else "" (no stop string). */
+/* The one rule for where a chat reply ends: t's end of turn when a reply must stop on it
+ * as a stop string, because tok does not end generation there itself (it is no token,
+ * or a token tok does not count as end-of-generation); NULL when it need not (or t is
+ * NULL, or has no end of turn). View valid until t is freed. */
+const char *cn_chat_end_of_turn_stop(const cn_chat_template *t, const struct cn_tokenizer *tok);
 /* The default system prompt taken from the template, or NULL. View valid until free. */
 const char *cn_chat_template_default_system(const cn_chat_template *t);
 /* True when the reference template starts with {{ bos_token }} (Gemma, Llama-3), or a

@@ -12,10 +12,11 @@
  *     same text as a run with no failure (the reference).
  * Scenarios: model load (stories260K), the tokenizer (SentencePiece and byte-level BPE
  * vocabularies from ../shared/testdata: load, encode with special tokens, decode), engine
- * create, submit and steps (n = 2, stop strings, logprobs), a chat template run by the
- * Jinja interpreter (parse, render a tool-calling conversation), the public context API
- * (create, then a greedy request with logprobs), and HTTP requests to an
- * in-process server (a completion with n = 2 and logprobs, a streamed one, /tokenize,
+ * create, submit and steps (n = 2, stop strings, logprobs), an engine's embedder
+ * (create, embed two texts; after a failed pass the same embedder embeds again), a chat
+ * template run by the Jinja interpreter (parse, render a tool-calling conversation), the
+ * public context API (create, then a greedy request with logprobs), and HTTP requests
+ * to an in-process server (a completion with n = 2 and logprobs, a streamed one, /tokenize,
  * Anthropic's /v1/messages streamed with a stop sequence, /v1/responses whole and
  * streamed), and a server of several models (--models-dir, --models-max 1) where the
  * request names the model that is not loaded: the loaded one is unloaded, the named one
@@ -405,6 +406,46 @@ static bool run_engine_create(void *ctx) {
     return true;
 }
 
+/* ---- an engine's embedder ---- */
+
+typedef struct {
+    cn_engine *e;
+    float *ref; /* (2, n_embd) the vectors with no failure */
+    float *out; /* (2, n_embd) a run's, allocated before the sweep */
+    size_t n_bytes;
+} embed_case;
+
+static const char *const EMBED_TEXTS[] = {"Once upon a time", "The little dog"};
+
+/* An engine's embedder embeds the two texts into out; a pass that ran out of memory keeps
+ * nothing, so the same embedder (injection off) embeds again. */
+static cn_status engine_embed(cn_engine *e, float *out, cn_error *err) {
+    cn_embedder_params p = cn_embedder_default_params();
+    p.n_batch = 32;
+    cn_embedder *emb = NULL;
+    cn_status st = cn_engine_embedder(e, &p, &emb, err);
+    if (st == CN_STATUS_OK) st = cn_embedder_embed_texts(emb, EMBED_TEXTS, 2, out, err);
+    if (st == CN_STATUS_NO_MEMORY && emb) {
+        check_error(st, err, "cn_embedder_embed_texts");
+        inject_disarm();
+        st = cn_embedder_embed_texts(emb, EMBED_TEXTS, 2, out, err);
+        if (st != CN_STATUS_OK) bad("an embedder that ran out of memory once failed again: %s", err->msg);
+    }
+    cn_embedder_free(emb);
+    return st;
+}
+
+static bool run_engine_embed(void *ctx) {
+    embed_case *c = ctx;
+    memset(c->out, 0, c->n_bytes);
+    cn_error err = {0};
+    const cn_status st = engine_embed(c->e, c->out, &err);
+    check_error(st, &err, "cn_engine_embedder");
+    if (st == CN_STATUS_OK && memcmp(c->out, c->ref, c->n_bytes))
+        bad("an engine's embedder under injection gave other vectors");
+    return true;
+}
+
 /* ---- the public one-request API ---- */
 
 typedef struct {
@@ -617,11 +658,7 @@ static cn_status multi_load(void *user, const char *path, cn_model **m, cn_engin
     cn_status st = cn_model_load(path, &mp, m, err);
     if (st == CN_STATUS_OK) st = cn_engine_create(*m, ep, e, err);
     if (st == CN_STATUS_OK) st = cn_engine_start(*e, err);
-    if (st == CN_STATUS_OK) {
-        cn_embedder_params emp = cn_embedder_default_params();
-        emp.n_threads = 1;
-        st = cn_embedder_create(*m, &emp, emb, err);
-    }
+    if (st == CN_STATUS_OK) st = cn_engine_embedder(*e, NULL, emb, err); /* as cinder serve's loader */
     if (st != CN_STATUS_OK) {
         cn_engine_free(*e);
         *e = NULL;
@@ -734,6 +771,18 @@ int main(int argc, char **argv) {
     run_requests(ec.e, &ec.ref, false, NULL);
     sweep("engine create", run_engine_create, &ec, 100000);
     sweep("engine submit + steps", run_engine_steps, &ec, 100000);
+    static embed_case emc;
+    emc.e = ec.e;
+    emc.n_bytes = 2 * (size_t)cn_model_hparams(m)->n_embd * sizeof(float);
+    emc.ref = malloc(emc.n_bytes);
+    emc.out = malloc(emc.n_bytes);
+    if (!emc.ref || !emc.out || engine_embed(ec.e, emc.ref, &err) != CN_STATUS_OK) {
+        fprintf(stderr, "alloc_fail: embedder reference: %s\n", err.msg);
+        return 1;
+    }
+    sweep("engine embedder create + embed", run_engine_embed, &emc, 100000);
+    free(emc.ref);
+    free(emc.out);
     static context_case cc;
     cc.m = m;
     if (context_run(m, cc.ref, sizeof cc.ref, &err) != CN_STATUS_OK) {

@@ -45,10 +45,8 @@ static const oai_ctx *fuzz_oai_ctx(void) {
         abort();
     }
     /* the end-of-turn stop as an engine decides it (cn_engine_end_of_turn_stop) */
-    const char *eot = cn_chat_template_end_of_turn(fuzz_oai_chat);
-    const int32_t eot_id = cn_tokenizer_find(fuzz_oai_tok, eot);
     fuzz_oai = (oai_ctx){.tok = fuzz_oai_tok, .chat = fuzz_oai_chat, .model_id = "stories260K", .n_ctx = 256,
-                         .eot_stop = eot_id >= 0 && cn_tokenizer_is_eog(fuzz_oai_tok, eot_id) ? NULL : eot,
+                         .eot_stop = cn_chat_end_of_turn_stop(fuzz_oai_chat, fuzz_oai_tok),
                          .n_vocab = cn_tokenizer_n_vocab(fuzz_oai_tok), .max_draft = 8};
     return &fuzz_oai;
 }

@@ -107,7 +107,7 @@ static double seq_logprob(gt_env *e, int scratch, const int32_t *prompt, int np,
         cn_batch_add(&b, i < np ? prompt[i] : seq[i - np], i, scratch, i >= np - 1);
     float *lg = malloc((size_t)(n + 1) * (size_t)e->n_vocab * sizeof *lg);
     cn_kv_seq_free(e->kv, scratch);
-    cr_assert_eq(cn_forward(e->model, e->ctx, &b, e->kv, lg, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_forward(e->model, e->fwd, &b, e->kv, lg, &err), CN_STATUS_OK, "%s", err.msg);
     cn_kv_seq_free(e->kv, scratch);
     double sum = 0;
     for (int i = 0; i <= n; i++) {

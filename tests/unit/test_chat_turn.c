@@ -1,4 +1,4 @@
-/* test_chat_turn.c — chat turns with tools made ready to generate (src/gen/chat_turn.c).
+/* test_chat_turn.c — chat turns with tools made ready to generate (src/text/chat_turn.c).
  * Truth: the prompts written out by hand from ChatML's rule (each turn
  * "<|im_start|>ROLE\nCONTENT<|im_end|>\n", then "<|im_start|>assistant\n") and from the
  * generic format the file documents (the tools note first in the system turn, results in

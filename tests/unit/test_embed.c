@@ -1,4 +1,4 @@
-/* test_embed.c — embeddings (src/gen/embed.c): the pooling math against a scalar
+/* test_embed.c — embeddings (src/engine/embed.c): the pooling math against a scalar
  * reference written here (plain loops, long double), the hidden state against the model's
  * own head (on stories260K, whose weights are F32: the last token's unnormalized vector
  * times output.weight must be the logits cn_context_logits gives), packing invariance
@@ -6,12 +6,15 @@
  * boundaries), and bad inputs. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cinder.h"
 #include "model/model.h"
+#include "test_engine_util.h"
 
 static uint32_t rng_state = 12345;
 static float frand(void) {
@@ -103,13 +106,18 @@ static void setup(void) {
 
 static void teardown(void) { cn_model_free(model); }
 
-static cn_embedder *make(int32_t n_batch, int32_t max_seqs, cn_pooling p, bool norm) {
+static cn_embedder_params params(int32_t n_batch, int32_t max_seqs, cn_pooling p, bool norm) {
     cn_embedder_params ep = cn_embedder_default_params();
     ep.n_threads = 2;
     ep.n_batch = n_batch;
     ep.max_seqs = max_seqs;
     ep.pooling = p;
     ep.normalize = norm;
+    return ep;
+}
+
+static cn_embedder *make(int32_t n_batch, int32_t max_seqs, cn_pooling p, bool norm) {
+    const cn_embedder_params ep = params(n_batch, max_seqs, p, norm);
     cn_embedder *e = NULL;
     cn_error err = {0};
     cr_assert_eq(cn_embedder_create(model, &ep, &e, &err), CN_STATUS_OK, "%s", err.msg);
@@ -151,15 +159,21 @@ Test(embed, last_hidden_state_feeds_the_head, .init = setup, .fini = teardown) {
     cn_embedder_free(e);
 }
 
-/* A text's vector is the same alone and packed with others, whatever the pass sizes. */
-Test(embed, packing_does_not_change_a_vector, .init = setup, .fini = teardown) {
-    enum { N = 9 };
-    int32_t *ids[N], n[N];
-    for (int i = 0; i < N; i++) {
+/* Nine inputs of 1 to 23 tokens, for the tests that compare embedders. */
+enum { N_IN = 9 };
+static void some_inputs(int32_t *ids[N_IN], int32_t n[N_IN]) {
+    for (int i = 0; i < N_IN; i++) {
         n[i] = 1 + (i * 7) % 23;
         ids[i] = malloc(n[i] * sizeof *ids[i]);
         for (int t = 0; t < n[i]; t++) ids[i][t] = 1 + (i * 31 + t * 17) % 500;
     }
+}
+
+/* A text's vector is the same alone and packed with others, whatever the pass sizes. */
+Test(embed, packing_does_not_change_a_vector, .init = setup, .fini = teardown) {
+    enum { N = N_IN };
+    int32_t *ids[N], n[N];
+    some_inputs(ids, n);
     const cn_pooling pools[] = {CN_POOLING_MEAN, CN_POOLING_CLS, CN_POOLING_LAST};
     for (size_t p = 0; p < 3; p++) {
         cn_embedder *alone = make(32, 1, pools[p], true), *packed = make(40, 3, pools[p], true);
@@ -214,4 +228,140 @@ Test(embed, bad_inputs, .init = setup, .fini = teardown) {
     cr_assert_str_eq(err.param, "n_batch");
     cr_assert_null(x);
     cn_embedder_free(NULL);
+}
+
+/* The inputs' vectors from a standalone embedder (n_batch 40, 3 inputs a pass, mean):
+ * what an engine's embedder must give. *E: floats per vector. */
+static float *reference_vectors(int32_t *const ids[N_IN], const int32_t n[N_IN], int32_t *E) {
+    cn_embedder *alone = make(40, 3, CN_POOLING_MEAN, true);
+    *E = cn_embedder_n_embd(alone);
+    float *a = malloc((size_t)N_IN * *E * sizeof *a);
+    cn_error err = {0};
+    cr_assert_eq(cn_embedder_embed(alone, (const int32_t *const *)ids, n, N_IN, a, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_embedder_free(alone);
+    return a;
+}
+
+static cn_embedder *engine_embedder(cn_engine *eng) {
+    cn_embedder_params ep = params(40, 3, CN_POOLING_MEAN, true);
+    ep.n_threads = 7; /* not read: the engine's threads */
+    cn_embedder *e = NULL;
+    cn_error err = {0};
+    cr_assert_eq(cn_engine_embedder(eng, &ep, &e, &err), CN_STATUS_OK, "%s", err.msg);
+    return e;
+}
+
+/* An engine's embedder (the engine's pool and tokenizer) gives a standalone embedder's
+ * vectors bit for bit, whatever the engine's thread count. */
+Test(embed, engine_embedder_matches_standalone, .init = setup, .fini = teardown) {
+    int32_t *ids[N_IN], n[N_IN], E = 0;
+    some_inputs(ids, n);
+    float *a = reference_vectors(ids, n, &E), *b = malloc((size_t)N_IN * E * sizeof *b);
+    cn_error err = {0};
+    const int32_t threads[] = {1, 3};
+    for (size_t k = 0; k < 2; k++) {
+        cn_engine_params p = cn_engine_default_params();
+        p.n_threads = threads[k];
+        p.kv_tokens = 256;
+        cn_engine *eng = te_engine(model, p);
+        cn_embedder *e = engine_embedder(eng);
+        cr_assert_eq(cn_embedder_tokenizer(e), cn_engine_tokenizer(eng), "the engine's tokenizer, not a copy");
+        cr_assert_eq(cn_embedder_n_embd(e), E);
+        cr_assert_eq(cn_embedder_pooling(e), CN_POOLING_MEAN);
+        memset(b, 0, (size_t)N_IN * E * sizeof *b);
+        cr_assert_eq(cn_embedder_embed(e, (const int32_t *const *)ids, n, N_IN, b, &err), CN_STATUS_OK, "%s",
+                     err.msg);
+        cr_assert(!memcmp(a, b, (size_t)N_IN * E * sizeof *a), "%d threads: the engine's vectors differ", threads[k]);
+        cn_embedder_free(e);
+        cn_engine_free(eng);
+    }
+    cn_embedder *x = NULL;
+    cr_assert_eq(cn_engine_embedder(NULL, NULL, &x, &err), CN_STATUS_INVALID_ARG);
+    cn_engine *eng = te_engine(model, cn_engine_default_params());
+    cn_embedder_params ep = cn_embedder_default_params();
+    ep.max_seqs = 0;
+    cr_assert_eq(cn_engine_embedder(eng, &ep, &x, &err), CN_STATUS_INVALID_ARG);
+    cr_assert_str_eq(err.param, "max_seqs");
+    cr_assert_null(x);
+    cn_engine_free(eng);
+    free(a);
+    free(b);
+    for (int i = 0; i < N_IN; i++) free(ids[i]);
+}
+
+/* A request on the run loop whose every token takes a while, as a slow step would (the
+ * callback runs with the engine's lock held). */
+typedef struct {
+    te_req q;
+    cn_engine_callbacks rec;
+    atomic_int n_tok;
+    atomic_bool done;
+} slow_req;
+static void slow_text(void *user, uint64_t id, int32_t index, const char *text, size_t n) {
+    slow_req *s = user;
+    s->rec.on_text(s->rec.user, id, index, text, n);
+}
+static void slow_token(void *user, uint64_t id, int32_t index, const cn_gen_token *tok) {
+    slow_req *s = user;
+    s->rec.on_token(s->rec.user, id, index, tok);
+    atomic_fetch_add(&s->n_tok, 1);
+    usleep(2000);
+}
+static void slow_finish(void *user, uint64_t id, int32_t index, cn_finish_reason r, const cn_gen_timings *t) {
+    slow_req *s = user;
+    s->rec.on_finish(s->rec.user, id, index, r, t);
+    atomic_store(&s->done, true);
+}
+
+/* Embeddings from this thread while the run loop streams a request: every vector is the
+ * standalone one, passes run between steps, and the request's tokens are those it makes
+ * alone. */
+Test(embed, engine_embedder_while_the_engine_generates, .init = setup, .fini = teardown, .timeout = 120) {
+    int32_t *ids[N_IN], n[N_IN], E = 0;
+    some_inputs(ids, n);
+    float *a = reference_vectors(ids, n, &E), *b = malloc((size_t)N_IN * E * sizeof *b);
+    cn_error err = {0};
+
+    cn_engine_params p = cn_engine_default_params();
+    p.n_threads = 2;
+    p.kv_tokens = 512;
+    cn_engine *eng = te_engine(model, p);
+    cn_embedder *e = engine_embedder(eng);
+    cr_assert_eq(cn_engine_start(eng, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_engine_request r = cn_engine_request_default_params();
+    r.prompt = "Once upon a time";
+    r.gen.max_tokens = 150;
+    r.gen.sampling.seed = 3;
+    r.gen.sampling.temperature = 0.7f;
+    r.gen.sampling.n_logprobs = 2;
+    r.gen.sampling.ignore_eos = true;
+    static slow_req s;
+    memset(&s, 0, sizeof s);
+    te_req_init(&s.q, 1);
+    s.rec = te_callbacks(&s.q);
+    const cn_engine_callbacks cb = {slow_text, slow_token, slow_finish, &s};
+    cr_assert_eq(cn_engine_submit(eng, &r, &cb, &s.q.id, &err), CN_STATUS_OK, "%s", err.msg);
+    for (int guard = 0; atomic_load(&s.n_tok) < 1; guard++) {
+        cr_assert_lt(guard, 20000, "the request never streamed");
+        usleep(1000);
+    }
+    int while_open = 0;
+    for (int round = 0; round < 1000 && !atomic_load(&s.done); round++) {
+        memset(b, 0, (size_t)N_IN * E * sizeof *b);
+        cr_assert_eq(cn_embedder_embed(e, (const int32_t *const *)ids, n, N_IN, b, &err), CN_STATUS_OK, "%s",
+                     err.msg);
+        cr_assert(!memcmp(a, b, (size_t)N_IN * E * sizeof *a), "round %d: the vectors differ", round);
+        while_open += !atomic_load(&s.done);
+    }
+    cr_assert_gt(while_open, 0, "no embedding finished while the request streamed");
+    cn_engine_wait_idle(eng);
+    te_result want;
+    te_reference(model, &r, 0, 1, CN_TYPE_F16, &want);
+    te_expect_same(&s.q.r[0], &want, "beside embeddings");
+    cn_engine_stop(eng);
+    cn_embedder_free(e);
+    cn_engine_free(eng);
+    free(a);
+    free(b);
+    for (int i = 0; i < N_IN; i++) free(ids[i]);
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/engine_impl.h"
 #include "test_engine_util.h"
 
 static cn_model *model;
@@ -29,7 +30,7 @@ Test(engine_api, bad_params) {
     cn_engine *e = NULL;
     cn_error err = {0};
     cn_engine_params p = cn_engine_default_params();
-    p.n_threads = 0;
+    p.n_threads = -1; /* 0 is every CPU, as for a context (below) */
     cr_assert_eq(cn_engine_create(model, &p, &e, &err), CN_STATUS_INVALID_ARG);
     cr_assert(strstr(err.msg, "n_threads"), "%s", err.msg);
     p = cn_engine_default_params();
@@ -297,4 +298,21 @@ Test(engine_api, parts) {
     cr_assert_eq(cn_engine_create(model, &p, &e, &err), CN_STATUS_INVALID_ARG);
     cr_assert_str_eq(err.param, "chat_template");
     cr_assert_null(e);
+}
+
+/* n_threads = 0 is every CPU, as for a context and an embedder; the request's tokens are
+ * those of the single-request loop (results do not depend on the thread count). */
+Test(engine_api, zero_threads_is_every_cpu) {
+    cn_engine_params p = cn_engine_default_params();
+    p.n_threads = 0;
+    p.kv_tokens = 256;
+    cn_engine *e = te_engine(model, p);
+    cr_assert_eq(cn_pool_size(e->pool), cn_threads_resolve(0));
+    const cn_engine_request r = story("Once upon a time", 7, 24);
+    te_req got;
+    te_run(e, &r, &got, 1);
+    te_result want;
+    te_reference(model, &r, 0, 1, CN_TYPE_F16, &want);
+    te_expect_same(&got.r[0], &want, "every CPU");
+    cn_engine_free(e);
 }

@@ -116,12 +116,12 @@ void te_reference(const cn_model *m, const cn_engine_request *r, int32_t choice,
         n_prompt = r->n_prompt_tokens;
     }
     const int32_t n_ctx = n_prompt + r->gen.max_tokens + 1;
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = n_threads;
     cp.n_batch_max = n_prompt;
     cp.n_ctx = n_ctx;
-    cn_ctx *ctx = NULL;
-    cr_assert_eq(cn_ctx_create(m, &cp, &ctx, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_fwd *fwd = NULL;
+    cr_assert_eq(cn_fwd_create(m, &cp, &fwd, &err), CN_STATUS_OK, "%s", err.msg);
     cn_kv_params kp = cn_model_kv_params(m);
     kp.type = kv_type;
     kp.n_blocks = n_ctx / kp.block_tokens + 2;
@@ -138,14 +138,14 @@ void te_reference(const cn_model *m, const cn_engine_request *r, int32_t choice,
     gp.sampling.seed = seed + (uint64_t)choice;
     cn_gen *g = NULL;
     cr_assert_eq(cn_gen_create(tok, cn_model_hparams(m)->n_vocab, &gp, &g, &err), CN_STATUS_OK, "%s", err.msg);
-    cn_gen_runner run = {m, ctx, kv, n_prompt};
+    cn_gen_runner run = {m, fwd, kv, n_prompt};
     cr_assert_eq(cn_generate(&run, 0, prompt, n_prompt, 0, g, &err), CN_STATUS_OK, "%s", err.msg);
     out->reason = cn_gen_finish_reason(g);
     out->n_finish = 1;
     cn_gen_get_timings(g, &out->t);
     cn_gen_free(g);
     cn_kv_free(kv);
-    cn_ctx_free(ctx);
+    cn_fwd_free(fwd);
     cn_tokenizer_free(tok);
     free(prompt);
 }

@@ -397,7 +397,7 @@ static int greedy_ref(gt_env *e, const int32_t *prompt, int n_prompt, int n_max,
     cn_error err = {0};
     cr_assert_eq(cn_batch_init(&b, n_prompt, &err), CN_STATUS_OK);
     for (int i = 0; i < n_prompt; i++) cn_batch_add(&b, prompt[i], i, 0, i == n_prompt - 1);
-    cr_assert_eq(cn_forward(e->model, e->ctx, &b, e->kv, logits, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_forward(e->model, e->fwd, &b, e->kv, logits, &err), CN_STATUS_OK, "%s", err.msg);
     int n = 0;
     while (n < n_max) {
         const int32_t id = argmax(logits, e->n_vocab);
@@ -405,7 +405,7 @@ static int greedy_ref(gt_env *e, const int32_t *prompt, int n_prompt, int n_max,
         out[n++] = id;
         cn_batch_clear(&b);
         cn_batch_add(&b, id, n_prompt + n - 1, 0, true);
-        cr_assert_eq(cn_forward(e->model, e->ctx, &b, e->kv, logits, &err), CN_STATUS_OK, "%s", err.msg);
+        cr_assert_eq(cn_forward(e->model, e->fwd, &b, e->kv, logits, &err), CN_STATUS_OK, "%s", err.msg);
     }
     cn_batch_free(&b);
     free(logits);

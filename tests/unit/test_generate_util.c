@@ -11,18 +11,18 @@
 static void open_runner(gt_env *e, int32_t n_ctx, int32_t n_batch, int32_t max_seqs) {
     cn_error err = {0};
     cr_assert_eq(cn_tokenizer_load(cn_model_gguf(e->model), &e->tok, &err), CN_STATUS_OK, "%s", err.msg);
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = 1;
     cp.n_batch_max = n_batch;
     cp.n_ctx = n_ctx;
-    cr_assert_eq(cn_ctx_create(e->model, &cp, &e->ctx, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_fwd_create(e->model, &cp, &e->fwd, &err), CN_STATUS_OK, "%s", err.msg);
     cn_kv_params kp = cn_model_kv_params(e->model);
     kp.max_seqs = max_seqs;
     kp.block_tokens = 4; /* small blocks: beams share and copy many of them */
     kp.n_blocks = (int64_t)max_seqs * (n_ctx / kp.block_tokens + 2);
     cr_assert_eq(cn_kv_create(&kp, &e->kv, &err), CN_STATUS_OK, "%s", err.msg);
     e->n_vocab = cn_model_hparams(e->model)->n_vocab;
-    e->run = (cn_gen_runner){e->model, e->ctx, e->kv, n_batch};
+    e->run = (cn_gen_runner){e->model, e->fwd, e->kv, n_batch};
 }
 
 void gt_open_stories(gt_env *e, int32_t n_ctx, int32_t n_batch, int32_t max_seqs) {
@@ -46,7 +46,7 @@ void gt_open_gguf(gt_env *e, cn_gguf *g, int32_t n_ctx, int32_t n_batch, int32_t
 
 void gt_close(gt_env *e) {
     cn_kv_free(e->kv);
-    cn_ctx_free(e->ctx);
+    cn_fwd_free(e->fwd);
     cn_tokenizer_free(e->tok);
     cn_model_free(e->model);
     memset(e, 0, sizeof *e);

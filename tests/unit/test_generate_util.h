@@ -6,11 +6,11 @@
 
 #include "gen/generate.h"
 
-/* A loaded model with its tokenizer and a runner (ctx + KV) over max_seqs sequences. */
+/* A loaded model with its tokenizer and a runner (forward scratch + KV) over max_seqs sequences. */
 typedef struct {
     cn_model *model;
     cn_tokenizer *tok;
-    cn_ctx *ctx;
+    cn_fwd *fwd;
     cn_kv *kv;
     cn_gen_runner run;
     int32_t n_vocab;

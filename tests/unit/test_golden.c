@@ -226,12 +226,12 @@ static void run_golden(const golden_spec *gs) {
     kp.n_blocks = (n_ctx + kp.block_tokens - 1) / kp.block_tokens;
     cn_kv *kv = NULL;
     cr_assert_eq(cn_kv_create(&kp, &kv, &err), CN_STATUS_OK, "%s", err.msg);
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = 2;
     cp.n_batch_max = n_ctx;
     cp.n_ctx = n_ctx;
-    cn_ctx *c = NULL;
-    cr_assert_eq(cn_ctx_create(m, &cp, &c, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_fwd *c = NULL;
+    cr_assert_eq(cn_fwd_create(m, &cp, &c, &err), CN_STATUS_OK, "%s", err.msg);
     cn_batch b;
     cr_assert_eq(cn_batch_init(&b, n_ctx, &err), CN_STATUS_OK);
     float *lg = malloc((size_t)n_ctx * V * sizeof(float));
@@ -315,7 +315,7 @@ static void run_golden(const golden_spec *gs) {
               gs->name, n_flips, n_compared);
     free(lg);
     cn_batch_free(&b);
-    cn_ctx_free(c);
+    cn_fwd_free(c);
     cn_kv_free(kv);
     cn_model_free(m);
     json_decref(root);

@@ -52,12 +52,12 @@ static float *run(const char *file, bool prefault, int threads, int *n_vocab) {
     kp.n_blocks = 4;
     cn_kv *kv = NULL;
     cr_assert_eq(cn_kv_create(&kp, &kv, &err), CN_STATUS_OK, "%s", err.msg);
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = threads;
     cp.n_batch_max = 16;
     cp.n_ctx = 64;
-    cn_ctx *c = NULL;
-    cr_assert_eq(cn_ctx_create(m, &cp, &c, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_fwd *c = NULL;
+    cr_assert_eq(cn_fwd_create(m, &cp, &c, &err), CN_STATUS_OK, "%s", err.msg);
     cn_batch b;
     cr_assert_eq(cn_batch_init(&b, 16, &err), CN_STATUS_OK);
     float *lg = malloc((size_t)13 * V * sizeof(float));
@@ -69,7 +69,7 @@ static float *run(const char *file, bool prefault, int threads, int *n_vocab) {
         cr_assert_eq(cn_forward(m, c, &b, kv, lg + (size_t)i * V, &err), CN_STATUS_OK, "%s", err.msg);
     }
     cn_batch_free(&b);
-    cn_ctx_free(c);
+    cn_fwd_free(c);
     cn_kv_free(kv);
     cn_model_free(m);
     return lg;

@@ -50,14 +50,14 @@ static cn_kv *make_kv(const cn_model *m, cn_type type, int32_t max_seqs, int64_t
     return kv;
 }
 
-static cn_ctx *make_ctx(const cn_model *m, int threads, int batch) {
-    cn_ctx_params cp = cn_ctx_default_params();
+static cn_fwd *make_ctx(const cn_model *m, int threads, int batch) {
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = threads;
     cp.n_batch_max = batch;
     cp.n_ctx = 128;
-    cn_ctx *c = NULL;
+    cn_fwd *c = NULL;
     cn_error err = {0};
-    cr_assert_eq(cn_ctx_create(m, &cp, &c, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_fwd_create(m, &cp, &c, &err), CN_STATUS_OK, "%s", err.msg);
     return c;
 }
 
@@ -69,7 +69,7 @@ static void check_vs_reference(const cn_model *m, const cn_gguf *g, const int32_
     ref_model *r = ref_model_new(g, n + n_gen + 1);
     cr_assert(r, "%s: reference cannot run this model", what);
     cn_kv *kv = make_kv(m, CN_TYPE_F32, 1, 64);
-    cn_ctx *c = make_ctx(m, 2, n);
+    cn_fwd *c = make_ctx(m, 2, n);
     cn_batch b;
     cn_error err = {0};
     cr_assert_eq(cn_batch_init(&b, n, &err), CN_STATUS_OK);
@@ -105,7 +105,7 @@ static void check_vs_reference(const cn_model *m, const cn_gguf *g, const int32_
     free(lg);
     free(rl);
     cn_batch_free(&b);
-    cn_ctx_free(c);
+    cn_fwd_free(c);
     cn_kv_free(kv);
     ref_model_free(r);
 }
@@ -156,7 +156,7 @@ Test(model, tiny_gemma3_matches_float_reference) { tiny_vs_reference(tiny_defaul
 
 /* Logits of a prompt fed as one batch, token by token, or beside another sequence must
  * be bit-identical, at any thread count. */
-static float *run_seq(const cn_model *m, cn_ctx *c, cn_kv *kv, const int32_t *toks, int n, int seq,
+static float *run_seq(const cn_model *m, cn_fwd *c, cn_kv *kv, const int32_t *toks, int n, int seq,
                       bool one_by_one) {
     const int V = cn_model_hparams(m)->n_vocab;
     float *out = malloc((size_t)n * V * sizeof(float));
@@ -191,7 +191,7 @@ static void invariance(cn_model *m) {
     for (int i = 0; i < nB; i++) B[i] = (i * 11 + 50) % V;
 
     cn_kv *kv = make_kv(m, CN_TYPE_F16, 4, 64);
-    cn_ctx *c1 = make_ctx(m, 1, 32);
+    cn_fwd *c1 = make_ctx(m, 1, 32);
     float *alone = run_seq(m, c1, kv, A, nA, 0, false);
     float *alone_b = run_seq(m, c1, kv, B, nB, 1, false);
     float *steps = run_seq(m, c1, kv, A, nA, 2, true);
@@ -201,7 +201,7 @@ static void invariance(cn_model *m) {
     /* A and B interleaved in one batch, at 2 and 3 threads. */
     for (int t = 2; t <= 3; t++) {
         cn_kv *kv2 = make_kv(m, CN_TYPE_F16, 4, 64);
-        cn_ctx *c = make_ctx(m, t, 32);
+        cn_fwd *c = make_ctx(m, t, 32);
         cn_batch b;
         cn_error err = {0};
         cn_batch_init(&b, nA + nB, &err);
@@ -240,13 +240,13 @@ static void invariance(cn_model *m) {
         free(one);
         free(mixed);
         cn_batch_free(&b);
-        cn_ctx_free(c);
+        cn_fwd_free(c);
         cn_kv_free(kv2);
     }
     free(alone);
     free(alone_b);
     free(steps);
-    cn_ctx_free(c1);
+    cn_fwd_free(c1);
 }
 
 Test(model, stories260k_batch_and_thread_invariance) {
@@ -276,7 +276,7 @@ Test(model, gemma3_tiny_q8_0_kv_cache) {
     const int V = cn_model_hparams(m)->n_vocab, n = 12;
     int32_t toks[12];
     for (int i = 0; i < n; i++) toks[i] = (i * 13 + 1) % V;
-    cn_ctx *c = make_ctx(m, 2, 16);
+    cn_fwd *c = make_ctx(m, 2, 16);
     cn_kv *kq = make_kv(m, CN_TYPE_Q8_0, 2, 16), *kf = make_kv(m, CN_TYPE_F32, 1, 16);
     float *q8 = run_seq(m, c, kq, toks, n, 0, false), *steps = run_seq(m, c, kq, toks, n, 1, true);
     float *f32 = run_seq(m, c, kf, toks, n, 0, false);
@@ -287,7 +287,7 @@ Test(model, gemma3_tiny_q8_0_kv_cache) {
     free(q8);
     free(steps);
     free(f32);
-    cn_ctx_free(c);
+    cn_fwd_free(c);
     cn_kv_free(kq);
     cn_kv_free(kf);
     cn_model_free(m);
@@ -297,7 +297,7 @@ Test(model, gemma3_tiny_q8_0_kv_cache) {
 Test(model_bad, q8_0_cache_needs_32_wide_heads) {
     cn_model *m = load_stories(); /* head_dim 8 */
     cn_kv *kv = make_kv(m, CN_TYPE_Q8_0, 1, 8);
-    cn_ctx *c = make_ctx(m, 1, 4);
+    cn_fwd *c = make_ctx(m, 1, 4);
     cn_batch b;
     cn_error err = {0};
     cn_batch_init(&b, 1, &err);
@@ -305,7 +305,7 @@ Test(model_bad, q8_0_cache_needs_32_wide_heads) {
     float lg[512];
     cr_assert_eq(cn_forward(m, c, &b, kv, lg, &err), CN_STATUS_UNSUPPORTED, "%s", err.msg);
     cn_batch_free(&b);
-    cn_ctx_free(c);
+    cn_fwd_free(c);
     cn_kv_free(kv);
     cn_model_free(m);
 }
@@ -431,7 +431,7 @@ Test(model_bad, missing_file) {
 Test(model_bad, batches) {
     cn_model *m = load_stories();
     cn_kv *kv = make_kv(m, CN_TYPE_F16, 2, 8);
-    cn_ctx *c = make_ctx(m, 1, 4);
+    cn_fwd *c = make_ctx(m, 1, 4);
     float *lg = malloc((size_t)8 * 512 * sizeof(float));
     cn_batch b;
     cn_error err = {0};
@@ -488,7 +488,7 @@ Test(model_bad, batches) {
     cn_kv_free(bad);
     cn_batch_free(&b);
     free(lg);
-    cn_ctx_free(c);
+    cn_fwd_free(c);
     cn_kv_free(kv);
     cn_model_free(m);
 }

@@ -324,17 +324,17 @@ static void open_model(gt_env *e, const char *file, int32_t n_ctx) {
     mp.prefault = true; /* as the CLI loads them: huge pages, packed matrices */
     cr_assert_eq(cn_model_load(path, &mp, &e->model, &err), CN_STATUS_OK, "%s", err.msg);
     cr_assert_eq(cn_tokenizer_load(cn_model_gguf(e->model), &e->tok, &err), CN_STATUS_OK, "%s", err.msg);
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = 2;
     cp.n_batch_max = 64;
     cp.n_ctx = n_ctx;
-    cr_assert_eq(cn_ctx_create(e->model, &cp, &e->ctx, &err), CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_fwd_create(e->model, &cp, &e->fwd, &err), CN_STATUS_OK, "%s", err.msg);
     cn_kv_params kp = cn_model_kv_params(e->model);
     kp.max_seqs = 1;
     kp.n_blocks = n_ctx / kp.block_tokens + 2;
     cr_assert_eq(cn_kv_create(&kp, &e->kv, &err), CN_STATUS_OK, "%s", err.msg);
     e->n_vocab = cn_model_hparams(e->model)->n_vocab;
-    e->run = (cn_gen_runner){e->model, e->ctx, e->kv, 64};
+    e->run = (cn_gen_runner){e->model, e->fwd, e->kv, 64};
 }
 
 static const char *const k_model_prompts[] = {

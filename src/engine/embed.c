@@ -1,36 +1,47 @@
 /* embed.c — embeddings: inputs packed into forward passes (one sequence each), their
  * final hidden states pooled (mean, first token, last token) and L2-normalized.
  *
- * Why beside the engine and not in it: an embedding is one prefill with no sampling and
- * no cache that outlives it, so the engine's scheduler (admission, chunked prefill that
- * splits a prompt across steps, preemption, the prefix cache, decode rows) would only get
- * in the way, and pooling over a prompt split across steps would need state the engine
- * does not keep. Here a call packs whole inputs, in order, into passes of at most n_batch
- * tokens and max_seqs inputs, runs cn_forward_embd with every row wanting its hidden
- * state, pools each input's rows, and empties the cache. Each input's rows attend only to
- * its own sequence, so a vector does not depend on what it was packed with (rows are
- * computed with the batch-invariant kernels). One call at a time (a lock). */
+ * Why beside the scheduler and not in it: an embedding is one prefill with no sampling
+ * and no cache that outlives it, so the scheduler (admission, chunked prefill that splits
+ * a prompt across steps, preemption, the prefix cache, decode rows) would only get in the
+ * way, and pooling over a prompt split across steps would need state the engine does not
+ * keep. Here a call packs whole inputs, in order, into passes of at most n_batch tokens
+ * and max_seqs inputs, runs cn_forward_embd with every row wanting its hidden state,
+ * pools each input's rows, and empties the cache. Each input's rows attend only to its
+ * own sequence, so a vector does not depend on what it was packed with (rows are
+ * computed with the batch-invariant kernels).
+ *
+ * Threads and locking: a standalone embedder (cn_embedder_create) has a pool of its own
+ * and a lock of its own; an engine's (cn_engine_embedder) runs on the engine's pool and
+ * borrows its tokenizer, and takes the engine's lock, which the engine holds for a whole
+ * step: the pool is not reentrant, so each pass runs between two steps and generation
+ * and embeddings interleave pass by pass. Either way the lock is held for one pass (the
+ * pass's buffers are filled, pooled into the caller's output and the cache emptied
+ * before it is let go), so concurrent calls interleave pass by pass too. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "core/core.h"
+#include "core/pool.h"
+#include "engine/engine_impl.h"
 #include "model/model.h"
 
 struct cn_embedder {
     const cn_model *m;
     cn_embedder_params p;
-    cn_tokenizer *tok;
-    cn_ctx *ctx;
+    cn_tokenizer *tok;         /* owned, or the engine's */
+    cn_engine *engine;         /* borrowed: its pool and lock; NULL when standalone */
+    pthread_mutex_t own_mu;    /* standalone: the lock */
+    pthread_mutex_t *mu;       /* own_mu, or the engine's */
+    cn_fwd *fwd;
     cn_kv *kv;
     cn_batch batch;
     float *hidden;             /* (n_batch, n_embd) one pass's hidden states */
     int32_t n_embd, n_vocab;
-    pthread_mutex_t mu;
 };
 
 static const char *const POOL_NAMES[] = {"none", "mean", "cls", "last"};
@@ -98,20 +109,16 @@ void cn_embedder_free(cn_embedder *e) {
     cn_batch_free(&e->batch);
     free(e->hidden);
     cn_kv_free(e->kv);
-    cn_ctx_free(e->ctx);
-    cn_tokenizer_free(e->tok);
-    pthread_mutex_destroy(&e->mu);
+    cn_fwd_free(e->fwd);
+    if (!e->engine) {
+        cn_tokenizer_free(e->tok);
+        pthread_mutex_destroy(&e->own_mu);
+    }
     free(e);
 }
 
-cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_embedder **out, cn_error *err) {
-    *out = NULL;
-    const cn_embedder_params d = cn_embedder_default_params();
-    if (!p) p = &d;
-    if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "embedder: no model");
-    if (p->n_threads < 0 || p->n_threads > 1024)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_threads",
-                            "embedder: n_threads = %d is out of range [0, 1024] (0 = every CPU)", p->n_threads);
+/* Every parameter but n_threads (an engine's embedder runs on the engine's threads). */
+static cn_status check_params(const cn_embedder_params *p, cn_error *err) {
     if (p->n_batch < 8 || p->n_batch > 65536)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_batch", "embedder: n_batch = %d is out of range [8, 65536]",
                             p->n_batch);
@@ -122,24 +129,56 @@ cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "pooling",
                             "embedder: pooling %s gives a vector per token: choose mean, cls or last",
                             cn_pooling_name(p->pooling) ? cn_pooling_name(p->pooling) : "(unknown)");
+    return CN_STATUS_OK;
+}
+
+/* An embedder of m with p (checked), its n_threads left as they are. */
+static cn_embedder *embedder_new(const cn_model *m, const cn_embedder_params *p) {
     cn_embedder *e = calloc(1, sizeof *e);
-    if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "embedder: out of memory");
-    pthread_mutex_init(&e->mu, NULL);
+    if (!e) return NULL;
     e->m = m;
     e->p = *p;
-    if (e->p.n_threads == 0) {
-        const long n = sysconf(_SC_NPROCESSORS_ONLN);
-        e->p.n_threads = (int32_t)CN_MAX(1, CN_MIN(n, 1024));
-    }
     if (e->p.pooling == CN_POOLING_DEFAULT) e->p.pooling = model_pooling(m);
     const cn_hparams *hp = cn_model_hparams(m);
     e->n_embd = hp->n_embd;
     e->n_vocab = hp->n_vocab;
-    const cn_status st = cn_tokenizer_from_model(m, &e->tok, err);
-    if (st != CN_STATUS_OK) {
+    return e;
+}
+
+cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params *p, cn_embedder **out, cn_error *err) {
+    *out = NULL;
+    const cn_embedder_params d = cn_embedder_default_params();
+    if (!p) p = &d;
+    if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "embedder: no model");
+    if (cn_threads_check(p->n_threads, "embedder", err) != CN_STATUS_OK) return CN_STATUS_INVALID_ARG;
+    cn_status st = check_params(p, err);
+    if (st != CN_STATUS_OK) return st;
+    cn_embedder *e = embedder_new(m, p);
+    if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "embedder: out of memory");
+    pthread_mutex_init(&e->own_mu, NULL);
+    e->mu = &e->own_mu;
+    e->p.n_threads = cn_threads_resolve(p->n_threads);
+    if ((st = cn_tokenizer_from_model(m, &e->tok, err)) != CN_STATUS_OK) {
         cn_embedder_free(e);
         return st;
     }
+    *out = e;
+    return CN_STATUS_OK;
+}
+
+cn_status cn_engine_embedder(cn_engine *eng, const cn_embedder_params *p, cn_embedder **out, cn_error *err) {
+    *out = NULL;
+    const cn_embedder_params d = cn_embedder_default_params();
+    if (!p) p = &d;
+    if (!eng) return cn_err(err, CN_STATUS_INVALID_ARG, "embedder: no engine");
+    const cn_status st = check_params(p, err);
+    if (st != CN_STATUS_OK) return st;
+    cn_embedder *e = embedder_new(eng->m, p);
+    if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "embedder: out of memory");
+    e->engine = eng;
+    e->mu = &eng->mu;
+    e->p.n_threads = cn_pool_size(eng->pool);
+    e->tok = eng->tok;
     *out = e;
     return CN_STATUS_OK;
 }
@@ -149,16 +188,17 @@ int32_t cn_embedder_n_batch(const cn_embedder *e) { return e->p.n_batch; }
 cn_pooling cn_embedder_pooling(const cn_embedder *e) { return e->p.pooling; }
 const cn_tokenizer *cn_embedder_tokenizer(const cn_embedder *e) { return e->tok; }
 
-/* The pass's context, cache, batch and hidden rows, made by the first embed (lock held):
+/* The pass's scratch, cache, batch and hidden rows, made by the first embed (lock held):
  * a server that loads a model for chat pays nothing for embeddings it is never asked
  * for. On failure nothing is kept, so a later call tries again. */
 static cn_status ensure_pass(cn_embedder *e, cn_error *err) {
     if (e->hidden) return CN_STATUS_OK;
-    cn_ctx_params cp = cn_ctx_default_params();
+    cn_fwd_params cp = cn_fwd_default_params();
     cp.n_threads = e->p.n_threads;
+    cp.pool = e->engine ? e->engine->pool : NULL;
     cp.n_batch_max = e->p.n_batch;
     cp.n_ctx = e->p.n_batch;
-    cn_status st = cn_ctx_create(e->m, &cp, &e->ctx, err);
+    cn_status st = cn_fwd_create(e->m, &cp, &e->fwd, err);
     if (st == CN_STATUS_OK) {
         cn_kv_params kp = cn_model_kv_params(e->m);
         kp.max_seqs = e->p.max_seqs;
@@ -173,9 +213,9 @@ static cn_status ensure_pass(cn_embedder *e, cn_error *err) {
         cn_batch_free(&e->batch);
         memset(&e->batch, 0, sizeof e->batch);
         cn_kv_free(e->kv);
-        cn_ctx_free(e->ctx);
+        cn_fwd_free(e->fwd);
         e->kv = NULL;
-        e->ctx = NULL;
+        e->fwd = NULL;
     }
     return st;
 }
@@ -187,7 +227,7 @@ static cn_status run_pass(cn_embedder *e, const int32_t *const *tokens, const in
     for (size_t i = i0; i < i1; i++)
         for (int32_t t = 0; t < n_tokens[i]; t++)
             cn_batch_add(&e->batch, tokens[i][t], t, (int32_t)(i - i0), true);
-    cn_status st = cn_forward_embd(e->m, e->ctx, &e->batch, e->kv, e->hidden, err);
+    cn_status st = cn_forward_embd(e->m, e->fwd, &e->batch, e->kv, e->hidden, err);
     for (size_t i = i0; i < i1; i++) cn_kv_seq_free(e->kv, (int32_t)(i - i0));
     if (st != CN_STATUS_OK) return st;
     int64_t row = 0;
@@ -215,17 +255,18 @@ cn_status cn_embedder_embed(cn_embedder *e, const int32_t *const *tokens, const 
                 return cn_err_param(err, CN_STATUS_INVALID_ARG, "input",
                                     "input %zu: token %d is %d, not an id in [0, %d)", i, t, tokens[i][t], e->n_vocab);
     }
-    pthread_mutex_lock(&e->mu);
-    cn_status st = ensure_pass(e, err);
+    cn_status st = CN_STATUS_OK;
     for (size_t i0 = 0; i0 < n_inputs && st == CN_STATUS_OK;) {
         size_t i1 = i0;
         int64_t rows = 0;
         while (i1 < n_inputs && i1 - i0 < (size_t)e->p.max_seqs && rows + n_tokens[i1] <= e->p.n_batch)
             rows += n_tokens[i1++];
-        st = run_pass(e, tokens, n_tokens, i0, i1, out, err);
+        pthread_mutex_lock(e->mu); /* one pass: between two of the engine's steps */
+        st = ensure_pass(e, err);
+        if (st == CN_STATUS_OK) st = run_pass(e, tokens, n_tokens, i0, i1, out, err);
+        pthread_mutex_unlock(e->mu);
         i0 = i1;
     }
-    pthread_mutex_unlock(&e->mu);
     return st;
 }
 
