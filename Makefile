@@ -303,8 +303,7 @@ ARM_DIR  := $(BUILD)/arm64
 ARM_CFLAGS = $(filter-out $(SANFLAGS),$(CFLAGS)) -idirafter /usr/include
 ARM_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
               src/kernels/ref/*.c src/kernels/arm/*.c src/kv/*.c src/model/*.c src/quant/*.c src/jinja/*.c \
-              src/text/*.c src/grammar/*.c \
-              src/gen/*.c src/engine/*.c src/serve/*.c src/cli/*.c))
+              src/text/*.c src/grammar/*.c src/gen/*.c src/engine/*.c src/serve/*.c src/cli/*.c))
 ARM_OBJ  := $(ARM_SRC:%.c=$(ARM_DIR)/obj/%.o)
 ARM_CHECK_OBJ := $(filter $(ARM_DIR)/obj/src/core/% $(ARM_DIR)/obj/src/tensor/% \
                    $(ARM_DIR)/obj/src/kernels/%,$(ARM_OBJ)) $(ARM_DIR)/obj/tests/arm/check_kernels.o

@@ -24,7 +24,10 @@
  * else a 503 that says why, or, for a stream whose headers are out, its API's error
  * event.
  *
- *   build-san/tests/alloc_fail [TESTDATA]     exit 0 when every sweep holds */
+ *   build-san/tests/alloc_fail [--shard K/S] [TESTDATA]    exit 0 when every sweep holds
+ *
+ * With --shard, S processes run side by side, each failing every S-th allocation of each
+ * scenario (scripts/test.sh runs two): the same allocations fail once in all. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -115,21 +118,29 @@ static void check_leaks(void) {
 
 typedef bool (*scenario_fn)(void *ctx); /* one run; returns false to stop (broken) */
 
-/* Runs fn with allocation N failing, for N = 1, 2, ... until a run reaches no failure. */
+/* --shard K/S: this process fails allocations N = K+1, K+1+S, K+1+2S, ... of each
+ * scenario, so S processes side by side fail every allocation once between them (the
+ * setup and the reference runs are done by each). Default 0/1: all of them. */
+static long g_shard, g_n_shards = 1;
+
+/* Runs fn with allocation N failing, for N = 1, 2, ... (this shard's) until a run
+ * reaches no failure. */
 static void sweep(const char *name, scenario_fn fn, void *ctx, long max_n) {
     g_scenario = name;
     const int errors0 = g_errors;
-    long n = 1;
-    for (;; n++) {
+    const double t0 = cn_time_ms();
+    long n = 1 + g_shard, runs = 0;
+    for (;; n += g_n_shards) {
         g_n = n;
         inject_arm(n);
         const bool go_on = fn(ctx);
         const bool reached = inject_disarm();
         check_leaks();
+        runs += reached;
         if (!go_on || !reached || g_errors > errors0 + 5 || n >= max_n) break;
     }
-    printf("  %-42s %5ld allocations failed one at a time: %s\n", name, n - 1,
-           g_errors == errors0 ? "ok" : "FAILED");
+    printf("  %-42s %5ld allocations failed one at a time%s (%.1f s): %s\n", name, runs,
+           g_n_shards > 1 ? " (this shard's)" : "", (cn_time_ms() - t0) / 1e3, g_errors == errors0 ? "ok" : "FAILED");
     fflush(stdout);
 }
 
@@ -194,6 +205,16 @@ static bool run_tokenize(void *ctx) {
     return true;
 }
 
+static bool run_tokenizer_load(void *ctx) {
+    cn_tokenizer *t = NULL;
+    cn_error err = {0};
+    const cn_status st = cn_tokenizer_load((const cn_gguf *)ctx, &t, &err);
+    check_error(st, &err, "cn_tokenizer_load");
+    if (st == CN_STATUS_OK && !t) bad("OK without a tokenizer");
+    cn_tokenizer_free(t);
+    return true;
+}
+
 static void tokenizer_sweeps(void) {
     static const struct { const char *file, *name; } vocabs[] = {
         {"tokenizer/ggml-vocab-llama-spm.gguf", "tokenizer: SentencePiece (llama-spm)"},
@@ -224,22 +245,7 @@ static void tokenizer_sweeps(void) {
         char name[128];
         snprintf(name, sizeof name, "%.60s: load", vocabs[v].name);
         cn_tokenizer_free(tok);
-        g_scenario = name;
-        long n = 1;
-        for (;; n++) {
-            g_n = n;
-            cn_tokenizer *t2 = NULL;
-            cn_error e2 = {0};
-            inject_arm(n);
-            const cn_status st = cn_tokenizer_load(g, &t2, &e2);
-            const bool reached = inject_disarm();
-            check_error(st, &e2, "cn_tokenizer_load");
-            if (st == CN_STATUS_OK && !t2) bad("OK without a tokenizer");
-            cn_tokenizer_free(t2);
-            check_leaks();
-            if (!reached) break;
-        }
-        printf("  %-42s %5ld allocations failed one at a time: ok\n", name, n - 1);
+        sweep(name, run_tokenizer_load, g, 100000);
         cn_gguf_close(g);
     }
 }
@@ -737,9 +743,22 @@ static bool run_jinja(void *ctx) {
 
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
-    const char *td = argc > 1 ? argv[1] : getenv("CINDER_TESTDATA");
+    const char *td = getenv("CINDER_TESTDATA");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%ld/%ld", &g_shard, &g_n_shards) != 2 || g_n_shards < 1 || g_shard < 0 ||
+                g_shard >= g_n_shards) {
+                fprintf(stderr, "alloc_fail: --shard K/S with 0 <= K < S, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else {
+            td = argv[i];
+        }
+    }
     snprintf(g_testdata, sizeof g_testdata, "%s", td ? td : "../shared/testdata");
-    printf("allocation-failure injection (every allocation of each scenario fails once):\n");
+    printf("allocation-failure injection (every allocation of each scenario fails once)");
+    if (g_n_shards > 1) printf(", shard %ld of %ld", g_shard + 1, g_n_shards);
+    printf(":\n");
 
     sweep("model load (stories260K)", run_model_load, NULL, 100000);
     tokenizer_sweeps();
