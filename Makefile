@@ -166,7 +166,7 @@ shared: $(SO)
 install: $(LIB) $(SO) $(CLI)
 	@echo "  INSTALL $(INSTALL_DIR)"
 	$(Q)install -d $(INSTALL_DIR)/include $(INSTALL_DIR)/lib/pkgconfig $(INSTALL_DIR)/bin
-	$(Q)install -m 644 include/cinder.h $(INSTALL_DIR)/include/cinder.h
+	$(Q)install -m 644 include/cinder.h include/cinder_gguf.h $(INSTALL_DIR)/include/
 	$(Q)install -m 644 $(LIB) $(INSTALL_DIR)/lib/libcinder.a
 	$(Q)install -m 755 $(SO) $(INSTALL_DIR)/lib/libcinder.so.$(VERSION)
 	$(Q)ln -sf libcinder.so.$(VERSION) $(INSTALL_DIR)/lib/libcinder.so.$(SOMAJOR)
@@ -188,13 +188,13 @@ $(UNIT): $(TEST_OBJ) $(SERVE_LIB) $(LIB)
 # turn; LeakSanitizer checks each run, so it is built in the sanitizer build only.
 ALLOC_FAIL := $(BUILD)/tests/alloc_fail
 ALLOC_WRAP := $(foreach f,malloc calloc realloc strdup strndup aligned_alloc,-Wl,--wrap=$(f))
-# tests/api/api_test.c includes only <cinder.h>: scripts/test_installed.sh builds it
+# tests/api/api_test.c includes only the public headers: scripts/test_installed.sh builds it
 # against the installed libcinder.so; the sanitizer build links it statically too.
 API_TEST := $(BUILD)/tests/api_test
 ifeq ($(SAN),1)
 all: $(ALLOC_FAIL) $(API_TEST)
 endif
-$(API_TEST): tests/api/api_test.c include/cinder.h $(LIB)
+$(API_TEST): tests/api/api_test.c include/cinder.h include/cinder_gguf.h $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) -std=c11 $(OPT) -g -Wall -Wextra -Werror $(SANFLAGS) -Iinclude -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)

@@ -103,6 +103,15 @@ typedef enum {
     CN_TYPE_COUNT = 40,      /* one past the largest value; not a type */
 } cn_type;
 
+/* "q4_K", as GGUF tools spell it, for a type cinder computes with; NULL for any other
+ * value (a ggml type it cannot run, a number no ggml knows); static. */
+CN_API const char *cn_type_name(cn_type t);
+
+/* Handles the tiers below hand to each other: a model's tokenizer (low tier) is what a
+ * context, an engine and a grammar are made with or give back. */
+typedef struct cn_tokenizer cn_tokenizer;
+typedef struct cn_grammar cn_grammar;
+
 /* ---- finish reasons (implemented in src/gen/stop.c) ---- */
 /* Why a generation ended; the names are OpenAI's finish_reason values. */
 typedef enum {
@@ -117,7 +126,14 @@ typedef enum {
 CN_API const char *cn_finish_reason_str(cn_finish_reason r);
 /* ---- end finish reasons ---- */
 
-/* ==== model ===============================================================================
+/* ########################################################################################
+ * THE HIGH TIER: run a model
+ * Load a model, render a conversation with its chat template, and generate: one request at
+ * a time (cn_context) or many users batched (cn_engine); constrain the output (grammars, tool
+ * calls); embed texts. What an application needs, and all the CLI's run, chat and serve use.
+ ######################################################################################## */
+
+/* ==== model ================================================================================
  * A GGUF file's weights and metadata (src/model). The file is always memory-mapped and
  * its weights used in place (prefault below decides when pages are read); threads and
  * the context size belong to what runs the model (cn_context_params, cn_engine_params).
@@ -158,113 +174,12 @@ CN_API void cn_model_get_info(const cn_model *m, cn_model_info *out);
  * type that fits int64 / any numeric type as double. False if absent or of another kind. */
 CN_API bool cn_model_meta_str(const cn_model *m, const char *key, const char **s, size_t *len);
 CN_API bool cn_model_meta_int(const cn_model *m, const char *key, int64_t *out);
-CN_API bool cn_model_meta_float(const cn_model *m, const char *key, double *out);
+CN_API bool cn_model_meta_float(const cn_model *m, const char *key, double *out); /* norm epsilons,
+                                  rope scaling factors: the three read any scalar the file holds */
 
-/* ==== end of model ======================================================================== */
+/* ==== end of model ====================================================================== */
 
-/* ==== tokenizer ===========================================================================
- * SentencePiece-style and byte-level BPE vocabularies from the model's GGUF metadata
- * (src/text). A tokenizer is immutable: every call may come from any thread at once. */
-
-typedef struct cn_tokenizer cn_tokenizer;
-typedef struct cn_grammar cn_grammar; /* structured output, below */
-
-/* The model's tokenizer; the model must outlive it. Errors: no or a malformed vocabulary
- * (CORRUPT), a tokenizer model cinder does not know (UNSUPPORTED). */
-CN_API cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_error *err);
-CN_API void cn_tokenizer_free(cn_tokenizer *t); /* NULL is a no-op */
-
-CN_API int32_t cn_tokenizer_n_vocab(const cn_tokenizer *t);
-CN_API int32_t cn_tokenizer_bos(const cn_tokenizer *t); /* -1 if none */
-CN_API int32_t cn_tokenizer_eos(const cn_tokenizer *t); /* -1 if none */
-CN_API int32_t cn_tokenizer_eot(const cn_tokenizer *t); /* end-of-turn id, -1 if none */
-/* True for every end-of-generation token (EOS, EOT, <|im_end|>, <end_of_turn>, ...). */
-CN_API bool cn_tokenizer_is_eog(const cn_tokenizer *t, int32_t id);
-/* Whether cn_tokenize(add_special = true) prepends BOS / appends EOS. */
-CN_API bool cn_tokenizer_add_bos(const cn_tokenizer *t);
-CN_API bool cn_tokenizer_add_eos(const cn_tokenizer *t);
-/* Looks up a token by its exact text as the vocabulary stores it; -1 if absent. */
-CN_API int32_t cn_tokenizer_find(const cn_tokenizer *t, const char *text);
-
-/* Tokenizes text[0..len). add_special: add BOS/EOS as the metadata says
- * (tokenizer.ggml.add_bos_token / add_eos_token). parse_special: match the text of
- * control/user-defined special tokens in the input. Writes up to cap ids; *n_out is the
- * full count (if > cap, call again with a larger buffer; ids may be NULL when cap is 0). */
-CN_API cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                             bool parse_special, int32_t *ids, size_t cap, size_t *n_out, cn_error *err);
-
-/* As cn_tokenize, in one pass: *ids (malloc'd, freed by the caller with free(); NULL when
- * the text gives no tokens) gets all *n_ids ids. */
-CN_API cn_status cn_tokenize_alloc(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                                   bool parse_special, int32_t **ids, size_t *n_ids, cn_error *err);
-
-/* The raw bytes a token stands for (byte tokens decoded, SentencePiece ▁ as space, BPE
- * byte-to-unicode undone). Control tokens render as their text only if render_special.
- * Returns the byte count written (may exceed cap: then nothing useful was written). */
-CN_API size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap);
-
-/* ids[0..n) as text, valid UTF-8 (bytes that cannot become UTF-8 are U+FFFD), with
- * SentencePiece's leading space of the first piece dropped as the tokenizer added it.
- * *out is NUL-terminated, freed by the caller with free(); *n_out (may be NULL) its
- * length. Errors: an id out of the vocabulary (INVALID_ARG), no memory. */
-CN_API cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,
-                               size_t *n_out, cn_error *err);
-
-/* ---- fill-in-the-middle (src/text/fim.c) ----
- * Code models trained to fill a hole take the text before it (prefix) and after it
- * (suffix) between marker tokens and generate the middle. The markers come from the
- * metadata (tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id, then the older
- * prefix/suffix/middle_token_id), else from their known texts (Qwen's <|fim_prefix|> ...
- * <|repo_name|> <|file_sep|>, StarCoder's <fim_prefix> ..., CodeLlama's ▁<PRE> ...,
- * DeepSeek's, as llama.cpp looks them up). */
-typedef enum {
-    CN_FIM_PRE = 0, CN_FIM_SUF, CN_FIM_MID, /* required to fill a hole */
-    CN_FIM_PAD, CN_FIM_REP, CN_FIM_SEP,     /* padding; repository name; file separator */
-    CN_FIM_N_TOKENS
-} cn_fim_token;
-
-/* The id of a FIM token, -1 if the vocabulary has none (or which is out of range). */
-CN_API int32_t cn_tokenizer_fim(const cn_tokenizer *t, cn_fim_token which);
-
-/* One file of repository context: filename NULL is "tmp" (as llama-server). */
-typedef struct {
-    const char *filename;
-    const char *text;
-} cn_fim_chunk;
-
-/* A FIM prompt, laid out as llama-server's /infill lays it out (format_prompt_infill):
- *
- *   [extra: REP "myproject\n" (SEP filename "\n" text)... SEP "filename\n"] BOS?
- *   PRE prefix prompt SUF suffix MID          (spm: BOS? SUF suffix PRE prefix prompt MID)
- *
- * (without a SEP token each chunk is led by "\n\n--- snippet ---\n\n"; without a
- * REP token the repository line is left out). The budget is llama-server's: the prefix
- * keeps its last 3*(n_batch/4) tokens, the suffix its first n_batch/4 - 2 - n_prompt
- * tokens (none when that is negative), and the extra context its last n_extra_max tokens. */
-typedef struct {
-    const char *prefix, *suffix;   /* NUL-terminated text before and after the hole (NULL:
-                                      ""); special-token texts are not parsed */
-    const char *prompt;            /* NULL or text that continues the prefix (the middle's
-                                      start); special-token texts parsed */
-    const cn_fim_chunk *extra;     /* borrowed: n_extra files of context */
-    size_t n_extra;
-    int32_t n_batch;               /* the prefix + suffix budget, [4, 1 << 20]; default 2048
-                                      (llama-server's default --batch-size) */
-    int32_t n_extra_max;           /* tokens of extra context kept, >= 0; -1 (default) all */
-    bool spm;                      /* suffix-prefix-middle order (llama-server --spm-infill) */
-} cn_fim_params;
-
-CN_API cn_fim_params cn_fim_default_params(void);
-
-/* The token ids of p's FIM prompt for t. *ids is malloc'ed (free()), *n_ids its length.
- * Errors: the vocabulary has no PRE, SUF or MID token (UNSUPPORTED: the message names the
- * missing ones), a parameter out of range (INVALID_ARG, param named), no memory. */
-CN_API cn_status cn_fim_prompt(const cn_tokenizer *t, const cn_fim_params *p, int32_t **ids, size_t *n_ids,
-                               cn_error *err);
-
-/* ==== end of tokenizer ==================================================================== */
-
-/* ==== chat templates ======================================================================
+/* ==== chat templates =======================================================================
  * A conversation rendered into the prompt text a chat model was trained on
  * (src/text/chat.c): the model's own tokenizer.chat_template run by cinder's Jinja
  * interpreter, byte for byte as Hugging Face's apply_chat_template renders it with jinja2
@@ -300,7 +215,8 @@ CN_API const char *cn_chat_template_name(const cn_chat_template *t);
  * template of another family the EOS text, or "" when there is none). View valid until
  * cn_chat_template_free. */
 CN_API const char *cn_chat_template_end_of_turn(const cn_chat_template *t);
-/* The template's source text when it is the model's Jinja template, else NULL. View valid until free. */
+/* The template's source text when it is the model's Jinja template, else NULL (a front end
+ * shows it; cn_tool_format_detect reads it). View valid until free. */
 CN_API const char *cn_chat_template_source(const cn_chat_template *t);
 /* strftime_now's clock for this template: unix_seconds since the epoch, read as UTC; 0
  * (the default) is the real clock in local time, as Hugging Face's. For reproducible
@@ -330,9 +246,9 @@ CN_API cn_status cn_chat_render_json(const cn_chat_template *t, const char *mess
                                      bool add_generation_prompt, const char *vars_json, char **out, size_t *out_len,
                                      cn_error *err);
 
-/* ==== end of chat templates =============================================================== */
+/* ==== end of chat templates ============================================================= */
 
-/* ==== sampling ============================================================================
+/* ==== sampling =============================================================================
  * The sampler chain's parameters (implementation: src/gen/sampling*.c; the chain order and
  * the top-p rule are documented there and in docs/sampling.md). */
 
@@ -407,9 +323,9 @@ CN_API cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, 
 /* The spec name of a stage ("top_p"), or "?" for a value out of range; static. */
 CN_API const char *cn_sampler_stage_name(cn_sampler_stage s);
 
-/* ==== end of sampling ===================================================================== */
+/* ==== end of sampling =================================================================== */
 
-/* ==== generation ==========================================================================
+/* ==== generation ===========================================================================
  * One request: what to generate (cn_gen_params), what each generated token was
  * (cn_gen_token) and how long it took (cn_gen_timings). A context runs one request at a
  * time (cn_context_generate, below); the batched engine runs many (further below). */
@@ -525,14 +441,10 @@ typedef struct {
     double decode_tok_s;           /* (n_generated - 1) / decode_ms; 0 below 2 tokens */
 } cn_gen_timings;
 
-/* The q-quantile (q in [0, 1]) of v[0..n) by linear interpolation between order
- * statistics (numpy's default, as the timings' percentiles are taken): sorts v in place.
- * 0 when n == 0. For tools that report latency percentiles of their own. */
-CN_API double cn_gen_percentile(double *v, size_t n, double q);
 
-/* ==== end of generation =================================================================== */
+/* ==== end of generation ================================================================= */
 
-/* ==== context: one request at a time ======================================================
+/* ==== context: one request at a time =======================================================
  * A context runs one request after another on a model (src/gen/context.c): its own KV
  * cache for one sequence, its threads, the model's tokenizer and chat template. Each
  * request keeps what it can of the last one's cache: a prompt that starts with the
@@ -632,125 +544,9 @@ CN_API void cn_result_free(cn_result *r); /* frees what r holds and zeroes it; N
  * for explaining or scoring. Reuses and updates the cache as generate does. */
 CN_API cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float *logits, cn_error *err);
 
-/* ==== end of context ====================================================================== */
+/* ==== end of context ==================================================================== */
 
-/* ==== low tier: batches, decode, logits rows, KV sequences ================================
- * What tools that drive the model themselves stand on (perplexity, bench; llama.cpp's
- * llama_batch + llama_decode): a batch is a flat list of rows (token, position, sequence,
- * whether its logits are wanted); cn_context_decode runs it through the model on a context's
- * cache, appending each row's keys and values to its sequence; the logits of the rows
- * that wanted them are read back by index. Sequences are numbered [0, n_seq_max).
- * cn_context_generate / cn_context_logits use sequence 0 and keep its cache between
- * requests; a cn_context_decode (or a sequence operation) makes them forget what sequence 0
- * held, so the next request prefills again; a beam search empties every sequence.
- * Threads: as the context. */
-
-typedef struct {
-    int32_t token;
-    int32_t pos;               /* position in its sequence: rows continue what the sequence
-                                  holds without gaps (they may also rewrite held positions) */
-    int32_t seq;
-    bool want_logits;
-} cn_batch_row;
-
-typedef struct {
-    cn_batch_row *rows;        /* (cap) */
-    int32_t n_rows, cap;
-} cn_batch;
-
-/* Room for cap rows. INVALID_ARG for cap < 1, NO_MEMORY. */
-CN_API cn_status cn_batch_init(cn_batch *b, int32_t cap, cn_error *err);
-CN_API void cn_batch_free(cn_batch *b); /* a zeroed struct is fine */
-CN_API void cn_batch_clear(cn_batch *b);
-/* Appends a row; false (nothing added) when the batch is full. */
-CN_API bool cn_batch_add(cn_batch *b, int32_t token, int32_t pos, int32_t seq, bool want_logits);
-CN_API int32_t cn_batch_n_logits(const cn_batch *b); /* rows that want logits */
-
-/* Runs b (1 to n_batch rows; with beams, at least CN_GEN_MAX_BEAMS). Errors, the cache
- * unchanged: a token outside the vocabulary, a negative position, a sequence outside
- * [0, n_seq_max), two rows for one position, a gap (INVALID_ARG); a position at or past
- * n_ctx (LIMIT); no memory. */
-CN_API cn_status cn_context_decode(cn_context *c, const cn_batch *b, cn_error *err);
-/* The logits (n_vocab floats) of the i-th row of the last cn_context_decode that wanted them (in
- * batch order); NULL for i out of range. View valid until the next call on c. */
-CN_API const float *cn_context_logits_row(const cn_context *c, int32_t i);
-CN_API int32_t cn_context_n_vocab(const cn_context *c);
-
-/* Positions seq holds (0 for an empty or out-of-range sequence). */
-CN_API int64_t cn_context_seq_len(const cn_context *c, int32_t seq);
-/* Keeps positions [0, p0) of seq and drops the rest (p0 = 0 empties it; p0 at or past its
- * length changes nothing). INVALID_ARG for a bad seq or p0 < 0. */
-CN_API cn_status cn_context_seq_rm(cn_context *c, int32_t seq, int64_t p0, cn_error *err);
-/* Makes dst hold the first n positions of src (n = -1: all of them), sharing src's cache
- * blocks (copied only when one of them writes). dst's old contents are dropped.
- * INVALID_ARG for a bad sequence, src == dst, or n past src's length; NO_MEMORY. */
-CN_API cn_status cn_context_seq_cp(cn_context *c, int32_t src, int32_t dst, int64_t n, cn_error *err);
-/* Empties every sequence but seq. */
-CN_API void cn_context_seq_keep(cn_context *c, int32_t seq);
-
-/* The forward pass's time by step (`cinder bench --profile`): with profiling on, every
- * cn_context_decode adds each step's wall time and the bytes it read, per kind of step
- * and weight formats, summed over layers. Off by default; it costs two clock reads per
- * step when on. */
-typedef struct {
-    char op[96];               /* the step, its weights' formats and shape: "ffn gate+up q4_K,q4_K 1536->8960" */
-    uint64_t calls;            /* times it ran (layers × passes) */
-    double ms;                 /* wall time inside it, the wait for the slowest thread included */
-    uint64_t bytes;            /* bytes it read: weights, or the KV cache for attention */
-} cn_profile_op;
-/* on: clears the counts and starts counting; off: stops (the counts stay readable). */
-CN_API void cn_context_profile(cn_context *c, bool on);
-/* Copies up to max ops into out (in the order first met); returns how many there are. */
-CN_API int32_t cn_context_profile_read(const cn_context *c, cn_profile_op *out, int32_t max);
-
-/* The rows that enter each matrix multiplication (`cinder imatrix`): with an observer set,
- * every cn_context_decode of two or more rows calls fn on the calling thread, once per
- * weight it multiplies, with the weight's GGUF name ("blk.0.attn_q.weight") and the f32
- * rows (n_rows of k, row-major) as they are before being quantized for the kernel: the
- * normed hidden state for the q/k/v and gate/up weights (one call each, the same rows),
- * the attention output for attn_output, act(gate)·up for ffn_down, and for the LM head
- * only the rows that want logits. One-row decodes are not observed. x is valid during the
- * call only. fn NULL: off. */
-typedef void (*cn_matmul_observer)(void *user, const char *weight, const float *x, int64_t n_rows, int64_t k);
-CN_API void cn_context_observe_matmuls(cn_context *c, cn_matmul_observer fn, void *user);
-
-/* ==== end of the low tier ================================================================= */
-
-/* ==== explain: the sampler chain stage by stage ===========================================
- * One sampling step over a logits row, as the generation loop takes it, with every stage's
- * candidates shown (src/gen/sampling.c). Pure: no model needed. */
-
-typedef struct {
-    int32_t id;
-    float logit;
-    float p;                   /* probability within the set (renormalized) */
-} cn_candidate;
-
-/* After each stage that ran (stages at their off value are skipped): the candidates it
- * kept, most probable first (ties: lowest id), p renormalized; the view is valid during
- * the call. */
-typedef void (*cn_explain_fn)(void *user, cn_sampler_stage stage, const cn_candidate *cand, size_t n_cand);
-
-typedef struct {
-    int32_t greedy;            /* the token temperature 0 picks under the same bias and
-                                  penalties */
-    int32_t token;             /* the token drawn */
-    float p;                   /* its probability in the final set */
-    int32_t n_kept;            /* candidates left after the chain */
-    double u;                  /* the uniform draw in [0, 1) */
-    uint64_t seed;             /* the seed used */
-} cn_explain_result;
-
-/* logits: n_vocab floats (-inf: the token cannot be drawn; for probabilities, pass their
- * logs). history: the tokens penalties see (may be NULL when n_history is 0). Errors:
- * INVALID_ARG (a bad parameter, a NaN logit, no finite logit, a history id out of range). */
-CN_API cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampling_params *p,
-                            const int32_t *history, size_t n_history, cn_explain_fn on_stage, void *user,
-                            cn_explain_result *out, cn_error *err);
-
-/* ==== end of explain ====================================================================== */
-
-/* ==== engine ==============================================================================
+/* ==== engine ===============================================================================
  * The batched engine (src/engine/engine.c): many requests share one forward pass per step.
  * Requests join the running batch at the next step and leave when done (continuous
  * batching); a step packs one decode row per running sequence plus chunks of waiting
@@ -912,9 +708,212 @@ typedef struct {
 
 CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
 
-/* ==== end of engine ======================================================================= */
+/* ---- what an engine owns ----
+ * An engine owns its model's tokenizer, its chat template and the end-of-turn stop that
+ * template needs, and one thread pool of n_threads that the draft model's passes and its
+ * embedders' (cn_engine_embedder) share:
+ * a server or a program built on an engine asks it for them rather than loading its own
+ * (src/engine/engine.c). Every call may come from any thread at any time. */
 
-/* ==== embeddings ==========================================================================
+/* The model's tokenizer. View valid until cn_engine_free. */
+CN_API const cn_tokenizer *cn_engine_tokenizer(const cn_engine *e);
+/* cn_engine_params.chat_template's, else the model's; NULL when the model has none that
+ * cinder renders. View valid until cn_engine_free. */
+CN_API const cn_chat_template *cn_engine_chat_template(const cn_engine *e);
+/* The chat template's end-of-turn text when a chat reply must stop on it as a stop string
+ * (the tokenizer does not end generation on it by itself); NULL when it need not, or
+ * without a template. View valid until cn_engine_free. */
+CN_API const char *cn_engine_end_of_turn_stop(const cn_engine *e);
+/* The most positions one sequence may reach (cn_engine_params.n_ctx within the KV budget):
+ * a prompt must be shorter. */
+CN_API int32_t cn_engine_n_ctx(const cn_engine *e);
+CN_API int32_t cn_engine_n_vocab(const cn_engine *e); /* logits per row; token ids are below it */
+CN_API int32_t cn_engine_max_running(const cn_engine *e); /* cn_engine_params.max_running */
+CN_API bool cn_engine_has_draft(const cn_engine *e);      /* made with cn_engine_params.draft */
+
+/* ==== end of engine ===================================================================== */
+
+/* ==== structured output: grammars ==========================================================
+ * Output constrained token by token to a JSON Schema, json_object (any JSON object), a GBNF
+ * grammar (llama.cpp's syntax), a regular expression or a list of choices (src/grammar/).
+ * A grammar is compiled once against a tokenizer's vocabulary and then shared: a
+ * cn_grammar is immutable and may be used by many matchers on many threads at once (its
+ * mask caches are internally locked); a cn_grammar_matcher belongs to one sequence and one
+ * thread. Generating with one: cn_gen_params.grammar. */
+
+typedef struct cn_grammar_matcher cn_grammar_matcher;
+
+typedef enum {
+    CN_GRAMMAR_JSON_SCHEMA = 0, /* source: a JSON Schema (draft 2020-12 and older drafts) */
+    CN_GRAMMAR_JSON_OBJECT,     /* any JSON object; source unused */
+    CN_GRAMMAR_GBNF,            /* source: llama.cpp's GBNF; start rule "root" */
+    CN_GRAMMAR_REGEX,           /* source: a regular expression matched in full */
+    CN_GRAMMAR_CHOICE,          /* choices[0..n_choices): exactly one of the strings */
+    CN_GRAMMAR_TOOLS,           /* source: an OpenAI tools array; a reply in tool_format that
+                                   may (auto), must (required) or must call tool_name: the
+                                   calls' arguments follow each tool's parameters schema, free
+                                   text before them (auto) holds no call trigger */
+} cn_grammar_kind;
+
+typedef enum {
+    CN_TOOL_CHOICE_AUTO = 0, /* text, or text then calls */
+    CN_TOOL_CHOICE_REQUIRED, /* one or more calls, nothing else */
+    CN_TOOL_CHOICE_NAMED,    /* calls of tool_name only */
+} cn_tool_choice;
+
+typedef struct {
+    cn_grammar_kind kind;
+    const char *source;            /* borrowed during compile; JSON text, GBNF or regex */
+    size_t source_len;             /* 0: strlen(source) */
+    const char *const *choices;    /* CN_GRAMMAR_CHOICE: borrowed during compile */
+    size_t n_choices;
+    bool flexible_whitespace;      /* JSON: any [ \t\n\r]* between tokens (at most
+                                      CN_GRAMMAR_MAX_WS bytes each) instead of the compact
+                                      form ("," and ":" with no spaces); default false */
+    size_t max_states;             /* compile budget in automaton states; 0: 1,000,000 */
+    double max_compile_ms;         /* compile budget in milliseconds; 0: 10,000 */
+    int tool_format;               /* CN_GRAMMAR_TOOLS: a cn_tool_format (tool calls, below) */
+    cn_tool_choice tool_choice;
+    const char *tool_name;         /* CN_TOOL_CHOICE_NAMED: borrowed during compile */
+    bool parallel_tool_calls;      /* more than one call in a reply */
+} cn_grammar_params;
+
+#define CN_GRAMMAR_MAX_WS 20
+
+CN_API cn_grammar_params cn_grammar_default_params(void);
+
+/* Compiles p against tok's vocabulary (tok must outlive the grammar). Errors:
+ * INVALID_ARG with a message naming what is wrong (a JSON Schema's unsupported keyword
+ * and its JSON pointer, a GBNF line:column, a regex offset), "compile budget" when
+ * max_states or max_compile_ms ran out; NO_MEMORY. */
+CN_API cn_status cn_grammar_compile(const cn_tokenizer *tok, const cn_grammar_params *p,
+                                    cn_grammar **out, cn_error *err);
+/* Another reference (the grammar lives until its last cn_grammar_free). */
+CN_API cn_grammar *cn_grammar_ref(cn_grammar *g);
+CN_API void cn_grammar_free(cn_grammar *g); /* NULL: no-op */
+/* The vocabulary size its masks cover ((n + 31) / 32 words): for sizing a mask. */
+CN_API int32_t cn_grammar_n_vocab(const cn_grammar *g);
+
+/* Whether text[0..n) is a complete sentence of g (bytes, not tokens). */
+CN_API bool cn_grammar_check_text(const cn_grammar *g, const char *text, size_t n);
+
+/* A matcher: for a program that samples by itself (its own sampler or speculation, as
+ * llguidance's and XGrammar's users drive theirs): mask, accept, roll back. cinder's own
+ * generation takes the grammar whole (cn_gen_params.grammar); tests/api/api_test.c drives
+ * one as such a program would. */
+
+/* A matcher at the grammar's start. Holds a reference to g. */
+CN_API cn_status cn_grammar_matcher_new(cn_grammar *g, cn_grammar_matcher **out, cn_error *err);
+CN_API void cn_grammar_matcher_free(cn_grammar_matcher *m); /* NULL: no-op */
+/* The tokens allowed next: bit (i % 32) of mask[i / 32] set when token i is; n_words >=
+ * (n_vocab + 31) / 32. End-of-generation tokens are allowed exactly when the text so far
+ * is complete. Errors: INVALID_ARG (n_words too small), NO_MEMORY. */
+CN_API cn_status cn_grammar_matcher_mask(cn_grammar_matcher *m, uint32_t *mask, size_t n_words,
+                                         cn_error *err);
+/* Commits one token; false (and no change) when the grammar does not allow it. An
+ * end-of-generation token is accepted when the text is complete and ends the matcher. */
+CN_API bool cn_grammar_matcher_accept(cn_grammar_matcher *m, int32_t token);
+/* Commits bytes (as one step for rollback); false and no change when not allowed. */
+CN_API bool cn_grammar_matcher_accept_text(cn_grammar_matcher *m, const char *s, size_t n);
+/* The text so far is a complete sentence (end-of-generation would be allowed). */
+CN_API bool cn_grammar_matcher_is_complete(const cn_grammar_matcher *m);
+/* Complete and nothing else can follow, or an end-of-generation token was accepted. */
+CN_API bool cn_grammar_matcher_is_done(const cn_grammar_matcher *m);
+/* Undoes the last n accepted steps (tokens or texts); n > steps kept: INVALID_ARG. The
+ * matcher keeps every step since its start or the last reset. */
+CN_API cn_status cn_grammar_matcher_rollback(cn_grammar_matcher *m, size_t n, cn_error *err);
+CN_API size_t cn_grammar_matcher_n_steps(const cn_grammar_matcher *m);
+CN_API void cn_grammar_matcher_reset(cn_grammar_matcher *m);
+
+/* ==== end of structured output ========================================================== */
+
+/* ==== tool calls ===========================================================================
+ * How a chat model writes a function call, and reading calls back out of its reply as it
+ * streams (src/text/toolcall.c). A format names the text that starts a call and the shape
+ * of the call: a JSON object {"name": ..., "arguments": {...}} ("parameters" for Llama 3).
+ * The same table builds the grammar that constrains calls (CN_GRAMMAR_TOOLS), so what the
+ * grammar lets a model write, the reader reads. */
+
+typedef enum {
+    CN_TOOL_FORMAT_NONE = 0, /* no tools */
+    CN_TOOL_FORMAT_HERMES,   /* <tool_call>{"name": ..., "arguments": {...}}</tool_call>, anywhere
+                                in the reply, one or more (Qwen2.5, Qwen3, Hermes) */
+    CN_TOOL_FORMAT_LLAMA3,   /* {"name": ..., "parameters": {...}} as the whole reply, or after
+                                <|python_tag|> (Llama 3.1-3.3) */
+    CN_TOOL_FORMAT_MISTRAL,  /* [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] */
+    CN_TOOL_FORMAT_GENERIC,  /* a template that renders no tools: the prompt gets a system
+                                note describing them and asking for Hermes' tags, and the
+                                reply is read as Hermes */
+} cn_tool_format;
+
+/* For a program that renders its own tool prompts and reads replies with a cn_tool_reader
+ * (cn_chat_turn_prepare does both for a cn_chat_turn_info):
+ * the format a chat template's source text implies (its markers: "<tool_call>",
+ * "<|python_tag|>" or a "parameters" call shape, "[TOOL_CALLS]"); GENERIC when it
+ * mentions none, or when src is NULL. */
+CN_API cn_tool_format cn_tool_format_detect(const char *template_src);
+/* "none", "hermes", "llama3", "mistral", "generic"; NULL for an unknown value. */
+CN_API const char *cn_tool_format_name(cn_tool_format f);
+
+typedef struct cn_tool_reader cn_tool_reader;
+
+typedef enum {
+    CN_TOOL_EV_CONTENT = 0, /* text for the user */
+    CN_TOOL_EV_REASONING,   /* text between <think> and </think> */
+    CN_TOOL_EV_CALL,        /* a call starts: index, name */
+    CN_TOOL_EV_ARGS,        /* the next bytes of call index's arguments, as JSON text */
+    CN_TOOL_EV_BROKEN,      /* the reply ended inside call index: text is all of that
+                               call's text, trigger included (give it to the user as text) */
+} cn_tool_event_kind;
+
+typedef struct {
+    cn_tool_event_kind kind;
+    int32_t index;    /* the call's number in the reply, from 0 (CALL, ARGS, BROKEN) */
+    const char *name; /* CALL: the function's name, NUL-terminated */
+    const char *text; /* CONTENT, REASONING, ARGS, BROKEN: text[0..len) */
+    size_t len;
+} cn_tool_event;
+
+/* A reader for one reply in format f. think: split <think>...</think> at the reply's
+ * start into REASONING; in_think: the reply starts inside a thought (the generation
+ * prompt ended with "<think>"). Text that may still become a trigger is held back until
+ * it cannot. */
+CN_API cn_status cn_tool_reader_new(cn_tool_format f, bool think, bool in_think, cn_tool_reader **out,
+                                    cn_error *err);
+CN_API void cn_tool_reader_free(cn_tool_reader *r); /* NULL is a no-op */
+/* Feeds the reply's next text (any split, even inside a UTF-8 character); final: the
+ * reply ended, so everything held back comes out. *ev / *n_ev: the events this text
+ * completed, in order; views valid until the next feed or free. Adjacent CONTENT (or
+ * ARGS) events may come split. Errors: a call longer than 1 MiB (LIMIT), NO_MEMORY. */
+CN_API cn_status cn_tool_reader_feed(cn_tool_reader *r, const char *text, size_t n, bool final,
+                                     const cn_tool_event **ev, size_t *n_ev, cn_error *err);
+
+/* A chat turn that may call tools, made ready to generate (src/text/chat_turn.c): the
+ * messages checked (roles, fields, a tool result must answer a call an earlier
+ * assistant message made: INVALID_ARG with err->param such as
+ * "messages[3].tool_call_id") and rendered with the template, the tools in it; a
+ * template that renders no tools (GENERIC) gets a system note describing them and asking
+ * for Hermes' tags, with calls and results written as tags in plain turns. Constrain the
+ * reply with CN_GRAMMAR_TOOLS in info.format and read it with a cn_tool_reader. */
+typedef struct {
+    const char *messages_json; /* OpenAI chat messages (JSON array); borrowed */
+    const char *tools_json;    /* OpenAI tools (JSON array) or NULL */
+    const char *vars_json;     /* extra template variables (JSON object) or NULL */
+} cn_chat_turn;
+
+typedef struct {
+    cn_tool_format format;     /* how calls are written; NONE when the turn has no tools */
+    bool think, in_think;      /* read the reply for <think>; it starts inside one */
+} cn_chat_turn_info;
+
+/* *prompt: the rendered text (malloc'ed, *len bytes, may be NULL), with the generation
+ * prompt; tokenize it with add_special and parse_special. */
+CN_API cn_status cn_chat_turn_prepare(const cn_chat_template *t, const cn_chat_turn *turn, char **prompt, size_t *len,
+                                      cn_chat_turn_info *info, cn_error *err);
+
+/* ==== end of tool calls ================================================================= */
+
+/* ==== embeddings ===========================================================================
  * One vector per input text (src/engine/embed.c): the model's final hidden states (after the
  * output norm, what its LM head would read: llama.cpp's embeddings) pooled over the
  * input's tokens, then L2-normalized. An embedder is a path of its own beside the
@@ -978,7 +977,8 @@ CN_API void cn_embedder_free(cn_embedder *e); /* NULL is a no-op */
 CN_API int32_t cn_embedder_n_embd(const cn_embedder *e);    /* floats per vector */
 CN_API int32_t cn_embedder_n_batch(const cn_embedder *e);   /* the longest input, in tokens */
 CN_API cn_pooling cn_embedder_pooling(const cn_embedder *e); /* what DEFAULT became */
-/* The model's tokenizer (an engine's embedder: the engine's). View valid until
+/* The model's tokenizer (an engine's embedder: the engine's), to count or cut an input
+ * before it is embedded (the longest is cn_embedder_n_batch tokens). View valid until
  * cn_embedder_free. */
 CN_API const cn_tokenizer *cn_embedder_tokenizer(const cn_embedder *e);
 
@@ -993,9 +993,251 @@ CN_API cn_status cn_embedder_embed(cn_embedder *e, const int32_t *const *tokens,
 CN_API cn_status cn_embedder_embed_texts(cn_embedder *e, const char *const *texts, size_t n_texts, float *out,
                                          cn_error *err);
 
-/* ==== end of embeddings =================================================================== */
+/* ==== end of embeddings ================================================================= */
 
-/* ==== measuring: the machine, and what a decoded token costs ==============================
+/* ########################################################################################
+ * THE LOW TIER: drive the model yourself
+ * Tokens in and out, batches through the model with their logits read back by row, sequences
+ * of the KV cache kept, copied and cut, one sampling step by hand: what tools that run the
+ * model themselves stand on (perplexity, bench, a custom sampler), as llama.cpp's stand on
+ * llama_batch + llama_decode.
+ ######################################################################################## */
+
+/* ==== tokenizer ============================================================================
+ * SentencePiece-style and byte-level BPE vocabularies from the model's GGUF metadata
+ * (src/text). A tokenizer is immutable: every call may come from any thread at once. */
+
+
+/* The model's tokenizer; the model must outlive it. Errors: no or a malformed vocabulary
+ * (CORRUPT), a tokenizer model cinder does not know (UNSUPPORTED). */
+CN_API cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_error *err);
+CN_API void cn_tokenizer_free(cn_tokenizer *t); /* NULL is a no-op */
+
+CN_API int32_t cn_tokenizer_n_vocab(const cn_tokenizer *t);
+CN_API int32_t cn_tokenizer_bos(const cn_tokenizer *t); /* -1 if none */
+CN_API int32_t cn_tokenizer_eos(const cn_tokenizer *t); /* -1 if none */
+CN_API int32_t cn_tokenizer_eot(const cn_tokenizer *t); /* end-of-turn id, -1 if none */
+/* True for every end-of-generation token (EOS, EOT, <|im_end|>, <end_of_turn>, ...). */
+CN_API bool cn_tokenizer_is_eog(const cn_tokenizer *t, int32_t id);
+/* Whether cn_tokenize(add_special = true) prepends BOS / appends EOS. */
+CN_API bool cn_tokenizer_add_bos(const cn_tokenizer *t);
+CN_API bool cn_tokenizer_add_eos(const cn_tokenizer *t);
+/* Looks up a token by its exact text as the vocabulary stores it; -1 if absent. */
+CN_API int32_t cn_tokenizer_find(const cn_tokenizer *t, const char *text);
+
+/* Tokenizes text[0..len). add_special: add BOS/EOS as the metadata says
+ * (tokenizer.ggml.add_bos_token / add_eos_token). parse_special: match the text of
+ * control/user-defined special tokens in the input. Writes up to cap ids; *n_out is the
+ * full count (if > cap, call again with a larger buffer; ids may be NULL when cap is 0). */
+CN_API cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
+                             bool parse_special, int32_t *ids, size_t cap, size_t *n_out, cn_error *err);
+
+/* As cn_tokenize, in one pass: *ids (malloc'd, freed by the caller with free(); NULL when
+ * the text gives no tokens) gets all *n_ids ids. */
+CN_API cn_status cn_tokenize_alloc(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
+                                   bool parse_special, int32_t **ids, size_t *n_ids, cn_error *err);
+
+/* The raw bytes a token stands for (byte tokens decoded, SentencePiece ▁ as space, BPE
+ * byte-to-unicode undone). Control tokens render as their text only if render_special.
+ * Returns the byte count written (may exceed cap: then nothing useful was written). */
+CN_API size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap);
+
+/* ids[0..n) as text, valid UTF-8 (bytes that cannot become UTF-8 are U+FFFD), with
+ * SentencePiece's leading space of the first piece dropped as the tokenizer added it.
+ * *out is NUL-terminated, freed by the caller with free(); *n_out (may be NULL) its
+ * length. Errors: an id out of the vocabulary (INVALID_ARG), no memory. */
+CN_API cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, char **out,
+                               size_t *n_out, cn_error *err);
+
+/* ---- fill-in-the-middle (src/text/fim.c) ----
+ * Code models trained to fill a hole take the text before it (prefix) and after it
+ * (suffix) between marker tokens and generate the middle. The markers come from the
+ * metadata (tokenizer.ggml.fim_{pre,suf,mid,pad,rep,sep}_token_id, then the older
+ * prefix/suffix/middle_token_id), else from their known texts (Qwen's <|fim_prefix|> ...
+ * <|repo_name|> <|file_sep|>, StarCoder's <fim_prefix> ..., CodeLlama's ▁<PRE> ...,
+ * DeepSeek's, as llama.cpp looks them up). */
+typedef enum {
+    CN_FIM_PRE = 0, CN_FIM_SUF, CN_FIM_MID, /* required to fill a hole */
+    CN_FIM_PAD, CN_FIM_REP, CN_FIM_SEP,     /* padding; repository name; file separator */
+    CN_FIM_N_TOKENS
+} cn_fim_token;
+
+/* The id of a FIM token, -1 if the vocabulary has none (or which is out of range). */
+CN_API int32_t cn_tokenizer_fim(const cn_tokenizer *t, cn_fim_token which);
+
+/* One file of repository context: filename NULL is "tmp" (as llama-server). */
+typedef struct {
+    const char *filename;
+    const char *text;
+} cn_fim_chunk;
+
+/* A FIM prompt, laid out as llama-server's /infill lays it out (format_prompt_infill):
+ *
+ *   [extra: REP "myproject\n" (SEP filename "\n" text)... SEP "filename\n"] BOS?
+ *   PRE prefix prompt SUF suffix MID          (spm: BOS? SUF suffix PRE prefix prompt MID)
+ *
+ * (without a SEP token each chunk is led by "\n\n--- snippet ---\n\n"; without a
+ * REP token the repository line is left out). The budget is llama-server's: the prefix
+ * keeps its last 3*(n_batch/4) tokens, the suffix its first n_batch/4 - 2 - n_prompt
+ * tokens (none when that is negative), and the extra context its last n_extra_max tokens. */
+typedef struct {
+    const char *prefix, *suffix;   /* NUL-terminated text before and after the hole (NULL:
+                                      ""); special-token texts are not parsed */
+    const char *prompt;            /* NULL or text that continues the prefix (the middle's
+                                      start); special-token texts parsed */
+    const cn_fim_chunk *extra;     /* borrowed: n_extra files of context */
+    size_t n_extra;
+    int32_t n_batch;               /* the prefix + suffix budget, [4, 1 << 20]; default 2048
+                                      (llama-server's default --batch-size) */
+    int32_t n_extra_max;           /* tokens of extra context kept, >= 0; -1 (default) all */
+    bool spm;                      /* suffix-prefix-middle order (llama-server --spm-infill) */
+} cn_fim_params;
+
+CN_API cn_fim_params cn_fim_default_params(void);
+
+/* The token ids of p's FIM prompt for t. *ids is malloc'ed (free()), *n_ids its length.
+ * Errors: the vocabulary has no PRE, SUF or MID token (UNSUPPORTED: the message names the
+ * missing ones), a parameter out of range (INVALID_ARG, param named), no memory. */
+CN_API cn_status cn_fim_prompt(const cn_tokenizer *t, const cn_fim_params *p, int32_t **ids, size_t *n_ids,
+                               cn_error *err);
+
+/* The tokenizer of a GGUF file, loadable model or not (a vocabulary-only file will do);
+ * the file is closed before it returns. Errors: those of cn_gguf_open, then those of
+ * cn_tokenizer_from_model (the message names the file). */
+CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn_error *err);
+
+/* ==== end of tokenizer ================================================================== */
+
+/* ==== batches, decode, logits rows, sequences ==============================================
+ * What tools that drive the model themselves stand on (perplexity, bench; llama.cpp's
+ * llama_batch + llama_decode): a batch is a flat list of rows (token, position, sequence,
+ * whether its logits are wanted); cn_context_decode runs it through the model on a context's
+ * cache, appending each row's keys and values to its sequence; the logits of the rows
+ * that wanted them are read back by index. Sequences are numbered [0, n_seq_max).
+ * cn_context_generate / cn_context_logits use sequence 0 and keep its cache between
+ * requests; a cn_context_decode (or a sequence operation) makes them forget what sequence 0
+ * held, so the next request prefills again; a beam search empties every sequence.
+ * Threads: as the context. */
+
+typedef struct {
+    int32_t token;
+    int32_t pos;               /* position in its sequence: rows continue what the sequence
+                                  holds without gaps (they may also rewrite held positions) */
+    int32_t seq;
+    bool want_logits;
+} cn_batch_row;
+
+typedef struct {
+    cn_batch_row *rows;        /* (cap) */
+    int32_t n_rows, cap;
+} cn_batch;
+
+/* Room for cap rows. INVALID_ARG for cap < 1, NO_MEMORY. */
+CN_API cn_status cn_batch_init(cn_batch *b, int32_t cap, cn_error *err);
+CN_API void cn_batch_free(cn_batch *b); /* a zeroed struct is fine */
+CN_API void cn_batch_clear(cn_batch *b);
+/* Appends a row; false (nothing added) when the batch is full. */
+CN_API bool cn_batch_add(cn_batch *b, int32_t token, int32_t pos, int32_t seq, bool want_logits);
+CN_API int32_t cn_batch_n_logits(const cn_batch *b); /* rows that want logits */
+
+/* Runs b (1 to n_batch rows; with beams, at least CN_GEN_MAX_BEAMS). Errors, the cache
+ * unchanged: a token outside the vocabulary, a negative position, a sequence outside
+ * [0, n_seq_max), two rows for one position, a gap (INVALID_ARG); a position at or past
+ * n_ctx (LIMIT); no memory. */
+CN_API cn_status cn_context_decode(cn_context *c, const cn_batch *b, cn_error *err);
+/* The logits (n_vocab floats) of the i-th row of the last cn_context_decode that wanted them (in
+ * batch order); NULL for i out of range. View valid until the next call on c. */
+CN_API const float *cn_context_logits_row(const cn_context *c, int32_t i);
+CN_API int32_t cn_context_n_vocab(const cn_context *c);
+
+/* Positions seq holds (0 for an empty or out-of-range sequence). */
+CN_API int64_t cn_context_seq_len(const cn_context *c, int32_t seq);
+/* Keeps positions [0, p0) of seq and drops the rest (p0 = 0 empties it; p0 at or past its
+ * length changes nothing). INVALID_ARG for a bad seq or p0 < 0. */
+CN_API cn_status cn_context_seq_rm(cn_context *c, int32_t seq, int64_t p0, cn_error *err);
+/* Makes dst hold the first n positions of src (n = -1: all of them), sharing src's cache
+ * blocks (copied only when one of them writes). dst's old contents are dropped.
+ * INVALID_ARG for a bad sequence, src == dst, or n past src's length; NO_MEMORY. */
+CN_API cn_status cn_context_seq_cp(cn_context *c, int32_t src, int32_t dst, int64_t n, cn_error *err);
+/* Empties every sequence but seq. */
+CN_API void cn_context_seq_keep(cn_context *c, int32_t seq);
+
+/* ==== end of batches ==================================================================== */
+
+/* ==== explain: the sampler chain stage by stage ============================================
+ * One sampling step over a logits row, as the generation loop takes it, with every stage's
+ * candidates shown (src/gen/sampling.c). Pure: no model needed. */
+
+typedef struct {
+    int32_t id;
+    float logit;
+    float p;                   /* probability within the set (renormalized) */
+} cn_candidate;
+
+/* After each stage that ran (stages at their off value are skipped): the candidates it
+ * kept, most probable first (ties: lowest id), p renormalized; the view is valid during
+ * the call. */
+typedef void (*cn_explain_fn)(void *user, cn_sampler_stage stage, const cn_candidate *cand, size_t n_cand);
+
+typedef struct {
+    int32_t greedy;            /* the token temperature 0 picks under the same bias and
+                                  penalties */
+    int32_t token;             /* the token drawn */
+    float p;                   /* its probability in the final set */
+    int32_t n_kept;            /* candidates left after the chain */
+    double u;                  /* the uniform draw in [0, 1) */
+    uint64_t seed;             /* the seed used */
+} cn_explain_result;
+
+/* logits: n_vocab floats (-inf: the token cannot be drawn; for probabilities, pass their
+ * logs). history: the tokens penalties see (may be NULL when n_history is 0). Errors:
+ * INVALID_ARG (a bad parameter, a NaN logit, no finite logit, a history id out of range). */
+CN_API cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampling_params *p,
+                            const int32_t *history, size_t n_history, cn_explain_fn on_stage, void *user,
+                            cn_explain_result *out, cn_error *err);
+
+/* ==== end of explain ==================================================================== */
+
+/* ########################################################################################
+ * THE TOOLS TIER: measure, and make model files
+ * Profiling, the machine's bandwidth, what a token costs; quantize, importance matrices,
+ * drafts and perplexity logits files. Most have one caller in the tree (a `cinder` subcommand);
+ * each section says why it is public. The GGUF reader is its own header, cinder_gguf.h.
+ ######################################################################################## */
+
+/* ==== profiling a forward pass, watching its matmuls =======================================
+ * What `cinder bench --profile` and `cinder imatrix` stand on, as llama.cpp's tools stand
+ * on its eval callback: reasons for these to be public, where no other caller is. */
+
+/* The forward pass's time by step (`cinder bench --profile`): with profiling on, every
+ * cn_context_decode adds each step's wall time and the bytes it read, per kind of step
+ * and weight formats, summed over layers. Off by default; it costs two clock reads per
+ * step when on. */
+typedef struct {
+    char op[96];               /* the step, its weights' formats and shape: "ffn gate+up q4_K,q4_K 1536->8960" */
+    uint64_t calls;            /* times it ran (layers × passes) */
+    double ms;                 /* wall time inside it, the wait for the slowest thread included */
+    uint64_t bytes;            /* bytes it read: weights, or the KV cache for attention */
+} cn_profile_op;
+/* on: clears the counts and starts counting; off: stops (the counts stay readable). */
+CN_API void cn_context_profile(cn_context *c, bool on);
+/* Copies up to max ops into out (in the order first met); returns how many there are. */
+CN_API int32_t cn_context_profile_read(const cn_context *c, cn_profile_op *out, int32_t max);
+
+/* The rows that enter each matrix multiplication (`cinder imatrix`): with an observer set,
+ * every cn_context_decode of two or more rows calls fn on the calling thread, once per
+ * weight it multiplies, with the weight's GGUF name ("blk.0.attn_q.weight") and the f32
+ * rows (n_rows of k, row-major) as they are before being quantized for the kernel: the
+ * normed hidden state for the q/k/v and gate/up weights (one call each, the same rows),
+ * the attention output for attn_output, act(gate)·up for ffn_down, and for the LM head
+ * only the rows that want logits. One-row decodes are not observed. x is valid during the
+ * call only. fn NULL: off. */
+typedef void (*cn_matmul_observer)(void *user, const char *weight, const float *x, int64_t n_rows, int64_t k);
+CN_API void cn_context_observe_matmuls(cn_context *c, cn_matmul_observer fn, void *user);
+
+/* ==== end of profiling ================================================================== */
+
+/* ==== measuring: the machine, and what a decoded token costs ===============================
  * For tools that report speed against what the hardware allows (cinder bench; a program
  * printing its system line, as llama.cpp's llama_print_system_info). Implemented in
  * src/core/system.c and src/model/decode_bytes.c. Thread-safe. */
@@ -1021,128 +1263,29 @@ CN_API cn_status cn_system_measure_bandwidth(int32_t n_threads, uint64_t n_bytes
  * it is the tied LM head. Decode tok/s times this is the weight traffic per second. */
 CN_API uint64_t cn_model_decode_bytes(const cn_model *m);
 
-/* ==== end of measuring ==================================================================== */
+/* The q-quantile (q in [0, 1]) of v[0..n) by linear interpolation between order
+ * statistics (numpy's default, as the timings' percentiles are taken): sorts v in place.
+ * 0 when n == 0. For tools that report latency percentiles of their own. */
+CN_API double cn_gen_percentile(double *v, size_t n, double q);
 
-/* ==== engine: what it owns ===============================================================
- * An engine owns its model's tokenizer, its chat template and the end-of-turn stop that
- * template needs, and one thread pool of n_threads that the draft model's passes and its
- * embedders' (cn_engine_embedder) share:
- * a server or a program built on an engine asks it for them rather than loading its own
- * (src/engine/engine.c). Every call may come from any thread at any time. */
+/* ==== end of measuring ================================================================== */
 
-/* The model's tokenizer. View valid until cn_engine_free. */
-CN_API const cn_tokenizer *cn_engine_tokenizer(const cn_engine *e);
-/* cn_engine_params.chat_template's, else the model's; NULL when the model has none that
- * cinder renders. View valid until cn_engine_free. */
-CN_API const cn_chat_template *cn_engine_chat_template(const cn_engine *e);
-/* The chat template's end-of-turn text when a chat reply must stop on it as a stop string
- * (the tokenizer does not end generation on it by itself); NULL when it need not, or
- * without a template. View valid until cn_engine_free. */
-CN_API const char *cn_engine_end_of_turn_stop(const cn_engine *e);
-/* The most positions one sequence may reach (cn_engine_params.n_ctx within the KV budget):
- * a prompt must be shorter. */
-CN_API int32_t cn_engine_n_ctx(const cn_engine *e);
-CN_API int32_t cn_engine_n_vocab(const cn_engine *e); /* logits per row; token ids are below it */
-CN_API int32_t cn_engine_max_running(const cn_engine *e); /* cn_engine_params.max_running */
-CN_API bool cn_engine_has_draft(const cn_engine *e);      /* made with cn_engine_params.draft */
+/* ==== text helpers =========================================================================
+ * Bytes made safe to show or to put in JSON (src/core/utf8.c). */
 
-/* ==== end of engine: what it owns ========================================================= */
+/* s[0..n) as valid UTF-8: each maximal ill-formed subsequence becomes one U+FFFD (as
+ * Python's decode(errors="replace") does). *out is NUL-terminated, freed by the caller
+ * with free(); *n_out (may be NULL) its length. Errors: NO_MEMORY. */
+CN_API cn_status cn_text_utf8_clean(const char *s, size_t n, char **out, size_t *n_out, cn_error *err);
 
-/* ==== gguf files: any GGUF read as it is; tokenizers and drafts from files ==================
- * Read-only access to a GGUF file, loadable model or not (a vocabulary-only file, a type
- * cinder cannot compute with): the header, every metadata key and value, the tensor table
- * (src/gguf). The reader checks every count, length, offset and size against the bytes of
- * the file before using it: a malformed file is CN_STATUS_CORRUPT (or UNSUPPORTED) with a
- * message naming the file and what is wrong, never an out-of-bounds read. Strings, arrays
- * and tensor data are views into the file's mapping, valid until cn_gguf_close. */
+/* ==== end of text helpers =============================================================== */
 
-typedef struct cn_gguf cn_gguf;
-
-/* A metadata value's type, numbered as GGUF stores it. */
-typedef enum {
-    CN_GGUF_UINT8 = 0, CN_GGUF_INT8 = 1, CN_GGUF_UINT16 = 2, CN_GGUF_INT16 = 3,
-    CN_GGUF_UINT32 = 4, CN_GGUF_INT32 = 5, CN_GGUF_FLOAT32 = 6, CN_GGUF_BOOL = 7,
-    CN_GGUF_STRING = 8, CN_GGUF_ARRAY = 9, CN_GGUF_UINT64 = 10, CN_GGUF_INT64 = 11,
-    CN_GGUF_FLOAT64 = 12,
-} cn_gguf_vtype;
-
-/* A string in the file: ptr[0..len), not NUL-terminated, any bytes. */
-typedef struct {
-    const char *ptr;
-    uint64_t len;
-} cn_gguf_str;
-
-/* An array value: n elements of one type. Read its elements with cn_gguf_arr_*; the
- * other fields are the reader's. */
-typedef struct {
-    cn_gguf_vtype type;      /* element type */
-    uint64_t n;              /* element count */
-    const uint8_t *data;     /* first element in the file (packed little-endian, unaligned) */
-    const uint64_t *str_off; /* STRING/ARRAY elements: offset of element j from data */
-    const void *internal;    /* reader-private (sub-array table) */
-} cn_gguf_arr;
-
-#define CN_GGUF_MAX_DIMS 4
-
-/* One row of the tensor table. */
-typedef struct {
-    cn_gguf_str name;
-    uint32_t n_dims;
-    int64_t ne[CN_GGUF_MAX_DIMS]; /* ne[0] is the innermost (row) length; unused dims are 1 */
-    uint32_t type;                /* a cn_type value as stored; may be one cinder does not know */
-    uint64_t offset;              /* relative to the data offset */
-    const void *data;             /* the bytes in the mapping; NULL when the type's size is unknown
-                                   * (cn_gguf_type_size knows every ggml type: cn_type_name says
-                                   * whether cinder can compute with it) */
-    uint64_t n_bytes;             /* 0 when the type's size is unknown */
-} cn_gguf_tensor_info;
-
-/* Maps and parses a file; *out is the caller's (cn_gguf_close). IO when it cannot be
- * opened, CORRUPT / UNSUPPORTED when it is not a GGUF v2/v3 file this reader accepts. */
-CN_API cn_status cn_gguf_open(const char *path, cn_gguf **out, cn_error *err);
-CN_API void cn_gguf_close(cn_gguf *g); /* NULL is a no-op */
-
-CN_API uint32_t cn_gguf_version(const cn_gguf *g);
-CN_API uint32_t cn_gguf_alignment(const cn_gguf *g);
-CN_API uint64_t cn_gguf_data_offset(const cn_gguf *g); /* start of the tensor data section */
-CN_API size_t cn_gguf_file_size(const cn_gguf *g);
-
-/* Metadata: keys 0..n_kv in file order. */
-CN_API int64_t cn_gguf_n_kv(const cn_gguf *g);
-CN_API int64_t cn_gguf_find_key(const cn_gguf *g, const char *key); /* -1 if absent */
-CN_API cn_gguf_str cn_gguf_kv_key(const cn_gguf *g, int64_t i);
-CN_API cn_gguf_vtype cn_gguf_kv_type(const cn_gguf *g, int64_t i);
-/* "u8", "i32", "f32", "bool", "string", "array", ... ("unknown" for a value out of the
- * enum); static. */
-CN_API const char *cn_gguf_vtype_name(cn_gguf_vtype t);
-/* The value of kv i; false when it is of another kind or does not fit. */
-CN_API bool cn_gguf_kv_i64(const cn_gguf *g, int64_t i, int64_t *out);  /* any integer or bool */
-CN_API bool cn_gguf_kv_u64(const cn_gguf *g, int64_t i, uint64_t *out); /* a non-negative integer */
-CN_API bool cn_gguf_kv_f64(const cn_gguf *g, int64_t i, double *out);   /* any number */
-CN_API bool cn_gguf_kv_str(const cn_gguf *g, int64_t i, cn_gguf_str *out);
-CN_API bool cn_gguf_kv_arr(const cn_gguf *g, int64_t i, cn_gguf_arr *out);
-/* Element j < a->n of an array, by its element type (O(1) for strings too). */
-CN_API cn_gguf_str cn_gguf_arr_str(const cn_gguf_arr *a, uint64_t j);                /* STRING */
-CN_API int64_t cn_gguf_arr_i64(const cn_gguf_arr *a, uint64_t j);                    /* integers, bool */
-CN_API double cn_gguf_arr_f64(const cn_gguf_arr *a, uint64_t j);                     /* numbers */
-CN_API bool cn_gguf_arr_sub(const cn_gguf_arr *a, uint64_t j, cn_gguf_arr *out);     /* ARRAY */
-
-/* Tensors 0..n_tensors in file order; cn_gguf_tensor's row is a view valid until close. */
-CN_API int64_t cn_gguf_n_tensors(const cn_gguf *g);
-CN_API const cn_gguf_tensor_info *cn_gguf_tensor(const cn_gguf *g, int64_t i);
-
-/* Block geometry of a tensor type as GGUF stores it (every ggml type, not only those
- * cinder computes with): elements per block, bytes per block; false for a type the
- * reader does not know. Either pointer may be NULL. */
-CN_API bool cn_gguf_type_size(uint32_t type, uint32_t *block_size, uint32_t *type_bytes);
-/* "q4_K", as GGUF tools spell it, for a type cinder computes with; NULL for any other
- * value (a ggml type it cannot run, a number no ggml knows); static. */
-CN_API const char *cn_type_name(cn_type t);
-
-/* The tokenizer of a GGUF file, loadable model or not (a vocabulary-only file will do);
- * the file is closed before it returns. Errors: those of cn_gguf_open, then those of
- * cn_tokenizer_from_model (the message names the file). */
-CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn_error *err);
+/* ==== model files: quantize, importance matrices, drafts, perplexity logits ================
+ * GGUF-to-GGUF tools and the files that measure a quantization's cost (src/quant): what
+ * `cinder quantize`, `imatrix`, `draft-from` and `perplexity` stand on, so that another
+ * front end (a script, a model hub's converter) gets llama.cpp's files from the library
+ * as cinder does. Every file is written through a temporary file beside its name and
+ * renamed at the end: a failure leaves no partial file, and an existing one as it was. */
 
 /* Writes out_path: a draft model for speculative decoding cut from the model at path,
  * for models with no smaller partner: its first n_layers layers, the final norm and the
@@ -1275,189 +1418,7 @@ CN_API cn_status cn_logits_file_report(cn_logits_file *f, char **out, cn_error *
 /* NULL is a no-op. A file written and not committed is removed, path left as it was. */
 CN_API void cn_logits_file_free(cn_logits_file *f);
 
-/* ==== end of gguf files =================================================================== */
-
-/* ==== text helpers ========================================================================
- * Bytes made safe to show or to put in JSON (src/core/utf8.c). */
-
-/* s[0..n) as valid UTF-8: each maximal ill-formed subsequence becomes one U+FFFD (as
- * Python's decode(errors="replace") does). *out is NUL-terminated, freed by the caller
- * with free(); *n_out (may be NULL) its length. Errors: NO_MEMORY. */
-CN_API cn_status cn_text_utf8_clean(const char *s, size_t n, char **out, size_t *n_out, cn_error *err);
-
-/* ==== end of text helpers ================================================================= */
-
-/* ==== structured output: grammars ==========================================================
- * Output constrained token by token to a JSON Schema, json_object (any JSON object), a GBNF
- * grammar (llama.cpp's syntax), a regular expression or a list of choices (src/grammar/).
- * A grammar is compiled once against a tokenizer's vocabulary and then shared: a
- * cn_grammar is immutable and may be used by many matchers on many threads at once (its
- * mask caches are internally locked); a cn_grammar_matcher belongs to one sequence and one
- * thread. Generating with one: cn_gen_params.grammar. */
-
-typedef struct cn_grammar_matcher cn_grammar_matcher;
-
-typedef enum {
-    CN_GRAMMAR_JSON_SCHEMA = 0, /* source: a JSON Schema (draft 2020-12 and older drafts) */
-    CN_GRAMMAR_JSON_OBJECT,     /* any JSON object; source unused */
-    CN_GRAMMAR_GBNF,            /* source: llama.cpp's GBNF; start rule "root" */
-    CN_GRAMMAR_REGEX,           /* source: a regular expression matched in full */
-    CN_GRAMMAR_CHOICE,          /* choices[0..n_choices): exactly one of the strings */
-    CN_GRAMMAR_TOOLS,           /* source: an OpenAI tools array; a reply in tool_format that
-                                   may (auto), must (required) or must call tool_name: the
-                                   calls' arguments follow each tool's parameters schema, free
-                                   text before them (auto) holds no call trigger */
-} cn_grammar_kind;
-
-typedef enum {
-    CN_TOOL_CHOICE_AUTO = 0, /* text, or text then calls */
-    CN_TOOL_CHOICE_REQUIRED, /* one or more calls, nothing else */
-    CN_TOOL_CHOICE_NAMED,    /* calls of tool_name only */
-} cn_tool_choice;
-
-typedef struct {
-    cn_grammar_kind kind;
-    const char *source;            /* borrowed during compile; JSON text, GBNF or regex */
-    size_t source_len;             /* 0: strlen(source) */
-    const char *const *choices;    /* CN_GRAMMAR_CHOICE: borrowed during compile */
-    size_t n_choices;
-    bool flexible_whitespace;      /* JSON: any [ \t\n\r]* between tokens (at most
-                                      CN_GRAMMAR_MAX_WS bytes each) instead of the compact
-                                      form ("," and ":" with no spaces); default false */
-    size_t max_states;             /* compile budget in automaton states; 0: 1,000,000 */
-    double max_compile_ms;         /* compile budget in milliseconds; 0: 10,000 */
-    int tool_format;               /* CN_GRAMMAR_TOOLS: a cn_tool_format (tool calls, below) */
-    cn_tool_choice tool_choice;
-    const char *tool_name;         /* CN_TOOL_CHOICE_NAMED: borrowed during compile */
-    bool parallel_tool_calls;      /* more than one call in a reply */
-} cn_grammar_params;
-
-#define CN_GRAMMAR_MAX_WS 20
-
-CN_API cn_grammar_params cn_grammar_default_params(void);
-
-/* Compiles p against tok's vocabulary (tok must outlive the grammar). Errors:
- * INVALID_ARG with a message naming what is wrong (a JSON Schema's unsupported keyword
- * and its JSON pointer, a GBNF line:column, a regex offset), "compile budget" when
- * max_states or max_compile_ms ran out; NO_MEMORY. */
-CN_API cn_status cn_grammar_compile(const cn_tokenizer *tok, const cn_grammar_params *p,
-                                    cn_grammar **out, cn_error *err);
-/* Another reference (the grammar lives until its last cn_grammar_free). */
-CN_API cn_grammar *cn_grammar_ref(cn_grammar *g);
-CN_API void cn_grammar_free(cn_grammar *g); /* NULL: no-op */
-CN_API int32_t cn_grammar_n_vocab(const cn_grammar *g);
-
-/* Whether text[0..n) is a complete sentence of g (bytes, not tokens). */
-CN_API bool cn_grammar_check_text(const cn_grammar *g, const char *text, size_t n);
-
-/* A matcher at the grammar's start. Holds a reference to g. */
-CN_API cn_status cn_grammar_matcher_new(cn_grammar *g, cn_grammar_matcher **out, cn_error *err);
-CN_API void cn_grammar_matcher_free(cn_grammar_matcher *m); /* NULL: no-op */
-/* The tokens allowed next: bit (i % 32) of mask[i / 32] set when token i is; n_words >=
- * (n_vocab + 31) / 32. End-of-generation tokens are allowed exactly when the text so far
- * is complete. Errors: INVALID_ARG (n_words too small), NO_MEMORY. */
-CN_API cn_status cn_grammar_matcher_mask(cn_grammar_matcher *m, uint32_t *mask, size_t n_words,
-                                         cn_error *err);
-/* Commits one token; false (and no change) when the grammar does not allow it. An
- * end-of-generation token is accepted when the text is complete and ends the matcher. */
-CN_API bool cn_grammar_matcher_accept(cn_grammar_matcher *m, int32_t token);
-/* Commits bytes (as one step for rollback); false and no change when not allowed. */
-CN_API bool cn_grammar_matcher_accept_text(cn_grammar_matcher *m, const char *s, size_t n);
-/* The text so far is a complete sentence (end-of-generation would be allowed). */
-CN_API bool cn_grammar_matcher_is_complete(const cn_grammar_matcher *m);
-/* Complete and nothing else can follow, or an end-of-generation token was accepted. */
-CN_API bool cn_grammar_matcher_is_done(const cn_grammar_matcher *m);
-/* Undoes the last n accepted steps (tokens or texts); n > steps kept: INVALID_ARG. The
- * matcher keeps every step since its start or the last reset. */
-CN_API cn_status cn_grammar_matcher_rollback(cn_grammar_matcher *m, size_t n, cn_error *err);
-CN_API size_t cn_grammar_matcher_n_steps(const cn_grammar_matcher *m);
-CN_API void cn_grammar_matcher_reset(cn_grammar_matcher *m);
-
-/* ==== end of structured output ============================================================ */
-
-/* ==== tool calls ==========================================================================
- * How a chat model writes a function call, and reading calls back out of its reply as it
- * streams (src/text/toolcall.c). A format names the text that starts a call and the shape
- * of the call: a JSON object {"name": ..., "arguments": {...}} ("parameters" for Llama 3).
- * The same table builds the grammar that constrains calls (CN_GRAMMAR_TOOLS), so what the
- * grammar lets a model write, the reader reads. */
-
-typedef enum {
-    CN_TOOL_FORMAT_NONE = 0, /* no tools */
-    CN_TOOL_FORMAT_HERMES,   /* <tool_call>{"name": ..., "arguments": {...}}</tool_call>, anywhere
-                                in the reply, one or more (Qwen2.5, Qwen3, Hermes) */
-    CN_TOOL_FORMAT_LLAMA3,   /* {"name": ..., "parameters": {...}} as the whole reply, or after
-                                <|python_tag|> (Llama 3.1-3.3) */
-    CN_TOOL_FORMAT_MISTRAL,  /* [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] */
-    CN_TOOL_FORMAT_GENERIC,  /* a template that renders no tools: the prompt gets a system
-                                note describing them and asking for Hermes' tags, and the
-                                reply is read as Hermes */
-} cn_tool_format;
-
-/* The format a chat template's source text implies (its markers: "<tool_call>",
- * "<|python_tag|>" or a "parameters" call shape, "[TOOL_CALLS]"); GENERIC when it
- * mentions none, or when src is NULL. */
-CN_API cn_tool_format cn_tool_format_detect(const char *template_src);
-/* "none", "hermes", "llama3", "mistral", "generic"; NULL for an unknown value. */
-CN_API const char *cn_tool_format_name(cn_tool_format f);
-
-typedef struct cn_tool_reader cn_tool_reader;
-
-typedef enum {
-    CN_TOOL_EV_CONTENT = 0, /* text for the user */
-    CN_TOOL_EV_REASONING,   /* text between <think> and </think> */
-    CN_TOOL_EV_CALL,        /* a call starts: index, name */
-    CN_TOOL_EV_ARGS,        /* the next bytes of call index's arguments, as JSON text */
-    CN_TOOL_EV_BROKEN,      /* the reply ended inside call index: text is all of that
-                               call's text, trigger included (give it to the user as text) */
-} cn_tool_event_kind;
-
-typedef struct {
-    cn_tool_event_kind kind;
-    int32_t index;    /* the call's number in the reply, from 0 (CALL, ARGS, BROKEN) */
-    const char *name; /* CALL: the function's name, NUL-terminated */
-    const char *text; /* CONTENT, REASONING, ARGS, BROKEN: text[0..len) */
-    size_t len;
-} cn_tool_event;
-
-/* A reader for one reply in format f. think: split <think>...</think> at the reply's
- * start into REASONING; in_think: the reply starts inside a thought (the generation
- * prompt ended with "<think>"). Text that may still become a trigger is held back until
- * it cannot. */
-CN_API cn_status cn_tool_reader_new(cn_tool_format f, bool think, bool in_think, cn_tool_reader **out,
-                                    cn_error *err);
-CN_API void cn_tool_reader_free(cn_tool_reader *r); /* NULL is a no-op */
-/* Feeds the reply's next text (any split, even inside a UTF-8 character); final: the
- * reply ended, so everything held back comes out. *ev / *n_ev: the events this text
- * completed, in order; views valid until the next feed or free. Adjacent CONTENT (or
- * ARGS) events may come split. Errors: a call longer than 1 MiB (LIMIT), NO_MEMORY. */
-CN_API cn_status cn_tool_reader_feed(cn_tool_reader *r, const char *text, size_t n, bool final,
-                                     const cn_tool_event **ev, size_t *n_ev, cn_error *err);
-
-/* A chat turn that may call tools, made ready to generate (src/text/chat_turn.c): the
- * messages checked (roles, fields, a tool result must answer a call an earlier
- * assistant message made: INVALID_ARG with err->param such as
- * "messages[3].tool_call_id") and rendered with the template, the tools in it; a
- * template that renders no tools (GENERIC) gets a system note describing them and asking
- * for Hermes' tags, with calls and results written as tags in plain turns. Constrain the
- * reply with CN_GRAMMAR_TOOLS in info.format and read it with a cn_tool_reader. */
-typedef struct {
-    const char *messages_json; /* OpenAI chat messages (JSON array); borrowed */
-    const char *tools_json;    /* OpenAI tools (JSON array) or NULL */
-    const char *vars_json;     /* extra template variables (JSON object) or NULL */
-} cn_chat_turn;
-
-typedef struct {
-    cn_tool_format format;     /* how calls are written; NONE when the turn has no tools */
-    bool think, in_think;      /* read the reply for <think>; it starts inside one */
-} cn_chat_turn_info;
-
-/* *prompt: the rendered text (malloc'ed, *len bytes, may be NULL), with the generation
- * prompt; tokenize it with add_special and parse_special. */
-CN_API cn_status cn_chat_turn_prepare(const cn_chat_template *t, const cn_chat_turn *turn, char **prompt, size_t *len,
-                                      cn_chat_turn_info *info, cn_error *err);
-
-/* ==== end of tool calls =================================================================== */
+/* ==== end of model files ================================================================ */
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
 # The library as its users get it (issue 18), run by scripts/test.sh:
 #   1. `make install` into build/prefix; libcinder.so must export only the cn_ API and
 #      need no HTTP library (the server is the CLI's own archive, not the library's)
-#   2. examples/*.c (generate, engine, decode) and tests/api/api_test.c (they include only <cinder.h>) built against
+#   2. examples/*.c (generate, engine, decode) and tests/api/api_test.c (they include only <cinder.h>, <cinder_gguf.h>) built against
 #      the *installed* library through pkg-config, and run on stories260K
 #   3. a fresh virtualenv: `pip install ./python` (which builds or finds libcinder.so),
 #      the README's Python example (it must print the worked example), then the package's

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cinder.h"
+#include "cinder_gguf.h"
 #include "cli.h"
 #include "flags.h"
 

@@ -5,13 +5,14 @@
  * message naming what is wrong, never an out-of-bounds read. Strings are views into the
  * mapped file (not NUL-terminated). Nothing here knows about models or tokenizers.
  * The read-only part a program needs (open, header, metadata by index, arrays, the tensor
- * table, the types) is public, in cinder.h's "gguf files"; this adds lookups by key,
+ * table, the types) is public, in include/cinder_gguf.h; this adds lookups by key,
  * parsing from memory and the writer. */
 #ifndef CN_GGUF_H
 #define CN_GGUF_H
 
 #include <stdio.h>
 
+#include "cinder_gguf.h"
 #include "core/core.h"
 
 /* Hard limits on what a file may claim; beyond them it is rejected before allocating. */

@@ -24,6 +24,7 @@
 #include <malloc.h>
 #endif
 
+#include "cinder_gguf.h"
 #include "core/buf.h"
 
 #define WAKE_MS 50

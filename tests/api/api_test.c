@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cinder.h>
+#include <cinder_gguf.h>
 
 static int g_fail;
 
@@ -251,6 +252,10 @@ static void test_model(const char *dir, const char *golden_path) {
     CHECK(cn_model_meta_str(m, "general.architecture", &s, &sl) && sl == 5 && !memcmp(s, "llama", 5), "meta str");
     int64_t ctx_len = 0;
     CHECK(cn_model_meta_int(m, "llama.context_length", &ctx_len) && ctx_len == info.n_ctx_train, "meta int");
+    double eps = 0; /* f32 1e-5 as gguf-py reads it */
+    CHECK(cn_model_meta_float(m, "llama.attention.layer_norm_rms_epsilon", &eps) && fabs(eps - 1e-5) < 1e-12 &&
+              !cn_model_meta_float(m, "general.architecture", &eps),
+          "meta float %g", eps);
 
     /* the tokenizer: llama.cpp's ids, and back */
     cn_tokenizer *tok = NULL;
@@ -488,6 +493,55 @@ static void test_gguf_files(const char *path) {
           err.msg);
 }
 
+/* The grammar matcher as a program with its own sampler drives it: a choice grammar
+ * ("yes" | "no") on stories260K's vocabulary, stepped by text and by token, rolled back. */
+static void test_grammar_matcher(const char *path) {
+    cn_tokenizer *tok = NULL;
+    cn_error err = {0};
+    if (cn_tokenizer_load_file(path, &tok, &err) != CN_STATUS_OK) {
+        CHECK(0, "tokenizer: %s", err.msg);
+        return;
+    }
+    const char *const choices[] = {"yes", "no"};
+    cn_grammar_params gp = cn_grammar_default_params();
+    gp.kind = CN_GRAMMAR_CHOICE;
+    gp.choices = choices;
+    gp.n_choices = 2;
+    cn_grammar *g = NULL;
+    cn_grammar_matcher *mt = NULL;
+    CHECK(cn_grammar_compile(tok, &gp, &g, &err) == CN_STATUS_OK, "%s", err.msg);
+    CHECK(g && cn_grammar_n_vocab(g) == cn_tokenizer_n_vocab(tok), "n_vocab");
+    CHECK(g && cn_grammar_check_text(g, "no", 2) && !cn_grammar_check_text(g, "nope", 4), "check_text");
+    CHECK(g && cn_grammar_matcher_new(g, &mt, &err) == CN_STATUS_OK, "%s", err.msg);
+    if (!mt) goto done;
+    CHECK(cn_grammar_matcher_n_steps(mt) == 0 && !cn_grammar_matcher_is_complete(mt), "fresh");
+    CHECK(cn_grammar_matcher_accept_text(mt, "y", 1) && !cn_grammar_matcher_accept_text(mt, "x", 1), "y, not x");
+    CHECK(cn_grammar_matcher_accept_text(mt, "es", 2) && cn_grammar_matcher_n_steps(mt) == 2, "yes in two steps");
+    CHECK(cn_grammar_matcher_is_complete(mt) && cn_grammar_matcher_is_done(mt), "yes is complete, nothing follows");
+    CHECK(cn_grammar_matcher_rollback(mt, 2, &err) == CN_STATUS_OK && cn_grammar_matcher_n_steps(mt) == 0 &&
+              !cn_grammar_matcher_is_complete(mt),
+          "rolled back to the start");
+    CHECK(cn_grammar_matcher_rollback(mt, 1, &err) == CN_STATUS_INVALID_ARG, "nothing left to roll back");
+    /* by token: the mask allows the token of "no" (if the vocabulary has it whole) or of "n" */
+    const int32_t n_vocab = cn_tokenizer_n_vocab(tok);
+    uint32_t *mask = calloc(((size_t)n_vocab + 31) / 32, sizeof *mask);
+    int32_t id = cn_tokenizer_find(tok, "no");
+    if (id < 0) id = cn_tokenizer_find(tok, "n");
+    CHECK(mask && id >= 0, "no token for 'n'");
+    if (mask && id >= 0) {
+        CHECK(cn_grammar_matcher_mask(mt, mask, ((size_t)n_vocab + 31) / 32, &err) == CN_STATUS_OK, "%s", err.msg);
+        CHECK(mask[id / 32] >> (id % 32) & 1, "the mask allows '%s'", id == cn_tokenizer_find(tok, "no") ? "no" : "n");
+        CHECK(cn_grammar_matcher_accept(mt, id) && cn_grammar_matcher_n_steps(mt) == 1, "accept by token");
+    }
+    free(mask);
+    cn_grammar_matcher_reset(mt);
+    CHECK(cn_grammar_matcher_n_steps(mt) == 0, "reset");
+done:
+    cn_grammar_matcher_free(mt);
+    cn_grammar_free(g);
+    cn_tokenizer_free(tok);
+}
+
 /* A file from the library user's side: a temporary path, written with the given bytes. */
 static bool temp_file(char *path, const void *bytes, size_t n) {
     const char *dir = getenv("TMPDIR");
@@ -576,6 +630,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/stories260K.gguf", argv[1]);
     test_gguf_files(path);
     test_tokenizer_file(path);
+    test_grammar_matcher(path);
     test_draft(path);
     if (g_fail) {
         fprintf(stderr, "api_test: %d checks failed\n", g_fail);
