@@ -1057,8 +1057,10 @@ CN_API cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t
  * <|repo_name|> <|file_sep|>, StarCoder's <fim_prefix> ..., CodeLlama's ▁<PRE> ...,
  * DeepSeek's, as llama.cpp looks them up). */
 typedef enum {
+    /* clang-format off */
     CN_FIM_PRE = 0, CN_FIM_SUF, CN_FIM_MID, /* required to fill a hole */
     CN_FIM_PAD, CN_FIM_REP, CN_FIM_SEP,     /* padding; repository name; file separator */
+    /* clang-format on */
     CN_FIM_N_TOKENS
 } cn_fim_token;
 

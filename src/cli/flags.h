@@ -53,12 +53,14 @@ typedef struct {
 
 /* Table rows by kind, so a row names only what it uses. CLI_F_NUM's lo > hi (CLI_ANY)
  * leaves the range to the library. */
+/* clang-format off */
 #define CLI_F_BOOL(n, a, d, h) {.name = n, .alias = a, .kind = CLI_BOOL, .dst = d, .help = h}
 #define CLI_F_STR(n, a, d, m, h) {.name = n, .alias = a, .kind = CLI_STR, .dst = d, .metavar = m, .help = h}
 #define CLI_F_NUM(n, a, k, d, l, u, m, h) \
     {.name = n, .alias = a, .kind = k, .dst = d, .lo = l, .hi = u, .metavar = m, .help = h}
 #define CLI_F_CUSTOM(n, a, d, fn, m, h) \
     {.name = n, .alias = a, .kind = CLI_CUSTOM, .dst = d, .parse = fn, .metavar = m, .help = h}
+/* clang-format on */
 /* The rows several commands share: -t, and -m for commands that fall back to the
  * default model (CLI_DEFAULT_MODEL). */
 #define CLI_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -456,7 +456,9 @@ void cn_context_seq_keep(cn_context *c, int32_t seq) {
 /* ---- for bindings ---- */
 
 size_t cn_abi_size(const char *type_name) {
+    /* clang-format off */
 #define ABI(T) {#T, sizeof(T)}
+    /* clang-format on */
     static const struct { const char *name; size_t size; } types[] = {
         ABI(cn_error), ABI(cn_logit_bias), ABI(cn_sampling_params), ABI(cn_beam_params), ABI(cn_gen_params),
         ABI(cn_gen_logprob), ABI(cn_gen_token), ABI(cn_gen_timings), ABI(cn_model_params), ABI(cn_model_info),

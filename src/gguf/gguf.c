@@ -87,6 +87,7 @@ bool cn_gguf_tensor_bytes(uint32_t type, uint32_t n_dims, const int64_t *ne, uin
 /* --- value types --- */
 
 size_t cn_gguf_vtype_size(cn_gguf_vtype t) {
+    /* clang-format off */
     switch (t) {
     case CN_GGUF_UINT8: case CN_GGUF_INT8: case CN_GGUF_BOOL: return 1;
     case CN_GGUF_UINT16: case CN_GGUF_INT16: return 2;
@@ -94,6 +95,7 @@ size_t cn_gguf_vtype_size(cn_gguf_vtype t) {
     case CN_GGUF_UINT64: case CN_GGUF_INT64: case CN_GGUF_FLOAT64: return 8;
     case CN_GGUF_STRING: case CN_GGUF_ARRAY: return 0;
     }
+    /* clang-format on */
     return 0;
 }
 
@@ -119,6 +121,7 @@ const char *cn_gguf_vtype_name(cn_gguf_vtype t) {
 static bool vtype_valid(uint32_t t) { return t <= CN_GGUF_FLOAT64; }
 
 static bool vtype_is_int(cn_gguf_vtype t) {
+    /* clang-format off */
     switch (t) {
     case CN_GGUF_UINT8: case CN_GGUF_INT8: case CN_GGUF_UINT16: case CN_GGUF_INT16:
     case CN_GGUF_UINT32: case CN_GGUF_INT32: case CN_GGUF_UINT64: case CN_GGUF_INT64:
@@ -126,6 +129,7 @@ static bool vtype_is_int(cn_gguf_vtype t) {
     default:
         return false;
     }
+    /* clang-format on */
 }
 
 bool cn_gguf_str_eq(cn_gguf_str s, const char *c) {

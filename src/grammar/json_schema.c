@@ -608,6 +608,7 @@ static const struct {
     const char *kw;
     merge_fn merge;
 } merge_rows[] = {
+    /* clang-format off */
     { "type", merge_skip },           { "nullable", merge_skip },       /* merge_types */
     { "properties", merge_note_object }, { "additionalProperties", merge_note_object },
     { "required", merge_required },   { "enum", merge_enum },           { "const", merge_enum },
@@ -616,6 +617,7 @@ static const struct {
     { "maxLength", merge_upper },     { "maxItems", merge_upper },      { "items", merge_items },
     { "dependencies", merge_dependencies }, { "dependentRequired", merge_dependencies },
     { "dependentSchemas", merge_dependencies },
+    /* clang-format on */
 };
 
 static merge_fn merge_for(const char *k) {

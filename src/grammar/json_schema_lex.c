@@ -922,6 +922,7 @@ static int int_bound(js_lex *x, const js_dec *d, bool excl, bool upper, js_dec *
         m = strdup(d->ip);
     } else {
         bool up = upper ? neg : !neg; /* lo+1 on a positive, hi-1 on a negative grow |x| */
+        /* clang-format off */
         if (up)
             m = uinc(d->ip);
         else if (strcmp(d->ip, "0") == 0) { /* 0 exclusive: -1 or 1 */
@@ -929,6 +930,7 @@ static int int_bound(js_lex *x, const js_dec *d, bool excl, bool upper, js_dec *
             neg = upper;
         } else
             m = udec(d->ip);
+        /* clang-format on */
     }
     if (!m) {
         oom(x);

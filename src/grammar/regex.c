@@ -322,6 +322,7 @@ static int parse_escape(rx *p, bool in_class, uint32_t *cp, cpset *set) {
         free(t.r);
         return 1;
     }
+    /* clang-format off */
     case 'n': p->pos++; *cp = '\n'; return 0;
     case 't': p->pos++; *cp = '\t'; return 0;
     case 'r': p->pos++; *cp = '\r'; return 0;
@@ -341,6 +342,7 @@ static int parse_escape(rx *p, bool in_class, uint32_t *cp, cpset *set) {
         return fail(p, start, "backreference \\%c is not supported", c), -1;
     case 'k': return fail(p, start, "the named backreference \\k is not supported"), -1;
     case 'p': case 'P': return fail(p, start, "Unicode property escapes (\\%c{...}) are not supported", c), -1;
+    /* clang-format on */
     case 'c':
         if (p->pos + 1 < p->n && ((p->src[p->pos + 1] | 0x20) >= 'a' && (p->src[p->pos + 1] | 0x20) <= 'z')) {
             *cp = (uint32_t)(p->src[p->pos + 1] & 0x1F);

@@ -1133,7 +1133,9 @@ typedef struct {
     int arg;
 } jtest;
 
+/* clang-format off */
 #define CMP(name, op) {name, NULL, t_compare, "other", NULL, op}
+/* clang-format on */
 static const jtest TESTS[] = {
     {"boolean", .is = is_boolean},
     {"callable", .is = is_callable},
@@ -1285,11 +1287,13 @@ static bool f_map(jr *r, const jcall *c, jv *out) {
     bool ok = true;
     for (size_t i = 0; i < items->n && ok; i++) {
         jv y;
+        /* clang-format off */
         if (fid < 0) ok = attr_get(r, items->v[i], attrname, def, &y);
         else if ((ok = jr_enter(r))) { /* map('map', ...) recurses */
             ok = jb_filter(r, fid, items->v[i], &rest, &y);
             jr_leave(r);
         }
+        /* clang-format on */
         if (ok) ok = push(r, res, y);
     }
     jv_unref(jv_list(items, false));

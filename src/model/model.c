@@ -23,6 +23,7 @@
 #include "tensor/tensor.h"
 
 static const cn_arch_desc g_arches[] = {
+    /* clang-format off */
     {.name = "llama", .norm = CN_NORM_RMS, .act = CN_ACT_SILU, .rope = CN_ROPE_NORMAL,
      .tied_output = true},
     {.name = "qwen2", .norm = CN_NORM_RMS, .act = CN_ACT_SILU, .rope = CN_ROPE_NEOX,
@@ -32,6 +33,7 @@ static const cn_arch_desc g_arches[] = {
     {.name = "gemma3", .norm = CN_NORM_RMS, .act = CN_ACT_GELU_TANH, .rope = CN_ROPE_NEOX,
      .qk_norm = true, .post_norms = true, .embd_scale = true, .q_prescale = true,
      .swa_pattern = 6, .rope_base_swa = 10000.0f, .tied_output = true},
+    /* clang-format on */
 };
 
 const cn_arch_desc *cn_arch_find(const char *name, size_t len) {

@@ -524,11 +524,13 @@ cn_from_float_fn cn_type_quantizer(uint32_t type) {
     case CN_TYPE_Q4_K: return cn_quant_row_q4_K_search;
     case CN_TYPE_Q5_K: return cn_quant_row_q5_K_search;
     case CN_TYPE_Q6_K: return cn_quant_row_q6_K_search;
+    /* clang-format off */
     case CN_TYPE_F32: case CN_TYPE_F16: case CN_TYPE_BF16:
     case CN_TYPE_Q4_0: case CN_TYPE_Q4_1: case CN_TYPE_Q5_0: case CN_TYPE_Q5_1: case CN_TYPE_Q8_0: {
         const cn_type_traits *t = cn_type_traits_get(type);
         return t ? t->from_float_ref : NULL;
     }
+    /* clang-format on */
     default: return NULL;
     }
 }

@@ -8,6 +8,7 @@
 #include "tensor/tensor.h"
 
 static const cn_type_traits k_traits[CN_TYPE_COUNT] = {
+    /* clang-format off */
     [CN_TYPE_F32]  = {"f32",  1,          4,                     cn_dequant_row_f32,  cn_quant_row_f32},
     [CN_TYPE_F16]  = {"f16",  1,          2,                     cn_dequant_row_f16,  cn_quant_row_f16},
     [CN_TYPE_BF16] = {"bf16", 1,          2,                     cn_dequant_row_bf16, cn_quant_row_bf16},
@@ -23,6 +24,7 @@ static const cn_type_traits k_traits[CN_TYPE_COUNT] = {
     [CN_TYPE_Q5_K] = {"q5_K", CN_QK_K,    sizeof(cn_block_q5_K), cn_dequant_row_q5_K, cn_quant_row_q5_K},
     [CN_TYPE_Q6_K] = {"q6_K", CN_QK_K,    sizeof(cn_block_q6_K), cn_dequant_row_q6_K, cn_quant_row_q6_K},
     [CN_TYPE_Q8_K] = {"q8_K", CN_QK_K,    sizeof(cn_block_q8_K), cn_dequant_row_q8_K, cn_quant_row_q8_K},
+    /* clang-format on */
 };
 
 const cn_type_traits *cn_type_traits_get(uint32_t type) {

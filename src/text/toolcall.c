@@ -26,6 +26,7 @@
 static const cn_tool_spec SPECS[] = {
     /* Hermes' tags anywhere; and at the reply's start what small models write instead of
      * them: the bare call object, or the object in a fenced JSON block */
+    /* clang-format off */
     [CN_TOOL_FORMAT_HERMES] = { "hermes", "arguments",
                                 { { "<tool_call>", "</tool_call>", false, false }, { "```json", "```", true, false },
                                   { "", "", true, false } }, 3 },
@@ -35,6 +36,7 @@ static const cn_tool_spec SPECS[] = {
     [CN_TOOL_FORMAT_GENERIC] = { "generic", "arguments",
                                  { { "<tool_call>", "</tool_call>", false, false }, { "```json", "```", true, false },
                                    { "", "", true, false } }, 3 },
+    /* clang-format on */
 };
 
 const cn_tool_spec *cn_tool_spec_of(int f) {

@@ -302,10 +302,12 @@ static const named_error NAMED_ERRORS[] = {
     {API_ANTHROPIC, "{\"max_tokens\": 5, \"tool_choice\": {\"type\": \"any\"}, " HI "}", "tool_choice",
      "'tool_choice' needs 'tools'"},
     /* output_config.format is OpenAI's response_format */
+    /* clang-format off */
     {API_ANTHROPIC,
      "{\"max_tokens\": 5, " TOOL_A("") ","
      " \"output_config\": {\"format\": {\"type\": \"json_schema\", \"schema\": {}}}, " HI "}",
      "tools", "'tools' together with 'output_config.format'"},
+    /* clang-format on */
     {API_ANTHROPIC,
      "{\"max_tokens\": 5,"
      " \"output_config\": {\"format\": {\"type\": \"json_schema\", \"schema\": {\"type\": \"strin\"}}}, " HI "}",

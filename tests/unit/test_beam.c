@@ -149,8 +149,10 @@ static cn_gen *greedy_run(gt_env *e, cn_gen_params *p, const int32_t *prompt, in
 
 /* ---- the designed model: greedy's first token leads nowhere ---- */
 
+/* clang-format off */
 static const char *const WORDS[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "\xE2\x96\x81" "b",
                                     "\xE2\x96\x81" "c", "\xE2\x96\x81" "d", "\xE2\x96\x81" "e"};
+/* clang-format on */
 enum { A = 3, B, C, D, E_ };
 
 /* From <s>: a .5, b .4. From a: flat over a..e (.2 each). From b/c/d/e: the next letter
@@ -273,8 +275,10 @@ Test(beam, tiny_stop_string) {
 
 /* ---- exactness: with enough beams, beam search is exhaustive search ---- */
 
+/* clang-format off */
 static const char *const ABC[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "\xE2\x96\x81" "b",
                                   "\xE2\x96\x81" "c"};
+/* clang-format on */
 
 static uint32_t lcg(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;

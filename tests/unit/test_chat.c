@@ -103,7 +103,9 @@ typedef struct {
     const char *want;
 } render_case;
 
+/* clang-format off */
 #define CASE(name, msgs, gen, want) {name, msgs, CN_ARRAY_LEN(msgs), gen, want}
+/* clang-format on */
 
 static const render_case SMOLLM2_CASES[] = {
     CASE("user_only", USER_ONLY, true,

@@ -115,7 +115,9 @@ static const char *const json_seeds[] = {
 
 Test(grammar_gbnf, json_agrees_with_jansson, .timeout = 120) {
     gr_grammar *g = gbnf_ok(json_gbnf);
+    /* clang-format off */
     const char alpha[] = "{}[]\",:0123456789-+.eEtrufalsn \t\\/u\xc3\xa9" "ab";
+    /* clang-format on */
     uint64_t r = 12345;
     long n = 0, pos = 0, mism = 0;
     char buf[512];

@@ -92,7 +92,9 @@ Test(jinja, literals_and_printing) {
     check("{{ true }} {{ False }} {{ none }} {{ None }}", NULL, "True False None None");
     check("{{ [1, 'a', none, true, 2.5] }} {{ {'k': \"it's\"} }} {{ (1,) }} {{ () }}", NULL,
           "[1, 'a', None, True, 2.5] {'k': \"it's\"} (1,) ()");
+    /* clang-format off */
     check("{{ 'a\\tb\\n\\x41\\u00e9\\101\\q' }}", NULL, "a\tb\nA\xc3\xa9" "A\\q");
+    /* clang-format on */
     check("{{ 'x' 'y' \"z\" }}{{ 1_000 }} {{ 0x1F }} {{ 0b101 }}", NULL, "xyz1000 31 5");
     check("{{ ['a\\nb', 'q\\'s'] }}", NULL, "['a\\nb', \"q's\"]");
     check("{% macro m() %}{% endmacro %}{{ m }} {{ namespace(a=[1]) }} {{ range(2, 5) }}", NULL,

@@ -190,13 +190,17 @@ static void refused(oai_kind kind, const char *body, int status, const char *typ
 Test(openai, error_param_cut_at_a_character) {
     char name[80];
     memset(name, 'a', 62);
+    /* clang-format off */
     memcpy(name + 62, "\xE2\x80\x9C" "b", 5); /* U+201C across bytes 62..64 of a 64-byte buffer */
+    /* clang-format on */
     oai_error e;
     oai_fail(&e, 400, "invalid_request_error", name, NULL, "unsupported field '%s'", name);
     cr_assert_eq(strlen(e.param), 62, "%s", e.param);
     json_t *j = oai_error_json(&e), *o = json_object_get(j, "error");
     cr_assert_str_eq(json_string_value(json_object_get(o, "param")), e.param);
+    /* clang-format off */
     cr_assert(strstr(json_string_value(json_object_get(o, "message")), "\xE2\x80\x9C" "b'"));
+    /* clang-format on */
     json_decref(j);
     j = ant_error_json(&e);
     cr_assert(j && strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")), "unsupported"));

@@ -277,7 +277,9 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
     }
     const int64_t slot_bytes = (int64_t)kvd * (int64_t)esz, first_off = (int64_t)first * (int64_t)esz;
     const uint8_t *row[VL];
+    /* clang-format off */
 #define SC(r, g) (sc + ((r) * NG + (g)) * sc_stride + pad)
+    /* clang-format on */
 
     /* pass 1: scores */
     const int64_t row_bytes = (int64_t)hd * (int64_t)esz; /* one head's part of a position */

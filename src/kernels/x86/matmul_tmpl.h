@@ -301,9 +301,11 @@ CN_INLINE void add_q5_bits(vi qh, vi *w) {
     CN_UNROLL
     for (int c = 0; c < 8; c++) {
         const int8_t s = (int8_t)(c / 2);
+        /* clang-format off */
         const vi idx = vi_bcast128(_mm_setr_epi8(s, s, s, s, (int8_t)(4 + s), (int8_t)(4 + s), (int8_t)(4 + s), (int8_t)(4 + s),
                                                  (int8_t)(8 + s), (int8_t)(8 + s), (int8_t)(8 + s), (int8_t)(8 + s),
                                                  (int8_t)(12 + s), (int8_t)(12 + s), (int8_t)(12 + s), (int8_t)(12 + s)));
+        /* clang-format on */
         const vi m = vi_set1(c % 2 ? (int32_t)0x80402010 : 0x08040201);
         w[c] = vi_or_bit4_where(w[c], vi_shuffle8(qh, idx), m);
     }
@@ -595,6 +597,7 @@ CN_INLINE void amx_unpack(const uint32_t type, const cn_matmul_args *a, const ti
             acc[t] = tok32_finish(type, sd[(b) % 8], sm[(b) % 8], _mm512_load_si512((const void *)cv[(b) % 4][t]), acc[t], \
                                   direct ? 0 : c->corr[t * KCH + (b)], c->da[t * KCH + (b)], c->sa[t * KCH + (b)]); \
     } while (0)
+/* clang-format off */
 #define AMX_STEP(s, TC, TA, TB, TS)                                                       \
     do {                                                                                  \
         if ((s) < n) {                                                                    \
@@ -609,6 +612,7 @@ CN_INLINE void amx_unpack(const uint32_t type, const cn_matmul_args *a, const ti
         if ((s) >= 2 && (s) - 2 < n) _tile_stored(TS, cv[((s) - 2) % 4], VL * 4);        \
         if ((s) >= 4 && (s) - 4 < n) AMX_FINISH((s) - 4);                                 \
     } while (0)
+/* clang-format on */
 
 CN_INLINE void tile32_amx(const uint32_t type, const int T, const mm_ctx *c, int64_t tile) {
     const cn_matmul_args *a = c->a;
@@ -1024,6 +1028,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
         vi sq[TKMAX];
         CN_UNROLL
         for (int t = 0; t < T; t++) sq[t] = vi_zero();
+        /* clang-format off */
         CN_UNROLL
         for (int hh = 0; hh < 2; hh++)
             CN_UNROLL
@@ -1052,6 +1057,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
                     for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, r.arow[t][b].qs + 16 * j, 4, 2, scj, T));
                 }
             }
+        /* clang-format on */
         if (r.K.pk) q6_load4(&r.K, b, 48, sv);
         q6k_finish(T, &r.K, b, sv, sq, r.arow, acc);
     }
@@ -1081,6 +1087,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
         _tile_dpbsud(TC, TA, TB);                                                         \
     } while (0)
 /* Sub-blocks j0 .. j0+3 of block b (n code dwords each) into cv[j0 .. j0+3]. */
+/* clang-format off */
 #define KQ_AMX_ISSUE(bvb, j0, n)                                                          \
     do {                                                                                  \
         const int8_t *a0_ = r.arow[0][b].qs + (j0) * 4 * (n);                             \
@@ -1093,6 +1100,7 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
         _tile_stored(2, cv[(j0) + 2], VL * 4);                                            \
         _tile_stored(3, cv[(j0) + 3], VL * 4);                                            \
     } while (0)
+/* clang-format on */
 /* sq[t] = sum over the nj sub-blocks of dot_j * sc(j). */
 #define KQ_AMX_READ(nj, SC)                                                               \
     do {                                                                                  \
@@ -1155,6 +1163,7 @@ CN_INLINE void tile_q45k_amx(const bool five, const int T, const cn_matmul_args 
 
 /* Block b's 16 sub-blocks' code vectors (q6k_block's) into B layout. */
 CN_INLINE void q6k_amx_codes(const kq_tile *K, int64_t b, vi (*bv)[4]) {
+    /* clang-format off */
     CN_UNROLL
     for (int hh = 0; hh < 2; hh++)
         CN_UNROLL
@@ -1166,6 +1175,7 @@ CN_INLINE void q6k_amx_codes(const kq_tile *K, int64_t b, vi (*bv)[4]) {
             CN_UNROLL
             for (int kk = 0; kk < 4; kk++) q6_codes(kk & 1 ? qb : qa, qh, kk, bv[8 * hh + 2 * kk + lp]);
         }
+    /* clang-format on */
 }
 
 CN_INLINE void tile_q6k_amx(const int T, const cn_matmul_args *a, int64_t t0, int64_t tile) {
