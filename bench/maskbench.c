@@ -37,8 +37,8 @@
 
 #include "cinder.h"
 
-#define MB_MAX_FILES 1000000   /* paths on one run */
-#define MB_MAX_NESTING 10000   /* JSON depth the serializer follows (jansson's own is 2048) */
+#define MB_MAX_FILES 1000000 /* paths on one run */
+#define MB_MAX_NESTING 10000 /* JSON depth the serializer follows (jansson's own is 2048) */
 
 static double now_us(void) {
     struct timespec t;
@@ -243,9 +243,7 @@ static bool py_dumps_at(sbuf *b, const json_t *x, int depth) {
         }
         sb_add(b, "]", 1);
         return true;
-    case JSON_STRING:
-        py_string(b, json_string_value(x), json_string_length(x));
-        return true;
+    case JSON_STRING: py_string(b, json_string_value(x), json_string_length(x)); return true;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(x));
         sb_str(b, num);
@@ -359,7 +357,8 @@ static int print_instances(const strlist *files) {
         }
         json_t *schema = json_object_get(root, "schema"), *tests = json_object_get(root, "tests");
         if (!schema || !py_dumps(&b, schema)) {
-            fprintf(stderr, "maskbench: %s: %s\n", files->v[f], schema ? "out of memory or nested too deep" : "no \"schema\"");
+            fprintf(stderr, "maskbench: %s: %s\n", files->v[f],
+                    schema ? "out of memory or nested too deep" : "no \"schema\"");
             rc = 1;
         } else {
             fwrite(b.p, 1, b.n, stdout);
@@ -431,8 +430,8 @@ typedef struct {
 
 /* One test: tokens fed until one is refused. *accepted as MaskBench counts it (every
  * token was in the mask). false: out of memory or an engine error (message in err). */
-static bool run_test(bench *B, cn_grammar_matcher *m, const int32_t *ids, size_t n_ids, bool *accepted,
-                     double *sum_us, double *max_us, size_t *n_tok, cn_error *err) {
+static bool run_test(bench *B, cn_grammar_matcher *m, const int32_t *ids, size_t n_ids, bool *accepted, double *sum_us,
+                     double *max_us, size_t *n_tok, cn_error *err) {
     *accepted = true;
     for (size_t k = 0; k < n_ids; k++) {
         int32_t id = ids[k];
@@ -473,7 +472,8 @@ static void set_str(json_t *o, const char *key, const char *fmt, ...) {
 static bool run_file(bench *B, const char *path, json_t *st) {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr);
-    json_t *schema = root ? json_object_get(root, "schema") : NULL, *tests = root ? json_object_get(root, "tests") : NULL;
+    json_t *schema = root ? json_object_get(root, "schema") : NULL,
+           *tests = root ? json_object_get(root, "tests") : NULL;
     if (!schema) {
         if (root) set_str(st, "load_error", "no \"schema\"");
         else set_str(st, "load_error", "%d:%d: %s", jerr.line, jerr.column, jerr.text);
@@ -496,7 +496,8 @@ static bool run_file(bench *B, const char *path, json_t *st) {
     cn_grammar_matcher *m = NULL;
     cn_error err = {0};
     double t0 = now_us();
-    if (cn_grammar_compile(B->tok, &gp, &g, &err) != CN_STATUS_OK || cn_grammar_matcher_new(g, &m, &err) != CN_STATUS_OK) {
+    if (cn_grammar_compile(B->tok, &gp, &g, &err) != CN_STATUS_OK ||
+        cn_grammar_matcher_new(g, &m, &err) != CN_STATUS_OK) {
         json_object_set_new(st, "num_tests", json_integer((json_int_t)n_tests));
         set_str(st, "compile_error", "%s: %s", cn_status_str(err.status), err.msg);
         B->n_compile_errors++;
@@ -596,13 +597,12 @@ static json_t *summary(bench *B, const char *model, double vocab_ms) {
     return json_pack("{s:{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f}}",
                      "summary", "engine", engine, "model", mb, "cpu", cn_kernels_family(), "files",
                      (json_int_t)B->n_files, "passed", (json_int_t)B->n_passed, "compile_errors",
-                     (json_int_t)B->n_compile_errors, "load_errors", (json_int_t)B->n_load_errors,
-                     "wrong_acceptances", (json_int_t)B->n_wrong_accept, "wrong_rejections",
-                     (json_int_t)B->n_wrong_reject, "mask_accept_disagreements", (json_int_t)B->n_disagree,
-                     "valid_but_incomplete", (json_int_t)B->n_valid_incomplete, "num_tokens",
-                     (json_int_t)B->n_tokens, "mean_mask_us", mean, "p50_mask_us", quantile(&B->masks_us, 0.5),
-                     "p99_mask_us", quantile(&B->masks_us, 0.99), "p75_ttfm_us", quantile(&B->ttfm_us, 0.75),
-                     "vocab_ms", vocab_ms);
+                     (json_int_t)B->n_compile_errors, "load_errors", (json_int_t)B->n_load_errors, "wrong_acceptances",
+                     (json_int_t)B->n_wrong_accept, "wrong_rejections", (json_int_t)B->n_wrong_reject,
+                     "mask_accept_disagreements", (json_int_t)B->n_disagree, "valid_but_incomplete",
+                     (json_int_t)B->n_valid_incomplete, "num_tokens", (json_int_t)B->n_tokens, "mean_mask_us", mean,
+                     "p50_mask_us", quantile(&B->masks_us, 0.5), "p99_mask_us", quantile(&B->masks_us, 0.99),
+                     "p75_ttfm_us", quantile(&B->ttfm_us, 0.75), "vocab_ms", vocab_ms);
 }
 
 /* A figure of no measurement (no masks, nothing compiled) is null, not 0. */
@@ -615,13 +615,19 @@ static void print_summary_text(const json_t *sum) {
     const json_t *s = json_object_get(sum, "summary");
     printf("\n%s on %s (%s kernels)\n", json_string_value(json_object_get(s, "engine")),
            json_string_value(json_object_get(s, "model")), json_string_value(json_object_get(s, "cpu")));
-    const char *ints[] = {"files", "passed", "compile_errors", "load_errors", "wrong_acceptances",
-                          "wrong_rejections", "mask_accept_disagreements", "valid_but_incomplete", "num_tokens"};
+    const char *ints[] = {"files",
+                          "passed",
+                          "compile_errors",
+                          "load_errors",
+                          "wrong_acceptances",
+                          "wrong_rejections",
+                          "mask_accept_disagreements",
+                          "valid_but_incomplete",
+                          "num_tokens"};
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         printf("  %-26s %lld\n", ints[i], (long long)json_integer_value(json_object_get(s, ints[i])));
     const char *reals[] = {"mean_mask_us", "p50_mask_us", "p99_mask_us", "p75_ttfm_us", "vocab_ms"};
-    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
-    {
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++) {
         const json_t *v = json_object_get(s, reals[i]);
         if (json_is_real(v)) printf("  %-26s %.1f\n", reals[i], json_real_value(v));
         else printf("  %-26s n/a\n", reals[i]);
@@ -630,12 +636,12 @@ static void print_summary_text(const json_t *sum) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: maskbench -m MODEL [--json] [--limit N] PATH...\n"
-                    "       maskbench --instances PATH...\n"
-                    "  PATH: MaskBench files (schema + tests) or folders of them\n"
-                    "  -m MODEL     GGUF file whose tokenizer (vocabulary) to use\n"
-                    "  --json       one JSON line per file (MaskBench's fields), then {\"summary\": ...}\n"
-                    "  --limit N    the first N files only (folders sorted by name)\n"
-                    "  --instances  print each schema and test instance as serialized, one a line\n");
+               "       maskbench --instances PATH...\n"
+               "  PATH: MaskBench files (schema + tests) or folders of them\n"
+               "  -m MODEL     GGUF file whose tokenizer (vocabulary) to use\n"
+               "  --json       one JSON line per file (MaskBench's fields), then {\"summary\": ...}\n"
+               "  --limit N    the first N files only (folders sorted by name)\n"
+               "  --instances  print each schema and test instance as serialized, one a line\n");
 }
 
 static int run_bench(const strlist *files, const char *model, bool as_json) {
@@ -690,7 +696,8 @@ static int run_bench(const strlist *files, const char *model, bool as_json) {
         fprintf(stderr, "maskbench: out of memory\n");
         goto done;
     }
-    static const char *const mask_keys[] = {"mean_mask_us", "p50_mask_us", "p99_mask_us"}, *ttfm_keys[] = {"p75_ttfm_us"};
+    static const char *const mask_keys[] = {"mean_mask_us", "p50_mask_us", "p99_mask_us"},
+                             *ttfm_keys[] = {"p75_ttfm_us"};
     null_if_none(sum, &B.masks_us, mask_keys, 3);
     null_if_none(sum, &B.ttfm_us, ttfm_keys, 1);
     if (vocab_ms < 0) json_object_set_new(json_object_get(sum, "summary"), "vocab_ms", json_null());

@@ -91,8 +91,17 @@ static int run_one(uint32_t type, const char *name, int64_t n_out, int64_t k, in
     if (ps) K->pack(type, w, rb, n_out, k, wp);
     for (int64_t i = 0; i < k * n_tok; i++) x[i] = (float)rnd() / 65536.0f / 32768.0f - 1.0f;
     K->quantize_rows(at, x, k, n_tok, xq, arb, 0, 1);
-    cn_matmul_args a = {.w_type = type, .w = ps ? wp : (const void *)w, .w_row_bytes = rb, .w_packed = ps != 0,
-                        .xq = xq, .xq_row_bytes = arb, .y = y, .ldy = n_out, .n_out = n_out, .k = k, .n_tok = n_tok};
+    cn_matmul_args a = {.w_type = type,
+                        .w = ps ? wp : (const void *)w,
+                        .w_row_bytes = rb,
+                        .w_packed = ps != 0,
+                        .xq = xq,
+                        .xq_row_bytes = arb,
+                        .y = y,
+                        .ldy = n_out,
+                        .n_out = n_out,
+                        .k = k,
+                        .n_tok = n_tok};
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         const double t = now();

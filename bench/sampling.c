@@ -63,8 +63,7 @@ static const config CONFIGS[] = {
 
 /* Best CPU ms of runs samples with configuration cf; *n_kept from the first. Returns
  * a negative value (message printed) if the sampler refuses. */
-static double time_config(const config *cf, const float *logits, int32_t n_vocab, int runs,
-                          int32_t *n_kept) {
+static double time_config(const config *cf, const float *logits, int32_t n_vocab, int runs, int32_t *n_kept) {
     cn_sampling_params p = cn_sampling_default_params();
     p.temperature = cf->temperature;
     p.top_k = cf->top_k;

@@ -45,8 +45,9 @@ int main(int argc, char **argv) {
         rc = 1;
     } else {
         printf("\n");
-        fprintf(stderr, "cinder %s: %d prompt tokens, %d generated (%s), prefill %.1f tok/s, decode %.1f tok/s, "
-                        "time to first token %.1f ms\n",
+        fprintf(stderr,
+                "cinder %s: %d prompt tokens, %d generated (%s), prefill %.1f tok/s, decode %.1f tok/s, "
+                "time to first token %.1f ms\n",
                 cn_version(), r.n_prompt_tokens, r.n_tokens, cn_finish_reason_str(r.finish_reason),
                 r.timings.prefill_tok_s, r.timings.decode_tok_s, r.timings.ttft_ms);
         cn_result_free(&r);

@@ -30,14 +30,14 @@ extern "C" {
 
 typedef enum {
     CN_STATUS_OK = 0,
-    CN_STATUS_INVALID_ARG,   /* a parameter out of its valid range */
-    CN_STATUS_IO,            /* open/read/write/mmap failed */
-    CN_STATUS_CORRUPT,       /* a file or message is malformed */
-    CN_STATUS_UNSUPPORTED,   /* well-formed, but not something cinder handles */
+    CN_STATUS_INVALID_ARG, /* a parameter out of its valid range */
+    CN_STATUS_IO,          /* open/read/write/mmap failed */
+    CN_STATUS_CORRUPT,     /* a file or message is malformed */
+    CN_STATUS_UNSUPPORTED, /* well-formed, but not something cinder handles */
     CN_STATUS_NO_MEMORY,
-    CN_STATUS_NOT_FOUND,     /* a key, tensor or token that should be there is not */
-    CN_STATUS_LIMIT,         /* a hard limit (context, KV budget, sizes) would be exceeded */
-    CN_STATUS_BUSY,          /* queue full: try later */
+    CN_STATUS_NOT_FOUND, /* a key, tensor or token that should be there is not */
+    CN_STATUS_LIMIT,     /* a hard limit (context, KV budget, sizes) would be exceeded */
+    CN_STATUS_BUSY,      /* queue full: try later */
     CN_STATUS_CANCELLED,
 } cn_status;
 
@@ -85,8 +85,8 @@ CN_API size_t cn_abi_size(const char *type_name);
 /* Tensor element formats. The numbering is GGUF's (ggml_type), so a type read from a
  * file maps to this enum directly. */
 typedef enum {
-    CN_TYPE_F32  = 0,
-    CN_TYPE_F16  = 1,
+    CN_TYPE_F32 = 0,
+    CN_TYPE_F16 = 1,
     CN_TYPE_Q4_0 = 2,
     CN_TYPE_Q4_1 = 3,
     CN_TYPE_Q5_0 = 6,
@@ -100,7 +100,7 @@ typedef enum {
     CN_TYPE_Q6_K = 14,
     CN_TYPE_Q8_K = 15,
     CN_TYPE_BF16 = 30,
-    CN_TYPE_COUNT = 40,      /* one past the largest value; not a type */
+    CN_TYPE_COUNT = 40, /* one past the largest value; not a type */
 } cn_type;
 
 /* "q4_K", as GGUF tools spell it, for a type cinder computes with; NULL for any other
@@ -115,10 +115,10 @@ typedef struct cn_grammar cn_grammar;
 /* ---- finish reasons (implemented in src/gen/stop.c) ---- */
 /* Why a generation ended; the names are OpenAI's finish_reason values. */
 typedef enum {
-    CN_FINISH_NONE = 0,      /* still running (OpenAI: null) */
-    CN_FINISH_STOP,          /* a stop string or an end-of-generation token */
-    CN_FINISH_LENGTH,        /* max_tokens reached or the context is full */
-    CN_FINISH_CANCELLED,     /* the caller or the client gave up */
+    CN_FINISH_NONE = 0,  /* still running (OpenAI: null) */
+    CN_FINISH_STOP,      /* a stop string or an end-of-generation token */
+    CN_FINISH_LENGTH,    /* max_tokens reached or the context is full */
+    CN_FINISH_CANCELLED, /* the caller or the client gave up */
 } cn_finish_reason;
 
 /* "stop", "length", "cancelled"; "none" for CN_FINISH_NONE, "unknown" out of range;
@@ -143,11 +143,11 @@ CN_API const char *cn_finish_reason_str(cn_finish_reason r);
 typedef struct cn_model cn_model;
 
 typedef struct {
-    bool prefault;             /* touch every weight page at load (a steady first-token
-                                  time); on Linux the weights are then copied into 2 MiB
-                                  pages, matrices in the kernels' packed layout where there
-                                  is one, which decodes faster. Default false: pages are
-                                  read from the mapping as they are first used */
+    bool prefault; /* touch every weight page at load (a steady first-token
+                      time); on Linux the weights are then copied into 2 MiB
+                      pages, matrices in the kernels' packed layout where there
+                      is one, which decodes faster. Default false: pages are
+                      read from the mapping as they are first used */
 } cn_model_params;
 
 CN_API cn_model_params cn_model_default_params(void);
@@ -160,10 +160,10 @@ CN_API void cn_model_free(cn_model *m); /* NULL is a no-op */
 
 /* What a model is. Strings are NUL-terminated copies. */
 typedef struct {
-    char arch[32];             /* general.architecture: "llama", "qwen2", "qwen3", "gemma3" */
-    char name[128];            /* general.name, "" if absent */
+    char arch[32];  /* general.architecture: "llama", "qwen2", "qwen3", "gemma3" */
+    char name[128]; /* general.name, "" if absent */
     int32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
-    int64_t n_params;          /* weight elements over all tensors */
+    int64_t n_params; /* weight elements over all tensors */
     uint64_t file_bytes;
 } cn_model_info;
 
@@ -280,26 +280,26 @@ typedef struct {
  * OpenAI API and vLLM. Each comment gives the valid range and the value that turns the
  * stage off. */
 typedef struct {
-    float temperature;        /* [0, 100]; 0 = greedy; 1 = off (default) */
-    int32_t top_k;            /* >= 0; 0 = off (default) */
-    float top_p;              /* (0, 1]; 1 = off (default) */
-    float min_p;              /* [0, 1]; 0 = off (default) */
-    float typical_p;          /* (0, 1]; 1 = off (default) */
-    float repetition_penalty; /* (0, 10]; 1 = off (default) */
-    float presence_penalty;   /* [-2, 2]; 0 = off (default) */
-    float frequency_penalty;  /* [-2, 2]; 0 = off (default) */
-    int32_t penalty_last_n;   /* >= -1: penalize the last n tokens of the history;
-                                 -1 = all of it (default), 0 = no penalties */
-    const cn_logit_bias *logit_bias; /* borrowed: n_logit_bias entries, copied by the sampler;
-                                        a token listed twice gets the sum of its biases */
-    int32_t n_logit_bias;     /* [0, CN_SAMPLING_MAX_LOGIT_BIAS]; default 0 */
-    uint64_t seed;            /* any value; CN_SAMPLING_SEED_RANDOM (default) = pick one */
-    int32_t n_logprobs;       /* [-1, CN_SAMPLING_MAX_LOGPROBS]: -1 = none (default); 0 = the
-                                 chosen token's log-probability; n = also the n most likely
-                                 tokens' (both under the model's raw distribution) */
-    bool ignore_eos;          /* for the generation loop: keep going past end-of-generation
-                                 tokens by banning them (the sampler knows no token ids) */
-    int32_t n_chain;          /* [1, CN_SAMPLER_N_STAGES] stages in chain[] */
+    float temperature;                           /* [0, 100]; 0 = greedy; 1 = off (default) */
+    int32_t top_k;                               /* >= 0; 0 = off (default) */
+    float top_p;                                 /* (0, 1]; 1 = off (default) */
+    float min_p;                                 /* [0, 1]; 0 = off (default) */
+    float typical_p;                             /* (0, 1]; 1 = off (default) */
+    float repetition_penalty;                    /* (0, 10]; 1 = off (default) */
+    float presence_penalty;                      /* [-2, 2]; 0 = off (default) */
+    float frequency_penalty;                     /* [-2, 2]; 0 = off (default) */
+    int32_t penalty_last_n;                      /* >= -1: penalize the last n tokens of the history;
+                                                    -1 = all of it (default), 0 = no penalties */
+    const cn_logit_bias *logit_bias;             /* borrowed: n_logit_bias entries, copied by the sampler;
+                                                    a token listed twice gets the sum of its biases */
+    int32_t n_logit_bias;                        /* [0, CN_SAMPLING_MAX_LOGIT_BIAS]; default 0 */
+    uint64_t seed;                               /* any value; CN_SAMPLING_SEED_RANDOM (default) = pick one */
+    int32_t n_logprobs;                          /* [-1, CN_SAMPLING_MAX_LOGPROBS]: -1 = none (default); 0 = the
+                                                    chosen token's log-probability; n = also the n most likely
+                                                    tokens' (both under the model's raw distribution) */
+    bool ignore_eos;                             /* for the generation loop: keep going past end-of-generation
+                                                    tokens by banning them (the sampler knows no token ids) */
+    int32_t n_chain;                             /* [1, CN_SAMPLER_N_STAGES] stages in chain[] */
     cn_sampler_stage chain[CN_SAMPLER_N_STAGES]; /* the order the stages run in; each at
                                  most once. Default: logit_bias, penalties, temperature,
                                  top_k, top_p, min_p, typical (HF transformers / vLLM) */
@@ -330,9 +330,9 @@ CN_API const char *cn_sampler_stage_name(cn_sampler_stage s);
  * (cn_gen_token) and how long it took (cn_gen_timings). A context runs one request at a
  * time (cn_context_generate, below); the batched engine runs many (further below). */
 
-#define CN_GEN_MAX_STOP 16           /* stop strings per request */
-#define CN_GEN_MAX_STOP_LEN 256      /* bytes per stop string */
-#define CN_GEN_MAX_TOKENS (1 << 24)  /* the largest max_tokens */
+#define CN_GEN_MAX_STOP 16          /* stop strings per request */
+#define CN_GEN_MAX_STOP_LEN 256     /* bytes per stop string */
+#define CN_GEN_MAX_TOKENS (1 << 24) /* the largest max_tokens */
 #define CN_GEN_MAX_BEAMS 64
 
 /* A token and a log-probability. */
@@ -352,10 +352,10 @@ typedef struct {
  * request are not reported as tokens. */
 typedef struct {
     int32_t id;
-    int32_t index;                 /* 0, 1, ... among the request's generated tokens */
-    bool has_logprob;              /* sampling.n_logprobs >= 0 */
-    float logprob;                 /* the token's log-probability */
-    int32_t n_top;                 /* entries in top[] (<= n_logprobs) */
+    int32_t index;                                /* 0, 1, ... among the request's generated tokens */
+    bool has_logprob;                             /* sampling.n_logprobs >= 0 */
+    float logprob;                                /* the token's log-probability */
+    int32_t n_top;                                /* entries in top[] (<= n_logprobs) */
     cn_gen_logprob top[CN_SAMPLING_MAX_LOGPROBS]; /* most likely first (ties: lowest id) */
 } cn_gen_token;
 
@@ -374,42 +374,42 @@ typedef bool (*cn_gen_cancel_fn)(void *user);
  * the end-of-generation token). early_stopping: stop as soon as n_beams sequences have
  * finished; otherwise stop only when no live beam can still beat the finished ones. */
 typedef struct {
-    int32_t n_beams;               /* [1, CN_GEN_MAX_BEAMS]; 1 = no beam search (default) */
-    float length_penalty;          /* [-10, 10]; default 1 */
-    bool early_stopping;           /* default false */
+    int32_t n_beams;      /* [1, CN_GEN_MAX_BEAMS]; 1 = no beam search (default) */
+    float length_penalty; /* [-10, 10]; default 1 */
+    bool early_stopping;  /* default false */
 } cn_beam_params;
 
 /* What to generate. Get defaults from cn_gen_default_params() and set fields. */
 typedef struct {
-    cn_sampling_params sampling;   /* the sampler chain; sampling.ignore_eos and
-                                      sampling.n_logprobs are honoured here */
-    int32_t max_tokens;            /* [1, CN_GEN_MAX_TOKENS], default 256: the most tokens to
-                                      generate. An output limit: the context size may end
-                                      the request sooner (finish reason "length" either way) */
-    const char *const *stop;       /* borrowed until create returns (copied): n_stop stop
-                                      strings, each non-empty valid UTF-8 of at most
-                                      CN_GEN_MAX_STOP_LEN bytes, matched on the decoded text
-                                      across token boundaries and cut from the output */
-    int32_t n_stop;                /* [0, CN_GEN_MAX_STOP] */
-    bool logprobs_after_chain;     /* see cn_gen_token; default false (raw) */
+    cn_sampling_params sampling; /* the sampler chain; sampling.ignore_eos and
+                                    sampling.n_logprobs are honoured here */
+    int32_t max_tokens;          /* [1, CN_GEN_MAX_TOKENS], default 256: the most tokens to
+                                    generate. An output limit: the context size may end
+                                    the request sooner (finish reason "length" either way) */
+    const char *const *stop;     /* borrowed until create returns (copied): n_stop stop
+                                    strings, each non-empty valid UTF-8 of at most
+                                    CN_GEN_MAX_STOP_LEN bytes, matched on the decoded text
+                                    across token boundaries and cut from the output */
+    int32_t n_stop;              /* [0, CN_GEN_MAX_STOP] */
+    bool logprobs_after_chain;   /* see cn_gen_token; default false (raw) */
     cn_beam_params beam;
     /* Speculative decoding (cn_context_generate; the same tokens as without it, fewer target
        passes; not with beam search). The names are cn_engine_request's. */
-    int32_t lookup_n;              /* n-gram lookup: guess the continuation of the longest
-                                      earlier repeat of the last 1..lookup_n tokens of the
-                                      prompt and output; [0, 8], 0 (default) = off */
-    int32_t max_draft;             /* the longest guess per step, [1, 16] when speculating;
-                                      default 8 (the length adapts below it) */
-    bool draft;                    /* guesses from the context's draft model
-                                      (cn_context_params.draft); takes precedence over
-                                      lookup_n; default false */
-    cn_grammar *grammar;           /* may be NULL: output constrained to this grammar
-                                      (include a reference for as long as the request
-                                      runs; a matcher per sequence is made from it); an
-                                      end-of-generation token once it is complete */
-    cn_gen_text_fn on_text;        /* may be NULL */
-    cn_gen_token_fn on_token;      /* may be NULL */
-    cn_gen_cancel_fn should_cancel;/* may be NULL */
+    int32_t lookup_n;               /* n-gram lookup: guess the continuation of the longest
+                                       earlier repeat of the last 1..lookup_n tokens of the
+                                       prompt and output; [0, 8], 0 (default) = off */
+    int32_t max_draft;              /* the longest guess per step, [1, 16] when speculating;
+                                       default 8 (the length adapts below it) */
+    bool draft;                     /* guesses from the context's draft model
+                                       (cn_context_params.draft); takes precedence over
+                                       lookup_n; default false */
+    cn_grammar *grammar;            /* may be NULL: output constrained to this grammar
+                                       (include a reference for as long as the request
+                                       runs; a matcher per sequence is made from it); an
+                                       end-of-generation token once it is complete */
+    cn_gen_text_fn on_text;         /* may be NULL */
+    cn_gen_token_fn on_token;       /* may be NULL */
+    cn_gen_cancel_fn should_cancel; /* may be NULL */
     void *user;
 } cn_gen_params;
 
@@ -424,23 +424,22 @@ CN_API cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_err
  * request was created (or set by the server); prefill starts when its prompt first goes
  * into a forward pass. */
 typedef struct {
-    int32_t n_prompt_tokens;       /* the prompt's length */
-    int32_t n_cached_tokens;       /* of them, reused from the KV cache (not prefilled) */
-    int32_t n_generated_tokens;    /* tokens generated (an ending end-of-generation token
-                                      not counted) */
-    double queue_ms;               /* arrival -> prefill start */
-    double prefill_ms;             /* prefill start -> first token chosen */
-    double ttft_ms;                /* arrival -> first token chosen (time to first token) */
-    double decode_ms;              /* first token -> last token */
-    double total_ms;               /* arrival -> finish */
+    int32_t n_prompt_tokens;                                /* the prompt's length */
+    int32_t n_cached_tokens;                                /* of them, reused from the KV cache (not prefilled) */
+    int32_t n_generated_tokens;                             /* tokens generated (an ending end-of-generation token
+                                                               not counted) */
+    double queue_ms;                                        /* arrival -> prefill start */
+    double prefill_ms;                                      /* prefill start -> first token chosen */
+    double ttft_ms;                                         /* arrival -> first token chosen (time to first token) */
+    double decode_ms;                                       /* first token -> last token */
+    double total_ms;                                        /* arrival -> finish */
     double itl_mean_ms, itl_p50_ms, itl_p90_ms, itl_p99_ms; /* inter-token latency: the gaps
                                       between consecutive tokens; percentiles by linear
                                       interpolation between order statistics (numpy's
                                       default); all 0 with fewer than 2 tokens */
-    double prefill_tok_s;          /* (n_prompt - n_cached) / prefill_ms */
-    double decode_tok_s;           /* (n_generated - 1) / decode_ms; 0 below 2 tokens */
+    double prefill_tok_s;                                   /* (n_prompt - n_cached) / prefill_ms */
+    double decode_tok_s;                                    /* (n_generated - 1) / decode_ms; 0 below 2 tokens */
 } cn_gen_timings;
-
 
 /* ==== end of generation ================================================================= */
 
@@ -492,9 +491,9 @@ CN_API int32_t cn_context_n_threads(const cn_context *c); /* what n_threads = 0 
 
 /* What a request starts from: exactly one of text, tokens or messages. */
 typedef struct {
-    const char *text;          /* NUL-terminated; tokenized with BOS as the model says and
-                                  special-token texts parsed */
-    const int32_t *tokens;     /* or token ids, used as they are */
+    const char *text;      /* NUL-terminated; tokenized with BOS as the model says and
+                              special-token texts parsed */
+    const int32_t *tokens; /* or token ids, used as they are */
     int32_t n_tokens;
     const cn_chat_msg *messages; /* or a conversation: rendered with the chat template and
                                   an assistant turn opened; generation also stops at the
@@ -504,25 +503,25 @@ typedef struct {
 
 /* What a request produced; free with cn_result_free. */
 typedef struct {
-    char *text;                /* NUL-terminated: the reply, stop strings cut */
+    char *text; /* NUL-terminated: the reply, stop strings cut */
     size_t n_text;
-    cn_gen_token *tokens;      /* (n_tokens) every generated token, with its log-probabilities
-                                  when gen.sampling.n_logprobs >= 0 */
+    cn_gen_token *tokens; /* (n_tokens) every generated token, with its log-probabilities
+                             when gen.sampling.n_logprobs >= 0 */
     int32_t n_tokens;
     int32_t n_prompt_tokens;
     cn_finish_reason finish_reason;
-    int32_t stop_index;        /* the stop string that ended it, or -1 */
-    uint64_t seed;             /* the seed the sampler used (a picked one for SEED_RANDOM) */
+    int32_t stop_index; /* the stop string that ended it, or -1 */
+    uint64_t seed;      /* the seed the sampler used (a picked one for SEED_RANDOM) */
     cn_gen_timings timings;
-    double beam_score;         /* beam search: the best sequence's score (see cn_beam_params) */
-    double beam_sum_logprob;   /* ... its summed raw log-probability */
-    int32_t beam_n_finished;   /* ... finished hypotheses kept (<= n_beams) */
+    double beam_score;       /* beam search: the best sequence's score (see cn_beam_params) */
+    double beam_sum_logprob; /* ... its summed raw log-probability */
+    int32_t beam_n_finished; /* ... finished hypotheses kept (<= n_beams) */
     /* Speculative decoding (gen.lookup_n or gen.draft; all 0 otherwise): */
-    int64_t spec_target_passes;/* verify passes of the target (each makes at least one token) */
-    int64_t spec_drafted;      /* tokens guessed */
-    int64_t spec_accepted;     /* of them, kept (tokens made without a pass of their own) */
-    int64_t spec_plain_passes; /* passes that carried no guess */
-    int64_t spec_draft_passes; /* forward passes of the draft model */
+    int64_t spec_target_passes; /* verify passes of the target (each makes at least one token) */
+    int64_t spec_drafted;       /* tokens guessed */
+    int64_t spec_accepted;      /* of them, kept (tokens made without a pass of their own) */
+    int64_t spec_plain_passes;  /* passes that carried no guess */
+    int64_t spec_draft_passes;  /* forward passes of the draft model */
 } cn_result;
 
 /* Runs one request to its finish: prefill (reusing the cached prefix), then a token at a
@@ -536,8 +535,8 @@ typedef struct {
  * a prompt that leaves no room to generate in n_ctx (LIMIT), bad gen params
  * (INVALID_ARG, naming the field), a failed forward pass or no memory. A request that
  * should_cancel ended is OK with finish reason "cancelled". */
-CN_API cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_gen_params *gen,
-                                     cn_result *out, cn_error *err);
+CN_API cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_gen_params *gen, cn_result *out,
+                                     cn_error *err);
 CN_API void cn_result_free(cn_result *r); /* frees what r holds and zeroes it; NULL is a no-op */
 
 /* The next-token logits after prompt (n_vocab floats into logits): one step of the model,
@@ -568,33 +567,33 @@ CN_API cn_status cn_context_logits(cn_context *c, const cn_prompt *prompt, float
 
 typedef struct cn_engine cn_engine;
 
-#define CN_ENGINE_MAX_N 16           /* completions per request */
-#define CN_ENGINE_MAX_RUNNING 1024   /* sequences in the running batch */
-#define CN_ENGINE_MAX_DRAFT 16       /* speculative guesses per sequence and step */
+#define CN_ENGINE_MAX_N 16         /* completions per request */
+#define CN_ENGINE_MAX_RUNNING 1024 /* sequences in the running batch */
+#define CN_ENGINE_MAX_DRAFT 16     /* speculative guesses per sequence and step */
 
 typedef struct {
-    int32_t n_threads;     /* [1, 1024]; 0 = every CPU (as for a context); default 1 */
-    int64_t kv_mem_mib;    /* KV budget in MiB (all layers, K and V); 0 = use kv_tokens */
-    int64_t kv_tokens;     /* KV budget in token positions over all sequences, when
-                              kv_mem_mib is 0; default 4096 */
-    cn_type kv_type;       /* CN_TYPE_F16 (default), CN_TYPE_Q8_0 or CN_TYPE_F32 */
-    int32_t block_tokens;  /* tokens per KV block; default 16 */
-    int32_t max_running;   /* [1, CN_ENGINE_MAX_RUNNING] sequences decoding at once (each
-                              completion of an n > 1 request counts); default 16 */
-    int32_t step_tokens;   /* rows per forward pass (decode rows + prompt chunks),
-                              >= max_running; default 512 */
-    int32_t max_queue;     /* requests waiting for admission before submit says BUSY; >= 1;
-                              default 256 */
-    int32_t n_ctx;         /* most positions per sequence; 0 (default) = the model's
-                              training context; never more than the KV budget */
-    bool prefix_cache;     /* reuse cached prompt blocks; default true */
-    bool spec_fixed;       /* speculation: every guess found runs (lookup) or the longest
-                              draft is made (draft model), without the cost model; default
-                              false */
-    const cn_model *draft; /* a draft model with the same vocabulary (checked token by
-                              token), for requests that set draft; borrowed, must outlive
-                              the engine; NULL (default) = none. It gets a KV cache of its
-                              own with as many positions as the engine's */
+    int32_t n_threads;         /* [1, 1024]; 0 = every CPU (as for a context); default 1 */
+    int64_t kv_mem_mib;        /* KV budget in MiB (all layers, K and V); 0 = use kv_tokens */
+    int64_t kv_tokens;         /* KV budget in token positions over all sequences, when
+                                  kv_mem_mib is 0; default 4096 */
+    cn_type kv_type;           /* CN_TYPE_F16 (default), CN_TYPE_Q8_0 or CN_TYPE_F32 */
+    int32_t block_tokens;      /* tokens per KV block; default 16 */
+    int32_t max_running;       /* [1, CN_ENGINE_MAX_RUNNING] sequences decoding at once (each
+                                  completion of an n > 1 request counts); default 16 */
+    int32_t step_tokens;       /* rows per forward pass (decode rows + prompt chunks),
+                                  >= max_running; default 512 */
+    int32_t max_queue;         /* requests waiting for admission before submit says BUSY; >= 1;
+                                  default 256 */
+    int32_t n_ctx;             /* most positions per sequence; 0 (default) = the model's
+                                  training context; never more than the KV budget */
+    bool prefix_cache;         /* reuse cached prompt blocks; default true */
+    bool spec_fixed;           /* speculation: every guess found runs (lookup) or the longest
+                                  draft is made (draft model), without the cost model; default
+                                  false */
+    const cn_model *draft;     /* a draft model with the same vocabulary (checked token by
+                                  token), for requests that set draft; borrowed, must outlive
+                                  the engine; NULL (default) = none. It gets a KV cache of its
+                                  own with as many positions as the engine's */
     const char *chat_template; /* a chat template by name ("chatml", "gemma", "llama3")
                               instead of the model's; NULL (default) = the model's (none
                               is no error: see cn_engine_chat_template); borrowed during
@@ -608,30 +607,30 @@ CN_API cn_engine_params cn_engine_default_params(void);
  * used (the engine's callbacks carry the request id and completion index; cancel with
  * cn_engine_cancel); beam search (gen.beam.n_beams > 1) is not supported here. */
 typedef struct {
-    const char *prompt;            /* NUL-terminated; borrowed during submit */
-    const int32_t *prompt_tokens;  /* used when prompt is NULL; borrowed during submit */
+    const char *prompt;           /* NUL-terminated; borrowed during submit */
+    const int32_t *prompt_tokens; /* used when prompt is NULL; borrowed during submit */
     int32_t n_prompt_tokens;
-    cn_gen_params gen;             /* sampling, max_tokens, stop strings, logprobs */
-    int32_t n;                     /* [1, CN_ENGINE_MAX_N] completions; completion i samples
-                                      with seed + i (with CN_SAMPLING_SEED_RANDOM: one picked
-                                      seed, then + i), so it equals an n = 1 request with
-                                      that seed */
-    int32_t lookup_n;              /* speculative decoding by n-gram lookup: each step may
-                                      guess the continuation of the longest recent repeat
-                                      of the last 1..lookup_n tokens in the prompt and
-                                      output, and the pass checks the guesses with the
-                                      decode row. [0, 8]; 0 (default) = off. The tokens are
-                                      the ones made without it (greedy or seeded); the
-                                      engine drafts only while its measured step costs and
-                                      the request's acceptance say it pays, so at a large
-                                      batch it stops by itself */
-    int32_t max_draft;             /* the most guesses per step, [1, CN_ENGINE_MAX_DRAFT];
-                                      0 = 8 */
-    bool draft;                    /* speculative decoding with the engine's draft model
-                                      (cn_engine_params.draft; INVALID_ARG if it has none):
-                                      its greedy guesses, made for every such completion in
-                                      one batched draft pass per guess, checked as above;
-                                      takes precedence over lookup_n */
+    cn_gen_params gen; /* sampling, max_tokens, stop strings, logprobs */
+    int32_t n;         /* [1, CN_ENGINE_MAX_N] completions; completion i samples
+                          with seed + i (with CN_SAMPLING_SEED_RANDOM: one picked
+                          seed, then + i), so it equals an n = 1 request with
+                          that seed */
+    int32_t lookup_n;  /* speculative decoding by n-gram lookup: each step may
+                          guess the continuation of the longest recent repeat
+                          of the last 1..lookup_n tokens in the prompt and
+                          output, and the pass checks the guesses with the
+                          decode row. [0, 8]; 0 (default) = off. The tokens are
+                          the ones made without it (greedy or seeded); the
+                          engine drafts only while its measured step costs and
+                          the request's acceptance say it pays, so at a large
+                          batch it stops by itself */
+    int32_t max_draft; /* the most guesses per step, [1, CN_ENGINE_MAX_DRAFT];
+                          0 = 8 */
+    bool draft;        /* speculative decoding with the engine's draft model
+                          (cn_engine_params.draft; INVALID_ARG if it has none):
+                          its greedy guesses, made for every such completion in
+                          one batched draft pass per guess, checked as above;
+                          takes precedence over lookup_n */
 } cn_engine_request;
 
 CN_API cn_engine_request cn_engine_request_default_params(void); /* n = 1, gen = cn_gen_default_params() */
@@ -643,16 +642,14 @@ CN_API cn_engine_request cn_engine_request_default_params(void); /* n = 1, gen =
 typedef struct {
     void (*on_text)(void *user, uint64_t id, int32_t index, const char *text, size_t n_bytes);
     void (*on_token)(void *user, uint64_t id, int32_t index, const cn_gen_token *tok);
-    void (*on_finish)(void *user, uint64_t id, int32_t index, cn_finish_reason reason,
-                      const cn_gen_timings *timings);
+    void (*on_finish)(void *user, uint64_t id, int32_t index, cn_finish_reason reason, const cn_gen_timings *timings);
     void *user;
 } cn_engine_callbacks;
 
 /* Borrows m (must outlive the engine). Sizes the KV pool from the budget once. Errors: a
  * parameter out of range (INVALID_ARG, naming it), a budget below one block per running
  * sequence (LIMIT), no memory. */
-CN_API cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engine **out,
-                           cn_error *err);
+CN_API cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engine **out, cn_error *err);
 /* Stops the run loop if started, drops every request without callbacks, frees all. NULL
  * is a no-op. */
 CN_API void cn_engine_free(cn_engine *e);
@@ -662,8 +659,8 @@ CN_API void cn_engine_free(cn_engine *e);
  * range); a prompt the context cannot hold, or prompt + max_tokens beyond the whole KV
  * budget (LIMIT: it could never run); max_queue requests already waiting (BUSY: try
  * later). Nothing is kept on error. */
-CN_API cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb,
-                           uint64_t *id, cn_error *err);
+CN_API cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb, uint64_t *id,
+                                  cn_error *err);
 
 /* Runs one step: admits, packs and runs one batch, samples, streams, finishes. *n_rows
  * (may be NULL) gets the batch's rows; 0 means there was nothing to run. Errors come from
@@ -687,23 +684,23 @@ CN_API void cn_engine_wait_idle(cn_engine *e);
 CN_API cn_status cn_engine_cancel(cn_engine *e, uint64_t id, cn_error *err);
 
 typedef struct {
-    int32_t n_requests;            /* submitted and not finished */
-    int32_t n_running;             /* sequences in the running batch */
-    int32_t n_waiting;             /* sequences waiting for admission (new or preempted) */
+    int32_t n_requests;                                      /* submitted and not finished */
+    int32_t n_running;                                       /* sequences in the running batch */
+    int32_t n_waiting;                                       /* sequences waiting for admission (new or preempted) */
     int64_t kv_blocks_total, kv_blocks_used, kv_blocks_free; /* free includes cached */
-    int64_t kv_blocks_cached;      /* unreferenced blocks kept by the prefix cache */
-    int64_t kv_blocks_peak;        /* most blocks used at once */
+    int64_t kv_blocks_cached;                                /* unreferenced blocks kept by the prefix cache */
+    int64_t kv_blocks_peak;                                  /* most blocks used at once */
     int32_t kv_block_tokens;
     uint64_t kv_block_bytes;       /* one block, all layers, K and V */
     int64_t prefix_queried_blocks; /* full prompt blocks looked up at admission */
     int64_t prefix_hit_blocks;     /* of those, found cached (their prefill skipped) */
     int64_t n_preemptions;
-    int64_t n_steps, n_rows;       /* forward passes and the rows they ran */
-    int64_t n_generated;           /* tokens generated over all requests */
-    int64_t n_drafted;             /* speculative guesses checked (rows beyond decode rows) */
-    int64_t n_accepted;            /* of them, confirmed (tokens made without a row of their own) */
-    int64_t n_spec_steps;          /* decode rows that carried guesses */
-    int64_t n_draft_passes;        /* forward passes of the draft model */
+    int64_t n_steps, n_rows; /* forward passes and the rows they ran */
+    int64_t n_generated;     /* tokens generated over all requests */
+    int64_t n_drafted;       /* speculative guesses checked (rows beyond decode rows) */
+    int64_t n_accepted;      /* of them, confirmed (tokens made without a row of their own) */
+    int64_t n_spec_steps;    /* decode rows that carried guesses */
+    int64_t n_draft_passes;  /* forward passes of the draft model */
 } cn_engine_stats;
 
 CN_API void cn_engine_get_stats(cn_engine *e, cn_engine_stats *out);
@@ -727,7 +724,7 @@ CN_API const char *cn_engine_end_of_turn_stop(const cn_engine *e);
 /* The most positions one sequence may reach (cn_engine_params.n_ctx within the KV budget):
  * a prompt must be shorter. */
 CN_API int32_t cn_engine_n_ctx(const cn_engine *e);
-CN_API int32_t cn_engine_n_vocab(const cn_engine *e); /* logits per row; token ids are below it */
+CN_API int32_t cn_engine_n_vocab(const cn_engine *e);     /* logits per row; token ids are below it */
 CN_API int32_t cn_engine_max_running(const cn_engine *e); /* cn_engine_params.max_running */
 CN_API bool cn_engine_has_draft(const cn_engine *e);      /* made with cn_engine_params.draft */
 
@@ -763,19 +760,19 @@ typedef enum {
 
 typedef struct {
     cn_grammar_kind kind;
-    const char *source;            /* borrowed during compile; JSON text, GBNF or regex */
-    size_t source_len;             /* 0: strlen(source) */
-    const char *const *choices;    /* CN_GRAMMAR_CHOICE: borrowed during compile */
+    const char *source;         /* borrowed during compile; JSON text, GBNF or regex */
+    size_t source_len;          /* 0: strlen(source) */
+    const char *const *choices; /* CN_GRAMMAR_CHOICE: borrowed during compile */
     size_t n_choices;
-    bool flexible_whitespace;      /* JSON: any [ \t\n\r]* between tokens (at most
-                                      CN_GRAMMAR_MAX_WS bytes each) instead of the compact
-                                      form ("," and ":" with no spaces); default false */
-    size_t max_states;             /* compile budget in automaton states; 0: 1,000,000 */
-    double max_compile_ms;         /* compile budget in milliseconds; 0: 10,000 */
-    int tool_format;               /* CN_GRAMMAR_TOOLS: a cn_tool_format (tool calls, below) */
+    bool flexible_whitespace; /* JSON: any [ \t\n\r]* between tokens (at most
+                                 CN_GRAMMAR_MAX_WS bytes each) instead of the compact
+                                 form ("," and ":" with no spaces); default false */
+    size_t max_states;        /* compile budget in automaton states; 0: 1,000,000 */
+    double max_compile_ms;    /* compile budget in milliseconds; 0: 10,000 */
+    int tool_format;          /* CN_GRAMMAR_TOOLS: a cn_tool_format (tool calls, below) */
     cn_tool_choice tool_choice;
-    const char *tool_name;         /* CN_TOOL_CHOICE_NAMED: borrowed during compile */
-    bool parallel_tool_calls;      /* more than one call in a reply */
+    const char *tool_name;    /* CN_TOOL_CHOICE_NAMED: borrowed during compile */
+    bool parallel_tool_calls; /* more than one call in a reply */
 } cn_grammar_params;
 
 #define CN_GRAMMAR_MAX_WS 20
@@ -786,8 +783,8 @@ CN_API cn_grammar_params cn_grammar_default_params(void);
  * INVALID_ARG with a message naming what is wrong (a JSON Schema's unsupported keyword
  * and its JSON pointer, a GBNF line:column, a regex offset), "compile budget" when
  * max_states or max_compile_ms ran out; NO_MEMORY. */
-CN_API cn_status cn_grammar_compile(const cn_tokenizer *tok, const cn_grammar_params *p,
-                                    cn_grammar **out, cn_error *err);
+CN_API cn_status cn_grammar_compile(const cn_tokenizer *tok, const cn_grammar_params *p, cn_grammar **out,
+                                    cn_error *err);
 /* Another reference (the grammar lives until its last cn_grammar_free). */
 CN_API cn_grammar *cn_grammar_ref(cn_grammar *g);
 CN_API void cn_grammar_free(cn_grammar *g); /* NULL: no-op */
@@ -808,8 +805,7 @@ CN_API void cn_grammar_matcher_free(cn_grammar_matcher *m); /* NULL: no-op */
 /* The tokens allowed next: bit (i % 32) of mask[i / 32] set when token i is; n_words >=
  * (n_vocab + 31) / 32. End-of-generation tokens are allowed exactly when the text so far
  * is complete. Errors: INVALID_ARG (n_words too small), NO_MEMORY. */
-CN_API cn_status cn_grammar_matcher_mask(cn_grammar_matcher *m, uint32_t *mask, size_t n_words,
-                                         cn_error *err);
+CN_API cn_status cn_grammar_matcher_mask(cn_grammar_matcher *m, uint32_t *mask, size_t n_words, cn_error *err);
 /* Commits one token; false (and no change) when the grammar does not allow it. An
  * end-of-generation token is accepted when the text is complete and ends the matcher. */
 CN_API bool cn_grammar_matcher_accept(cn_grammar_matcher *m, int32_t token);
@@ -878,8 +874,7 @@ typedef struct {
  * start into REASONING; in_think: the reply starts inside a thought (the generation
  * prompt ended with "<think>"). Text that may still become a trigger is held back until
  * it cannot. */
-CN_API cn_status cn_tool_reader_new(cn_tool_format f, bool think, bool in_think, cn_tool_reader **out,
-                                    cn_error *err);
+CN_API cn_status cn_tool_reader_new(cn_tool_format f, bool think, bool in_think, cn_tool_reader **out, cn_error *err);
 CN_API void cn_tool_reader_free(cn_tool_reader *r); /* NULL is a no-op */
 /* Feeds the reply's next text (any split, even inside a UTF-8 character); final: the
  * reply ended, so everything held back comes out. *ev / *n_ev: the events this text
@@ -902,8 +897,8 @@ typedef struct {
 } cn_chat_turn;
 
 typedef struct {
-    cn_tool_format format;     /* how calls are written; NONE when the turn has no tools */
-    bool think, in_think;      /* read the reply for <think>; it starts inside one */
+    cn_tool_format format; /* how calls are written; NONE when the turn has no tools */
+    bool think, in_think;  /* read the reply for <think>; it starts inside one */
 } cn_chat_turn_info;
 
 /* *prompt: the rendered text (malloc'ed, *len bytes, may be NULL), with the generation
@@ -944,20 +939,20 @@ CN_API cn_status cn_pooling_from_name(const char *name, cn_pooling *out, cn_erro
  * if normalize, scales it to unit L2 norm (a zero vector stays zero). Sums run in double,
  * in row order. Pure: for bindings and tests. NONE / DEFAULT, n_rows < 1 or n_embd < 1:
  * INVALID_ARG, out untouched. */
-CN_API cn_status cn_embd_pool(const float *h, int32_t n_rows, int32_t n_embd, cn_pooling p, bool normalize,
-                              float *out, cn_error *err);
+CN_API cn_status cn_embd_pool(const float *h, int32_t n_rows, int32_t n_embd, cn_pooling p, bool normalize, float *out,
+                              cn_error *err);
 
 typedef struct cn_embedder cn_embedder;
 
 typedef struct {
-    int32_t n_threads;         /* [1, 1024]; 0 (default) = every CPU; an engine's embedder
-                                  ignores it (the engine's threads) */
-    int32_t n_batch;           /* tokens per forward pass, [8, 65536], and so the longest input;
-                                  default 512 (llama-server's default physical batch, which
-                                  bounds its embedding inputs the same way) */
-    int32_t max_seqs;          /* inputs packed into one pass, [1, 256]; default 64 */
-    cn_pooling pooling;        /* default CN_POOLING_DEFAULT (see there) */
-    bool normalize;            /* L2-normalize each vector; default true */
+    int32_t n_threads;  /* [1, 1024]; 0 (default) = every CPU; an engine's embedder
+                           ignores it (the engine's threads) */
+    int32_t n_batch;    /* tokens per forward pass, [8, 65536], and so the longest input;
+                           default 512 (llama-server's default physical batch, which
+                           bounds its embedding inputs the same way) */
+    int32_t max_seqs;   /* inputs packed into one pass, [1, 256]; default 64 */
+    cn_pooling pooling; /* default CN_POOLING_DEFAULT (see there) */
+    bool normalize;     /* L2-normalize each vector; default true */
 } cn_embedder_params;
 
 CN_API cn_embedder_params cn_embedder_default_params(void);
@@ -974,8 +969,8 @@ CN_API cn_status cn_embedder_create(const cn_model *m, const cn_embedder_params 
 CN_API cn_status cn_engine_embedder(cn_engine *e, const cn_embedder_params *p, cn_embedder **out, cn_error *err);
 CN_API void cn_embedder_free(cn_embedder *e); /* NULL is a no-op */
 
-CN_API int32_t cn_embedder_n_embd(const cn_embedder *e);    /* floats per vector */
-CN_API int32_t cn_embedder_n_batch(const cn_embedder *e);   /* the longest input, in tokens */
+CN_API int32_t cn_embedder_n_embd(const cn_embedder *e);     /* floats per vector */
+CN_API int32_t cn_embedder_n_batch(const cn_embedder *e);    /* the longest input, in tokens */
 CN_API cn_pooling cn_embedder_pooling(const cn_embedder *e); /* what DEFAULT became */
 /* The model's tokenizer (an engine's embedder: the engine's), to count or cut an input
  * before it is embedded (the longest is cn_embedder_n_batch tokens). View valid until
@@ -1007,7 +1002,6 @@ CN_API cn_status cn_embedder_embed_texts(cn_embedder *e, const char *const *text
  * SentencePiece-style and byte-level BPE vocabularies from the model's GGUF metadata
  * (src/text). A tokenizer is immutable: every call may come from any thread at once. */
 
-
 /* The model's tokenizer; the model must outlive it. Errors: no or a malformed vocabulary
  * (CORRUPT), a tokenizer model cinder does not know (UNSUPPORTED). */
 CN_API cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_error *err);
@@ -1029,8 +1023,8 @@ CN_API int32_t cn_tokenizer_find(const cn_tokenizer *t, const char *text);
  * (tokenizer.ggml.add_bos_token / add_eos_token). parse_special: match the text of
  * control/user-defined special tokens in the input. Writes up to cap ids; *n_out is the
  * full count (if > cap, call again with a larger buffer; ids may be NULL when cap is 0). */
-CN_API cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                             bool parse_special, int32_t *ids, size_t cap, size_t *n_out, cn_error *err);
+CN_API cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                             int32_t *ids, size_t cap, size_t *n_out, cn_error *err);
 
 /* As cn_tokenize, in one pass: *ids (malloc'd, freed by the caller with free(); NULL when
  * the text gives no tokens) gets all *n_ids ids. */
@@ -1083,16 +1077,16 @@ typedef struct {
  * keeps its last 3*(n_batch/4) tokens, the suffix its first n_batch/4 - 2 - n_prompt
  * tokens (none when that is negative), and the extra context its last n_extra_max tokens. */
 typedef struct {
-    const char *prefix, *suffix;   /* NUL-terminated text before and after the hole (NULL:
-                                      ""); special-token texts are not parsed */
-    const char *prompt;            /* NULL or text that continues the prefix (the middle's
-                                      start); special-token texts parsed */
-    const cn_fim_chunk *extra;     /* borrowed: n_extra files of context */
+    const char *prefix, *suffix; /* NUL-terminated text before and after the hole (NULL:
+                                    ""); special-token texts are not parsed */
+    const char *prompt;          /* NULL or text that continues the prefix (the middle's
+                                    start); special-token texts parsed */
+    const cn_fim_chunk *extra;   /* borrowed: n_extra files of context */
     size_t n_extra;
-    int32_t n_batch;               /* the prefix + suffix budget, [4, 1 << 20]; default 2048
-                                      (llama-server's default --batch-size) */
-    int32_t n_extra_max;           /* tokens of extra context kept, >= 0; -1 (default) all */
-    bool spm;                      /* suffix-prefix-middle order (llama-server --spm-infill) */
+    int32_t n_batch;     /* the prefix + suffix budget, [4, 1 << 20]; default 2048
+                            (llama-server's default --batch-size) */
+    int32_t n_extra_max; /* tokens of extra context kept, >= 0; -1 (default) all */
+    bool spm;            /* suffix-prefix-middle order (llama-server --spm-infill) */
 } cn_fim_params;
 
 CN_API cn_fim_params cn_fim_default_params(void);
@@ -1123,14 +1117,14 @@ CN_API cn_status cn_tokenizer_load_file(const char *path, cn_tokenizer **out, cn
 
 typedef struct {
     int32_t token;
-    int32_t pos;               /* position in its sequence: rows continue what the sequence
-                                  holds without gaps (they may also rewrite held positions) */
+    int32_t pos; /* position in its sequence: rows continue what the sequence
+                    holds without gaps (they may also rewrite held positions) */
     int32_t seq;
     bool want_logits;
 } cn_batch_row;
 
 typedef struct {
-    cn_batch_row *rows;        /* (cap) */
+    cn_batch_row *rows; /* (cap) */
     int32_t n_rows, cap;
 } cn_batch;
 
@@ -1173,7 +1167,7 @@ CN_API void cn_context_seq_keep(cn_context *c, int32_t seq);
 typedef struct {
     int32_t id;
     float logit;
-    float p;                   /* probability within the set (renormalized) */
+    float p; /* probability within the set (renormalized) */
 } cn_candidate;
 
 /* After each stage that ran (stages at their off value are skipped): the candidates it
@@ -1182,21 +1176,21 @@ typedef struct {
 typedef void (*cn_explain_fn)(void *user, cn_sampler_stage stage, const cn_candidate *cand, size_t n_cand);
 
 typedef struct {
-    int32_t greedy;            /* the token temperature 0 picks under the same bias and
-                                  penalties */
-    int32_t token;             /* the token drawn */
-    float p;                   /* its probability in the final set */
-    int32_t n_kept;            /* candidates left after the chain */
-    double u;                  /* the uniform draw in [0, 1) */
-    uint64_t seed;             /* the seed used */
+    int32_t greedy; /* the token temperature 0 picks under the same bias and
+                       penalties */
+    int32_t token;  /* the token drawn */
+    float p;        /* its probability in the final set */
+    int32_t n_kept; /* candidates left after the chain */
+    double u;       /* the uniform draw in [0, 1) */
+    uint64_t seed;  /* the seed used */
 } cn_explain_result;
 
 /* logits: n_vocab floats (-inf: the token cannot be drawn; for probabilities, pass their
  * logs). history: the tokens penalties see (may be NULL when n_history is 0). Errors:
  * INVALID_ARG (a bad parameter, a NaN logit, no finite logit, a history id out of range). */
-CN_API cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampling_params *p,
-                            const int32_t *history, size_t n_history, cn_explain_fn on_stage, void *user,
-                            cn_explain_result *out, cn_error *err);
+CN_API cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampling_params *p, const int32_t *history,
+                            size_t n_history, cn_explain_fn on_stage, void *user, cn_explain_result *out,
+                            cn_error *err);
 
 /* ==== end of explain ==================================================================== */
 
@@ -1216,10 +1210,10 @@ CN_API cn_status cn_explain(const float *logits, int32_t n_vocab, const cn_sampl
  * and weight formats, summed over layers. Off by default; it costs two clock reads per
  * step when on. */
 typedef struct {
-    char op[96];               /* the step, its weights' formats and shape: "ffn gate+up q4_K,q4_K 1536->8960" */
-    uint64_t calls;            /* times it ran (layers × passes) */
-    double ms;                 /* wall time inside it, the wait for the slowest thread included */
-    uint64_t bytes;            /* bytes it read: weights, or the KV cache for attention */
+    char op[96];    /* the step, its weights' formats and shape: "ffn gate+up q4_K,q4_K 1536->8960" */
+    uint64_t calls; /* times it ran (layers × passes) */
+    double ms;      /* wall time inside it, the wait for the slowest thread included */
+    uint64_t bytes; /* bytes it read: weights, or the KV cache for attention */
 } cn_profile_op;
 /* on: clears the counts and starts counting; off: stops (the counts stay readable). */
 CN_API void cn_context_profile(cn_context *c, bool on);
@@ -1245,7 +1239,7 @@ CN_API void cn_context_observe_matmuls(cn_context *c, cn_matmul_observer fn, voi
  * src/core/system.c and src/model/decode_bytes.c. Thread-safe. */
 
 typedef struct {
-    int32_t n_cpus;            /* online CPUs: what n_threads = 0 ("every CPU") means */
+    int32_t n_cpus;                                 /* online CPUs: what n_threads = 0 ("every CPU") means */
     bool avx2, avx512f, avx512vnni, amx_int8, neon; /* CPU features, after the CINDER_ISA
                                   cap (cn_kernels_family() names the kernels they chose) */
 } cn_system_info;
@@ -1257,8 +1251,8 @@ CN_API void cn_system_get_info(cn_system_info *out);
  * effects alike: cn_model_decode_bytes) in 2 MiB pages like prefaulted weights, and of 3
  * copies of half as many (bytes read + written). Takes a few passes over n_bytes of
  * memory it allocates and frees. INVALID_ARG for n_threads outside [1, 1024], NO_MEMORY. */
-CN_API cn_status cn_system_measure_bandwidth(int32_t n_threads, uint64_t n_bytes, double *read_gb_s,
-                                             double *copy_gb_s, cn_error *err);
+CN_API cn_status cn_system_measure_bandwidth(int32_t n_threads, uint64_t n_bytes, double *read_gb_s, double *copy_gb_s,
+                                             cn_error *err);
 
 /* The weight bytes one decoded token reads: every matrix, bias and norm of every layer,
  * the output norm and the LM head; not the embedding table (one row of it is read) unless
@@ -1298,8 +1292,8 @@ CN_API cn_status cn_text_utf8_clean(const char *s, size_t n, char **out, size_t 
  * general.architecture or block_count); IO when out_path cannot be written (it is written
  * through a temporary file renamed at the end: a failure leaves no partial file, and an
  * existing out_path as it was). */
-CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, int32_t n_layers,
-                                      int32_t *n_layer_model, cn_error *err);
+CN_API cn_status cn_model_write_draft(const char *path, const char *out_path, int32_t n_layers, int32_t *n_layer_model,
+                                      cn_error *err);
 
 /* Importance matrices (src/quant/imatrix_stats.c): `cinder imatrix`, llama-imatrix's statistics
  * and its GGUF file. Per weight, the sum over every observed row of each column's squared
@@ -1327,11 +1321,11 @@ CN_API cn_status cn_imatrix_stats_save(const cn_imatrix_stats *s, const char *pa
  * Q4_1, Q5_0, Q5_1, Q6_K, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, and Q4_K / Q5_K, which are
  * llama-quantize's aliases of Q4_K_M / Q5_K_M (with pure, every tensor the one type). */
 typedef struct {
-    int32_t n_threads;              /* 0: every CPU */
-    bool allow_requantize;          /* a quantized input may be dequantized and quantized again */
-    bool pure;                      /* no mix: every quantizable tensor gets the type's base type */
-    const char *output_type;        /* "q8_0", ... for output.weight; NULL: the mix's rule */
-    const char *token_embd_type;    /* as output_type, for token_embd.weight */
+    int32_t n_threads;           /* 0: every CPU */
+    bool allow_requantize;       /* a quantized input may be dequantized and quantized again */
+    bool pure;                   /* no mix: every quantizable tensor gets the type's base type */
+    const char *output_type;     /* "q8_0", ... for output.weight; NULL: the mix's rule */
+    const char *token_embd_type; /* as output_type, for token_embd.weight */
     /* an importance matrix from llama-imatrix (its GGUF or legacy .dat file): tensors it
      * has an entry for are quantized with its column weights, as llama-quantize --imatrix
      * does; the path is recorded in the output (quantize.imatrix.file). NULL: none */

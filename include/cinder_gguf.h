@@ -25,9 +25,18 @@ typedef struct cn_gguf cn_gguf;
 
 /* A metadata value's type, numbered as GGUF stores it. */
 typedef enum {
-    CN_GGUF_UINT8 = 0, CN_GGUF_INT8 = 1, CN_GGUF_UINT16 = 2, CN_GGUF_INT16 = 3,
-    CN_GGUF_UINT32 = 4, CN_GGUF_INT32 = 5, CN_GGUF_FLOAT32 = 6, CN_GGUF_BOOL = 7,
-    CN_GGUF_STRING = 8, CN_GGUF_ARRAY = 9, CN_GGUF_UINT64 = 10, CN_GGUF_INT64 = 11,
+    CN_GGUF_UINT8 = 0,
+    CN_GGUF_INT8 = 1,
+    CN_GGUF_UINT16 = 2,
+    CN_GGUF_INT16 = 3,
+    CN_GGUF_UINT32 = 4,
+    CN_GGUF_INT32 = 5,
+    CN_GGUF_FLOAT32 = 6,
+    CN_GGUF_BOOL = 7,
+    CN_GGUF_STRING = 8,
+    CN_GGUF_ARRAY = 9,
+    CN_GGUF_UINT64 = 10,
+    CN_GGUF_INT64 = 11,
     CN_GGUF_FLOAT64 = 12,
 } cn_gguf_vtype;
 
@@ -87,10 +96,10 @@ CN_API bool cn_gguf_kv_f64(const cn_gguf *g, int64_t i, double *out);   /* any n
 CN_API bool cn_gguf_kv_str(const cn_gguf *g, int64_t i, cn_gguf_str *out);
 CN_API bool cn_gguf_kv_arr(const cn_gguf *g, int64_t i, cn_gguf_arr *out);
 /* Element j < a->n of an array, by its element type (O(1) for strings too). */
-CN_API cn_gguf_str cn_gguf_arr_str(const cn_gguf_arr *a, uint64_t j);                /* STRING */
-CN_API int64_t cn_gguf_arr_i64(const cn_gguf_arr *a, uint64_t j);                    /* integers, bool */
-CN_API double cn_gguf_arr_f64(const cn_gguf_arr *a, uint64_t j);                     /* numbers */
-CN_API bool cn_gguf_arr_sub(const cn_gguf_arr *a, uint64_t j, cn_gguf_arr *out);     /* ARRAY */
+CN_API cn_gguf_str cn_gguf_arr_str(const cn_gguf_arr *a, uint64_t j);            /* STRING */
+CN_API int64_t cn_gguf_arr_i64(const cn_gguf_arr *a, uint64_t j);                /* integers, bool */
+CN_API double cn_gguf_arr_f64(const cn_gguf_arr *a, uint64_t j);                 /* numbers */
+CN_API bool cn_gguf_arr_sub(const cn_gguf_arr *a, uint64_t j, cn_gguf_arr *out); /* ARRAY */
 
 /* Tensors 0..n_tensors in file order; cn_gguf_tensor's row is a view valid until close. */
 CN_API int64_t cn_gguf_n_tensors(const cn_gguf *g);

@@ -40,16 +40,15 @@
 #define MAX_MODELS 16
 #define MAX_ROWS 8192 /* the most rows cn_context_params.n_batch allows */
 
-static const char k_prompt[] =
-    "The lighthouse keeper had kept the same routine for thirty years. Every evening, just "
-    "before the sun touched the water, he climbed the one hundred and twelve steps of the "
-    "tower, wiped the salt from the great lens, trimmed the wick and lit the lamp. Ships "
-    "passing in the night never saw him, but they saw his light, and that was enough for "
-    "him. One winter a storm came that was worse than any he remembered. The wind tore "
-    "shingles from the roof of his cottage and the waves climbed higher than the rocks at "
-    "the foot of the tower. Near midnight he noticed that the light had begun to flicker. "
-    "Explain, step by step, what he should check first, what tools he would need, and how "
-    "he could keep the light burning until morning without putting himself in danger.";
+static const char k_prompt[] = "The lighthouse keeper had kept the same routine for thirty years. Every evening, just "
+                               "before the sun touched the water, he climbed the one hundred and twelve steps of the "
+                               "tower, wiped the salt from the great lens, trimmed the wick and lit the lamp. Ships "
+                               "passing in the night never saw him, but they saw his light, and that was enough for "
+                               "him. One winter a storm came that was worse than any he remembered. The wind tore "
+                               "shingles from the roof of his cottage and the waves climbed higher than the rocks at "
+                               "the foot of the tower. Near midnight he noticed that the light had begun to flicker. "
+                               "Explain, step by step, what he should check first, what tools he would need, and how "
+                               "he could keep the light burning until morning without putting himself in danger.";
 
 void cli_print_json(json_t *j, size_t flags) {
     char *s = j ? json_dumps(j, flags) : NULL;
@@ -200,13 +199,13 @@ static void print_json(const char *path, const cn_model_info *mi, const opts *o,
     const double gb = (double)wb * res->tg.mean / 1e9;
     json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
                           "s:f, s:f, s:f, s:f}",
-                          "model", path, "arch", mi->arch, "isa", cn_kernels_family(), "weight_bytes",
-                          (json_int_t)wb, "n_layer", mi->n_layer, "threads", res->threads, "n_prompt", o->n_p,
-                          "n_gen", o->n_g, "reps", o->reps, "pp_tok_s", res->pp.mean, "pp_tok_s_sd", res->pp.sd,
-                          "tg_tok_s", res->tg.mean, "tg_tok_s_sd", res->tg.sd, "ttft_ms", res->ttft_p50,
-                          "ttft_p90_ms", res->ttft_p90, "itl_p50_ms", res->itl_p50, "itl_p90_ms", res->itl_p90,
-                          "decode_gb_s", gb, "mem_read_gb_s", res->read_gb_s, "mem_copy_gb_s", res->copy_gb_s,
-                          "decode_bw_frac", res->read_gb_s > 0 ? gb / res->read_gb_s : 0.0, "load1", res->load);
+                          "model", path, "arch", mi->arch, "isa", cn_kernels_family(), "weight_bytes", (json_int_t)wb,
+                          "n_layer", mi->n_layer, "threads", res->threads, "n_prompt", o->n_p, "n_gen", o->n_g, "reps",
+                          o->reps, "pp_tok_s", res->pp.mean, "pp_tok_s_sd", res->pp.sd, "tg_tok_s", res->tg.mean,
+                          "tg_tok_s_sd", res->tg.sd, "ttft_ms", res->ttft_p50, "ttft_p90_ms", res->ttft_p90,
+                          "itl_p50_ms", res->itl_p50, "itl_p90_ms", res->itl_p90, "decode_gb_s", gb, "mem_read_gb_s",
+                          res->read_gb_s, "mem_copy_gb_s", res->copy_gb_s, "decode_bw_frac",
+                          res->read_gb_s > 0 ? gb / res->read_gb_s : 0.0, "load1", res->load);
     if (j && o->profile) {
         json_object_set_new(j, "profile_tg", profile_json(&res->prof_tg));
         json_object_set_new(j, "profile_pp", profile_json(&res->prof_pp));
@@ -267,8 +266,8 @@ static void print_profile(const char *what, const profile *p, double read_gb_s, 
     snprintf(ms_u, sizeof ms_u, "ms/%s", unit);
     snprintf(mb_u, sizeof mb_u, "MB/%s", unit);
     printf("\n%s: %d %ss, %.2f ms a %s\n\n", what, p->tokens, unit, p->ms * per, unit);
-    printf("| %-52s | %6s | %9s | %6s | %9s | %7s | %7s |\n", "step (weights, in->out)", "calls", ms_u, "share",
-           mb_u, "GB/s", "of bw");
+    printf("| %-52s | %6s | %9s | %6s | %9s | %7s | %7s |\n", "step (weights, in->out)", "calls", ms_u, "share", mb_u,
+           "GB/s", "of bw");
     printf("| %.52s | -----: | --------: | -----: | --------: | ------: | ------: |\n",
            "-----------------------------------------------------");
     double sum = 0, bytes = 0;
@@ -293,14 +292,15 @@ static void print_profile(const char *what, const profile *p, double read_gb_s, 
 static json_t *profile_json(const profile *p) {
     json_t *a = json_array();
     for (int32_t i = 0; a && i < p->n; i++)
-        json_array_append_new(a, json_pack("{s:s, s:I, s:f, s:I}", "op", p->op[i].op, "calls", (json_int_t)p->op[i].calls,
-                                           "ms", p->op[i].ms, "bytes", (json_int_t)p->op[i].bytes));
+        json_array_append_new(a,
+                              json_pack("{s:s, s:I, s:f, s:I}", "op", p->op[i].op, "calls", (json_int_t)p->op[i].calls,
+                                        "ms", p->op[i].ms, "bytes", (json_int_t)p->op[i].bytes));
     return json_pack("{s:i, s:f, s:o}", "tokens", p->tokens, "ms", p->ms, "ops", a ? a : json_null());
 }
 
 /* One thread count on a fresh context: bandwidth, warm-up, -r repetitions. */
-static cn_status bench_threads(const cn_model *m, const opts *o, const int32_t *prompt, int32_t n_prompt,
-                               int32_t n_ctx, uint64_t wb, double *buf, result *res, cn_error *err) {
+static cn_status bench_threads(const cn_model *m, const opts *o, const int32_t *prompt, int32_t n_prompt, int32_t n_ctx,
+                               uint64_t wb, double *buf, result *res, cn_error *err) {
     runner r = {.rng = 42};
     cn_context_params cp = cn_context_default_params();
     cp.n_threads = res->threads;
@@ -339,7 +339,8 @@ static cn_status bench_threads(const cn_model *m, const opts *o, const int32_t *
         fprintf(stderr, ", profile");
         if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, PROF_TG, &res->prof_tg, err)) != CN_STATUS_OK) goto done;
         if (o->n_p > 0 && (s = profile_run(&r, tok, o->n_p, PROF_PP, &res->prof_pp, err)) != CN_STATUS_OK) goto done;
-        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, PROF_TG_SEQS, &res->prof_tg8, err)) != CN_STATUS_OK) goto done;
+        if (o->n_g > 0 && (s = profile_run(&r, tok, o->n_g, PROF_TG_SEQS, &res->prof_tg8, err)) != CN_STATUS_OK)
+            goto done;
     }
     res->load = cli_load1();
     res->pp = stats(pp, o->n_p > 0 ? o->reps : 0);
@@ -396,19 +397,22 @@ static int bench_model(const char *path, const opts *o, bool first) {
             print_row(path, &res, wb, first && ti == 0);
             if (o->profile) {
                 char what[160];
-                snprintf(what, sizeof what, "decode profile, %s, %d thread(s), %s", path, res.threads, cn_kernels_family());
+                snprintf(what, sizeof what, "decode profile, %s, %d thread(s), %s", path, res.threads,
+                         cn_kernels_family());
                 print_profile(what, &res.prof_tg, res.read_gb_s, "token");
                 snprintf(what, sizeof what, "prefill profile (pp%d), %s, %d thread(s), %s", o->n_p, path, res.threads,
                          cn_kernels_family());
                 print_profile(what, &res.prof_pp, res.read_gb_s, "token");
-                snprintf(what, sizeof what, "batched decode profile (%d sequences, a token each per step), %s, %d thread(s), %s",
+                snprintf(what, sizeof what,
+                         "batched decode profile (%d sequences, a token each per step), %s, %d thread(s), %s",
                          PROF_SEQS, path, res.threads, cn_kernels_family());
                 print_profile(what, &res.prof_tg8, res.read_gb_s, "step");
             }
         }
     }
     if (!o->json)
-        fprintf(stderr, "cinder bench: %s: %s, %d layers, %.1f MB of weights per decoded token, prompt %zu tokens, load %.2f\n",
+        fprintf(stderr,
+                "cinder bench: %s: %s, %d layers, %.1f MB of weights per decoded token, prompt %zu tokens, load %.2f\n",
                 path, mi.arch, mi.n_layer, wb / 1e6, n_prompt, cli_load1());
     rc = 0;
 done:
@@ -428,8 +432,14 @@ int cn_cli_bench(int argc, char **argv) {
     cn_system_get_info(&si);
     opts o = {.n_p = 512, .n_g = 128, .reps = 5, .threads = {.v = {si.n_cpus}, .n = 1}};
     const cli_flag flags[] = {
-        {.name = "--model", .alias = "-m", .kind = CLI_STRS, .dst = o.models, .metavar = "PATH",
-         .help = "a GGUF model (repeat for several)", .max = MAX_MODELS, .count = &o.n_models},
+        {.name = "--model",
+         .alias = "-m",
+         .kind = CLI_STRS,
+         .dst = o.models,
+         .metavar = "PATH",
+         .help = "a GGUF model (repeat for several)",
+         .max = MAX_MODELS,
+         .count = &o.n_models},
         CLI_F_NUM("--n-prompt", "-p", CLI_INT, &o.n_p, 0, 1 << 16, "N", "pp: random tokens in one batch (default 512)"),
         CLI_F_NUM("--n-gen", "-n", CLI_INT, &o.n_g, 0, 1 << 16, "N", "tg: tokens decoded one by one (default 128)"),
         CLI_F_CUSTOM("--threads", "-t", &o.threads, parse_threads, "T,T,...", "thread counts (default: every CPU)"),

@@ -57,10 +57,10 @@ typedef struct {
 /* ---- prompts ---- */
 
 static const char *k_topics[] = {
-    "a lighthouse keeper", "a lost dog",        "the first snow",   "a broken clock",
-    "a dragon who hates fire", "two rival bakers", "a robot gardener", "a secret library",
-    "a storm at sea",      "an old violin",     "a city of bridges", "a shy giant",
-    "the last train home", "a talking crow",    "a desert well",    "a paper boat",
+    "a lighthouse keeper",     "a lost dog",       "the first snow",    "a broken clock",
+    "a dragon who hates fire", "two rival bakers", "a robot gardener",  "a secret library",
+    "a storm at sea",          "an old violin",    "a city of bridges", "a shy giant",
+    "the last train home",     "a talking crow",   "a desert well",     "a paper boat",
 };
 
 static const char k_system_sentence[] =
@@ -74,13 +74,11 @@ static char *prompt_for(const popts *o, const char *system, int i) {
     const size_t n = strlen(system) + (o->file_text ? strlen(o->file_text) : 0) + 256;
     char *p = malloc(n);
     if (!p) return NULL;
-    if (o->file_text)
-        snprintf(p, n, "Request %d.\n%s", i + 1, o->file_text);
+    if (o->file_text) snprintf(p, n, "Request %d.\n%s", i + 1, o->file_text);
     else if (o->shared)
         snprintf(p, n, "%sQuestion %d: please tell me a very short story about %s.\nAnswer:", system, i + 1, topic);
     else
-        snprintf(p, n, "Story %d, about %s. Once upon a time, in a place not far from here, there lived", i + 1,
-                 topic);
+        snprintf(p, n, "Story %d, about %s. Once upon a time, in a place not far from here, there lived", i + 1, topic);
     return p;
 }
 
@@ -104,7 +102,7 @@ static char *system_prompt(const cn_tokenizer *tok, int32_t tokens) {
 /* ---- one level ---- */
 
 typedef struct {
-    double t_last;       /* when the last token came (cli_now_ms), 0 before the first */
+    double t_last; /* when the last token came (cli_now_ms), 0 before the first */
     double ttft_ms;
     int32_t n_tokens, n_cached;
     bool done;
@@ -112,7 +110,7 @@ typedef struct {
 
 typedef struct {
     preq *reqs;
-    double *gaps;        /* every inter-token gap of every request */
+    double *gaps; /* every inter-token gap of every request */
     size_t n_gaps, cap_gaps;
 } precord;
 
@@ -177,7 +175,8 @@ static int run_level(const cn_model *m, int32_t n_ctx_train, const cn_model *dm,
         /* prompt N is the warm-up request of the shared variant */
         prompts[i] = prompt_for(o, system, i);
         size_t n = 0;
-        if (!prompts[i] || cn_tokenize(tok, prompts[i], strlen(prompts[i]), true, true, NULL, 0, &n, &err) != CN_STATUS_OK) {
+        if (!prompts[i] ||
+            cn_tokenize(tok, prompts[i], strlen(prompts[i]), true, true, NULL, 0, &n, &err) != CN_STATUS_OK) {
             cn_cli_errorf("bench: cannot tokenize a prompt: %s", err.msg);
             goto done;
         }
@@ -216,7 +215,8 @@ static int run_level(const cn_model *m, int32_t n_ctx_train, const cn_model *dm,
     uint64_t first_id = 1;
     if (o->shared) {
         r.prompt = prompts[N];
-        if (cn_engine_submit(e, &r, &cb, &id, &err) != CN_STATUS_OK || drain(e, rec.reqs, id, id + 1, &err) != CN_STATUS_OK) {
+        if (cn_engine_submit(e, &r, &cb, &id, &err) != CN_STATUS_OK ||
+            drain(e, rec.reqs, id, id + 1, &err) != CN_STATUS_OK) {
             cn_cli_errorf("bench: warm-up: %s", err.msg);
             goto done;
         }
@@ -281,15 +281,15 @@ done:
 /* ---- output ---- */
 
 static void print_json(const popts *o, const presult *r) {
-    json_t *j = json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:i, s:I, s:I}",
-                          "model", o->model, "variant", o->shared ? "shared" : "distinct", "prefix_cache",
-                          !o->no_prefix_cache, "parallel", r->parallel, "threads", o->n_threads, "prompt_tokens",
-                          r->n_prompt_mean, "gen_tokens", (json_int_t)r->n_gen, "gen_tok_s", r->gen_tok_s, "decode_tok_s", r->decode_tok_s,
-                          "ttft_p50_ms", r->ttft[0], "ttft_p90_ms", r->ttft[1], "ttft_p99_ms", r->ttft[2],
-                          "itl_p50_ms", r->itl[0], "itl_p90_ms", r->itl[1], "itl_p99_ms", r->itl[2], "kv_mib",
-                          r->kv_mib, "cached_prompt_tokens", (json_int_t)r->n_cached, "preemptions",
-                          (json_int_t)r->preemptions, "wall_s", r->wall_s, "load1", r->load, "lookup", o->lookup_n,
-                          "drafted", (json_int_t)r->drafted, "accepted", (json_int_t)r->accepted);
+    json_t *j = json_pack(
+        "{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:i, s:I, s:I}",
+        "model", o->model, "variant", o->shared ? "shared" : "distinct", "prefix_cache", !o->no_prefix_cache,
+        "parallel", r->parallel, "threads", o->n_threads, "prompt_tokens", r->n_prompt_mean, "gen_tokens",
+        (json_int_t)r->n_gen, "gen_tok_s", r->gen_tok_s, "decode_tok_s", r->decode_tok_s, "ttft_p50_ms", r->ttft[0],
+        "ttft_p90_ms", r->ttft[1], "ttft_p99_ms", r->ttft[2], "itl_p50_ms", r->itl[0], "itl_p90_ms", r->itl[1],
+        "itl_p99_ms", r->itl[2], "kv_mib", r->kv_mib, "cached_prompt_tokens", (json_int_t)r->n_cached, "preemptions",
+        (json_int_t)r->preemptions, "wall_s", r->wall_s, "load1", r->load, "lookup", o->lookup_n, "drafted",
+        (json_int_t)r->drafted, "accepted", (json_int_t)r->accepted);
     cli_print_json(j, JSON_COMPACT);
 }
 
@@ -324,7 +324,8 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         CLI_F_NUM("--system-tokens", NULL, CLI_INT, &o.system_tokens, 1, 1 << 16, "N",
                   "the shared system prompt (default 500)"),
         CLI_F_BOOL("--no-prefix-cache", NULL, &o.no_prefix_cache, "turn the prefix cache off"),
-        CLI_F_NUM("--kv-mem", NULL, CLI_I64, &o.kv_mem_mib, 1, 1 << 20, "MiB", "KV budget (default: every request at once)"),
+        CLI_F_NUM("--kv-mem", NULL, CLI_I64, &o.kv_mem_mib, 1, 1 << 20, "MiB",
+                  "KV budget (default: every request at once)"),
         CLI_F_CUSTOM("--kv-type", NULL, &o.kv_type, cli_parse_kv_type, "f16|q8_0", "KV cache type (default f16)"),
         CLI_F_STR("--prompt-file", NULL, &o.prompt_file, "F", "every prompt is 'Request i.' and F's text"),
         CLI_F_NUM("--lookup", NULL, CLI_INT, &o.lookup_n, 0, 8, "N", "speculation by n-gram lookup (up to N-grams)"),
@@ -351,7 +352,8 @@ int cn_cli_bench_parallel(int argc, char **argv) {
     cn_tokenizer *tok = NULL;
     char *system = NULL;
     int rc = 1;
-    if (cn_cli_model_load(o.model, &m, &err) != CN_STATUS_OK || cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
+    if (cn_cli_model_load(o.model, &m, &err) != CN_STATUS_OK ||
+        cn_tokenizer_from_model(m, &tok, &err) != CN_STATUS_OK ||
         (o.draft && cn_cli_model_load(o.draft, &dm, &err) != CN_STATUS_OK)) {
         cn_cli_errorf("%s", err.msg);
         goto done;
@@ -378,10 +380,12 @@ int cn_cli_bench_parallel(int argc, char **argv) {
         } else {
             printf("%-8s %-6s %4d %6d %9.1f %9.1f %8.1fms %8.1fms %8.1fms %7.2fms %7.2fms %7.2fms %8.2f %7lld %5.2f "
                    "%8lld %8lld\n",
-                   o.file_text ? "file" : o.shared ? "shared" : "distinct", cache, res.parallel, res.n_prompt_mean,
-                   res.gen_tok_s, res.decode_tok_s, res.ttft[0], res.ttft[1], res.ttft[2], res.itl[0], res.itl[1],
-                   res.itl[2], res.kv_mib, (long long)res.preemptions, res.load, (long long)res.drafted,
-                   (long long)res.accepted);
+                   o.file_text ? "file"
+                   : o.shared  ? "shared"
+                               : "distinct",
+                   cache, res.parallel, res.n_prompt_mean, res.gen_tok_s, res.decode_tok_s, res.ttft[0], res.ttft[1],
+                   res.ttft[2], res.itl[0], res.itl[1], res.itl[2], res.kv_mib, (long long)res.preemptions, res.load,
+                   (long long)res.drafted, (long long)res.accepted);
         }
         fflush(stdout);
     }

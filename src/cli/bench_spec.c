@@ -92,7 +92,7 @@ int cn_cli_bench_spec(int argc, char **argv) {
         cn_cli_errorf("bench: --task is edit or code, not '%s'", task);
         return 2;
     }
-    const char *bad = o.prompt ? "the prompt is the task's (--task edit|code), not -p"
+    const char *bad = o.prompt                         ? "the prompt is the task's (--task edit|code), not -p"
                       : !o.draft && o.gp.lookup_n == 0 ? "give a drafter: --draft MODEL or --lookup N"
                                                        : NULL;
     if (bad) {
@@ -110,8 +110,8 @@ int cn_cli_bench_spec(int argc, char **argv) {
     double sum_p = 0, sum_s = 0, warm;
     cn_result tot = {0};
     char path[4096];
-    fprintf(stderr, "cinder bench --spec: %s, task %s, -n %d, %d threads: warm-up", cli_model_path(o.cmd, o.model, path, sizeof path),
-            task, (int)o.gp.max_tokens, (int)n_threads);
+    fprintf(stderr, "cinder bench --spec: %s, task %s, -n %d, %d threads: warm-up",
+            cli_model_path(o.cmd, o.model, path, sizeof path), task, (int)o.gp.max_tokens, (int)n_threads);
     if (one(s.ctx, &o, text, false, &warm, &plain) || one(s.ctx, &o, text, true, &warm, &spec)) goto done;
     for (int32_t r = 0; r < reps; r++) {
         fprintf(stderr, ", %d", (int)r + 1);
@@ -134,7 +134,8 @@ int cn_cli_bench_spec(int argc, char **argv) {
     fprintf(stderr, "\n");
     const double mp = sum_p / reps, ms = sum_s / reps;
     const double passes = (double)tot.spec_target_passes;
-    printf("| drafter | t | plain tok/s | speculative tok/s | speedup | accepted | tokens per pass | passes without a draft |\n");
+    printf(
+        "| drafter | t | plain tok/s | speculative tok/s | speedup | accepted | tokens per pass | passes without a draft |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     printf("| %s | %d | %.1f | %.1f | %.2fx | %.1f%% | %.2f | %.0f%% |\n", o.draft ? "draft model" : "lookup",
            (int)n_threads, mp, ms, ms / mp,

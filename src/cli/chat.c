@@ -56,7 +56,7 @@ static void conv_free(conversation *c) {
 /* One reply read as it streams: content to stdout (and kept), calls collected. */
 typedef struct {
     cn_tool_reader *rd;
-    json_t *calls;      /* [{"id", "type", "function": {"name", "arguments"}}] */
+    json_t *calls; /* [{"id", "type", "function": {"name", "arguments"}}] */
     cn_buf content;
     bool oom;
 } tool_state;
@@ -202,9 +202,11 @@ static int chat_tools(cli_session *s, cli_gen_opts *o, const char *tools_path) {
         fflush(stdout);
         const cn_gen_timings *t = &r.timings;
         size_t n_calls = json_array_size(ts.calls);
-        fprintf(stderr, "cinder: turn %d: prompt %d tokens (%d reused), generated %d tokens, decode %.1f tok/s, %zu call%s, finish %s\n",
-                turn, t->n_prompt_tokens, t->n_cached_tokens, t->n_generated_tokens, t->decode_tok_s, n_calls,
-                n_calls == 1 ? "" : "s", cn_finish_reason_str(r.finish_reason));
+        fprintf(
+            stderr,
+            "cinder: turn %d: prompt %d tokens (%d reused), generated %d tokens, decode %.1f tok/s, %zu call%s, finish %s\n",
+            turn, t->n_prompt_tokens, t->n_cached_tokens, t->n_generated_tokens, t->decode_tok_s, n_calls,
+            n_calls == 1 ? "" : "s", cn_finish_reason_str(r.finish_reason));
         cn_result_free(&r);
         json_t *am = json_pack("{s:s,s:s%}", "role", "assistant", "content", ts.content.p ? ts.content.p : "",
                                ts.content.n);
@@ -220,7 +222,10 @@ static int chat_tools(cli_session *s, cli_gen_opts *o, const char *tools_path) {
             json_t *args = json_loads(raw ? raw : "", JSON_DECODE_ANY, NULL);
             char *flat = args ? json_dumps(args, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
             fprintf(stderr, "call %s %s(%s)\n", json_string_value(json_object_get(c, "id")),
-                    json_string_value(json_object_get(fn, "name")), flat ? flat : raw ? raw : "");
+                    json_string_value(json_object_get(fn, "name")),
+                    flat  ? flat
+                    : raw ? raw
+                          : "");
             free(flat);
             json_decref(args);
             if (tty) {
@@ -263,7 +268,11 @@ int cn_cli_chat(int argc, char **argv) {
     const cli_flag_group *groups = cli_gen_groups(&o, CHAT_GROUPS, &tools_group, &n_groups);
     const int pr = cli_flags_parse("chat", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
     if (pr) return CLI_FLAGS_EXIT(pr);
-    const char *bad = o.prompt ? "-p" : o.json ? "--json" : o.chat ? "--chat" : o.gp.beam.n_beams != 1 ? "--beams" : NULL;
+    const char *bad = o.prompt                 ? "-p"
+                      : o.json                 ? "--json"
+                      : o.chat                 ? "--chat"
+                      : o.gp.beam.n_beams != 1 ? "--beams"
+                                               : NULL;
     if (bad) {
         cn_cli_errorf("chat: %s is unsupported in chat (see 'cinder chat --help')", bad);
         return 2;
@@ -312,8 +321,8 @@ int cn_cli_chat(int argc, char **argv) {
         fprintf(stderr,
                 "cinder: turn %d: prompt %d tokens (%d reused), prefill %.1f tok/s, generated %d tokens, "
                 "decode %.1f tok/s, finish %s\n",
-                turn, t->n_prompt_tokens, t->n_cached_tokens, t->prefill_tok_s, t->n_generated_tokens,
-                t->decode_tok_s, cn_finish_reason_str(r.finish_reason));
+                turn, t->n_prompt_tokens, t->n_cached_tokens, t->prefill_tok_s, t->n_generated_tokens, t->decode_tok_s,
+                cn_finish_reason_str(r.finish_reason));
         const bool ok = conv_add(&conv, "assistant", r.text, r.n_text);
         cn_result_free(&r);
         if (!ok) goto oom;

@@ -20,7 +20,7 @@ int cn_cli_chat(int argc, char **argv);
 int cn_cli_bench(int argc, char **argv);
 int cn_cli_serve(int argc, char **argv);
 int cn_cli_draft_from(int argc, char **argv);
-int cn_cli_quantize(int argc, char **argv);    /* quantize.c: cinder quantize */
+int cn_cli_quantize(int argc, char **argv);   /* quantize.c: cinder quantize */
 int cn_cli_bench_spec(int argc, char **argv); /* bench_spec.c: cinder bench --spec */
 int cn_cli_grammar(int argc, char **argv);    /* grammar.c: cinder grammar check */
 int cn_cli_template(int argc, char **argv);   /* template.c: cinder template render */

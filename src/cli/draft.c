@@ -26,11 +26,12 @@ int cn_cli_draft_from(int argc, char **argv) {
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[2];
     int n_pos;
-    const int rc = cli_flags_parse("draft-from",
-                                   "usage: cinder draft-from MODEL OUT --layers K\n"
-                                   "  writes OUT: MODEL's first K layers with its final norm and output head, the rest of\n"
-                                   "  its tensors and metadata unchanged (block_count = K), to use with --draft OUT\n\n",
-                                   groups, 1, argc, argv, pos, 2, &n_pos);
+    const int rc = cli_flags_parse(
+        "draft-from",
+        "usage: cinder draft-from MODEL OUT --layers K\n"
+        "  writes OUT: MODEL's first K layers with its final norm and output head, the rest of\n"
+        "  its tensors and metadata unchanged (block_count = K), to use with --draft OUT\n\n",
+        groups, 1, argc, argv, pos, 2, &n_pos);
     if (rc) return CLI_FLAGS_EXIT(rc);
     if (n_pos < 2 || k < 0) {
         cn_cli_errorf("draft-from: give MODEL OUT --layers K (see 'cinder draft-from --help')");

@@ -251,7 +251,8 @@ static int explain_model(const cli_gen_opts *o) {
     if (rc) goto out;
     rc = 1;
     const cn_tokenizer *tok = cn_context_tokenizer(s.ctx);
-    const int32_t V = cn_context_n_vocab(s.ctx), n_ctx = cn_context_n_ctx(s.ctx), n_tok_vocab = cn_tokenizer_n_vocab(tok);
+    const int32_t V = cn_context_n_vocab(s.ctx), n_ctx = cn_context_n_ctx(s.ctx),
+                  n_tok_vocab = cn_tokenizer_n_vocab(tok);
     size_t n_prompt = 0;
     if (cn_tokenize_alloc(tok, o->prompt, strlen(o->prompt), true, true, &hist, &n_prompt, &err) != CN_STATUS_OK)
         goto fail;
@@ -312,14 +313,13 @@ out:
 
 /* ---- the command line ---- */
 
-static const char k_usage[] =
-    "usage: cinder explain --probs NAME=P,... [options]\n"
-    "       cinder explain --logits NAME=L,... [options]\n"
-    "       cinder explain -m MODEL -p PROMPT [options]\n\n"
-    "Shows the sampler chain stage by stage on one distribution: the input, the\n"
-    "greedy choice, what each active stage keeps (renormalized; '-' = dropped), and a\n"
-    "seeded draw. With a model, once per generated token (default 8 steps; tokens are\n"
-    "shown as their text, a space as '\xE2\x90\xA3'); --logit-bias then takes token ids.\n\n";
+static const char k_usage[] = "usage: cinder explain --probs NAME=P,... [options]\n"
+                              "       cinder explain --logits NAME=L,... [options]\n"
+                              "       cinder explain -m MODEL -p PROMPT [options]\n\n"
+                              "Shows the sampler chain stage by stage on one distribution: the input, the\n"
+                              "greedy choice, what each active stage keeps (renormalized; '-' = dropped), and a\n"
+                              "seeded draw. With a model, once per generated token (default 8 steps; tokens are\n"
+                              "shown as their text, a space as '\xE2\x90\xA3'); --logit-bias then takes token ids.\n\n";
 
 int cn_cli_explain(int argc, char **argv) {
     cli_gen_opts o;
@@ -336,8 +336,7 @@ int cn_cli_explain(int argc, char **argv) {
     };
     const cli_flag_group extra = CLI_GROUP("explain", own);
     size_t n_groups;
-    const cli_flag_group *groups =
-        cli_gen_groups(&o, CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLING, &extra, &n_groups);
+    const cli_flag_group *groups = cli_gen_groups(&o, CLI_G_MODEL | CLI_G_PROMPT | CLI_G_SAMPLING, &extra, &n_groups);
     const int pr = cli_flags_parse("explain", k_usage, groups, n_groups, argc, argv, NULL, 0, &(int){0});
     if (pr) return CLI_FLAGS_EXIT(pr);
 

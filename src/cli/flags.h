@@ -27,16 +27,16 @@ typedef enum {
 } cli_flag_kind;
 
 typedef struct {
-    const char *name;          /* "--max-tokens" */
-    const char *alias;         /* "-n", or NULL */
+    const char *name;  /* "--max-tokens" */
+    const char *alias; /* "-n", or NULL */
     cli_flag_kind kind;
     void *dst;
-    double lo, hi;             /* CLI_INT / CLI_I64 / CLI_FLOAT: the valid range, inclusive;
-                                  lo > hi leaves the check to the library */
-    const char *metavar;       /* "N", "PATH" (value flags) */
-    const char *help;          /* one line (more lines: "\n" then the text; the help indents) */
-    int32_t max;               /* CLI_STRS: capacity of dst */
-    int32_t *count;            /* CLI_STRS: entries given so far */
+    double lo, hi;       /* CLI_INT / CLI_I64 / CLI_FLOAT: the valid range, inclusive;
+                            lo > hi leaves the check to the library */
+    const char *metavar; /* "N", "PATH" (value flags) */
+    const char *help;    /* one line (more lines: "\n" then the text; the help indents) */
+    int32_t max;         /* CLI_STRS: capacity of dst */
+    int32_t *count;      /* CLI_STRS: entries given so far */
     int (*parse)(void *dst, const char *val, const char *cmd, const char *name); /* CLI_CUSTOM */
 } cli_flag;
 
@@ -65,12 +65,12 @@ typedef struct {
  * default model (CLI_DEFAULT_MODEL). */
 #define CLI_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 #define CLI_F_THREADS(d) CLI_F_NUM("--threads", "-t", CLI_INT, d, 1, 1024, "N", "threads (default: every CPU)")
-#define CLI_F_MODEL(d) \
-    CLI_F_STR("--model", "-m", d, "PATH", "GGUF model (default $CINDER_MODELS or ~/.cache/cinder/models/\n" \
-              CLI_DEFAULT_MODEL ")")
+#define CLI_F_MODEL(d)                    \
+    CLI_F_STR("--model", "-m", d, "PATH", \
+              "GGUF model (default $CINDER_MODELS or ~/.cache/cinder/models/\n" CLI_DEFAULT_MODEL ")")
 
 /* What parse returns besides 0. */
-#define CLI_FLAGS_USAGE 2 /* a usage error, already printed: exit with it */
+#define CLI_FLAGS_USAGE 2   /* a usage error, already printed: exit with it */
 #define CLI_FLAGS_HELP (-1) /* -h / --help was given: print the help, exit 0 */
 
 /* Parses argv[1..argc) (argv[0] is the subcommand, named cmd in messages). Arguments

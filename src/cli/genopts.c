@@ -47,11 +47,13 @@ const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_
     const cli_flag model[] = {
         CLI_F_MODEL(&o->model),
         CLI_F_THREADS(&o->n_threads),
-        CLI_F_NUM("--ctx", "-c", CLI_INT, &o->n_ctx, 0, 1 << 24, "N", "context length (default: the model's, at most 4096)"),
+        CLI_F_NUM("--ctx", "-c", CLI_INT, &o->n_ctx, 0, 1 << 24, "N",
+                  "context length (default: the model's, at most 4096)"),
     };
     const cli_flag prompt[] = {
         CLI_F_STR("--prompt", "-p", &o->prompt, "TEXT", "the prompt"),
-        F_NUM("--max-tokens", "-n", CLI_INT, &g->max_tokens, "N", "most tokens to generate (default 256; chat 1024; explain: steps, 8)"),
+        F_NUM("--max-tokens", "-n", CLI_INT, &g->max_tokens, "N",
+              "most tokens to generate (default 256; chat 1024; explain: steps, 8)"),
     };
     const cli_flag run[] = {
         CLI_F_BOOL("--json", NULL, &o->json, "print one JSON object (text, finish_reason, timings)"),
@@ -59,19 +61,27 @@ const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_
     };
     const cli_flag chat[] = {
         CLI_F_STR("--system", NULL, &o->system, "TEXT", "system message (chat template)"),
-        CLI_F_STR("--chat-template", NULL, &o->chat_template, "NAME", "chatml, gemma or llama3 (default: from the model)"),
+        CLI_F_STR("--chat-template", NULL, &o->chat_template, "NAME",
+                  "chatml, gemma or llama3 (default: from the model)"),
     };
     const cli_flag gen[] = {
-        {.name = "--stop", .kind = CLI_STRS, .dst = o->stops, .max = CN_GEN_MAX_STOP, .count = &g->n_stop,
-         .metavar = "STR", .help = "stop string, cut from the output (repeatable)"},
+        {.name = "--stop",
+         .kind = CLI_STRS,
+         .dst = o->stops,
+         .max = CN_GEN_MAX_STOP,
+         .count = &g->n_stop,
+         .metavar = "STR",
+         .help = "stop string, cut from the output (repeatable)"},
         CLI_F_BOOL("--ignore-eos", NULL, &s->ignore_eos, "keep going past end-of-generation tokens"),
-        F_NUM("--logprobs", NULL, CLI_INT, &s->n_logprobs, "N", "report each token's log-probability and N alternatives"),
+        F_NUM("--logprobs", NULL, CLI_INT, &s->n_logprobs, "N",
+              "report each token's log-probability and N alternatives"),
         CLI_F_BOOL("--logprobs-after-chain", NULL, &g->logprobs_after_chain,
-               "... under the sampled distribution (default: raw model)"),
+                   "... under the sampled distribution (default: raw model)"),
         F_NUM("--beams", NULL, CLI_INT, &g->beam.n_beams, "N", "beam search with N beams (1 = sampling)"),
         F_NUM("--length-penalty", NULL, CLI_FLOAT, &g->beam.length_penalty, "X",
               "beam score = logprob / length^X (default 1)"),
-        CLI_F_BOOL("--early-stopping", NULL, &g->beam.early_stopping, "beam search stops once N sequences have finished"),
+        CLI_F_BOOL("--early-stopping", NULL, &g->beam.early_stopping,
+                   "beam search stops once N sequences have finished"),
     };
     const cli_flag sampling[] = {
         F_NUM("--temp", NULL, CLI_FLOAT, &s->temperature, "T", "temperature; 0 = greedy"),
@@ -84,21 +94,30 @@ const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_
               "penalize the last N tokens of the history (-1 = all)"),
         F_NUM("--presence-penalty", NULL, CLI_FLOAT, &s->presence_penalty, "X", "OpenAI presence penalty (0 = off)"),
         F_NUM("--frequency-penalty", NULL, CLI_FLOAT, &s->frequency_penalty, "X", "OpenAI frequency penalty (0 = off)"),
-        {.name = "--logit-bias", .kind = CLI_STRS, .dst = o->bias_args, .max = CLI_MAX_LOGIT_BIAS,
-         .count = &o->n_bias_args, .metavar = "ID=BIAS",
+        {.name = "--logit-bias",
+         .kind = CLI_STRS,
+         .dst = o->bias_args,
+         .max = CLI_MAX_LOGIT_BIAS,
+         .count = &o->n_bias_args,
+         .metavar = "ID=BIAS",
          .help = "add BIAS to a token's logit; -inf bans it (repeatable, or joined by ',')"},
-        {.name = "--seed", .kind = CLI_CUSTOM, .dst = &s->seed, .parse = parse_seed, .metavar = "N",
+        {.name = "--seed",
+         .kind = CLI_CUSTOM,
+         .dst = &s->seed,
+         .parse = parse_seed,
+         .metavar = "N",
          .help = "random seed in [0, 2^63) (default: random, reported)"},
         CLI_F_STR("--samplers", NULL, &o->samplers, "ORDER",
-              "stage order: 'default' (HF/vLLM), 'llama.cpp', or names\n"
-              "joined by ';' (logit_bias;penalties;temperature;top_k;...)"),
+                  "stage order: 'default' (HF/vLLM), 'llama.cpp', or names\n"
+                  "joined by ';' (logit_bias;penalties;temperature;top_k;...)"),
     };
     const cli_flag spec[] = {
         CLI_F_STR("--draft", NULL, &o->draft, "MODEL", "a smaller model with the same vocabulary drafts tokens"),
         F_NUM("--lookup", NULL, CLI_INT, &g->lookup_n, "N",
               "draft from the longest earlier match of the last 1..N tokens\n"
               "in the prompt and output (n-gram lookup; no draft model)"),
-        F_NUM("--draft-max", NULL, CLI_INT, &g->max_draft, "K", "the longest draft per step, 1..16 (default 8; adapts)"),
+        F_NUM("--draft-max", NULL, CLI_INT, &g->max_draft, "K",
+              "the longest draft per step, 1..16 (default 8; adapts)"),
     };
     const struct {
         unsigned bit;
@@ -112,8 +131,7 @@ const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_
         {CLI_G_CHAT, "chat", chat, LEN(chat)},
         {CLI_G_GEN, "generation", gen, LEN(gen)},
         {CLI_G_SAMPLING, o->sampling_title, sampling, LEN(sampling)},
-        {CLI_G_SPEC, "speculative decoding (the same tokens as without it, fewer target passes)", spec,
-         LEN(spec)},
+        {CLI_G_SPEC, "speculative decoding (the same tokens as without it, fewer target passes)", spec, LEN(spec)},
     };
     size_t k = 0;
     for (size_t i = 0; i < LEN(all); i++) {
@@ -128,7 +146,8 @@ const cli_flag_group *cli_gen_groups(cli_gen_opts *o, unsigned which, const cli_
 
 static uint64_t random_seed(void) {
     uint64_t x = 0;
-    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) x = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15u ^ (uint64_t)getpid();
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x)
+        x = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15u ^ (uint64_t)getpid();
     return x >> 1;
 }
 
@@ -192,10 +211,8 @@ int cli_gen_opts_check(cli_gen_opts *o, cli_token_find_fn find, void *user) {
 const char *cli_model_path(const char *cmd, const char *model, char *buf, size_t n) {
     if (model) return model;
     const char *d = getenv("CINDER_MODELS");
-    if (d && *d)
-        snprintf(buf, n, "%s/%s", d, CLI_DEFAULT_MODEL);
-    else
-        snprintf(buf, n, "%s/.cache/cinder/models/%s", getenv("HOME") ? getenv("HOME") : ".", CLI_DEFAULT_MODEL);
+    if (d && *d) snprintf(buf, n, "%s/%s", d, CLI_DEFAULT_MODEL);
+    else snprintf(buf, n, "%s/.cache/cinder/models/%s", getenv("HOME") ? getenv("HOME") : ".", CLI_DEFAULT_MODEL);
     if (access(buf, R_OK) == 0) return buf;
     cn_cli_errorf("%s: the default model %s is missing: run scripts/fetch_models.sh, or give -m MODEL", cmd, buf);
     return NULL;
@@ -254,9 +271,7 @@ static void sigint_arm(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-static void sigint_disarm(void) {
-    signal(SIGINT, SIG_DFL);
-}
+static void sigint_disarm(void) { signal(SIGINT, SIG_DFL); }
 
 static bool sigint_cancel(void *user) {
     (void)user;
@@ -277,9 +292,8 @@ void cli_print_timings(const cn_result *r) {
             "cinder: prompt %d tokens (%d reused), prefill %.1f tok/s (%.1f ms), time to first token %.1f ms\n"
             "cinder: generated %d tokens, decode %.1f tok/s, inter-token latency mean %.2f ms, p90 %.2f ms; "
             "finish %s\n",
-            t->n_prompt_tokens, t->n_cached_tokens, t->prefill_tok_s, t->prefill_ms, t->ttft_ms,
-            t->n_generated_tokens, t->decode_tok_s, t->itl_mean_ms, t->itl_p90_ms,
-            cn_finish_reason_str(r->finish_reason));
+            t->n_prompt_tokens, t->n_cached_tokens, t->prefill_tok_s, t->prefill_ms, t->ttft_ms, t->n_generated_tokens,
+            t->decode_tok_s, t->itl_mean_ms, t->itl_p90_ms, cn_finish_reason_str(r->finish_reason));
 }
 
 void cli_print_spec(const cn_result *r) {

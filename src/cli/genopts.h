@@ -25,17 +25,17 @@ enum {
 };
 
 typedef struct {
-    const char *cmd;           /* for messages */
+    const char *cmd; /* for messages */
     const char *model, *prompt, *system, *chat_template, *samplers, *draft;
-    int32_t n_threads, n_ctx;  /* 0: every CPU / the model's */
+    int32_t n_threads, n_ctx; /* 0: every CPU / the model's */
     bool json, chat;
-    cn_gen_params gp;          /* stop and logit_bias point into the arrays below */
+    cn_gen_params gp; /* stop and logit_bias point into the arrays below */
     const char *stops[CN_GEN_MAX_STOP];
     const char *bias_args[CLI_MAX_LOGIT_BIAS]; /* --logit-bias as given */
     int32_t n_bias_args;
     cn_logit_bias bias[CLI_MAX_LOGIT_BIAS];
     const char *sampling_title; /* the help heading, which states the defaults */
-    cli_flag tables[7][12];    /* the flag groups, pointing into this struct */
+    cli_flag tables[7][12];     /* the flag groups, pointing into this struct */
     cli_flag_group groups[8];
 } cli_gen_opts;
 

@@ -16,7 +16,8 @@ cli_flag_group cli_grammar_group(cli_grammar_opts *o) {
         CLI_F_STR("--json-schema", NULL, &o->json_schema, "FILE|JSON",
                   "constrain the output to a JSON Schema (a file's path, else the JSON itself)"),
         CLI_F_BOOL("--json-object", NULL, &o->json_object, "constrain the output to any JSON object"),
-        CLI_F_STR("--grammar", NULL, &o->gbnf_path, "FILE", "constrain the output to a GBNF grammar (root rule 'root')"),
+        CLI_F_STR("--grammar", NULL, &o->gbnf_path, "FILE",
+                  "constrain the output to a GBNF grammar (root rule 'root')"),
         CLI_F_STR("--regex", NULL, &o->regex, "RE", "constrain the output to match RE in full"),
         CLI_F_STR("--choice", NULL, &o->choice, "A,B,...",
                   "the output is exactly one of the strings ('\\,' is a comma, '\\\\' a backslash)"),
@@ -159,4 +160,3 @@ int cli_grammar_compile(const char *cmd, const cli_grammar_opts *o, const cn_tok
     free(text);
     return rc;
 }
-

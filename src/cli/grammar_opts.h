@@ -14,12 +14,12 @@
 #define CLI_GRAMMAR_MAX_CHOICES 4096
 
 typedef struct {
-    const char *json_schema;   /* a path, when such a file exists, else inline JSON */
-    const char *gbnf_path;     /* --grammar FILE */
+    const char *json_schema; /* a path, when such a file exists, else inline JSON */
+    const char *gbnf_path;   /* --grammar FILE */
     const char *regex;
-    const char *choice;        /* "a,b,c": ',' separates, "\," and "\\" escape */
+    const char *choice; /* "a,b,c": ',' separates, "\," and "\\" escape */
     bool json_object, flexible_ws;
-    cli_flag table[6];         /* the rows, pointing into this struct */
+    cli_flag table[6]; /* the rows, pointing into this struct */
 } cli_grammar_opts;
 
 /* The flag group over o (its table lives in o). */

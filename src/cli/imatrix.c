@@ -124,8 +124,7 @@ int cn_cli_imatrix(int argc, char **argv) {
     fprintf(stderr, "imatrix: %zu tokens, %lld chunks of %d, %s\n", n_tok, (long long)n_chunks, n_ctx,
             process_output ? "blk.* and output.weight" : "blk.* weights");
     st = run_chunks(&r, &col, n_ctx, n_chunks, &err);
-    if (st == CN_STATUS_OK)
-        st = cn_imatrix_stats_save(col.stats, out, file, (int32_t)n_chunks, n_ctx, &err);
+    if (st == CN_STATUS_OK) st = cn_imatrix_stats_save(col.stats, out, file, (int32_t)n_chunks, n_ctx, &err);
     if (st != CN_STATUS_OK) {
         cn_cli_errorf("imatrix: %s", err.msg);
         goto done;

@@ -80,9 +80,8 @@ static void put_arr(line *l, const cn_gguf_arr *a) {
             lput(l, ")", 1);
             break;
         }
-        case CN_GGUF_FLOAT32: case CN_GGUF_FLOAT64:
-            put_f64(l, cn_gguf_arr_f64(a, j), a->type == CN_GGUF_FLOAT32);
-            break;
+        case CN_GGUF_FLOAT32:
+        case CN_GGUF_FLOAT64: put_f64(l, cn_gguf_arr_f64(a, j), a->type == CN_GGUF_FLOAT32); break;
         case CN_GGUF_BOOL: lput(l, cn_gguf_arr_i64(a, j) ? "true" : "false", cn_gguf_arr_i64(a, j) ? 4 : 5); break;
         case CN_GGUF_UINT64: lprintf(l, "%llu", (unsigned long long)(uint64_t)cn_gguf_arr_i64(a, j)); break;
         default: lprintf(l, "%lld", (long long)cn_gguf_arr_i64(a, j)); break;
@@ -123,7 +122,8 @@ static void human(char *buf, size_t cap, uint64_t n, uint64_t k, const char *con
     else snprintf(buf, cap, "%llu%s", (unsigned long long)n, unit[0]);
 }
 
-static const char *const k_count_units[4] = {"", "K", "M", "B"}, *const k_byte_units[4] = {" B", " KiB", " MiB", " GiB"};
+static const char *const k_count_units[4] = {"", "K", "M", "B"}, *const k_byte_units[4] = {" B", " KiB", " MiB",
+                                                                                           " GiB"};
 
 static const char *type_name(uint32_t type, char *buf, size_t cap) {
     const char *name = cn_type_name((cn_type)type);
@@ -139,8 +139,8 @@ static void print_tensors(const cn_gguf *g) {
         const uint64_t len = cn_gguf_tensor(g, i)->name.len;
         if (len > w_name) w_name = len < 60 ? len : 60;
     }
-    printf("\ntensors:\n  %5s  %-*s  %-8s  %-18s  %12s  %12s\n", "#", (int)w_name, "name", "type", "shape",
-           "bytes", "offset");
+    printf("\ntensors:\n  %5s  %-*s  %-8s  %-18s  %12s  %12s\n", "#", (int)w_name, "name", "type", "shape", "bytes",
+           "offset");
     uint64_t n_params = 0, by_type_bytes[CN_TYPE_COUNT] = {0}, other_bytes = 0;
     int64_t by_type_n[CN_TYPE_COUNT] = {0}, n_unknown = 0, n_other = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -178,16 +178,15 @@ static void print_tensors(const cn_gguf *g) {
         if (!by_type_n[t]) continue;
         char tb[32];
         human(hb, sizeof hb, by_type_bytes[t], 1024, k_byte_units);
-        printf("  %-10s  %lld tensors, %llu bytes (%s)\n", type_name(t, tb, sizeof tb),
-               (long long)by_type_n[t], (unsigned long long)by_type_bytes[t], hb);
+        printf("  %-10s  %lld tensors, %llu bytes (%s)\n", type_name(t, tb, sizeof tb), (long long)by_type_n[t],
+               (unsigned long long)by_type_bytes[t], hb);
         all += by_type_bytes[t];
     }
     if (n_other) printf("  %-10s  %lld tensors\n", "unknown", (long long)n_other);
     human(hb, sizeof hb, all, 1024, k_byte_units);
     printf("  %-10s  %lld tensors, %llu bytes (%s)\n", "all", (long long)n, (unsigned long long)all, hb);
     if (n_unknown)
-        printf("\nnote: %lld tensor(s) have a type cinder cannot compute with (marked '?')\n",
-               (long long)n_unknown);
+        printf("\nnote: %lld tensor(s) have a type cinder cannot compute with (marked '?')\n", (long long)n_unknown);
 }
 
 int cn_cli_inspect(int argc, char **argv) {
@@ -218,9 +217,8 @@ int cn_cli_inspect(int argc, char **argv) {
     printf("file: %s\n", path);
     printf("  version      %u\n  alignment    %u\n  kvs          %lld\n  tensors      %lld\n"
            "  data offset  %llu\n  file size    %zu (%s)\n",
-           cn_gguf_version(g), cn_gguf_alignment(g), (long long)cn_gguf_n_kv(g),
-           (long long)cn_gguf_n_tensors(g), (unsigned long long)cn_gguf_data_offset(g),
-           cn_gguf_file_size(g), hb);
+           cn_gguf_version(g), cn_gguf_alignment(g), (long long)cn_gguf_n_kv(g), (long long)cn_gguf_n_tensors(g),
+           (unsigned long long)cn_gguf_data_offset(g), cn_gguf_file_size(g), hb);
 
     printf("\nmetadata:\n");
     size_t w_key = 8;

@@ -75,7 +75,8 @@ int cli_parse_kv_type(void *dst, const char *v, const char *cmd, const char *nam
 static int cmd_version(int argc, char **argv) {
     const char *pos[1];
     int n_pos;
-    const int rc = cli_flags_parse("version", "usage: cinder version\n\nPrints the version and the kernel family this CPU runs.\n",
+    const int rc = cli_flags_parse("version",
+                                   "usage: cinder version\n\nPrints the version and the kernel family this CPU runs.\n",
                                    NULL, 0, argc, argv, pos, 0, &n_pos);
     if (rc) return CLI_FLAGS_EXIT(rc);
     printf("cinder %s\n", CN_VERSION);
@@ -102,7 +103,8 @@ static const command commands[] = {
     {"serve", cn_cli_serve, "an OpenAI-compatible HTTP server on the batched engine"},
     {"grammar", cn_cli_grammar, "check a text against a JSON Schema, GBNF grammar, regex or choice list"},
     {"quantize", cn_cli_quantize, "write a model in a smaller format (Q4_K_M, Q8_0, ...), as llama-quantize does"},
-    {"imatrix", cn_cli_imatrix, "importance matrix of a model over a text (llama-imatrix's file), for quantize --imatrix"},
+    {"imatrix", cn_cli_imatrix,
+     "importance matrix of a model over a text (llama-imatrix's file), for quantize --imatrix"},
     {"draft-from", cn_cli_draft_from, "cut a draft model (the first K layers) from a model, for --draft"},
     {"bench", cn_cli_bench, "measure prompt processing and generation speed (like llama-bench)"},
     {"perplexity", cn_cli_perplexity, "perplexity over a text; KV-cache type cost as KL divergence"},

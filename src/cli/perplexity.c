@@ -112,8 +112,7 @@ static int run_file_chunks(cli_text_run *r, cn_logits_file *lf, int64_t n_chunks
         if (comparing)
             fprintf(stderr, "perplexity: chunk %lld/%lld: ppl %.4f, mean KLD %.6f, same top %.2f%%\n", (long long)c + 1,
                     (long long)n_chunks, s->ppl, s->mean_kld, s->same_top_pct);
-        else
-            fprintf(stderr, "perplexity: chunk %lld/%lld: ppl %.4f\n", (long long)c + 1, (long long)n_chunks, s->ppl);
+        else fprintf(stderr, "perplexity: chunk %lld/%lld: ppl %.4f\n", (long long)c + 1, (long long)n_chunks, s->ppl);
     }
     rc = 0;
 done:
@@ -199,12 +198,12 @@ static int compare_with_file(const ppl_opts *o, const char *model) {
 
 /* Both runs' logits at the scored positions of one chunk, and what they add up to. */
 typedef struct {
-    int n_runs;                /* 1, or 2 comparing: run 0 the f16 cache, run 1 --kv-type */
+    int n_runs; /* 1, or 2 comparing: run 0 the f16 cache, run 1 --kv-type */
     int32_t n_ctx, n_vocab;
-    int32_t bos;               /* each chunk's first token when with_bos */
-    bool with_bos;             /* the model uses one (and has one) */
-    float *lg[2];              /* (n_ctx - n_ctx/2, n_vocab) per run */
-    double *lp[2];             /* (n_vocab) log-probabilities at one position, per run */
+    int32_t bos;   /* each chunk's first token when with_bos */
+    bool with_bos; /* the model uses one (and has one) */
+    float *lg[2];  /* (n_ctx - n_ctx/2, n_vocab) per run */
+    double *lp[2]; /* (n_vocab) log-probabilities at one position, per run */
     double nll[2], kl_sum, kl_max;
     int64_t n_scored, n_agree;
 } kv_score;
@@ -353,8 +352,9 @@ static int parse_flags(ppl_opts *o, int argc, char **argv) {
         CLI_F_NUM("--ctx", "-c", CLI_INT, &o->n_ctx, 8, 65536, "N", "tokens per chunk (default 256)"),
         CLI_F_NUM("--chunks", NULL, CLI_INT, &o->max_chunks, 1, INT32_MAX, "N", "most chunks to score (default: all)"),
         CLI_F_THREADS(&o->n_threads),
-        CLI_F_CUSTOM("--kv-type", NULL, &o->kv, parse_kv_type, "T",
-                     "f16 (default), f32 or q8_0; other than f16 also reports\nthe KL divergence from the f16 cache at each position"),
+        CLI_F_CUSTOM(
+            "--kv-type", NULL, &o->kv, parse_kv_type, "T",
+            "f16 (default), f32 or q8_0; other than f16 also reports\nthe KL divergence from the f16 cache at each position"),
         CLI_F_STR("--save-logits", NULL, &o->save_logits, "FILE",
                   "write every scored position's log-probabilities in llama-perplexity's\n"
                   "--kl-divergence-base format (llama-perplexity's chunking)"),

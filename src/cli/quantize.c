@@ -51,10 +51,20 @@ int cn_cli_quantize(int argc, char **argv) {
         CLI_F_STR("--imatrix", NULL, &imatrix, "FILE",
                   "importance matrix from llama-imatrix or cinder imatrix (GGUF or .dat): weighted\n"
                   "quantizers, llama-quantize's bytes"),
-        {.name = "--include-weights", .kind = CLI_STRS, .dst = include, .max = 64, .count = &n_include,
-         .metavar = "NAME", .help = "use the imatrix only for tensors whose name contains NAME (repeatable)"},
-        {.name = "--exclude-weights", .kind = CLI_STRS, .dst = exclude, .max = 64, .count = &n_exclude,
-         .metavar = "NAME", .help = "do not use the imatrix for tensors whose name contains NAME (repeatable)"},
+        {.name = "--include-weights",
+         .kind = CLI_STRS,
+         .dst = include,
+         .max = 64,
+         .count = &n_include,
+         .metavar = "NAME",
+         .help = "use the imatrix only for tensors whose name contains NAME (repeatable)"},
+        {.name = "--exclude-weights",
+         .kind = CLI_STRS,
+         .dst = exclude,
+         .max = 64,
+         .count = &n_exclude,
+         .metavar = "NAME",
+         .help = "do not use the imatrix for tensors whose name contains NAME (repeatable)"},
     };
     const cli_flag_group groups[] = {CLI_GROUP(NULL, flags)};
     const char *pos[3];
@@ -71,8 +81,7 @@ int cn_cli_quantize(int argc, char **argv) {
         cn_cli_errorf("quantize: give IN.gguf OUT.gguf TYPE (see 'cinder quantize --help')");
         return 2;
     }
-    if (!getenv("CINDER_LOG"))
-        cn_log_set_level(CN_LOG_WARN); /* the fallbacks and the requantize warning */
+    if (!getenv("CINDER_LOG")) cn_log_set_level(CN_LOG_WARN); /* the fallbacks and the requantize warning */
     progress_state ps = {now_s(), isatty(2) == 1};
     cn_quantize_params p = cn_quantize_default_params();
     p.n_threads = n_threads;
@@ -97,8 +106,7 @@ int cn_cli_quantize(int argc, char **argv) {
     }
     const double dt = now_s() - ps.t0;
     char weighted[64] = "";
-    if (imatrix)
-        snprintf(weighted, sizeof weighted, " (%lld with importance weights)", (long long)s.n_imatrix);
+    if (imatrix) snprintf(weighted, sizeof weighted, " (%lld with importance weights)", (long long)s.n_imatrix);
     fprintf(stderr,
             "cinder: quantize: wrote %s (file type %u): %lld tensors, %lld quantized%s, %lld fallbacks; "
             "%.2f MiB -> %.2f MiB (%.2f bpw) in %.2f s\n",

@@ -73,13 +73,12 @@ static int print_json(const cli_gen_opts *o, const cn_context *c, const cn_resul
     json_t *tokens = json_array();
     for (int32_t i = 0; i < r->n_tokens; i++) json_array_append_new(tokens, json_integer(r->tokens[i].id));
     json_t *root = json_pack(
-        "{s:o, s:s, s:i, s:i, s:i, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-        "text", json_stringn(r->text, r->n_text), "finish_reason", cn_finish_reason_str(r->finish_reason),
-        "n_prompt_tokens", t->n_prompt_tokens, "n_cached_tokens", t->n_cached_tokens, "n_generated_tokens",
-        t->n_generated_tokens, "tokens", tokens, "queue_ms", t->queue_ms, "prefill_ms", t->prefill_ms, "ttft_ms",
-        t->ttft_ms, "decode_ms", t->decode_ms, "total_ms", t->total_ms, "itl_mean_ms", t->itl_mean_ms, "itl_p50_ms",
-        t->itl_p50_ms, "itl_p90_ms", t->itl_p90_ms, "itl_p99_ms", t->itl_p99_ms, "prefill_tok_s", t->prefill_tok_s,
-        "decode_tok_s", t->decode_tok_s);
+        "{s:o, s:s, s:i, s:i, s:i, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "text",
+        json_stringn(r->text, r->n_text), "finish_reason", cn_finish_reason_str(r->finish_reason), "n_prompt_tokens",
+        t->n_prompt_tokens, "n_cached_tokens", t->n_cached_tokens, "n_generated_tokens", t->n_generated_tokens,
+        "tokens", tokens, "queue_ms", t->queue_ms, "prefill_ms", t->prefill_ms, "ttft_ms", t->ttft_ms, "decode_ms",
+        t->decode_ms, "total_ms", t->total_ms, "itl_mean_ms", t->itl_mean_ms, "itl_p50_ms", t->itl_p50_ms, "itl_p90_ms",
+        t->itl_p90_ms, "itl_p99_ms", t->itl_p99_ms, "prefill_tok_s", t->prefill_tok_s, "decode_tok_s", t->decode_tok_s);
     if (!root) {
         cn_cli_errorf("run: could not build the JSON output");
         return 1;

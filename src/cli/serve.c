@@ -23,9 +23,9 @@
 /* The engine flags every served model gets. */
 typedef struct {
     cn_engine_params ep;
-    int32_t n_ctx;             /* 0: the model's, at most 4096 */
-    int64_t kv_mem;            /* MiB; 0: --parallel full contexts */
-    cn_embedder_params emp;    /* /v1/embeddings */
+    int32_t n_ctx;          /* 0: the model's, at most 4096 */
+    int64_t kv_mem;         /* MiB; 0: --parallel full contexts */
+    cn_embedder_params emp; /* /v1/embeddings */
 } engine_cfg;
 
 /* An engine for m with its run loop started. */
@@ -122,14 +122,16 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
     const cli_flag flags[] = {
         CLI_F_MODEL(&o->model),
         CLI_F_STR("--host", NULL, &sp->host, "ADDR", "IPv4 address to listen on (default 127.0.0.1: loopback only)"),
-        CLI_F_NUM("--port", NULL, CLI_INT, &sp->port, 0, 65535, "N", "TCP port (default 8080; 0 = any free port, printed)"),
+        CLI_F_NUM("--port", NULL, CLI_INT, &sp->port, 0, 65535, "N",
+                  "TCP port (default 8080; 0 = any free port, printed)"),
         CLI_F_THREADS(&n_threads),
         CLI_F_NUM("--parallel", NULL, CLI_INT, &epp->max_running, 1, CN_ENGINE_MAX_RUNNING, "N",
                   "sequences decoding at once (default 16)"),
         CLI_F_NUM("--kv-mem", NULL, CLI_I64, &o->ec.kv_mem, 1, 1 << 20, "MiB",
                   "KV cache budget in MiB (default: --parallel full contexts)"),
         CLI_F_CUSTOM("--kv-type", NULL, &epp->kv_type, cli_parse_kv_type, "T", "f16 (default) or q8_0"),
-        CLI_F_NUM("--ctx", "-c", CLI_INT, &o->ec.n_ctx, 8, 1 << 20, "N", "positions per sequence (default: the model's, at most 4096)"),
+        CLI_F_NUM("--ctx", "-c", CLI_INT, &o->ec.n_ctx, 8, 1 << 20, "N",
+                  "positions per sequence (default: the model's, at most 4096)"),
         CLI_F_NUM("--max-queue", NULL, CLI_INT, &epp->max_queue, 1, 1 << 20, "N",
                   "requests waiting for a slot before 429 (default 256)"),
         CLI_F_STR("--api-key", NULL, &api_key, "KEY",
@@ -138,23 +140,35 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
                   "cancel a completion running longer than S seconds (default 600)"),
         CLI_F_NUM("--idle-timeout", NULL, CLI_INT, &sp->idle_timeout_s, 1, 86400, "S",
                   "close an idle keep-alive connection after S seconds (default 30)"),
-        CLI_F_NUM("--max-body", NULL, CLI_I64, &max_body, 1, 1 << 30, "BYTES", "larger request bodies get 413 (default 8388608)"),
+        CLI_F_NUM("--max-body", NULL, CLI_I64, &max_body, 1, 1 << 30, "BYTES",
+                  "larger request bodies get 413 (default 8388608)"),
         CLI_F_NUM("--max-connections", NULL, CLI_INT, &sp->max_connections, 1, 65536, "N",
                   "connections at once; more get 503 (default 256)"),
-        {.name = "--alias", .kind = CLI_STRS, .dst = o->aliases, .max = MAX_ALIASES, .count = &o->n_alias,
+        {.name = "--alias",
+         .kind = CLI_STRS,
+         .dst = o->aliases,
+         .max = MAX_ALIASES,
+         .count = &o->n_alias,
          .metavar = "NAME",
          .help = "the model name clients use (default: the file name without .gguf);\nwith --models-dir: NAME=FILE, "
                  "as --model-alias"},
-        CLI_F_STR("--models-dir", NULL, &o->models_dir, "DIR",
-                  "serve every *.gguf of DIR (named by the file name without\n.gguf), each loaded by the first request "
-                  "for it;\ninstead of -m. --models-max or --model-alias without -m:\nthe models cache ($CINDER_MODELS or "
-                  "~/.cache/cinder/models)"),
+        CLI_F_STR(
+            "--models-dir", NULL, &o->models_dir, "DIR",
+            "serve every *.gguf of DIR (named by the file name without\n.gguf), each loaded by the first request "
+            "for it;\ninstead of -m. --models-max or --model-alias without -m:\nthe models cache ($CINDER_MODELS or "
+            "~/.cache/cinder/models)"),
         CLI_F_NUM("--models-max", NULL, CLI_INT, &o->models_max, 1, 1024, "N",
                   "with --models-dir: at most N models loaded; the least\nrecently used idle one is unloaded (default: "
                   "no limit)"),
-        {.name = "--model-alias", .kind = CLI_STRS, .dst = o->model_aliases, .max = MAX_ALIASES,
-         .count = &o->n_model_alias, .metavar = "NAME=FILE", .help = "with --models-dir: NAME also names FILE (repeatable)"},
-        CLI_F_STR("--chat-template", NULL, &epp->chat_template, "NAME", "chatml, gemma or llama3 (default: from the model)"),
+        {.name = "--model-alias",
+         .kind = CLI_STRS,
+         .dst = o->model_aliases,
+         .max = MAX_ALIASES,
+         .count = &o->n_model_alias,
+         .metavar = "NAME=FILE",
+         .help = "with --models-dir: NAME also names FILE (repeatable)"},
+        CLI_F_STR("--chat-template", NULL, &epp->chat_template, "NAME",
+                  "chatml, gemma or llama3 (default: from the model)"),
         CLI_F_BOOL("--no-prefix-cache", NULL, &no_prefix_cache, "do not reuse cached prompt blocks"),
         CLI_F_NUM("--lookup", NULL, CLI_INT, &sp->lookup_n, 0, 8, "N",
                   "speculative decoding by n-gram lookup (n-grams of up to N\ntokens) for requests that do not set "
@@ -242,8 +256,7 @@ static int serve_dir(serve_opts *o) {
 }
 
 /* The one line that says what is served, once it is. */
-static void print_serving(const serve_opts *o, const cn_server *srv, cn_engine *e, const cn_embedder *emb,
-                          bool draft) {
+static void print_serving(const serve_opts *o, const cn_server *srv, cn_engine *e, const cn_embedder *emb, bool draft) {
     const cn_chat_template *chat = cn_engine_chat_template(e);
     cn_engine_stats st;
     cn_engine_get_stats(e, &st);
@@ -253,7 +266,9 @@ static void print_serving(const serve_opts *o, const cn_server *srv, cn_engine *
             o->sp.model_id, o->sp.host, cn_server_port(srv), cn_engine_n_ctx(e), o->ec.ep.max_running,
             (long long)st.kv_blocks_total, st.kv_block_tokens, chat ? cn_chat_template_name(chat) : "none",
             o->sp.api_key ? ", API key required" : "", draft ? ", speculation: draft model " : "",
-            draft ? o->draft_path : o->sp.lookup_n ? ", speculation: n-gram lookup" : "",
+            draft            ? o->draft_path
+            : o->sp.lookup_n ? ", speculation: n-gram lookup"
+                             : "",
             cn_pooling_name(cn_embedder_pooling(emb)));
 }
 

@@ -51,7 +51,6 @@ static char *vars_object(const char *const *vars, int n) {
     return s;
 }
 
-
 int cn_cli_template(int argc, char **argv) {
     const char *model = NULL, *tmpl_path = NULL, *messages_path = NULL, *tools_path = NULL;
     const char *vars[TEMPLATE_MAX_VARS];
@@ -64,8 +63,13 @@ int cn_cli_template(int argc, char **argv) {
         CLI_F_STR("--messages", NULL, &messages_path, "FILE", "the conversation: a JSON array of messages"),
         CLI_F_STR("--tools", NULL, &tools_path, "FILE", "a JSON array of OpenAI tools"),
         CLI_F_BOOL("--no-generation-prompt", NULL, &no_gen, "do not open an assistant turn at the end"),
-        {.name = "--var", .kind = CLI_STRS, .dst = vars, .max = TEMPLATE_MAX_VARS, .count = &n_vars,
-         .metavar = "NAME=VALUE", .help = "a template variable (VALUE as JSON when it parses, else a string)"},
+        {.name = "--var",
+         .kind = CLI_STRS,
+         .dst = vars,
+         .max = TEMPLATE_MAX_VARS,
+         .count = &n_vars,
+         .metavar = "NAME=VALUE",
+         .help = "a template variable (VALUE as JSON when it parses, else a string)"},
         CLI_F_NUM("--now", NULL, CLI_I64, &now, 0, 253402300799.0, "UNIX",
                   "strftime_now's clock, seconds since 1970 read as UTC (default: now, local time)"),
     };

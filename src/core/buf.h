@@ -90,7 +90,8 @@ static inline bool cn_buf_vprintf(cn_buf *b, const char *fmt, va_list ap) {
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
-static inline bool cn_buf_printf(cn_buf *b, const char *fmt, ...) {
+static inline bool
+cn_buf_printf(cn_buf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     const bool ok = cn_buf_vprintf(b, fmt, ap);

@@ -141,7 +141,7 @@ double cn_time_ms(void) {
 /* The level and the sink: set once by the program (cn_log_set*) and read by every
  * thread that logs; atomics, so a program may change them while the library runs. */
 static _Atomic int g_log_level = -2; /* -2: not yet read from the environment */
-static _Atomic(cn_log_fn) g_log_fn; /* NULL: stderr */
+static _Atomic(cn_log_fn) g_log_fn;  /* NULL: stderr */
 static void *_Atomic g_log_user;
 
 void cn_log_set_level(cn_log_level lvl) { g_log_level = (int)lvl; }

@@ -51,8 +51,7 @@ static void detect(void) {
             f.avx512vl = zmm && (b & (1u << 31));
             f.avx512vnni = zmm && (c & (1u << 11));
             /* edx bits 24/25: AMX-TILE/INT8; xcr0 bits 17/18: tile config and data */
-            f.amx_int8 = (d & (3u << 24)) == (3u << 24) && (xcr0 & (3ull << 17)) == (3ull << 17) &&
-                         amx_permitted();
+            f.amx_int8 = (d & (3u << 24)) == (3u << 24) && (xcr0 & (3ull << 17)) == (3ull << 17) && amx_permitted();
         }
         if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
             f.avxvnni = ymm && (a & (1u << 4));

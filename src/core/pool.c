@@ -29,8 +29,8 @@ struct cn_pool {
     pthread_t *threads;
     cn_pool_fn fn;
     void *ctx;
-    atomic_uint gen;       /* bumped once per region */
-    atomic_int n_done;     /* workers finished with the current region */
+    atomic_uint gen;   /* bumped once per region */
+    atomic_int n_done; /* workers finished with the current region */
     atomic_int n_sleeping;
     atomic_bool stop;
     pthread_mutex_t mu;
@@ -51,8 +51,7 @@ static void *worker_main(void *argp) {
     for (;;) {
         unsigned g;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-               !atomic_load(&p->stop)) {
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
             if (++spins < SPIN_ITERS) {
                 CN_RELAX();
                 if (spins % YIELD_EVERY == 0) sched_yield();
@@ -60,8 +59,7 @@ static void *worker_main(void *argp) {
             }
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->n_sleeping, 1);
-            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
-                pthread_cond_wait(&p->cv, &p->mu);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->n_sleeping, 1);
             pthread_mutex_unlock(&p->mu);
             spins = 0;
@@ -146,8 +144,7 @@ void cn_pool_run(cn_pool *p, cn_pool_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     fn(ctx, 0, p->n_threads);
-    for (unsigned spins = 1; atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1;
-         spins++) {
+    for (unsigned spins = 1; atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n_threads - 1; spins++) {
         CN_RELAX();
         if (spins % YIELD_EVERY == 0) sched_yield();
     }

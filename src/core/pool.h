@@ -23,7 +23,7 @@ typedef void (*cn_pool_fn)(void *ctx, int ith, int nth);
 
 /* n_threads in [1, CN_MAX_THREADS] (resolved: cn_threads_resolve). */
 cn_status cn_pool_create(int n_threads, cn_pool **out, cn_error *err);
-void cn_pool_free(cn_pool *p); /* NULL is a no-op; joins the workers */
+void cn_pool_free(cn_pool *p);      /* NULL is a no-op; joins the workers */
 int cn_pool_size(const cn_pool *p); /* 1 for NULL */
 
 /* Runs fn(ctx, ith, nth) for ith in [0, nth) and returns when all have returned.

@@ -85,8 +85,8 @@ cn_status cn_system_measure_bandwidth(int32_t n_threads, uint64_t n_bytes, doubl
                                       cn_error *err) {
     *read_gb_s = *copy_gb_s = 0;
     if (n_threads < 1 || n_threads > 1024)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_threads", "bandwidth: n_threads = %d is out of range [1, 1024]",
-                            n_threads);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_threads",
+                            "bandwidth: n_threads = %d is out of range [1, 1024]", n_threads);
     if (n_bytes > SIZE_MAX / 2)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_bytes", "bandwidth: n_bytes = %llu is too large",
                             (unsigned long long)n_bytes);

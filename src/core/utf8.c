@@ -21,16 +21,12 @@ int cn_utf8_check(const uint8_t *s, size_t n, size_t *bad) {
         need = 2;
     } else if (c >= 0xE0 && c <= 0xEF) {
         need = 3;
-        if (c == 0xE0)
-            lo = 0xA0; /* overlong */
-        else if (c == 0xED)
-            hi = 0x9F; /* surrogates */
+        if (c == 0xE0) lo = 0xA0;      /* overlong */
+        else if (c == 0xED) hi = 0x9F; /* surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
         need = 4;
-        if (c == 0xF0)
-            lo = 0x90; /* overlong */
-        else if (c == 0xF4)
-            hi = 0x8F; /* above U+10FFFF */
+        if (c == 0xF0) lo = 0x90;      /* overlong */
+        else if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
     } else {
         return 0; /* continuation byte, C0/C1, F5..FF */
     }
@@ -108,12 +104,10 @@ size_t cn_utf8_decode(const char *s, size_t n, uint32_t *cp) {
     switch (r) {
     case 1: *cp = p[0]; break;
     case 2: *cp = ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F); break;
-    case 3:
-        *cp = ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-        break;
+    case 3: *cp = ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F); break;
     default:
-        *cp = ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
-              ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+        *cp = ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) | ((uint32_t)(p[2] & 0x3F) << 6) |
+              (p[3] & 0x3F);
     }
     return (size_t)r;
 }
@@ -121,7 +115,8 @@ size_t cn_utf8_decode(const char *s, size_t n, uint32_t *cp) {
 cn_status cn_text_utf8_clean(const char *s, size_t n, char **out, size_t *n_out, cn_error *err) {
     size_t k = 0;
     *out = NULL;
-    if (!cn_utf8_sanitize(s ? s : "", s ? n : 0, out, &k)) return cn_err(err, CN_STATUS_NO_MEMORY, "utf8: out of memory");
+    if (!cn_utf8_sanitize(s ? s : "", s ? n : 0, out, &k))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "utf8: out of memory");
     if (n_out) *n_out = k;
     return CN_STATUS_OK;
 }

@@ -33,14 +33,14 @@
 struct cn_embedder {
     const cn_model *m;
     cn_embedder_params p;
-    cn_tokenizer *tok;         /* owned, or the engine's */
-    cn_engine *engine;         /* borrowed: its pool and lock; NULL when standalone */
-    pthread_mutex_t own_mu;    /* standalone: the lock */
-    pthread_mutex_t *mu;       /* own_mu, or the engine's */
+    cn_tokenizer *tok;      /* owned, or the engine's */
+    cn_engine *engine;      /* borrowed: its pool and lock; NULL when standalone */
+    pthread_mutex_t own_mu; /* standalone: the lock */
+    pthread_mutex_t *mu;    /* own_mu, or the engine's */
     cn_fwd *fwd;
     cn_kv *kv;
     cn_batch batch;
-    float *hidden;             /* (n_batch, n_embd) one pass's hidden states */
+    float *hidden; /* (n_batch, n_embd) one pass's hidden states */
     int32_t n_embd, n_vocab;
 };
 
@@ -89,8 +89,8 @@ cn_status cn_embd_pool(const float *h, int32_t n_rows, int32_t n_embd, cn_poolin
 }
 
 cn_embedder_params cn_embedder_default_params(void) {
-    return (cn_embedder_params){.n_threads = 0, .n_batch = 512, .max_seqs = 64, .pooling = CN_POOLING_DEFAULT,
-                                .normalize = true};
+    return (cn_embedder_params){
+        .n_threads = 0, .n_batch = 512, .max_seqs = 64, .pooling = CN_POOLING_DEFAULT, .normalize = true};
 }
 
 /* <arch>.pooling_type: mean, cls or last; anything else (none, rank, absent) is last. */
@@ -225,8 +225,7 @@ static cn_status run_pass(cn_embedder *e, const int32_t *const *tokens, const in
                           float *out, cn_error *err) {
     cn_batch_clear(&e->batch);
     for (size_t i = i0; i < i1; i++)
-        for (int32_t t = 0; t < n_tokens[i]; t++)
-            cn_batch_add(&e->batch, tokens[i][t], t, (int32_t)(i - i0), true);
+        for (int32_t t = 0; t < n_tokens[i]; t++) cn_batch_add(&e->batch, tokens[i][t], t, (int32_t)(i - i0), true);
     cn_status st = cn_forward_embd(e->m, e->fwd, &e->batch, e->kv, e->hidden, err);
     for (size_t i = i0; i < i1; i++) cn_kv_seq_free(e->kv, (int32_t)(i - i0));
     if (st != CN_STATUS_OK) return st;
@@ -270,8 +269,7 @@ cn_status cn_embedder_embed(cn_embedder *e, const int32_t *const *tokens, const 
     return st;
 }
 
-cn_status cn_embedder_embed_texts(cn_embedder *e, const char *const *texts, size_t n_texts, float *out,
-                                  cn_error *err) {
+cn_status cn_embedder_embed_texts(cn_embedder *e, const char *const *texts, size_t n_texts, float *out, cn_error *err) {
     if (!e || (n_texts && !texts)) return cn_err(err, CN_STATUS_INVALID_ARG, "embed: no embedder or texts");
     int32_t **ids = calloc(n_texts ? n_texts : 1, sizeof *ids);
     int32_t *n = calloc(n_texts ? n_texts : 1, sizeof *n);

@@ -98,11 +98,11 @@ static cn_status check_params(const cn_engine_params *p, cn_error *err) {
     if (p->kv_type != CN_TYPE_F16 && p->kv_type != CN_TYPE_Q8_0 && p->kv_type != CN_TYPE_F32)
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: kv_type %d is not f16, q8_0 or f32", (int)p->kv_type);
     if (p->block_tokens < 1 || p->block_tokens > CN_KV_MAX_BLOCK_TOKENS)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: block_tokens = %d is out of range [1, %d]",
-                      p->block_tokens, CN_KV_MAX_BLOCK_TOKENS);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: block_tokens = %d is out of range [1, %d]", p->block_tokens,
+                      CN_KV_MAX_BLOCK_TOKENS);
     if (p->max_running < 1 || p->max_running > CN_ENGINE_MAX_RUNNING)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: max_running = %d is out of range [1, %d]",
-                      p->max_running, CN_ENGINE_MAX_RUNNING);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "engine: max_running = %d is out of range [1, %d]", p->max_running,
+                      CN_ENGINE_MAX_RUNNING);
     if (p->step_tokens < p->max_running || p->step_tokens > (1 << 20))
         return cn_err(err, CN_STATUS_INVALID_ARG,
                       "engine: step_tokens = %d is out of range [max_running = %d, 2^20] (one decode row "
@@ -243,8 +243,8 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
     if (n_ctx <= 0) n_ctx = 4096;
     e->n_ctx = (int32_t)CN_MIN(n_ctx, CN_MIN(e->kv_capacity, (int64_t)1 << 24));
     if (e->n_ctx < 2) {
-        st = cn_err(err, CN_STATUS_LIMIT, "engine: the context holds %d positions (KV budget %lld tokens)",
-                    e->n_ctx, (long long)e->kv_capacity);
+        st = cn_err(err, CN_STATUS_LIMIT, "engine: the context holds %d positions (KV budget %lld tokens)", e->n_ctx,
+                    (long long)e->kv_capacity);
         goto fail;
     }
 
@@ -255,8 +255,8 @@ cn_status cn_engine_create(const cn_model *m, const cn_engine_params *p, cn_engi
     cp.n_batch_max = p->step_tokens;
     cp.n_ctx = e->n_ctx;
     if ((st = cn_fwd_create(m, &cp, &e->fwd, err)) != CN_STATUS_OK) goto fail;
-    cn_sched_params sp = {.max_running = p->max_running, .step_tokens = p->step_tokens,
-                          .prefix_cache = p->prefix_cache};
+    cn_sched_params sp = {
+        .max_running = p->max_running, .step_tokens = p->step_tokens, .prefix_cache = p->prefix_cache};
     if ((st = cn_sched_create(&sp, e->kv, &e->sched, err)) != CN_STATUS_OK) goto fail;
     if ((st = cn_batch_init(&e->batch, p->step_tokens, err)) != CN_STATUS_OK) goto fail;
     e->n_logit_rows = p->max_running;
@@ -298,8 +298,7 @@ static cn_status prompt_tokens(cn_engine *e, const cn_engine_request *r, engine_
         if (st != CN_STATUS_OK) return st;
         if (n == 0) return cn_err(err, CN_STATUS_INVALID_ARG, "engine: the prompt is empty (no tokens)");
         if (n >= (size_t)e->n_ctx)
-            return cn_err(err, CN_STATUS_LIMIT, "engine: the prompt is %zu tokens, the context holds %d", n,
-                          e->n_ctx);
+            return cn_err(err, CN_STATUS_LIMIT, "engine: the prompt is %zu tokens, the context holds %d", n, e->n_ctx);
         q->prompt = malloc(n * sizeof *q->prompt);
         if (!q->prompt) return cn_err(err, CN_STATUS_NO_MEMORY, "engine: out of memory for the prompt");
         size_t n2 = 0;
@@ -311,8 +310,8 @@ static cn_status prompt_tokens(cn_engine *e, const cn_engine_request *r, engine_
     if (!r->prompt_tokens || r->n_prompt_tokens < 1)
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: the request has no prompt (text or tokens)");
     if (r->n_prompt_tokens >= e->n_ctx)
-        return cn_err(err, CN_STATUS_LIMIT, "engine: the prompt is %d tokens, the context holds %d",
-                      r->n_prompt_tokens, e->n_ctx);
+        return cn_err(err, CN_STATUS_LIMIT, "engine: the prompt is %d tokens, the context holds %d", r->n_prompt_tokens,
+                      e->n_ctx);
     for (int32_t i = 0; i < r->n_prompt_tokens; i++)
         if (r->prompt_tokens[i] < 0 || r->prompt_tokens[i] >= e->n_vocab)
             return cn_err(err, CN_STATUS_INVALID_ARG, "engine: prompt token %d is %d, outside the vocabulary [0, %d)",
@@ -324,13 +323,13 @@ static cn_status prompt_tokens(cn_engine *e, const cn_engine_request *r, engine_
     return CN_STATUS_OK;
 }
 
-static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb,
-                           engine_req *q, cn_error *err) {
+static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb, engine_req *q,
+                           cn_error *err) {
     if (r->n < 1 || r->n > CN_ENGINE_MAX_N)
         return cn_err(err, CN_STATUS_INVALID_ARG, "engine: n = %d is out of range [1, %d]", r->n, CN_ENGINE_MAX_N);
     if (r->n > e->p.max_running)
-        return cn_err(err, CN_STATUS_LIMIT, "engine: n = %d completions, but at most %d sequences run at once",
-                      r->n, e->p.max_running);
+        return cn_err(err, CN_STATUS_LIMIT, "engine: n = %d completions, but at most %d sequences run at once", r->n,
+                      e->p.max_running);
     if (r->gen.beam.n_beams > 1)
         return cn_err(err, CN_STATUS_UNSUPPORTED, "engine: beam search (n_beams = %d) is not supported here",
                       r->gen.beam.n_beams);
@@ -381,15 +380,14 @@ static cn_status build_req(cn_engine *e, const cn_engine_request *r, const cn_en
 
 static uint64_t choice_key(uint64_t id, int32_t index) { return id << 8 | (uint64_t)index; }
 
-cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb,
-                           uint64_t *id, cn_error *err) {
+cn_status cn_engine_submit(cn_engine *e, const cn_engine_request *r, const cn_engine_callbacks *cb, uint64_t *id,
+                           cn_error *err) {
     if (id) *id = 0;
     if (!e || !r) return cn_err(err, CN_STATUS_INVALID_ARG, "engine: submit without an engine or a request");
     pthread_mutex_lock(&e->mu);
     cn_status st;
     if (e->n_queued >= e->p.max_queue) {
-        st = cn_err(err, CN_STATUS_BUSY, "engine: %d requests are already waiting (max_queue): try later",
-                    e->n_queued);
+        st = cn_err(err, CN_STATUS_BUSY, "engine: %d requests are already waiting (max_queue): try later", e->n_queued);
         goto out;
     }
     engine_req *q = calloc(1, sizeof *q);
@@ -563,8 +561,7 @@ static cn_status prompt_done(cn_engine *e, engine_choice *c0, const float *row, 
 static void begin_req(cn_engine *e, engine_req *q, int64_t n_reused) {
     (void)e;
     q->begun = true;
-    for (int32_t i = 0; i < q->n; i++)
-        cn_gen_begin(q->choices[i].gen, q->prompt, q->n_prompt, (int32_t)n_reused, NULL);
+    for (int32_t i = 0; i < q->n; i++) cn_gen_begin(q->choices[i].gen, q->prompt, q->n_prompt, (int32_t)n_reused, NULL);
 }
 
 static cn_status step_locked(cn_engine *e, int32_t *n_rows, cn_error *err) {
@@ -678,8 +675,7 @@ cn_status cn_engine_start(cn_engine *e, cn_error *err) {
         e->stop = false;
         if (pthread_create(&e->thread, NULL, run_loop, e) != 0)
             st = cn_err(err, CN_STATUS_NO_MEMORY, "engine: cannot start the run loop thread");
-        else
-            e->thread_started = true;
+        else e->thread_started = true;
     }
     pthread_mutex_unlock(&e->mu);
     return st;

@@ -26,13 +26,13 @@ struct cn_sched {
     cn_sched_params p;
     cn_kv *kv;
     int32_t block_tokens;
-    int32_t *free_slots;        /* (max_running) stack */
+    int32_t *free_slots; /* (max_running) stack */
     int32_t n_free_slots;
-    int32_t n_promised;         /* free slots set aside for forks of running sequences */
-    cn_sched_seq *waiting;      /* key order */
-    cn_sched_seq *running;      /* key order */
+    int32_t n_promised;    /* free slots set aside for forks of running sequences */
+    cn_sched_seq *waiting; /* key order */
+    cn_sched_seq *running; /* key order */
     int32_t n_waiting, n_running;
-    cn_sched_seq **planned;     /* (max_running) */
+    cn_sched_seq **planned; /* (max_running) */
     int64_t n_preemptions;
 };
 
@@ -42,8 +42,8 @@ cn_status cn_sched_create(const cn_sched_params *p, cn_kv *kv, cn_sched **out, c
     if (!kp) return cn_err(err, CN_STATUS_INVALID_ARG, "sched: no KV cache");
     if (p->max_running < 1 || p->max_running > kp->max_seqs)
         return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "sched: max_running = %d out of range [1, %d] (the cache's sequence ids)",
-                      p->max_running, kp->max_seqs);
+                      "sched: max_running = %d out of range [1, %d] (the cache's sequence ids)", p->max_running,
+                      kp->max_seqs);
     if (p->step_tokens < p->max_running)
         return cn_err(err, CN_STATUS_INVALID_ARG,
                       "sched: step_tokens = %d is below max_running = %d (each running sequence "
@@ -153,8 +153,7 @@ void cn_sched_remove(cn_sched *s, cn_sched_seq *q) {
     q->plan_logits = -1;
 }
 
-cn_status cn_sched_fork(cn_sched *s, cn_sched_seq *parent, cn_sched_seq *child, uint64_t child_key,
-                        cn_error *err) {
+cn_status cn_sched_fork(cn_sched *s, cn_sched_seq *parent, cn_sched_seq *child, uint64_t child_key, cn_error *err) {
     if (parent->state != CN_SEQ_RUNNING || parent->n_fork < 1 || child->state != CN_SEQ_IDLE)
         return cn_err(err, CN_STATUS_INVALID_ARG, "sched: fork needs a running parent with a promised slot");
     cn_status st = cn_sched_seq_append(child, parent->tokens, parent->n_tokens, err);
@@ -213,16 +212,14 @@ static int64_t n_free_blocks(const cn_sched *s) {
 /* Blocks the running sequences still need for the rows they know of. */
 static int64_t pending_blocks(const cn_sched *s) {
     int64_t n = 0;
-    for (const cn_sched_seq *q = s->running; q; q = q->next)
-        n += need_blocks(s, q, q->n_tokens - q->n_computed);
+    for (const cn_sched_seq *q = s->running; q; q = q->next) n += need_blocks(s, q, q->n_tokens - q->n_computed);
     return n;
 }
 
 /* Blocks admitting waiting q would take: all of its token list's blocks except leading
  * ones the prefix cache holds and some table already holds (cached blocks that nobody
  * holds are counted as free, so attaching them takes from the pool too). */
-static int64_t admission_blocks(const cn_sched *s, const cn_sched_seq *q, int32_t *scratch,
-                                int64_t scratch_n) {
+static int64_t admission_blocks(const cn_sched *s, const cn_sched_seq *q, int32_t *scratch, int64_t scratch_n) {
     int64_t n = blocks_for(s, q->n_tokens);
     if (!s->p.prefix_cache) return n;
     const int64_t hits = cn_kv_prefix_lookup(s->kv, q->tokens, q->n_tokens - 1, scratch, scratch_n);
@@ -358,7 +355,7 @@ cn_status cn_sched_plan_step(cn_sched *s, cn_batch *b, cn_sched_plan *plan, cn_e
         q->plan_logits = -1;
         if (q->plan_rows == 0) continue;
         st = cn_kv_seq_reserve(s->kv, q->slot, q->n_computed + q->plan_rows, err);
-        if (st != CN_STATUS_OK) return st; /* the accounting above makes this a bug */
+        if (st != CN_STATUS_OK) return st;                 /* the accounting above makes this a bug */
         const int32_t real = q->plan_rows - q->plan_draft; /* rows of known tokens */
         const bool completes = q->n_computed + real == q->n_tokens;
         for (int32_t i = 0; i < q->plan_rows; i++) {
@@ -366,8 +363,8 @@ cn_status cn_sched_plan_step(cn_sched *s, cn_batch *b, cn_sched_plan *plan, cn_e
             const bool want = completes && i >= real - 1;
             const int32_t tok = i < real ? q->tokens[pos] : q->draft[i - real];
             if (!cn_batch_add(b, tok, (int32_t)pos, q->slot, want))
-                return cn_err(err, CN_STATUS_INVALID_ARG, "sched: batch capacity %d below step_tokens %d",
-                              b->cap, s->p.step_tokens);
+                return cn_err(err, CN_STATUS_INVALID_ARG, "sched: batch capacity %d below step_tokens %d", b->cap,
+                              s->p.step_tokens);
         }
         if (completes) {
             q->plan_logits = plan->n_logits;

@@ -32,41 +32,41 @@
 #define CN_SCHED_MAX_DRAFT 16 /* drafted tokens per sequence and step */
 
 typedef enum {
-    CN_SEQ_IDLE = 0,   /* not in the scheduler */
-    CN_SEQ_WAITING,    /* queued for admission; holds no slot and no blocks */
-    CN_SEQ_RUNNING,    /* holds a KV slot (sequence id) and blocks */
+    CN_SEQ_IDLE = 0, /* not in the scheduler */
+    CN_SEQ_WAITING,  /* queued for admission; holds no slot and no blocks */
+    CN_SEQ_RUNNING,  /* holds a KV slot (sequence id) and blocks */
 } cn_seq_state;
 
 typedef struct cn_sched_seq {
-    uint64_t key;          /* order: smaller is older (admitted first, preempted last) */
-    int32_t *tokens;       /* (cap) prompt then generated tokens; n_tokens in use */
+    uint64_t key;    /* order: smaller is older (admitted first, preempted last) */
+    int32_t *tokens; /* (cap) prompt then generated tokens; n_tokens in use */
     int64_t n_tokens;
     size_t cap;
-    int64_t n_computed;    /* positions [0, n_computed) are in the KV cache */
-    int32_t slot;          /* KV sequence id while running, else -1 */
-    int32_t n_fork;        /* forks still to come (n > 1; set by the owner): admission
-                              promises this many more slots, cn_sched_fork uses them */
+    int64_t n_computed; /* positions [0, n_computed) are in the KV cache */
+    int32_t slot;       /* KV sequence id while running, else -1 */
+    int32_t n_fork;     /* forks still to come (n > 1; set by the owner): admission
+                           promises this many more slots, cn_sched_fork uses them */
     cn_seq_state state;
     /* per-step plan, valid from cn_sched_plan until the next plan */
-    int32_t plan_rows;     /* rows of this sequence in the batch */
-    int32_t plan_logits;   /* index into the logits rows, or -1; with drafts, the first of
-                              1 + plan_draft consecutive rows */
-    int32_t plan_draft;    /* drafts in the batch (valid until cn_sched_accept or the next plan) */
+    int32_t plan_rows;   /* rows of this sequence in the batch */
+    int32_t plan_logits; /* index into the logits rows, or -1; with drafts, the first of
+                            1 + plan_draft consecutive rows */
+    int32_t plan_draft;  /* drafts in the batch (valid until cn_sched_accept or the next plan) */
     /* set by the owner before a plan: guesses for the tokens after tokens[n_tokens - 1] */
     int32_t draft[CN_SCHED_MAX_DRAFT];
-    int32_t n_draft;       /* [0, CN_SCHED_MAX_DRAFT]; used only while decoding */
+    int32_t n_draft; /* [0, CN_SCHED_MAX_DRAFT]; used only while decoding */
     /* counters for the owner */
-    int64_t n_reused;      /* prefix-cache positions reused at the last admission */
-    int32_t n_admitted;    /* admissions (1 + times preempted and readmitted) */
+    int64_t n_reused;   /* prefix-cache positions reused at the last admission */
+    int32_t n_admitted; /* admissions (1 + times preempted and readmitted) */
     int32_t n_preempted;
     struct cn_sched_seq *next; /* list link (waiting or running), scheduler-owned */
-    void *owner;           /* the engine's back pointer */
+    void *owner;               /* the engine's back pointer */
 } cn_sched_seq;
 
 typedef struct {
-    int32_t max_running;   /* slots = KV sequence ids; >= 1 */
-    int32_t step_tokens;   /* rows per step; >= max_running */
-    bool prefix_cache;     /* attach cached prefix blocks on admission, publish full blocks */
+    int32_t max_running; /* slots = KV sequence ids; >= 1 */
+    int32_t step_tokens; /* rows per step; >= max_running */
+    bool prefix_cache;   /* attach cached prefix blocks on admission, publish full blocks */
 } cn_sched_params;
 
 typedef struct cn_sched cn_sched;
@@ -88,13 +88,12 @@ void cn_sched_enqueue(cn_sched *s, cn_sched_seq *q);
 void cn_sched_remove(cn_sched *s, cn_sched_seq *q);
 /* child (idle, no tokens) becomes a running copy of parent (running, n_fork > 0: uses one
  * promised slot): same tokens, sharing all of parent's KV blocks (copy-on-write later). */
-cn_status cn_sched_fork(cn_sched *s, cn_sched_seq *parent, cn_sched_seq *child, uint64_t child_key,
-                        cn_error *err);
+cn_status cn_sched_fork(cn_sched *s, cn_sched_seq *parent, cn_sched_seq *child, uint64_t child_key, cn_error *err);
 
 typedef struct {
-    cn_sched_seq **seqs;   /* (n_seqs) the sequences with rows in the batch, in key order */
+    cn_sched_seq **seqs; /* (n_seqs) the sequences with rows in the batch, in key order */
     int32_t n_seqs;
-    int32_t n_logits;      /* rows that want logits (one per sequence completing its tokens) */
+    int32_t n_logits;                /* rows that want logits (one per sequence completing its tokens) */
     int32_t n_admitted, n_preempted; /* in this step */
 } cn_sched_plan;
 

@@ -54,15 +54,15 @@ static double costs_at(const step_costs *sc, int32_t rows) {
     if (lo >= 0 && hi >= 0)
         return sc->ms[lo] + (sc->ms[hi] - sc->ms[lo]) * (rows - sc->rows[lo]) / (sc->rows[hi] - sc->rows[lo]);
     if (lo >= 0 && lo2 >= 0)
-        return sc->ms[lo] + CN_MAX(0.0, (sc->ms[lo] - sc->ms[lo2]) / (sc->rows[lo] - sc->rows[lo2])) *
-                                (rows - sc->rows[lo]);
+        return sc->ms[lo] +
+               CN_MAX(0.0, (sc->ms[lo] - sc->ms[lo2]) / (sc->rows[lo] - sc->rows[lo2])) * (rows - sc->rows[lo]);
     if (lo >= 0) return sc->ms[lo];
     if (hi >= 0) return sc->ms[hi] * rows / sc->rows[hi];
     return 0;
 }
 
 typedef struct {
-    double gain;  /* the chance this guess is reached and confirmed */
+    double gain; /* the chance this guess is reached and confirmed */
     engine_choice *c;
 } guess;
 
@@ -81,9 +81,7 @@ static int32_t guess_room(const cn_engine *e, const engine_choice *c) {
 
 /* The chance that a completion's next guess is confirmed (1 for one kept plain 16 steps
  * in a row: it is tried again, its rate may have changed). */
-static double guess_rate(const engine_choice *c) {
-    return c->plain_run >= 16 ? 1.0 : cn_spec_rate_value(&c->rate);
-}
+static double guess_rate(const engine_choice *c) { return c->plain_run >= 16 ? 1.0 : cn_spec_rate_value(&c->rate); }
 
 static bool decoding(const engine_choice *c) {
     return !c->done && !c->req->cancel_pending && c->seq.state == CN_SEQ_RUNNING &&
@@ -190,7 +188,8 @@ static void draft_guesses(cn_engine *e, engine_choice **dc, const int32_t *k, in
         for (int32_t i = 0; i < n; i++) {
             if (!active[i] || k[i] <= j) continue;
             dc[i]->d_guesses = j; /* draft[0..j) are in its draft cache now */
-            const int32_t t = cn_gen_guess_next(dc[i]->gen, e->dlogits + (size_t)row++ * (size_t)e->n_vocab, e->n_vocab);
+            const int32_t t = cn_gen_guess_next(dc[i]->gen, e->dlogits + (size_t)row++ * (size_t)e->n_vocab,
+                                                e->n_vocab);
             if (t < 0) {
                 active[i] = false;
                 continue;

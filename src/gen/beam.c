@@ -24,20 +24,20 @@
 #include "core/buf.h"
 
 typedef struct {
-    int32_t *tokens;      /* (cap) */
-    cn_gen_token *info;   /* (cap) or NULL without logprobs */
-    double *t_ms;         /* (cap) step times: shared by all beams, see search.t_step */
+    int32_t *tokens;    /* (cap) */
+    cn_gen_token *info; /* (cap) or NULL without logprobs */
+    double *t_ms;       /* (cap) step times: shared by all beams, see search.t_step */
     int32_t len;
     double sum;
-    double score;         /* hypotheses */
+    double score; /* hypotheses */
     cn_finish_reason reason;
-    int32_t seq;          /* live beams */
-    int32_t parent;       /* next beams: index into live */
+    int32_t seq;    /* live beams */
+    int32_t parent; /* next beams: index into live */
 } beam;
 
 typedef struct {
-    double score;         /* parent sum + logprob + bias */
-    double logprob;       /* raw */
+    double score;   /* parent sum + logprob + bias */
+    double logprob; /* raw */
     int32_t beam, id;
 } cand;
 
@@ -48,13 +48,13 @@ typedef struct {
     const cn_tokenizer *tok;
     int32_t V, k, cap, n_prompt, max_len, seq_base;
     bool logprobs;
-    float *bias;          /* (V) dense logit bias, -inf = banned */
+    float *bias; /* (V) dense logit bias, -inf = banned */
     beam *live, *next, *hyps;
     int32_t n_live, n_next, n_hyps;
-    cand *cands;          /* (k * 2k) */
+    cand *cands; /* (k * 2k) */
     int32_t n_cands;
-    cn_gen_token *top;    /* (k) per live beam: its row's raw top alternatives */
-    double *t_step;       /* (cap) when each step's choice was made */
+    cn_gen_token *top; /* (k) per live beam: its row's raw top alternatives */
+    double *t_step;    /* (cap) when each step's choice was made */
     int32_t *free_seqs, n_free;
     bool stop_any;
 } search;
@@ -124,8 +124,8 @@ static cn_status beam_cands(search *s, int32_t i, const float *row, cn_error *er
     float mx = -INFINITY;
     for (int32_t j = 0; j < V; j++) {
         if (isnan(row[j]) || row[j] == INFINITY)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "beam search: logit %d of beam %d is %g", (int)j,
-                          (int)i, (double)row[j]);
+            return cn_err(err, CN_STATUS_INVALID_ARG, "beam search: logit %d of beam %d is %g", (int)j, (int)i,
+                          (double)row[j]);
         if (row[j] > mx) mx = row[j];
     }
     if (mx == -INFINITY) return cn_err(err, CN_STATUS_INVALID_ARG, "beam search: no finite logit");
@@ -281,8 +281,8 @@ static void search_free(search *s) {
     free(s->free_seqs);
 }
 
-cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t *prompt,
-                         int32_t n_prompt, cn_gen *g, cn_beam_result *out, cn_error *err) {
+cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t *prompt, int32_t n_prompt, cn_gen *g,
+                         cn_beam_result *out, cn_error *err) {
     if (out) memset(out, 0, sizeof *out);
     if (!r || !r->model || !r->fwd || !r->kv || !g)
         return cn_err(err, CN_STATUS_INVALID_ARG, "cn_beam_search: NULL argument");
@@ -295,8 +295,8 @@ cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t
     if (cs != CN_STATUS_OK) return cs;
     if (seq_base < 0 || seq_base + k > cn_kv_params_of(r->kv)->max_seqs)
         return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "beam search needs sequences %d..%d but the KV cache has %d (raise max_seqs)",
-                      (int)seq_base, (int)(seq_base + k - 1), (int)cn_kv_params_of(r->kv)->max_seqs);
+                      "beam search needs sequences %d..%d but the KV cache has %d (raise max_seqs)", (int)seq_base,
+                      (int)(seq_base + k - 1), (int)cn_kv_params_of(r->kv)->max_seqs);
     if (r->n_batch < k)
         return cn_err(err, CN_STATUS_INVALID_ARG, "beam search: %d beams need batches of %d rows, the runner takes %d",
                       (int)k, (int)k, (int)r->n_batch);

@@ -20,13 +20,13 @@
 #include "gen/generate.h"
 
 typedef struct {
-    int32_t n_tokens;           /* of the best sequence (an ending end-of-generation token
-                                   not counted) */
-    double sum_logprob;         /* its summed raw log-probability (including that token) */
-    double score;               /* sum_logprob / max(n_tokens, 1)^length_penalty */
-    cn_finish_reason finish;    /* how it ended (before the replay through g) */
-    int32_t n_steps;            /* forward passes after the prefill */
-    int32_t n_finished;         /* finished hypotheses kept (<= n_beams) */
+    int32_t n_tokens;        /* of the best sequence (an ending end-of-generation token
+                                not counted) */
+    double sum_logprob;      /* its summed raw log-probability (including that token) */
+    double score;            /* sum_logprob / max(n_tokens, 1)^length_penalty */
+    cn_finish_reason finish; /* how it ended (before the replay through g) */
+    int32_t n_steps;         /* forward passes after the prefill */
+    int32_t n_finished;      /* finished hypotheses kept (<= n_beams) */
 } cn_beam_result;
 
 /* Runs beam search with g's parameters (g created for the model's n_vocab, not begun;
@@ -37,7 +37,7 @@ typedef struct {
  * on_text, cn_gen_text, timings with each token's time being its step's time); out (may
  * be NULL) gets its score. Errors: as cn_generate, and CN_STATUS_INVALID_ARG when the
  * sequences do not fit the cache's max_seqs. */
-cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t *prompt,
-                         int32_t n_prompt, cn_gen *g, cn_beam_result *out, cn_error *err);
+cn_status cn_beam_search(const cn_gen_runner *r, int32_t seq_base, const int32_t *prompt, int32_t n_prompt, cn_gen *g,
+                         cn_beam_result *out, cn_error *err);
 
 #endif

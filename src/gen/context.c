@@ -30,23 +30,28 @@ struct cn_context {
     const cn_model *m;
     cn_context_params p;
     cn_tokenizer *tok;
-    cn_chat_template *chat;    /* NULL: none cinder renders */
+    cn_chat_template *chat;         /* NULL: none cinder renders */
     char no_chat[CN_ERROR_MSG_LEN]; /* why chat is NULL */
     cn_fwd *fwd;
-    cn_fwd *draft_fwd;         /* the draft model's (NULL: none) */
-    cn_kv *draft_kv;           /* one sequence of n_ctx positions */
+    cn_fwd *draft_fwd; /* the draft model's (NULL: none) */
+    cn_kv *draft_kv;   /* one sequence of n_ctx positions */
     cn_kv *kv;
-    int32_t kv_seqs;           /* sequences kv was made for */
+    int32_t kv_seqs; /* sequences kv was made for */
     int32_t n_ctx, n_vocab;
-    int32_t *kv_tokens;        /* (n_ctx) what sequence 0 holds */
+    int32_t *kv_tokens; /* (n_ctx) what sequence 0 holds */
     int64_t n_kv;
-    float *logits;             /* (logits_cap, n_vocab): the low tier's last wanted rows */
+    float *logits; /* (logits_cap, n_vocab): the low tier's last wanted rows */
     int32_t n_logits, logits_cap;
 };
 
 cn_context_params cn_context_default_params(void) {
-    return (cn_context_params){.n_threads = 0, .n_ctx = 0, .n_batch = 512, .kv_type = CN_TYPE_F16, .n_seq_max = 1,
-                               .chat_template = NULL, .draft = NULL};
+    return (cn_context_params){.n_threads = 0,
+                               .n_ctx = 0,
+                               .n_batch = 512,
+                               .kv_type = CN_TYPE_F16,
+                               .n_seq_max = 1,
+                               .chat_template = NULL,
+                               .draft = NULL};
 }
 
 cn_status cn_tokenizer_from_model(const cn_model *m, cn_tokenizer **out, cn_error *err) {
@@ -114,10 +119,11 @@ cn_status cn_context_create(const cn_model *m, const cn_context_params *p, cn_co
     if (!m) return cn_err(err, CN_STATUS_INVALID_ARG, "context: no model");
     if (cn_threads_check(p->n_threads, "context", err) != CN_STATUS_OK) return CN_STATUS_INVALID_ARG;
     if (p->n_ctx < 0 || p->n_ctx > (1 << 24))
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_ctx", "context: n_ctx = %d is out of range [0, 2^24] (0 = the model's)",
-                      p->n_ctx);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_ctx",
+                            "context: n_ctx = %d is out of range [0, 2^24] (0 = the model's)", p->n_ctx);
     if (p->n_batch < 1 || p->n_batch > 8192)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_batch", "context: n_batch = %d is out of range [1, 8192]", p->n_batch);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_batch", "context: n_batch = %d is out of range [1, 8192]",
+                            p->n_batch);
     if (p->kv_type != CN_TYPE_F16 && p->kv_type != CN_TYPE_Q8_0 && p->kv_type != CN_TYPE_F32)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "kv_type", "context: kv_type %d is not F16, Q8_0 or F32",
                             (int)p->kv_type);
@@ -209,7 +215,8 @@ static cn_status prompt_ids(const cn_context *c, const cn_prompt *pr, int32_t **
     const char *text = pr->text;
     size_t len = text ? strlen(text) : 0;
     if (pr->messages) {
-        if (!c->chat) return cn_err(err, CN_STATUS_INVALID_ARG, "prompt: messages need a chat template: %s", c->no_chat);
+        if (!c->chat)
+            return cn_err(err, CN_STATUS_INVALID_ARG, "prompt: messages need a chat template: %s", c->no_chat);
         cn_status st = cn_chat_render(c->chat, pr->messages, pr->n_messages, true, &rendered, &len, err);
         if (st != CN_STATUS_OK) return st;
         text = rendered;
@@ -274,8 +281,8 @@ static cn_status copy_result(cn_gen *g, int32_t n_prompt, const cn_beam_result *
 }
 
 /* Adds the chat end of turn as a stop string (a copy of gen with its own stop array). */
-static cn_status with_eot_stop(const cn_gen_params *gen, const char *eot, cn_gen_params *out,
-                               const char **stops, cn_error *err) {
+static cn_status with_eot_stop(const cn_gen_params *gen, const char *eot, cn_gen_params *out, const char **stops,
+                               cn_error *err) {
     *out = *gen;
     if (!eot) return CN_STATUS_OK;
     if (gen->n_stop < 0 || gen->n_stop >= CN_GEN_MAX_STOP)
@@ -299,16 +306,19 @@ cn_status cn_context_generate(cn_context *c, const cn_prompt *prompt, const cn_g
     if (st != CN_STATUS_OK) return st;
     if (n >= c->n_ctx) {
         free(ids);
-        return cn_err(err, CN_STATUS_LIMIT, "generate: the prompt is %d tokens and the context holds %d: no room to "
-                                            "generate", n, c->n_ctx);
+        return cn_err(err, CN_STATUS_LIMIT,
+                      "generate: the prompt is %d tokens and the context holds %d: no room to "
+                      "generate",
+                      n, c->n_ctx);
     }
     cn_gen_params gp;
     const char *stops[CN_GEN_MAX_STOP];
     st = with_eot_stop(gen, eot, &gp, stops, err);
     const int32_t k = gp.beam.n_beams;
     if (st == CN_STATUS_OK && gp.draft && !c->draft_fwd)
-        st = cn_err_param(err, CN_STATUS_INVALID_ARG, "draft", "generate: draft is set but the context has no draft "
-                                                               "model (cn_context_params.draft)");
+        st = cn_err_param(err, CN_STATUS_INVALID_ARG, "draft",
+                          "generate: draft is set but the context has no draft "
+                          "model (cn_context_params.draft)");
     if (st == CN_STATUS_OK && k > 1 && k > c->kv_seqs && k <= CN_GEN_MAX_BEAMS) st = make_kv(c, k, err);
     cn_gen *g = NULL;
     if (st == CN_STATUS_OK) st = cn_gen_create(c->tok, c->n_vocab, &gp, &g, err);
@@ -436,8 +446,8 @@ cn_status cn_context_seq_cp(cn_context *c, int32_t src, int32_t dst, int64_t n, 
                             src, dst, c->kv_seqs);
     const int64_t len = cn_kv_seq_len(c->kv, src);
     if (n < -1 || n > len)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n", "seq_cp: n = %lld, and sequence %d holds %lld", (long long)n,
-                            src, (long long)len);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n", "seq_cp: n = %lld, and sequence %d holds %lld",
+                            (long long)n, src, (long long)len);
     if (dst == 0) c->n_kv = 0;
     cn_kv_seq_free(c->kv, dst);
     const cn_status st = cn_kv_seq_fork(c->kv, src, dst, err);
@@ -459,13 +469,17 @@ size_t cn_abi_size(const char *type_name) {
     /* clang-format off */
 #define ABI(T) {#T, sizeof(T)}
     /* clang-format on */
-    static const struct { const char *name; size_t size; } types[] = {
-        ABI(cn_error), ABI(cn_logit_bias), ABI(cn_sampling_params), ABI(cn_beam_params), ABI(cn_gen_params),
-        ABI(cn_gen_logprob), ABI(cn_gen_token), ABI(cn_gen_timings), ABI(cn_model_params), ABI(cn_model_info),
-        ABI(cn_chat_msg), ABI(cn_context_params), ABI(cn_prompt), ABI(cn_result), ABI(cn_candidate),
-        ABI(cn_explain_result), ABI(cn_engine_params), ABI(cn_engine_request), ABI(cn_engine_callbacks),
-        ABI(cn_engine_stats), ABI(cn_batch_row), ABI(cn_batch), ABI(cn_grammar_params), ABI(cn_chat_turn),
-        ABI(cn_chat_turn_info), ABI(cn_tool_event), ABI(cn_fim_chunk), ABI(cn_fim_params),
+    static const struct {
+        const char *name;
+        size_t size;
+    } types[] = {
+        ABI(cn_error),           ABI(cn_logit_bias),     ABI(cn_sampling_params),  ABI(cn_beam_params),
+        ABI(cn_gen_params),      ABI(cn_gen_logprob),    ABI(cn_gen_token),        ABI(cn_gen_timings),
+        ABI(cn_model_params),    ABI(cn_model_info),     ABI(cn_chat_msg),         ABI(cn_context_params),
+        ABI(cn_prompt),          ABI(cn_result),         ABI(cn_candidate),        ABI(cn_explain_result),
+        ABI(cn_engine_params),   ABI(cn_engine_request), ABI(cn_engine_callbacks), ABI(cn_engine_stats),
+        ABI(cn_batch_row),       ABI(cn_batch),          ABI(cn_grammar_params),   ABI(cn_chat_turn),
+        ABI(cn_chat_turn_info),  ABI(cn_tool_event),     ABI(cn_fim_chunk),        ABI(cn_fim_params),
         ABI(cn_embedder_params),
     };
 #undef ABI
@@ -479,7 +493,7 @@ size_t cn_abi_size(const char *type_name) {
 typedef struct {
     cn_explain_fn fn;
     void *user;
-    cn_candidate *sorted;      /* (n_vocab) */
+    cn_candidate *sorted; /* (n_vocab) */
 } explain_obs;
 
 static void explain_stage(void *user, cn_sampler_stage stage, const cn_candidate *cand, size_t n) {

@@ -40,26 +40,26 @@
 struct cn_gen {
     const cn_tokenizer *tok;
     int32_t n_vocab;
-    cn_gen_params p;             /* p.stop points at stops below */
+    cn_gen_params p; /* p.stop points at stops below */
     char *stops[CN_GEN_MAX_STOP];
     cn_sampler *sampler;
-    cn_grammar_matcher *gm;      /* p.grammar's matcher, or NULL */
-    uint32_t *mask;              /* (n_mask_words) its last mask */
+    cn_grammar_matcher *gm; /* p.grammar's matcher, or NULL */
+    uint32_t *mask;         /* (n_mask_words) its last mask */
     size_t n_mask_words;
-    int32_t n_mask_bits;         /* the grammar's vocabulary */
-    size_t n_guessed;            /* guesses committed to gm (cn_gen_guess_next) */
+    int32_t n_mask_bits; /* the grammar's vocabulary */
+    size_t n_guessed;    /* guesses committed to gm (cn_gen_guess_next) */
     cn_detok *detok;
     cn_stop_filter *filter;
 
-    int32_t *hist;               /* (n_hist) prompt then generated tokens */
+    int32_t *hist; /* (n_hist) prompt then generated tokens */
     size_t n_hist, cap_hist;
     int32_t n_prompt, n_cached, n_gen;
-    cn_gen_token *info;          /* (n_gen) per generated token */
-    double *t_tok;               /* (n_gen) when each generated token was chosen */
+    cn_gen_token *info; /* (n_gen) per generated token */
+    double *t_tok;      /* (n_gen) when each generated token was chosen */
     size_t cap_gen;
 
-    cn_buf text;                 /* emitted text; text.failed: an append ran out of memory
-                                    (reported by the next call) */
+    cn_buf text; /* emitted text; text.failed: an append ran out of memory
+                    (reported by the next call) */
 
     double t_arrival, t_begin, t_end;
     bool begun, done;
@@ -88,33 +88,37 @@ cn_status cn_gen_validate(const cn_gen_params *p, int32_t n_vocab, cn_error *err
     cn_status st = cn_sampling_validate(&p->sampling, n_vocab, err);
     if (st != CN_STATUS_OK) return st;
     if (p->max_tokens < 1 || p->max_tokens > CN_GEN_MAX_TOKENS)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "max_tokens", "max_tokens = %d is out of range: must be in [1, %d]",
-                      (int)p->max_tokens, CN_GEN_MAX_TOKENS);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "max_tokens",
+                            "max_tokens = %d is out of range: must be in [1, %d]", (int)p->max_tokens,
+                            CN_GEN_MAX_TOKENS);
     if (p->n_stop < 0 || p->n_stop > CN_GEN_MAX_STOP)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_stop", "n_stop = %d is out of range: must be in [0, %d]",
-                      (int)p->n_stop, CN_GEN_MAX_STOP);
+                            (int)p->n_stop, CN_GEN_MAX_STOP);
     if (p->n_stop > 0 && !p->stop)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_stop", "n_stop = %d but the stop list is NULL", (int)p->n_stop);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_stop", "n_stop = %d but the stop list is NULL",
+                            (int)p->n_stop);
     for (int32_t i = 0; i < p->n_stop; i++) {
         if (!p->stop[i] || !p->stop[i][0])
             return cn_err_param(err, CN_STATUS_INVALID_ARG, "stop", "stop string %d is empty", (int)i);
         if (strlen(p->stop[i]) > CN_GEN_MAX_STOP_LEN)
             return cn_err_param(err, CN_STATUS_INVALID_ARG, "stop", "stop string %d is %zu bytes: at most %d", (int)i,
-                          strlen(p->stop[i]), CN_GEN_MAX_STOP_LEN);
+                                strlen(p->stop[i]), CN_GEN_MAX_STOP_LEN);
     }
     if (p->beam.n_beams < 1 || p->beam.n_beams > CN_GEN_MAX_BEAMS)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_beams", "n_beams = %d is out of range: must be in [1, %d], 1 = off",
-                      (int)p->beam.n_beams, CN_GEN_MAX_BEAMS);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_beams",
+                            "n_beams = %d is out of range: must be in [1, %d], 1 = off", (int)p->beam.n_beams,
+                            CN_GEN_MAX_BEAMS);
     if (!(p->beam.length_penalty >= -10.0f && p->beam.length_penalty <= 10.0f))
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "length_penalty", "length_penalty = %g is out of range: must be in [-10, 10]",
-                      (double)p->beam.length_penalty);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "length_penalty",
+                            "length_penalty = %g is out of range: must be in [-10, 10]",
+                            (double)p->beam.length_penalty);
     if (p->lookup_n < 0 || p->lookup_n > 8)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "lookup_n",
                             "lookup n-gram length %d is out of range: must be in [0, 8]", (int)p->lookup_n);
     const bool spec = p->lookup_n > 0 || p->draft;
     if (spec && (p->max_draft < 1 || p->max_draft > 16))
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "max_draft", "draft length %d is out of range: must be in [1, 16]",
-                            (int)p->max_draft);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "max_draft",
+                            "draft length %d is out of range: must be in [1, 16]", (int)p->max_draft);
     if (spec && p->beam.n_beams > 1)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_beams",
                             "speculative decoding (lookup_n, draft) does not combine with beam search (n_beams = %d)",
@@ -155,14 +159,12 @@ static void observe_stage(void *user, cn_sampler_stage stage, const cn_candidate
     const double lse = (double)mx + log(sum);
     g->obs_seen = true;
     g->obs_n = (int32_t)m;
-    for (size_t i = 0; i < m; i++)
-        g->obs_top[i] = (cn_gen_logprob){top[i].id, (float)((double)top[i].logit - lse)};
+    for (size_t i = 0; i < m; i++) g->obs_top[i] = (cn_gen_logprob){top[i].id, (float)((double)top[i].logit - lse)};
 }
 
 /* ---- lifecycle ---- */
 
-cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p,
-                        cn_gen **out, cn_error *err) {
+cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p, cn_gen **out, cn_error *err) {
     if (!out) return cn_err(err, CN_STATUS_INVALID_ARG, "cn_gen_create: out is NULL");
     *out = NULL;
     if (!tok) return cn_err(err, CN_STATUS_INVALID_ARG, "cn_gen_create: no tokenizer");
@@ -196,8 +198,9 @@ cn_status cn_gen_create_valid(const cn_tokenizer *tok, int32_t n_vocab, const cn
         if (!beyond && !(p->sampling.ignore_eos && cn_tokenizer_is_eog(tok, id))) continue;
         if ((st = cn_sampler_add_bias(g->sampler, id, -INFINITY, err)) != CN_STATUS_OK) {
             if (!beyond)
-                st = cn_err(err, st, "ignore_eos needs 'logit_bias' in the sampler chain (it bans the "
-                                     "end-of-generation tokens)");
+                st = cn_err(err, st,
+                            "ignore_eos needs 'logit_bias' in the sampler chain (it bans the "
+                            "end-of-generation tokens)");
             goto fail;
         }
     }
@@ -217,8 +220,8 @@ cn_status cn_gen_create_valid(const cn_tokenizer *tok, int32_t n_vocab, const cn
     }
     if (cn_detok_new(tok, false, &g->detok) != CN_STATUS_OK) goto oom;
     cn_detok_set_strip_space(g->detok, false); /* the output continues the prompt */
-    if ((st = cn_stop_filter_new((const char *const *)g->stops, (size_t)p->n_stop, emit_text, g,
-                                 &g->filter, err)) != CN_STATUS_OK)
+    if ((st = cn_stop_filter_new((const char *const *)g->stops, (size_t)p->n_stop, emit_text, g, &g->filter, err)) !=
+        CN_STATUS_OK)
         goto fail;
     *out = g;
     return CN_STATUS_OK;
@@ -244,16 +247,15 @@ void cn_gen_free(cn_gen *g) {
     free(g);
 }
 
-cn_status cn_gen_begin(cn_gen *g, const int32_t *prompt, int32_t n_prompt, int32_t n_cached,
-                       cn_error *err) {
+cn_status cn_gen_begin(cn_gen *g, const int32_t *prompt, int32_t n_prompt, int32_t n_cached, cn_error *err) {
     if (g->begun) return cn_err(err, CN_STATUS_INVALID_ARG, "generation: begun twice");
     if (n_prompt < 0 || (n_prompt > 0 && !prompt) || n_cached < 0 || n_cached > n_prompt)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "generation: bad prompt (%d tokens, %d cached)",
-                      (int)n_prompt, (int)n_cached);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "generation: bad prompt (%d tokens, %d cached)", (int)n_prompt,
+                      (int)n_cached);
     for (int32_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= g->n_vocab)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "prompt token %d = %d is outside the vocabulary [0, %d)",
-                          (int)i, (int)prompt[i], (int)g->n_vocab);
+            return cn_err(err, CN_STATUS_INVALID_ARG, "prompt token %d = %d is outside the vocabulary [0, %d)", (int)i,
+                          (int)prompt[i], (int)g->n_vocab);
     if (!CN_GROW(g->hist, g->cap_hist, (size_t)n_prompt + 16))
         return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for %d prompt tokens", (int)n_prompt);
     if (n_prompt > 0) memcpy(g->hist, prompt, (size_t)n_prompt * sizeof *prompt);
@@ -288,9 +290,7 @@ void cn_gen_finish(cn_gen *g, cn_finish_reason reason) {
     set_done(g, cn_stop_filter_reason(g->filter), NULL);
 }
 
-static bool should_cancel(const cn_gen *g) {
-    return g->p.should_cancel && g->p.should_cancel(g->p.user);
-}
+static bool should_cancel(const cn_gen *g) { return g->p.should_cancel && g->p.should_cancel(g->p.user); }
 
 /* info and t_tok, which share one capacity, hold at least need tokens. */
 static bool grow_gen(cn_gen *g, size_t need) {
@@ -305,8 +305,7 @@ static bool grow_gen(cn_gen *g, size_t need) {
     return true;
 }
 
-cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_step *out,
-                        cn_error *err) {
+cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_step *out, cn_error *err) {
     cn_gen_step step = {tok ? tok->id : -1, false, CN_FINISH_NONE};
     if (out) *out = step;
     if (!tok) return cn_err(err, CN_STATUS_INVALID_ARG, "cn_gen_accept: no token");
@@ -319,8 +318,10 @@ cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_
                       (int)CN_MIN(g->n_vocab, cn_tokenizer_n_vocab(g->tok)));
     if (t_ms < 0) t_ms = cn_time_ms();
     if (g->gm && g->n_guessed > 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "generation: a token accepted while %zu guesses are still "
-                                                  "committed to the grammar (cn_gen_guess_undo first)", g->n_guessed);
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "generation: a token accepted while %zu guesses are still "
+                      "committed to the grammar (cn_gen_guess_undo first)",
+                      g->n_guessed);
     const bool eog = cn_tokenizer_is_eog(g->tok, id);
     /* A refused token leaves the request as it was; so does a failure after the grammar
      * took it (it is rolled back). An end-of-generation token with ignore_eos is output
@@ -361,8 +362,7 @@ cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_
     st = cn_stop_filter_push(g->filter, text, n_text, &stopped, err);
     if (st != CN_STATUS_OK) return st;
     if (g->text.failed) return cn_err(err, CN_STATUS_NO_MEMORY, "generation: out of memory for the output text");
-    if (stopped)
-        set_done(g, CN_FINISH_STOP, &step);
+    if (stopped) set_done(g, CN_FINISH_STOP, &step);
     else if (g->gm && cn_grammar_matcher_is_done(g->gm)) {
         cn_gen_finish(g, CN_FINISH_STOP); /* nothing can follow: not even a choice to stop */
         step.done = true;
@@ -389,8 +389,10 @@ cn_status cn_gen_push_logits(cn_gen *g, const float *logits, cn_gen_step *out, c
     }
     if (g->gm) {
         cn_status st = CN_STATUS_OK;
-        if (g->n_guessed > 0) st = cn_err(err, CN_STATUS_INVALID_ARG, "generation: logits pushed while guesses are "
-                                                                      "committed to the grammar");
+        if (g->n_guessed > 0)
+            st = cn_err(err, CN_STATUS_INVALID_ARG,
+                        "generation: logits pushed while guesses are "
+                        "committed to the grammar");
         if (st == CN_STATUS_OK) st = cn_grammar_matcher_mask(g->gm, g->mask, g->n_mask_words, err);
         if (st != CN_STATUS_OK) return st;
         cn_sampler_set_mask(g->sampler, g->mask, g->n_mask_bits);
@@ -548,8 +550,8 @@ void cn_gen_get_timings(const cn_gen *g, cn_gen_timings *out) {
 
 /* ---- the single-request loop ---- */
 
-cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tokens, int32_t n,
-                         int32_t from, float *logits, cn_error *err) {
+cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tokens, int32_t n, int32_t from,
+                         float *logits, cn_error *err) {
     if (from < 0 || from >= n)
         return cn_err(err, CN_STATUS_INVALID_ARG, "prefill: nothing to do (tokens %d..%d)", (int)from, (int)n);
     if (r->n_batch < 1) return cn_err(err, CN_STATUS_INVALID_ARG, "prefill: n_batch = %d", (int)r->n_batch);
@@ -566,7 +568,7 @@ cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tok
 }
 
 cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t *prompt, int32_t n_prompt,
-                             int32_t *n_reuse, cn_error *err) {
+                              int32_t *n_reuse, cn_error *err) {
     const int32_t n_ctx = cn_fwd_n_ctx(r->fwd);
     if (n_prompt < 1 || !prompt) return cn_err(err, CN_STATUS_INVALID_ARG, "the prompt is empty (no tokens)");
     if (n_prompt >= n_ctx)
@@ -576,14 +578,14 @@ cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t
                       (int)n_prompt, (int)n_ctx);
     if (!n_reuse) return CN_STATUS_OK;
     if (*n_reuse < 0 || *n_reuse > cn_kv_seq_len(r->kv, seq))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_reuse = %d but sequence %d holds %lld positions",
-                      (int)*n_reuse, (int)seq, (long long)cn_kv_seq_len(r->kv, seq));
+        return cn_err(err, CN_STATUS_INVALID_ARG, "n_reuse = %d but sequence %d holds %lld positions", (int)*n_reuse,
+                      (int)seq, (long long)cn_kv_seq_len(r->kv, seq));
     if (*n_reuse > n_prompt - 1) *n_reuse = n_prompt - 1;
     return CN_STATUS_OK;
 }
 
-cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt,
-                      int32_t n_prompt, int32_t n_reuse, cn_gen *g, cn_error *err) {
+cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt, int32_t n_prompt, int32_t n_reuse,
+                      cn_gen *g, cn_error *err) {
     if (!r || !r->model || !r->fwd || !r->kv || !g)
         return cn_err(err, CN_STATUS_INVALID_ARG, "cn_generate: NULL argument");
     const int32_t V = cn_model_hparams(r->model)->n_vocab, n_ctx = cn_fwd_n_ctx(r->fwd);

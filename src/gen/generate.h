@@ -41,21 +41,19 @@ typedef struct cn_gen cn_gen;
  * push is masked to what the grammar allows, every accepted token must be allowed, and
  * the request ends with "stop" when the matcher is done or an end-of-generation token
  * comes once the text is complete. Logprobs stay the raw model's (before the mask). */
-cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p,
-                        cn_gen **out, cn_error *err);
+cn_status cn_gen_create(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p, cn_gen **out, cn_error *err);
 /* As cn_gen_create for a p that already passed cn_gen_validate(p, n_vocab) (tok non-NULL,
  * n_vocab > 0), which it trusts: a caller that validated a request once at its boundary
  * (the engine's submit, for every completion of it) does not check it again. */
-cn_status cn_gen_create_valid(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p,
-                              cn_gen **out, cn_error *err);
+cn_status cn_gen_create_valid(const cn_tokenizer *tok, int32_t n_vocab, const cn_gen_params *p, cn_gen **out,
+                              cn_error *err);
 void cn_gen_free(cn_gen *g); /* NULL is a no-op */
 
 /* Marks the start of prefill (queue time ends) and gives the prompt: prompt[0..n_prompt)
  * is copied as the start of the token history (penalties see prompt and output, as HF
  * transformers and llama.cpp do); n_cached of its leading tokens were reused from the KV
  * cache, not prefilled (for prefill tok/s). Once per request, before the first push. */
-cn_status cn_gen_begin(cn_gen *g, const int32_t *prompt, int32_t n_prompt, int32_t n_cached,
-                       cn_error *err);
+cn_status cn_gen_begin(cn_gen *g, const int32_t *prompt, int32_t n_prompt, int32_t n_cached, cn_error *err);
 
 /* What one step did. */
 typedef struct {
@@ -78,8 +76,7 @@ cn_status cn_gen_push_logits(cn_gen *g, const float *logits, cn_gen_step *out, c
  * detokenizer and the stop filter (on_text gets what is final), and the request ends on a
  * stop string ("stop") or at max_tokens ("length"). t_ms: when the token was chosen
  * (cn_time_ms clock), or < 0 for now. */
-cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_step *out,
-                        cn_error *err);
+cn_status cn_gen_accept(cn_gen *g, const cn_gen_token *tok, double t_ms, cn_gen_step *out, cn_error *err);
 
 /* Ends the request for reason (the driver's reasons: CN_FINISH_LENGTH when the context is
  * full, CN_FINISH_CANCELLED, CN_FINISH_STOP): flushes the detokenizer and every held-back
@@ -130,7 +127,6 @@ int32_t cn_gen_guess_next(cn_gen *g, const float *logits, int32_t n_vocab);
 /* Rolls the guesses back: the matcher is at the output again. */
 void cn_gen_guess_undo(cn_gen *g);
 
-
 /* ---- the single-request loop ---- */
 
 /* Where a request runs: borrowed handles. n_batch: the most rows one cn_forward takes
@@ -155,18 +151,18 @@ typedef struct {
  * Errors: an empty prompt or bad n_reuse (CN_STATUS_INVALID_ARG); a prompt of n_ctx tokens
  * or more (CN_STATUS_LIMIT: no room to generate); a failed forward pass (its status; g is
  * left open). */
-cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt,
-                      int32_t n_prompt, int32_t n_reuse, cn_gen *g, cn_error *err);
+cn_status cn_generate(const cn_gen_runner *r, int32_t seq, const int32_t *prompt, int32_t n_prompt, int32_t n_reuse,
+                      cn_gen *g, cn_error *err);
 
 /* The checks every single-request loop makes before it begins: a non-empty prompt that
  * leaves room to generate in r's context, and (n_reuse not NULL) *n_reuse within what
  * seq holds, lowered to n_prompt - 1 so the last prompt token is always prefilled. */
 cn_status cn_gen_check_prompt(const cn_gen_runner *r, int32_t seq, const int32_t *prompt, int32_t n_prompt,
-                             int32_t *n_reuse, cn_error *err);
+                              int32_t *n_reuse, cn_error *err);
 
 /* Prefills tokens[from..n) of seq (positions from..n-1) in chunks of r->n_batch, and
  * writes the last row's logits (n_vocab) to logits. For cn_generate and beam search. */
-cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tokens, int32_t n,
-                         int32_t from, float *logits, cn_error *err);
+cn_status cn_gen_prefill(const cn_gen_runner *r, int32_t seq, const int32_t *tokens, int32_t n, int32_t from,
+                         float *logits, cn_error *err);
 
 #endif

@@ -4,9 +4,7 @@
  * global state, nothing platform-dependent. */
 #include "gen/rng.h"
 
-static inline uint64_t rotl64(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
+static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t cn_splitmix64(uint64_t *state) {
     uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
@@ -36,6 +34,4 @@ uint64_t cn_rng_next(cn_rng *r) {
     return out;
 }
 
-double cn_rng_uniform(cn_rng *r) {
-    return (double)(cn_rng_next(r) >> 11) * 0x1.0p-53;
-}
+double cn_rng_uniform(cn_rng *r) { return (double)(cn_rng_next(r) >> 11) * 0x1.0p-53; }

@@ -20,15 +20,15 @@
 struct cn_sampler {
     cn_sampling_params params; /* logit_bias points at bias below */
     int32_t n_vocab;
-    cn_logit_bias *bias;       /* (n_bias), sorted by token, unique */
+    cn_logit_bias *bias; /* (n_bias), sorted by token, unique */
     size_t n_bias, cap_bias;
     uint64_t seed;
     cn_rng rng;
-    cn_candidate *cand;        /* (n_vocab) the working set */
-    cn_candidate *scratch;     /* (n_vocab) typical's order; NULL when typical is off */
-    int32_t *counts;           /* (n_vocab) zeros between calls; NULL when penalties are off */
-    const uint32_t *mask;      /* ((n_mask + 31) / 32) borrowed, or NULL: every token allowed */
-    int32_t n_mask;            /* ids >= n_mask are outside the mask */
+    cn_candidate *cand;    /* (n_vocab) the working set */
+    cn_candidate *scratch; /* (n_vocab) typical's order; NULL when typical is off */
+    int32_t *counts;       /* (n_vocab) zeros between calls; NULL when penalties are off */
+    const uint32_t *mask;  /* ((n_mask + 31) / 32) borrowed, or NULL: every token allowed */
+    int32_t n_mask;        /* ids >= n_mask are outside the mask */
     cn_sampler_observer observer;
     void *observer_user;
 };
@@ -76,8 +76,7 @@ static cn_status copy_bias(cn_sampler *s, const cn_sampling_params *p, cn_error 
     for (size_t i = 0; i < n; i++) {
         if (m > 0 && s->bias[m - 1].token == tmp[i].b.token)
             s->bias[m - 1].bias = cn_logit_add_sat(s->bias[m - 1].bias, tmp[i].b.bias);
-        else
-            s->bias[m++] = tmp[i].b;
+        else s->bias[m++] = tmp[i].b;
     }
     free(tmp);
     s->n_bias = m;
@@ -90,13 +89,11 @@ static void sync_bias_view(cn_sampler *s) {
     s->params.n_logit_bias = (int32_t)s->n_bias;
 }
 
-cn_status cn_sampler_create(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out,
-                            cn_error *err) {
+cn_status cn_sampler_create(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out, cn_error *err) {
     if (!out) return cn_err(err, CN_STATUS_INVALID_ARG, "cn_sampler_create: out is NULL");
     *out = NULL;
     if (n_vocab <= 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "n_vocab = %d is out of range: must be > 0",
-                      (int)n_vocab);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "n_vocab = %d is out of range: must be > 0", (int)n_vocab);
     const cn_status st = cn_sampling_validate(p, n_vocab, err);
     if (st != CN_STATUS_OK) return st;
     return cn_sampler_create_valid(p, n_vocab, out, err);
@@ -142,13 +139,9 @@ void cn_sampler_free(cn_sampler *s) {
     free(s);
 }
 
-const cn_sampling_params *cn_sampler_params(const cn_sampler *s) {
-    return &s->params;
-}
+const cn_sampling_params *cn_sampler_params(const cn_sampler *s) { return &s->params; }
 
-uint64_t cn_sampler_seed(const cn_sampler *s) {
-    return s->seed;
-}
+uint64_t cn_sampler_seed(const cn_sampler *s) { return s->seed; }
 
 void cn_sampler_set_observer(cn_sampler *s, cn_sampler_observer fn, void *user) {
     s->observer = fn;
@@ -166,33 +159,27 @@ static inline bool in_mask(const cn_sampler *s, int32_t id) {
 
 cn_status cn_sampler_add_bias(cn_sampler *s, int32_t token, float bias, cn_error *err) {
     if (token < 0 || token >= s->n_vocab)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "logit_bias: token %d is out of range: must be in [0, %d)", (int)token,
-                      (int)s->n_vocab);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias: token %d is out of range: must be in [0, %d)",
+                      (int)token, (int)s->n_vocab);
     if (isnan(bias) || bias == INFINITY) {
         char f[32];
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "logit_bias (token %d) = %s is out of range: must be finite or -inf",
+        return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias (token %d) = %s is out of range: must be finite or -inf",
                       (int)token, cn_sampling_fmt_float(f, sizeof f, bias));
     }
     if (!cn_sampling_chain_has(&s->params, CN_SAMPLER_LOGIT_BIAS))
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "logit_bias is set but 'logit_bias' is not in the sampler chain");
+        return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias is set but 'logit_bias' is not in the sampler chain");
     size_t lo = 0, hi = s->n_bias;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (s->bias[mid].token < token)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (s->bias[mid].token < token) lo = mid + 1;
+        else hi = mid;
     }
     if (lo < s->n_bias && s->bias[lo].token == token) {
         s->bias[lo].bias = cn_logit_add_sat(s->bias[lo].bias, bias);
         return CN_STATUS_OK;
     }
     if (s->n_bias >= CN_SAMPLING_MAX_LOGIT_BIAS)
-        return cn_err(err, CN_STATUS_LIMIT, "logit_bias: more than %d entries",
-                      CN_SAMPLING_MAX_LOGIT_BIAS);
+        return cn_err(err, CN_STATUS_LIMIT, "logit_bias: more than %d entries", CN_SAMPLING_MAX_LOGIT_BIAS);
     if (!CN_GROW(s->bias, s->cap_bias, s->n_bias + 1))
         return cn_err(err, CN_STATUS_NO_MEMORY, "logit_bias: out of memory");
     memmove(&s->bias[lo + 1], &s->bias[lo], (s->n_bias - lo) * sizeof *s->bias);
@@ -203,8 +190,7 @@ cn_status cn_sampler_add_bias(cn_sampler *s, int32_t token, float bias, cn_error
 }
 
 /* Log-probabilities under the raw model distribution: log_softmax(logits). */
-static void raw_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top,
-                         cn_sample_info *info) {
+static void raw_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top, cn_sample_info *info) {
     float mx = -INFINITY;
     for (int32_t i = 0; i < n_vocab; i++)
         if (logits[i] > mx) mx = logits[i];
@@ -235,8 +221,7 @@ static void raw_logprobs(const float *logits, int32_t n_vocab, int32_t token, in
 }
 
 static cn_status all_banned(const cn_sampler *s, cn_error *err) {
-    if (s->mask)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token the grammar allows");
+    if (s->mask) return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token the grammar allows");
     return cn_err(err, CN_STATUS_INVALID_ARG, "logit_bias bans every token");
 }
 
@@ -257,7 +242,8 @@ static bool greedy_shortcut(const cn_sampler *s) {
     bool greedy = false;
     for (int32_t k = 0; k < p->n_chain; k++) {
         if (p->chain[k] == CN_SAMPLER_TEMPERATURE) greedy = true;
-        else if (greedy && p->chain[k] == CN_SAMPLER_LOGIT_BIAS && cn_sampling_stage_on(p, CN_SAMPLER_LOGIT_BIAS)) return false;
+        else if (greedy && p->chain[k] == CN_SAMPLER_LOGIT_BIAS && cn_sampling_stage_on(p, CN_SAMPLER_LOGIT_BIAS))
+            return false;
     }
     return greedy;
 }
@@ -371,7 +357,7 @@ static cn_status greedy_pick(const cn_sampler *s, const float *logits, int32_t n
     bool bad;
     const float m = raw_max(logits, n_vocab, &bad);
     if (bad || m == -INFINITY) return greedy_scan(s, logits, n_vocab, out, err);
-    float best = m;         /* the winning value: raw max of the unbiased ids, or a biased one */
+    float best = m;          /* the winning value: raw max of the unbiased ids, or a biased one */
     int32_t first = n_vocab; /* the first biased id holding best (the list is id-sorted) */
     const bool bias_on = cn_sampling_stage_on(&s->params, CN_SAMPLER_LOGIT_BIAS);
     if (bias_on)
@@ -394,8 +380,8 @@ static cn_status greedy_pick(const cn_sampler *s, const float *logits, int32_t n
 }
 
 /* The stages of the chain, in order, on candidates built from the logits. */
-static cn_status run_chain(cn_sampler *s, const float *logits, int32_t n_vocab, const int32_t *window,
-                           size_t n_window, cn_cands *cp, cn_error *err) {
+static cn_status run_chain(cn_sampler *s, const float *logits, int32_t n_vocab, const int32_t *window, size_t n_window,
+                           cn_cands *cp, cn_error *err) {
     const cn_sampling_params *p = &s->params;
     cn_cands c;
     cn_status st = cn_cands_init(&c, s->cand, logits, n_vocab, err);
@@ -419,10 +405,9 @@ static cn_status run_chain(cn_sampler *s, const float *logits, int32_t n_vocab, 
             break;
         case CN_SAMPLER_PENALTIES:
             if (n_window == 0) continue;
-            cn_stage_penalties(&c, window, n_window, p->repetition_penalty, p->presence_penalty,
-                               p->frequency_penalty, s->counts);
-            if (c.n == 0)
-                return cn_err(err, CN_STATUS_INVALID_ARG, "penalties left no token with a finite logit");
+            cn_stage_penalties(&c, window, n_window, p->repetition_penalty, p->presence_penalty, p->frequency_penalty,
+                               s->counts);
+            if (c.n == 0) return cn_err(err, CN_STATUS_INVALID_ARG, "penalties left no token with a finite logit");
             break;
         case CN_SAMPLER_TEMPERATURE: cn_stage_temperature(&c, p->temperature); break;
         case CN_SAMPLER_TOP_K: cn_stage_top_k(&c, p->top_k); break;
@@ -437,15 +422,12 @@ static cn_status run_chain(cn_sampler *s, const float *logits, int32_t n_vocab, 
     return CN_STATUS_OK;
 }
 
-cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
-                            const int32_t *history, size_t n_history, int32_t *out_token,
-                            cn_sample_info *info, cn_error *err) {
-    if (!s || !logits || !out_token)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "cn_sampler_sample: NULL argument");
+cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab, const int32_t *history,
+                            size_t n_history, int32_t *out_token, cn_sample_info *info, cn_error *err) {
+    if (!s || !logits || !out_token) return cn_err(err, CN_STATUS_INVALID_ARG, "cn_sampler_sample: NULL argument");
     if (n_vocab != s->n_vocab)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "logits row has n_vocab = %d but the sampler was made for %d", (int)n_vocab,
-                      (int)s->n_vocab);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "logits row has n_vocab = %d but the sampler was made for %d",
+                      (int)n_vocab, (int)s->n_vocab);
     if (n_history > 0 && !history)
         return cn_err(err, CN_STATUS_INVALID_ARG, "history is NULL but n_history = %zu", n_history);
     const cn_sampling_params *p = &s->params;
@@ -453,13 +435,11 @@ cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
     const int32_t *window = NULL;
     size_t n_window = 0;
     if (cn_sampling_penalties_on(p) && n_history > 0) {
-        n_window = p->penalty_last_n < 0 ? n_history
-                                         : CN_MIN(n_history, (size_t)p->penalty_last_n);
+        n_window = p->penalty_last_n < 0 ? n_history : CN_MIN(n_history, (size_t)p->penalty_last_n);
         window = history + (n_history - n_window);
         for (size_t i = 0; i < n_window; i++)
             if (window[i] < 0 || window[i] >= n_vocab)
-                return cn_err(err, CN_STATUS_INVALID_ARG,
-                              "history[%zu] = token %d is out of range: must be in [0, %d)",
+                return cn_err(err, CN_STATUS_INVALID_ARG, "history[%zu] = token %d is out of range: must be in [0, %d)",
                               n_history - n_window + i, (int)window[i], (int)n_vocab);
     }
 
@@ -495,8 +475,8 @@ cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
     return CN_STATUS_OK;
 }
 
-cn_status cn_sampler_greedy(const cn_sampling_params *p, const float *logits, int32_t n_vocab,
-                            const int32_t *history, size_t n_history, int32_t *out_token, cn_error *err) {
+cn_status cn_sampler_greedy(const cn_sampling_params *p, const float *logits, int32_t n_vocab, const int32_t *history,
+                            size_t n_history, int32_t *out_token, cn_error *err) {
     cn_sampling_params g = *p;
     g.temperature = 0.0f;
     g.top_k = 0, g.top_p = 1.0f, g.min_p = 0.0f, g.typical_p = 1.0f;

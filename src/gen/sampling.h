@@ -27,15 +27,14 @@ typedef struct {
     cn_candidate *data; /* (n), borrowed */
     size_t n;
     size_t n_sorted;
-    bool normalized;    /* p = softmax(logit) over data[0..n) */
-    bool by_id;         /* data[i].id == i for all i: the full vocabulary, untouched */
+    bool normalized; /* p = softmax(logit) over data[0..n) */
+    bool by_id;      /* data[i].id == i for all i: the full vocabulary, untouched */
 } cn_cands;
 
 /* Fills buf (n_vocab entries) with (i, logits[i]) and points c at it. -inf logits are
  * dropped (the token cannot be drawn). NaN or +inf logits, or no finite logit at all:
  * CN_STATUS_INVALID_ARG. */
-cn_status cn_cands_init(cn_cands *c, cn_candidate *buf, const float *logits, int32_t n_vocab,
-                        cn_error *err);
+cn_status cn_cands_init(cn_cands *c, cn_candidate *buf, const float *logits, int32_t n_vocab, cn_error *err);
 
 /* The stages. Each is a pure function of the candidate set and its parameters (plus
  * scratch the caller owns); each keeps the cn_cands invariants. A stage at its "off"
@@ -51,15 +50,15 @@ void cn_stage_logit_bias(cn_cands *c, const cn_logit_bias *bias, size_t n_bias);
  * logit = logit > 0 ? logit / repetition : logit * repetition   (CTRL, llama.cpp)
  * logit -= presence * (count > 0) + frequency * count            (OpenAI)
  * Tokens whose logit becomes -inf are dropped (c->n may become 0, as above). */
-void cn_stage_penalties(cn_cands *c, const int32_t *window, size_t n_window, float repetition,
-                        float presence, float frequency, int32_t *counts);
+void cn_stage_penalties(cn_cands *c, const int32_t *window, size_t n_window, float repetition, float presence,
+                        float frequency, int32_t *counts);
 
 /* t > 0: logit /= t. t == 0: keep only the best candidate (greedy), p = 1. If dividing
  * would overflow the float range, the limit t -> 0 is taken (greedy) as well. */
 void cn_stage_temperature(cn_cands *c, float t);
-void cn_stage_top_k(cn_cands *c, int32_t k);    /* k <= 0 or k >= n: off */
-void cn_stage_top_p(cn_cands *c, float top_p);  /* top_p >= 1: off */
-void cn_stage_min_p(cn_cands *c, float min_p);  /* min_p <= 0: off */
+void cn_stage_top_k(cn_cands *c, int32_t k);   /* k <= 0 or k >= n: off */
+void cn_stage_top_p(cn_cands *c, float top_p); /* top_p >= 1: off */
+void cn_stage_min_p(cn_cands *c, float min_p); /* min_p <= 0: off */
 /* scratch: c->n entries. */
 void cn_stage_typical(cn_cands *c, float typical_p, cn_candidate *scratch); /* >= 1: off */
 
@@ -86,8 +85,7 @@ typedef struct cn_sampler cn_sampler;
 /* Called after each stage that ran (stages at their off value are skipped) with a view of
  * the candidates, valid only during the call, in no particular order; their p may be
  * stale: use cn_cands_top to read probabilities. */
-typedef void (*cn_sampler_observer)(void *user, cn_sampler_stage stage, const cn_candidate *cand,
-                                    size_t n_cand);
+typedef void (*cn_sampler_observer)(void *user, cn_sampler_stage stage, const cn_candidate *cand, size_t n_cand);
 
 /* What one draw produced. */
 typedef struct {
@@ -96,25 +94,23 @@ typedef struct {
 } cn_token_logprob;
 
 typedef struct {
-    int32_t token;   /* the chosen token (also returned through out_token) */
-    float p;         /* its probability in the final, renormalized candidate set */
-    int32_t n_kept;  /* candidates left after the chain, before the draw */
-    double u;        /* the uniform draw in [0, 1) used (consumed even when greedy) */
-    bool has_logprob;             /* n_logprobs >= 0 */
-    float logprob;                /* the chosen token's raw log-probability */
-    int32_t n_top;                /* = min(n_logprobs, tokens with finite logits) */
+    int32_t token;                                  /* the chosen token (also returned through out_token) */
+    float p;                                        /* its probability in the final, renormalized candidate set */
+    int32_t n_kept;                                 /* candidates left after the chain, before the draw */
+    double u;                                       /* the uniform draw in [0, 1) used (consumed even when greedy) */
+    bool has_logprob;                               /* n_logprobs >= 0 */
+    float logprob;                                  /* the chosen token's raw log-probability */
+    int32_t n_top;                                  /* = min(n_logprobs, tokens with finite logits) */
     cn_token_logprob top[CN_SAMPLING_MAX_LOGPROBS]; /* raw top tokens, most likely first */
 } cn_sample_info;
 
 /* Validates p (cn_sampling_validate with n_vocab), copies it (logit_bias included: p's
  * array is borrowed only during the call), seeds the RNG and allocates the scratch
  * buffers for n_vocab once. */
-cn_status cn_sampler_create(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out,
-                            cn_error *err);
+cn_status cn_sampler_create(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out, cn_error *err);
 /* As cn_sampler_create for a p that already passed cn_sampling_validate(p, n_vocab) with
  * n_vocab > 0 (cn_gen_create validated it with the rest of the request). */
-cn_status cn_sampler_create_valid(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out,
-                                  cn_error *err);
+cn_status cn_sampler_create_valid(const cn_sampling_params *p, int32_t n_vocab, cn_sampler **out, cn_error *err);
 void cn_sampler_free(cn_sampler *s); /* NULL: no-op */
 
 /* The parameters in use (logit_bias points at the sampler's merged copy, sorted by token);
@@ -148,17 +144,16 @@ void cn_sampler_set_observer(cn_sampler *s, cn_sampler_observer fn, void *user);
  * history: the tokens that penalties look at (n_history, may be NULL when 0), oldest
  * first; the last penalty_last_n of them are used (all when -1). Consumes exactly one
  * uniform from the RNG per call that returns OK (none on error), so the k-th successful
- * call of a seeded sampler always uses the k-th draw. info may be NULL. Errors (CN_STATUS_INVALID_ARG): n_vocab differs from
- * creation, a NaN/+inf logit, a history token out of range, every token banned (by the
- * mask, the bias or the penalties). */
-cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab,
-                            const int32_t *history, size_t n_history, int32_t *out_token,
-                            cn_sample_info *info, cn_error *err);
+ * call of a seeded sampler always uses the k-th draw. info may be NULL. Errors (CN_STATUS_INVALID_ARG): n_vocab differs
+ * from creation, a NaN/+inf logit, a history token out of range, every token banned (by the mask, the bias or the
+ * penalties). */
+cn_status cn_sampler_sample(cn_sampler *s, const float *logits, int32_t n_vocab, const int32_t *history,
+                            size_t n_history, int32_t *out_token, cn_sample_info *info, cn_error *err);
 
 /* The token temperature 0 would pick under p's logit bias and penalties (every other
  * stage off, the default chain): what explain calls "greedy". Errors as cn_sampler_sample. */
-cn_status cn_sampler_greedy(const cn_sampling_params *p, const float *logits, int32_t n_vocab,
-                            const int32_t *history, size_t n_history, int32_t *out_token, cn_error *err);
+cn_status cn_sampler_greedy(const cn_sampling_params *p, const float *logits, int32_t n_vocab, const int32_t *history,
+                            size_t n_history, int32_t *out_token, cn_error *err);
 
 /* Read-only: the min(k, n) canonically-first candidates of cand[0..n) into out, with
  * out[i].p = their softmax probability over all n candidates. Returns the count. */

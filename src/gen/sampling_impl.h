@@ -16,8 +16,8 @@
 /* ---- parameters (sampling_params.c) ---- */
 
 static inline bool cn_sampling_penalties_on(const cn_sampling_params *p) {
-    return p->penalty_last_n != 0 && (p->repetition_penalty != 1.0f ||
-                                      p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+    return p->penalty_last_n != 0 &&
+           (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
 }
 
 /* Whether the stage would change anything with these parameters. */

@@ -34,11 +34,10 @@ static const struct {
     const char *name;
     cn_sampler_stage stage;
 } stage_names[] = {
-    {"logit_bias", CN_SAMPLER_LOGIT_BIAS},   {"penalties", CN_SAMPLER_PENALTIES},
-    {"temperature", CN_SAMPLER_TEMPERATURE}, {"temp", CN_SAMPLER_TEMPERATURE},
-    {"top_k", CN_SAMPLER_TOP_K},             {"top_p", CN_SAMPLER_TOP_P},
-    {"min_p", CN_SAMPLER_MIN_P},             {"typical", CN_SAMPLER_TYPICAL},
-    {"typical_p", CN_SAMPLER_TYPICAL},       {"typ_p", CN_SAMPLER_TYPICAL},
+    {"logit_bias", CN_SAMPLER_LOGIT_BIAS}, {"penalties", CN_SAMPLER_PENALTIES}, {"temperature", CN_SAMPLER_TEMPERATURE},
+    {"temp", CN_SAMPLER_TEMPERATURE},      {"top_k", CN_SAMPLER_TOP_K},         {"top_p", CN_SAMPLER_TOP_P},
+    {"min_p", CN_SAMPLER_MIN_P},           {"typical", CN_SAMPLER_TYPICAL},     {"typical_p", CN_SAMPLER_TYPICAL},
+    {"typ_p", CN_SAMPLER_TYPICAL},
 };
 
 const char *cn_sampler_stage_name(cn_sampler_stage s) {
@@ -78,17 +77,15 @@ cn_sampling_params cn_sampling_default_params(void) {
 }
 
 const char *cn_sampling_fmt_float(char *buf, size_t n, double v) {
-    if (isnan(v))
-        snprintf(buf, n, "nan");
-    else
-        snprintf(buf, n, "%g", v);
+    if (isnan(v)) snprintf(buf, n, "nan");
+    else snprintf(buf, n, "%g", v);
     return buf;
 }
 
 static cn_status bad_float(cn_error *err, const char *name, double v, const char *range) {
     char b[32];
     return cn_err_param(err, CN_STATUS_INVALID_ARG, name, "%s = %s is out of range: must be %s", name,
-                  cn_sampling_fmt_float(b, sizeof b, v), range);
+                        cn_sampling_fmt_float(b, sizeof b, v), range);
 }
 
 static size_t chain_str(const cn_sampling_params *p, char *buf, size_t n) {
@@ -106,15 +103,14 @@ cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_
     if (!p) return cn_err(err, CN_STATUS_INVALID_ARG, "sampling params are NULL");
     if (n_vocab < 0)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_vocab", "n_vocab = %d is out of range: must be >= 0",
-                      (int)n_vocab);
+                            (int)n_vocab);
     if (!(p->temperature >= 0.0f && p->temperature <= 100.0f))
         return bad_float(err, "temperature", p->temperature, "in [0, 100] (0 = greedy, 1 = off)");
     if (p->top_k < 0)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "top_k", "top_k = %d is out of range: must be >= 0 (0 = off)", (int)p->top_k);
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return bad_float(err, "top_p", p->top_p, "in (0, 1] (1 = off)");
-    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return bad_float(err, "min_p", p->min_p, "in [0, 1] (0 = off)");
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "top_k", "top_k = %d is out of range: must be >= 0 (0 = off)",
+                            (int)p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) return bad_float(err, "top_p", p->top_p, "in (0, 1] (1 = off)");
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) return bad_float(err, "min_p", p->min_p, "in [0, 1] (0 = off)");
     if (!(p->typical_p > 0.0f && p->typical_p <= 1.0f))
         return bad_float(err, "typical_p", p->typical_p, "in (0, 1] (1 = off)");
     if (!(p->repetition_penalty > 0.0f && p->repetition_penalty <= 10.0f))
@@ -124,44 +120,50 @@ cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_
     if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
         return bad_float(err, "frequency_penalty", p->frequency_penalty, "in [-2, 2] (0 = off)");
     if (p->penalty_last_n < -1)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "penalty_last_n", "penalty_last_n = %d is out of range: must be >= -1 (-1 = all, 0 = off)",
-                      (int)p->penalty_last_n);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "penalty_last_n",
+                            "penalty_last_n = %d is out of range: must be >= -1 (-1 = all, 0 = off)",
+                            (int)p->penalty_last_n);
     if (p->n_logit_bias < 0 || p->n_logit_bias > CN_SAMPLING_MAX_LOGIT_BIAS)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "n_logit_bias = %d is out of range: must be in [0, %d]",
-                      (int)p->n_logit_bias, CN_SAMPLING_MAX_LOGIT_BIAS);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias",
+                            "n_logit_bias = %d is out of range: must be in [0, %d]", (int)p->n_logit_bias,
+                            CN_SAMPLING_MAX_LOGIT_BIAS);
     if (p->n_logit_bias > 0 && !p->logit_bias)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "logit_bias is NULL but n_logit_bias = %d",
-                      (int)p->n_logit_bias);
+                            (int)p->n_logit_bias);
     for (int32_t i = 0; i < p->n_logit_bias; i++) {
         const cn_logit_bias *b = &p->logit_bias[i];
         if (b->token < 0 || (n_vocab > 0 && b->token >= n_vocab)) {
             if (n_vocab > 0)
-                return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "logit_bias[%d]: token %d is out of range: must be in [0, %d)",
-                              (int)i, (int)b->token, (int)n_vocab);
-            return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "logit_bias[%d]: token %d is out of range: must be >= 0", (int)i,
-                          (int)b->token);
+                return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias",
+                                    "logit_bias[%d]: token %d is out of range: must be in [0, %d)", (int)i,
+                                    (int)b->token, (int)n_vocab);
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias",
+                                "logit_bias[%d]: token %d is out of range: must be >= 0", (int)i, (int)b->token);
         }
         if (isnan(b->bias) || b->bias == INFINITY) {
             char f[32];
-            return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias", "logit_bias[%d] (token %d) = %s is out of range: must be finite or -inf",
-                          (int)i, (int)b->token, cn_sampling_fmt_float(f, sizeof f, b->bias));
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "logit_bias",
+                                "logit_bias[%d] (token %d) = %s is out of range: must be finite or -inf", (int)i,
+                                (int)b->token, cn_sampling_fmt_float(f, sizeof f, b->bias));
         }
     }
     if (p->n_logprobs < -1 || p->n_logprobs > CN_SAMPLING_MAX_LOGPROBS)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_logprobs", "n_logprobs = %d is out of range: must be in [-1, %d] (-1 = off)",
-                      (int)p->n_logprobs, CN_SAMPLING_MAX_LOGPROBS);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_logprobs",
+                            "n_logprobs = %d is out of range: must be in [-1, %d] (-1 = off)", (int)p->n_logprobs,
+                            CN_SAMPLING_MAX_LOGPROBS);
     if (p->n_chain < 0 || p->n_chain > CN_SAMPLER_N_STAGES)
         return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_chain", "n_chain = %d is out of range: must be in [0, %d]",
-                      (int)p->n_chain, CN_SAMPLER_N_STAGES);
+                            (int)p->n_chain, CN_SAMPLER_N_STAGES);
     bool seen[CN_SAMPLER_N_STAGES] = {false};
     for (int32_t i = 0; i < p->n_chain; i++) {
         int s = (int)p->chain[i];
         if (s < 0 || s >= CN_SAMPLER_N_STAGES)
-            return cn_err_param(err, CN_STATUS_INVALID_ARG, "chain", "chain[%d] = %d is not a sampler stage: must be in [0, %d)", (int)i, s,
-                          CN_SAMPLER_N_STAGES);
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "chain",
+                                "chain[%d] = %d is not a sampler stage: must be in [0, %d)", (int)i, s,
+                                CN_SAMPLER_N_STAGES);
         if (seen[s])
             return cn_err_param(err, CN_STATUS_INVALID_ARG, "chain", "sampler chain: '%s' appears twice",
-                          cn_sampler_stage_name(p->chain[i]));
+                                cn_sampler_stage_name(p->chain[i]));
         seen[s] = true;
     }
     for (int s = 0; s < CN_SAMPLER_N_STAGES; s++) {
@@ -170,8 +172,8 @@ cn_status cn_sampling_validate(const cn_sampling_params *p, int32_t n_vocab, cn_
             chain_str(p, c, sizeof c);
             return cn_err_param(err, CN_STATUS_INVALID_ARG, cn_sampler_stage_name((cn_sampler_stage)s),
                                 "%s is set but '%s' is not in the sampler chain (%s)",
-                          cn_sampler_stage_name((cn_sampler_stage)s),
-                          cn_sampler_stage_name((cn_sampler_stage)s), c[0] ? c : "empty");
+                                cn_sampler_stage_name((cn_sampler_stage)s), cn_sampler_stage_name((cn_sampler_stage)s),
+                                c[0] ? c : "empty");
         }
     }
     return CN_STATUS_OK;
@@ -187,9 +189,7 @@ static bool lookup_stage(const char *name, size_t len, cn_sampler_stage *out) {
     return false;
 }
 
-static bool is_space(char c) {
-    return c == ' ' || c == '\t';
-}
+static bool is_space(char c) { return c == ' ' || c == '\t'; }
 
 cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, cn_error *err) {
     if (!p || !spec) return cn_err(err, CN_STATUS_INVALID_ARG, "samplers: no spec given");
@@ -207,8 +207,7 @@ cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, cn_erro
             return CN_STATUS_OK;
         }
     }
-    if ((len == 9 && !strncasecmp(spec, "llama.cpp", 9)) ||
-        (len == 8 && !strncasecmp(spec, "llamacpp", 8))) {
+    if ((len == 9 && !strncasecmp(spec, "llama.cpp", 9)) || (len == 8 && !strncasecmp(spec, "llamacpp", 8))) {
         memcpy(p->chain, llamacpp_chain, sizeof llamacpp_chain);
         p->n_chain = (int32_t)CN_ARRAY_LEN(llamacpp_chain);
         return CN_STATUS_OK;
@@ -223,8 +222,8 @@ cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, cn_erro
         while (a < b && is_space(spec[a])) a++;
         while (b > a && is_space(spec[b - 1])) b--;
         if (a == b)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "samplers: empty stage name in '%.*s'",
-                          (int)CN_MIN(len, 100), spec);
+            return cn_err(err, CN_STATUS_INVALID_ARG, "samplers: empty stage name in '%.*s'", (int)CN_MIN(len, 100),
+                          spec);
         cn_sampler_stage st;
         if (!lookup_stage(spec + a, b - a, &st))
             return cn_err(err, CN_STATUS_INVALID_ARG,
@@ -232,14 +231,13 @@ cn_status cn_sampling_set_chain(cn_sampling_params *p, const char *spec, cn_erro
                           "temperature, top_k, top_p, min_p, typical; presets: default, llama.cpp)",
                           (int)CN_MIN(b - a, 40), spec + a);
         if (seen[st])
-            return cn_err(err, CN_STATUS_INVALID_ARG, "samplers: '%s' appears twice",
-                          cn_sampler_stage_name(st));
+            return cn_err(err, CN_STATUS_INVALID_ARG, "samplers: '%s' appears twice", cn_sampler_stage_name(st));
         seen[st] = true;
         chain[n++] = st;
         at = end + 1;
         if (end < len && end + 1 == len)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "samplers: empty stage name in '%.*s'",
-                          (int)CN_MIN(len, 100), spec);
+            return cn_err(err, CN_STATUS_INVALID_ARG, "samplers: empty stage name in '%.*s'", (int)CN_MIN(len, 100),
+                          spec);
     }
     int32_t k = 0;
     if (!seen[CN_SAMPLER_LOGIT_BIAS]) p->chain[k++] = CN_SAMPLER_LOGIT_BIAS;

@@ -67,10 +67,8 @@ static void select_first(cn_candidate *a, size_t lo, size_t hi, size_t k) {
         swap_cand(&a[st], &a[last]);
         /* a[lo..st) rank before the pivot, a[st] is it, a(st..hi) rank after. */
         if (k == st || k == st + 1) return;
-        if (k < st)
-            hi = st;
-        else
-            lo = st + 1;
+        if (k < st) hi = st;
+        else lo = st + 1;
     }
     if (lo < k && k < hi) qsort(a + lo, hi - lo, sizeof *a, cmp_canonical);
 }
@@ -84,9 +82,7 @@ void cn_cands_sort_prefix(cn_cands *c, size_t m) {
     c->by_id = false;
 }
 
-static inline bool crosses(double cum, double target, bool strict) {
-    return strict ? cum > target : cum >= target;
-}
+static inline bool crosses(double cum, double target, bool strict) { return strict ? cum > target : cum >= target; }
 
 /* Over a[0..n) in canonical order, finds the first element e whose cumulative mass
  * (p summed up to and including e) crosses target: > target if strict, >= otherwise.
@@ -159,8 +155,7 @@ cn_status cn_cands_no_finite_logit(cn_error *err, int32_t n_vocab) {
     return cn_err(err, CN_STATUS_INVALID_ARG, "no token has a finite logit (n_vocab = %d)", (int)n_vocab);
 }
 
-cn_status cn_cands_init(cn_cands *c, cn_candidate *buf, const float *logits, int32_t n_vocab,
-                        cn_error *err) {
+cn_status cn_cands_init(cn_cands *c, cn_candidate *buf, const float *logits, int32_t n_vocab, cn_error *err) {
     size_t n = 0;
     for (int32_t i = 0; i < n_vocab; i++) {
         float l = logits[i];
@@ -206,10 +201,8 @@ static const cn_logit_bias *find_bias(const cn_logit_bias *b, size_t n, int32_t 
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (b[mid].token < token)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (b[mid].token < token) lo = mid + 1;
+        else hi = mid;
     }
     return lo < n && b[lo].token == token ? &b[lo] : NULL;
 }
@@ -237,8 +230,8 @@ void cn_stage_logit_bias(cn_cands *c, const cn_logit_bias *bias, size_t n_bias) 
     if (banned) drop_neg_inf(c);
 }
 
-static inline void penalize(cn_candidate *cd, int32_t count, float repetition, float presence,
-                            float frequency, bool *neg_inf) {
+static inline void penalize(cn_candidate *cd, int32_t count, float repetition, float presence, float frequency,
+                            bool *neg_inf) {
     float l = cd->logit;
     l = l > 0.0f ? l / repetition : l * repetition;
     l -= presence + frequency * (float)count;
@@ -247,8 +240,8 @@ static inline void penalize(cn_candidate *cd, int32_t count, float repetition, f
     cd->logit = l;
 }
 
-void cn_stage_penalties(cn_cands *c, const int32_t *window, size_t n_window, float repetition,
-                        float presence, float frequency, int32_t *counts) {
+void cn_stage_penalties(cn_cands *c, const int32_t *window, size_t n_window, float repetition, float presence,
+                        float frequency, int32_t *counts) {
     if (n_window == 0 || (repetition == 1.0f && presence == 0.0f && frequency == 0.0f)) return;
     for (size_t i = 0; i < n_window; i++) counts[window[i]]++;
     bool neg_inf = false;
@@ -386,12 +379,10 @@ void cn_stage_min_p(cn_cands *c, float min_p) {
 /* Typical sampling's order key: minus the distance of the token's information content
  * from the entropy, so that "logit descending" in canonical order means "most typical
  * first". Computed the same way wherever it is used, so the boundary compares exactly. */
-static inline float typical_key(float p, float entropy) {
-    return -fabsf(-logf(p) - entropy);
-}
+static inline float typical_key(float p, float entropy) { return -fabsf(-logf(p) - entropy); }
 
 typedef struct {
-    cn_candidate last;         /* the last kept, in typical order */
+    cn_candidate last; /* the last kept, in typical order */
     float entropy;
 } typical_bound;
 

@@ -72,9 +72,9 @@ int32_t cn_spec_lookup(const int32_t *hist, size_t n, int32_t max_n, int32_t k, 
 typedef struct {
     const cn_gen_runner *r;
     int32_t seq;
-    int32_t len;          /* history tokens in the draft cache (positions 0..len) */
-    float *logits;        /* (n_vocab) */
-    double ms;            /* time of the last draft_propose */
+    int32_t len;   /* history tokens in the draft cache (positions 0..len) */
+    float *logits; /* (n_vocab) */
+    double ms;     /* time of the last draft_propose */
 } draft_state;
 
 /* The adaptive draft length. A verify pass of 1 + k rows costs more than a one-row
@@ -87,9 +87,9 @@ typedef struct {
  * 16 plain steps in a row one speculative step is tried again (the text may have
  * changed), so the estimates stay current. */
 typedef struct {
-    double t1;       /* ms of a one-row target pass (smoothed); 0 until measured */
-    double per_row;  /* ms each further row adds (smoothed); < 0 until measured */
-    double t_draft;  /* ms per drafted token spent drafting (smoothed) */
+    double t1;      /* ms of a one-row target pass (smoothed); 0 until measured */
+    double per_row; /* ms each further row adds (smoothed); < 0 until measured */
+    double t_draft; /* ms per drafted token spent drafting (smoothed) */
     cn_spec_rate rate;
     int32_t plain_run;
 } planner;
@@ -102,8 +102,8 @@ static double tokens_per_ms(const planner *pl, int32_t k) {
 }
 
 static int32_t plan(planner *pl, int32_t kmax) {
-    if (pl->t1 <= 0) return 0;                            /* measure a plain step first */
-    if (pl->per_row < 0) return CN_MIN(kmax, 4);          /* then a speculative one */
+    if (pl->t1 <= 0) return 0;                   /* measure a plain step first */
+    if (pl->per_row < 0) return CN_MIN(kmax, 4); /* then a speculative one */
     int32_t best = 0, best_pos = 1;
     double f_best = tokens_per_ms(pl, 0), f_pos = 0;
     for (int32_t k = 1; k <= kmax; k++) {
@@ -187,7 +187,8 @@ cn_status cn_generate_spec(const cn_gen_runner *r, const cn_spec_params *p, int3
         return cn_err(err, CN_STATUS_INVALID_ARG, "the draft context holds %d tokens, the target's %d",
                       (int)cn_fwd_n_ctx(p->draft->fwd), (int)n_ctx);
     const int32_t kmax = CN_MIN(p->n_draft_max, r->n_batch - 1); /* a verify pass is one cn_forward */
-    if (kmax < 1) return cn_err(err, CN_STATUS_INVALID_ARG, "speculation needs n_batch >= 2 (it is %d)", (int)r->n_batch);
+    if (kmax < 1)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "speculation needs n_batch >= 2 (it is %d)", (int)r->n_batch);
     s = cn_gen_check_prompt(r, seq, prompt, n_prompt, &n_reuse, err);
     if (s != CN_STATUS_OK) return s;
     s = cn_gen_begin(g, prompt, n_prompt, n_reuse, err);

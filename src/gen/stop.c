@@ -22,12 +22,12 @@
 #include "core/utf8.h"
 
 struct cn_stop_filter {
-    char **stops;        /* (n_stops) copies, NUL-terminated */
-    size_t *stop_len;    /* (n_stops) bytes, excluding the NUL */
+    char **stops;     /* (n_stops) copies, NUL-terminated */
+    size_t *stop_len; /* (n_stops) bytes, excluding the NUL */
     size_t n_stops;
     cn_stream_fn emit;
     void *user;
-    char *held;          /* (held_cap) bytes; [0, n_held) pushed but not yet emitted */
+    char *held; /* (held_cap) bytes; [0, n_held) pushed but not yet emitted */
     size_t n_held;
     size_t held_cap;
     cn_finish_reason reason;
@@ -55,22 +55,19 @@ static bool utf8_valid(const char *s, size_t n) {
     return true;
 }
 
-cn_status cn_stop_filter_new(const char *const *stops, size_t n_stops, cn_stream_fn emit,
-                             void *user, cn_stop_filter **out, cn_error *err) {
+cn_status cn_stop_filter_new(const char *const *stops, size_t n_stops, cn_stream_fn emit, void *user,
+                             cn_stop_filter **out, cn_error *err) {
     if (out) *out = NULL;
     if (!out || !emit) return cn_err(err, CN_STATUS_INVALID_ARG, "stop filter: NULL argument");
     if (n_stops > CN_STOP_MAX_STRINGS)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "%zu stop strings (at most %d)", n_stops,
-                      CN_STOP_MAX_STRINGS);
-    if (n_stops > 0 && !stops)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "stop filter: NULL stop list");
+        return cn_err(err, CN_STATUS_INVALID_ARG, "%zu stop strings (at most %d)", n_stops, CN_STOP_MAX_STRINGS);
+    if (n_stops > 0 && !stops) return cn_err(err, CN_STATUS_INVALID_ARG, "stop filter: NULL stop list");
     for (size_t k = 0; k < n_stops; k++) {
         if (!stops[k]) return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %zu is NULL", k);
         size_t len = strnlen(stops[k], CN_STOP_MAX_LEN + 1);
         if (len == 0) return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %zu is empty", k);
         if (len > CN_STOP_MAX_LEN)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %zu is longer than %d bytes",
-                          k, CN_STOP_MAX_LEN);
+            return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %zu is longer than %d bytes", k, CN_STOP_MAX_LEN);
         if (!utf8_valid(stops[k], len))
             return cn_err(err, CN_STATUS_INVALID_ARG, "stop string %zu is not valid UTF-8", k);
     }
@@ -122,9 +119,7 @@ static size_t scan(const cn_stop_filter *f, bool at_end, int *idx) {
             size_t len = f->stop_len[k];
             if (f->stops[k][0] != h[i]) continue;
             if (len <= rest) {
-                if (memcmp(h + i, f->stops[k], len) == 0 &&
-                    (best < 0 || len < f->stop_len[best]))
-                    best = (int)k;
+                if (memcmp(h + i, f->stops[k], len) == 0 && (best < 0 || len < f->stop_len[best])) best = (int)k;
             } else if (!at_end && memcmp(h + i, f->stops[k], rest) == 0) {
                 partial = true;
             }
@@ -155,11 +150,9 @@ static void release(cn_stop_filter *f, size_t cut, int idx) {
     f->n_held -= cut;
 }
 
-cn_status cn_stop_filter_push(cn_stop_filter *f, const char *text, size_t n_bytes,
-                              bool *stopped, cn_error *err) {
+cn_status cn_stop_filter_push(cn_stop_filter *f, const char *text, size_t n_bytes, bool *stopped, cn_error *err) {
     if (stopped) *stopped = false;
-    if (!f || (n_bytes > 0 && !text))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "stop filter push: NULL argument");
+    if (!f || (n_bytes > 0 && !text)) return cn_err(err, CN_STATUS_INVALID_ARG, "stop filter push: NULL argument");
     if (f->reason != CN_FINISH_NONE)
         return cn_err(err, CN_STATUS_INVALID_ARG, "stop filter push after the stream ended (%s)",
                       cn_finish_reason_str(f->reason));
@@ -172,8 +165,7 @@ cn_status cn_stop_filter_push(cn_stop_filter *f, const char *text, size_t n_byte
     uint64_t need;
     if (!cn_add_ok(f->n_held, n_bytes, &need) || need > SIZE_MAX)
         return cn_err(err, CN_STATUS_LIMIT, "stop filter: piece of %zu bytes too large", n_bytes);
-    if (!CN_GROW(f->held, f->held_cap, need))
-        return cn_err(err, CN_STATUS_NO_MEMORY, "stop filter: out of memory");
+    if (!CN_GROW(f->held, f->held_cap, need)) return cn_err(err, CN_STATUS_NO_MEMORY, "stop filter: out of memory");
     memcpy(f->held + f->n_held, text, n_bytes);
     f->n_held += n_bytes;
 
@@ -185,8 +177,7 @@ cn_status cn_stop_filter_push(cn_stop_filter *f, const char *text, size_t n_byte
 }
 
 void cn_stop_filter_finish(cn_stop_filter *f, cn_finish_reason reason) {
-    assert(reason == CN_FINISH_STOP || reason == CN_FINISH_LENGTH ||
-           reason == CN_FINISH_CANCELLED);
+    assert(reason == CN_FINISH_STOP || reason == CN_FINISH_LENGTH || reason == CN_FINISH_CANCELLED);
     if (!f || f->reason != CN_FINISH_NONE) return;
     int idx;
     size_t cut = scan(f, true, &idx); /* at the end, cut is n_held unless a match is there */

@@ -16,8 +16,8 @@
 
 #include "core/core.h"
 
-#define CN_STOP_MAX_STRINGS 16  /* stop strings per request (OpenAI allows 4) */
-#define CN_STOP_MAX_LEN     256 /* bytes per stop string */
+#define CN_STOP_MAX_STRINGS 16 /* stop strings per request (OpenAI allows 4) */
+#define CN_STOP_MAX_LEN 256    /* bytes per stop string */
 
 /* Receives text that is final: never retracted, never repeated. text is a view valid
  * only during the call; n_bytes > 0; the text never ends inside a UTF-8 character
@@ -29,8 +29,8 @@ typedef struct cn_stop_filter cn_stop_filter;
 /* stops[0..n_stops): NUL-terminated, non-empty, valid UTF-8, at most CN_STOP_MAX_LEN
  * bytes each, n_stops <= CN_STOP_MAX_STRINGS (stops may be NULL when n_stops is 0).
  * The strings are copied. emit must not be NULL; user is passed back to it. */
-cn_status cn_stop_filter_new(const char *const *stops, size_t n_stops, cn_stream_fn emit,
-                             void *user, cn_stop_filter **out, cn_error *err);
+cn_status cn_stop_filter_new(const char *const *stops, size_t n_stops, cn_stream_fn emit, void *user,
+                             cn_stop_filter **out, cn_error *err);
 void cn_stop_filter_free(cn_stop_filter *f); /* NULL is a no-op */
 
 /* Feeds text[0..n_bytes) (the next decoded bytes; n_bytes may be 0). Emits what became
@@ -38,8 +38,7 @@ void cn_stop_filter_free(cn_stop_filter *f); /* NULL is a no-op */
  * it has been emitted, the stop string and everything after it are dropped, and the
  * filter is done (finish reason CN_FINISH_STOP). Pushing into a done filter is
  * CN_STATUS_INVALID_ARG. */
-cn_status cn_stop_filter_push(cn_stop_filter *f, const char *text, size_t n_bytes,
-                              bool *stopped, cn_error *err);
+cn_status cn_stop_filter_push(cn_stop_filter *f, const char *text, size_t n_bytes, bool *stopped, cn_error *err);
 
 /* Ends the stream for reason (CN_FINISH_STOP for an end-of-generation token,
  * CN_FINISH_LENGTH for max_tokens or a full context, CN_FINISH_CANCELLED): emits all

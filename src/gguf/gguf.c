@@ -204,8 +204,8 @@ static bool index_init(cn_gguf *g, name_index *ix, uint64_t n) {
 /* Looks up (p, n); names[i] is the name of entry i. Returns the index or -1; with insert,
  * adds entry `idx` when absent. */
 static int64_t index_find(const name_index *ix, const char *p, uint64_t n,
-                          const cn_gguf_str *(*name_of)(const cn_gguf *, int64_t),
-                          const cn_gguf *g, bool insert, int64_t idx) {
+                          const cn_gguf_str *(*name_of)(const cn_gguf *, int64_t), const cn_gguf *g, bool insert,
+                          int64_t idx) {
     if (!ix->slots) return -1;
     uint64_t h = hash_bytes(p, n) & ix->mask;
     for (;;) {
@@ -261,8 +261,8 @@ static void set_what(cursor *c, const char *kind, int64_t i, const cn_gguf_str *
 
 static cn_status need(cursor *c, uint64_t n_bytes, const char *thing) {
     if (n_bytes > left(c))
-        return cn_err(c->err, CN_STATUS_CORRUPT, "%s: %s needs %llu bytes but only %zu are left",
-                      c->what, thing, (unsigned long long)n_bytes, left(c));
+        return cn_err(c->err, CN_STATUS_CORRUPT, "%s: %s needs %llu bytes but only %zu are left", c->what, thing,
+                      (unsigned long long)n_bytes, left(c));
     return CN_STATUS_OK;
 }
 
@@ -287,8 +287,8 @@ static cn_status rd_str(cursor *c, cn_gguf_str *out, const char *thing) {
     cn_status s = rd_u64(c, &len, thing);
     if (s) return s;
     if (len > left(c))
-        return cn_err(c->err, CN_STATUS_CORRUPT, "%s: %s length %llu exceeds the %zu bytes left",
-                      c->what, thing, (unsigned long long)len, left(c));
+        return cn_err(c->err, CN_STATUS_CORRUPT, "%s: %s length %llu exceeds the %zu bytes left", c->what, thing,
+                      (unsigned long long)len, left(c));
     out->ptr = (const char *)c->base + c->pos;
     out->len = len;
     c->pos += (size_t)len;
@@ -298,14 +298,12 @@ static cn_status rd_str(cursor *c, cn_gguf_str *out, const char *thing) {
 /* Reads an array body (element type, count, elements) into *a; depth counts array levels. */
 static cn_status rd_array(cn_gguf *g, cursor *c, cn_gguf_arr *a, int depth) {
     if (depth > CN_GGUF_MAX_NEST)
-        return cn_err(c->err, CN_STATUS_CORRUPT, "%s: arrays nested deeper than %d levels",
-                      c->what, CN_GGUF_MAX_NEST);
+        return cn_err(c->err, CN_STATUS_CORRUPT, "%s: arrays nested deeper than %d levels", c->what, CN_GGUF_MAX_NEST);
     uint32_t et;
     uint64_t n;
     cn_status s = rd_u32(c, &et, "array element type");
     if (s) return s;
-    if (!vtype_valid(et))
-        return cn_err(c->err, CN_STATUS_CORRUPT, "%s: invalid array element type %u", c->what, et);
+    if (!vtype_valid(et)) return cn_err(c->err, CN_STATUS_CORRUPT, "%s: invalid array element type %u", c->what, et);
     if ((s = rd_u64(c, &n, "array length"))) return s;
     memset(a, 0, sizeof *a);
     a->type = (cn_gguf_vtype)et;
@@ -317,9 +315,8 @@ static cn_status rd_array(cn_gguf *g, cursor *c, cn_gguf_arr *a, int depth) {
     uint64_t min_total;
     if (!cn_mul_ok(n, min_el, &min_total) || min_total > left(c))
         return cn_err(c->err, CN_STATUS_CORRUPT,
-                      "%s: array of %llu × %s (at least %llu bytes each) exceeds the %zu bytes left",
-                      c->what, (unsigned long long)n, cn_gguf_vtype_name(a->type),
-                      (unsigned long long)min_el, left(c));
+                      "%s: array of %llu × %s (at least %llu bytes each) exceeds the %zu bytes left", c->what,
+                      (unsigned long long)n, cn_gguf_vtype_name(a->type), (unsigned long long)min_el, left(c));
     if (es) {
         c->pos += (size_t)min_total;
         return CN_STATUS_OK;
@@ -329,8 +326,8 @@ static cn_status rd_array(cn_gguf *g, cursor *c, cn_gguf_arr *a, int depth) {
     cn_gguf_arr *sub = NULL;
     if (off && et == CN_GGUF_ARRAY) sub = g_alloc(g, (size_t)n * sizeof(cn_gguf_arr));
     if (!off || (et == CN_GGUF_ARRAY && !sub))
-        return cn_err(c->err, CN_STATUS_NO_MEMORY, "%s: out of memory for a %llu-element array",
-                      c->what, (unsigned long long)n);
+        return cn_err(c->err, CN_STATUS_NO_MEMORY, "%s: out of memory for a %llu-element array", c->what,
+                      (unsigned long long)n);
     size_t start = c->pos;
     for (uint64_t j = 0; j < n; j++) {
         off[j] = c->pos - start;
@@ -339,8 +336,8 @@ static cn_status rd_array(cn_gguf *g, cursor *c, cn_gguf_arr *a, int depth) {
             if ((s = rd_u64(c, &len, "string length"))) return s;
             if (len > left(c))
                 return cn_err(c->err, CN_STATUS_CORRUPT,
-                              "%s: string %llu of the array: length %llu exceeds the %zu bytes left",
-                              c->what, (unsigned long long)j, (unsigned long long)len, left(c));
+                              "%s: string %llu of the array: length %llu exceeds the %zu bytes left", c->what,
+                              (unsigned long long)j, (unsigned long long)len, left(c));
             c->pos += (size_t)len;
         } else {
             if ((s = rd_array(g, c, &sub[j], depth + 1))) return s;
@@ -427,32 +424,31 @@ static cn_status parse_tensors(cn_gguf *g, cursor *c) {
             return cn_err(c->err, CN_STATUS_CORRUPT, "%s: duplicate tensor name", c->what);
         if ((s = rd_u32(c, &t->n_dims, "n_dims"))) return s;
         if (t->n_dims > CN_GGUF_MAX_DIMS)
-            return cn_err(c->err, CN_STATUS_CORRUPT, "%s: %u dimensions (at most %d)", c->what,
-                          t->n_dims, CN_GGUF_MAX_DIMS);
+            return cn_err(c->err, CN_STATUS_CORRUPT, "%s: %u dimensions (at most %d)", c->what, t->n_dims,
+                          CN_GGUF_MAX_DIMS);
         uint64_t n_elem = 1;
         for (uint32_t d = 0; d < CN_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t v;
             if ((s = rd_u64(c, &v, "dimension"))) return s;
             if (v > (uint64_t)INT64_MAX)
-                return cn_err(c->err, CN_STATUS_CORRUPT, "%s: dimension %u is negative (%lld)",
-                              c->what, d, (long long)(int64_t)v);
+                return cn_err(c->err, CN_STATUS_CORRUPT, "%s: dimension %u is negative (%lld)", c->what, d,
+                              (long long)(int64_t)v);
             t->ne[d] = (int64_t)v;
             if (!cn_mul_ok(n_elem, v, &n_elem) || n_elem > (uint64_t)INT64_MAX)
-                return cn_err(c->err, CN_STATUS_CORRUPT,
-                              "%s: element count overflows at dimension %u", c->what, d);
+                return cn_err(c->err, CN_STATUS_CORRUPT, "%s: element count overflows at dimension %u", c->what, d);
         }
         if ((s = rd_u32(c, &t->type, "type"))) return s;
         if ((s = rd_u64(c, &t->offset, "offset"))) return s;
         if (t->offset % g->alignment)
-            return cn_err(c->err, CN_STATUS_CORRUPT, "%s: offset %llu is not a multiple of the alignment %u",
-                          c->what, (unsigned long long)t->offset, g->alignment);
+            return cn_err(c->err, CN_STATUS_CORRUPT, "%s: offset %llu is not a multiple of the alignment %u", c->what,
+                          (unsigned long long)t->offset, g->alignment);
         uint32_t bs;
         if (cn_gguf_type_size(t->type, &bs, NULL)) {
             if ((uint64_t)t->ne[0] % bs)
                 return cn_err(c->err, CN_STATUS_CORRUPT,
-                              "%s: row length %lld is not a multiple of the block size %u of type %u",
-                              c->what, (long long)t->ne[0], bs, t->type);
+                              "%s: row length %lld is not a multiple of the block size %u of type %u", c->what,
+                              (long long)t->ne[0], bs, t->type);
             if (!cn_gguf_tensor_bytes(t->type, t->n_dims, t->ne, &t->n_bytes))
                 return cn_err(c->err, CN_STATUS_CORRUPT, "%s: size in bytes overflows", c->what);
         }
@@ -464,8 +460,7 @@ static cn_status parse_tensors(cn_gguf *g, cursor *c) {
 static cn_status place_tensors(cn_gguf *g, cn_error *err) {
     uint64_t avail = g->data_offset <= g->n_bytes ? g->n_bytes - g->data_offset : 0;
     if (g->n_tensors > 0 && g->data_offset > g->n_bytes)
-        return cn_err(err, CN_STATUS_CORRUPT,
-                      "the data section would start at %llu, past the end of the %zu-byte file",
+        return cn_err(err, CN_STATUS_CORRUPT, "the data section would start at %llu, past the end of the %zu-byte file",
                       (unsigned long long)g->data_offset, g->n_bytes);
     for (int64_t i = 0; i < g->n_tensors; i++) {
         cn_gguf_tensor_info *t = &g->tensors[i];
@@ -476,8 +471,8 @@ static cn_status place_tensors(cn_gguf *g, cn_error *err) {
             return cn_err(err, CN_STATUS_CORRUPT,
                           "tensor %lld ('%s'): data at offset %llu + %llu bytes runs past the "
                           "%llu bytes of the data section",
-                          (long long)i, nm, (unsigned long long)t->offset,
-                          (unsigned long long)t->n_bytes, (unsigned long long)avail);
+                          (long long)i, nm, (unsigned long long)t->offset, (unsigned long long)t->n_bytes,
+                          (unsigned long long)avail);
         }
         bool known = cn_gguf_type_size(t->type, NULL, NULL);
         t->data = known ? g->base + g->data_offset + t->offset : NULL;
@@ -490,21 +485,17 @@ static cn_status parse(cn_gguf *g, cn_error *err) {
     snprintf(c.what, sizeof c.what, "header");
     cn_status s;
     const uint16_t probe = 1;
-    if (*(const uint8_t *)&probe != 1)
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "big-endian hosts are not supported");
+    if (*(const uint8_t *)&probe != 1) return cn_err(err, CN_STATUS_UNSUPPORTED, "big-endian hosts are not supported");
     if (g->n_bytes < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0)
         return cn_err(err, CN_STATUS_CORRUPT, "not a GGUF file (bad magic)");
     c.pos = 4;
     if ((s = rd_u32(&c, &g->version, "version"))) return s;
-    if (g->version == 1)
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "GGUF version 1 is not supported (only 2 and 3)");
+    if (g->version == 1) return cn_err(err, CN_STATUS_UNSUPPORTED, "GGUF version 1 is not supported (only 2 and 3)");
     if (g->version != 2 && g->version != 3) {
         if ((g->version & 0xffff) == 0 && g->version != 0)
             return cn_err(err, CN_STATUS_UNSUPPORTED,
-                          "GGUF version %u looks byte-swapped: big-endian files are not supported",
-                          g->version);
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "GGUF version %u is not supported (only 2 and 3)",
-                      g->version);
+                          "GGUF version %u looks byte-swapped: big-endian files are not supported", g->version);
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "GGUF version %u is not supported (only 2 and 3)", g->version);
     }
     uint64_t n_tensors, n_kv;
     if ((s = rd_u64(&c, &n_tensors, "tensor count"))) return s;
@@ -513,20 +504,18 @@ static cn_status parse(cn_gguf *g, cn_error *err) {
         return cn_err(err, CN_STATUS_CORRUPT, "header: %llu tensors exceed the limit of %u",
                       (unsigned long long)n_tensors, CN_GGUF_MAX_TENSORS);
     if (n_kv > CN_GGUF_MAX_KV)
-        return cn_err(err, CN_STATUS_CORRUPT, "header: %llu kvs exceed the limit of %u",
-                      (unsigned long long)n_kv, CN_GGUF_MAX_KV);
+        return cn_err(err, CN_STATUS_CORRUPT, "header: %llu kvs exceed the limit of %u", (unsigned long long)n_kv,
+                      CN_GGUF_MAX_KV);
     if (n_tensors * MIN_TENSOR_BYTES + n_kv * MIN_KV_BYTES > left(&c))
-        return cn_err(err, CN_STATUS_CORRUPT,
-                      "header: %llu kvs and %llu tensors cannot fit in the %zu bytes left",
+        return cn_err(err, CN_STATUS_CORRUPT, "header: %llu kvs and %llu tensors cannot fit in the %zu bytes left",
                       (unsigned long long)n_kv, (unsigned long long)n_tensors, left(&c));
     g->n_kv = (int64_t)n_kv;
     g->n_tensors = (int64_t)n_tensors;
     g->kv = g_alloc(g, (size_t)n_kv * sizeof(kv_entry) + 1);
     g->tensors = g_alloc(g, (size_t)n_tensors * sizeof(cn_gguf_tensor_info) + 1);
-    if (!g->kv || !g->tensors || !index_init(g, &g->kv_index, n_kv) ||
-        !index_init(g, &g->tensor_index, n_tensors))
-        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for %llu kvs and %llu tensors",
-                      (unsigned long long)n_kv, (unsigned long long)n_tensors);
+    if (!g->kv || !g->tensors || !index_init(g, &g->kv_index, n_kv) || !index_init(g, &g->tensor_index, n_tensors))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for %llu kvs and %llu tensors", (unsigned long long)n_kv,
+                      (unsigned long long)n_tensors);
     memset(g->kv, 0, (size_t)n_kv * sizeof(kv_entry));
     memset(g->tensors, 0, (size_t)n_tensors * sizeof(cn_gguf_tensor_info));
 
@@ -539,8 +528,7 @@ static cn_status parse(cn_gguf *g, cn_error *err) {
             return cn_err(err, CN_STATUS_CORRUPT, "%s: duplicate key", c.what);
         uint32_t t;
         if ((s = rd_u32(&c, &t, "value type"))) return s;
-        if (!vtype_valid(t))
-            return cn_err(err, CN_STATUS_CORRUPT, "%s: invalid value type %u", c.what, t);
+        if (!vtype_valid(t)) return cn_err(err, CN_STATUS_CORRUPT, "%s: invalid value type %u", c.what, t);
         e->type = (cn_gguf_vtype)t;
         if ((s = rd_value(g, &c, e))) return s;
     }
@@ -554,8 +542,8 @@ static cn_status parse(cn_gguf *g, cn_error *err) {
             return cn_err(err, CN_STATUS_CORRUPT, "general.alignment has type %s, not an integer",
                           cn_gguf_vtype_name(g->kv[ai].type));
         if (neg || v == 0 || v > UINT32_MAX || (v & (v - 1)))
-            return cn_err(err, CN_STATUS_CORRUPT, "general.alignment %s%llu is not a power of two",
-                          neg ? "-" : "", (unsigned long long)v);
+            return cn_err(err, CN_STATUS_CORRUPT, "general.alignment %s%llu is not a power of two", neg ? "-" : "",
+                          (unsigned long long)v);
         g->alignment = (uint32_t)v;
     }
 
@@ -645,13 +633,9 @@ cn_gguf_vtype cn_gguf_kv_type(const cn_gguf *g, int64_t i) {
     return g->kv[i].type;
 }
 
-static const kv_entry *kv_at(const cn_gguf *g, int64_t i) {
-    return i >= 0 && i < g->n_kv ? &g->kv[i] : NULL;
-}
+static const kv_entry *kv_at(const cn_gguf *g, int64_t i) { return i >= 0 && i < g->n_kv ? &g->kv[i] : NULL; }
 
-static const kv_entry *kv_by_key(const cn_gguf *g, const char *key) {
-    return kv_at(g, cn_gguf_find_key(g, key));
-}
+static const kv_entry *kv_by_key(const cn_gguf *g, const char *key) { return kv_at(g, cn_gguf_find_key(g, key)); }
 
 bool cn_gguf_kv_i64(const cn_gguf *g, int64_t i, int64_t *out) {
     const kv_entry *e = kv_at(g, i);
@@ -683,8 +667,7 @@ bool cn_gguf_kv_u64(const cn_gguf *g, int64_t i, uint64_t *out) {
 
 bool cn_gguf_kv_f64(const cn_gguf *g, int64_t i, double *out) {
     const kv_entry *e = kv_at(g, i);
-    if (!e || !(vtype_is_int(e->type) || e->type == CN_GGUF_FLOAT32 || e->type == CN_GGUF_FLOAT64))
-        return false;
+    if (!e || !(vtype_is_int(e->type) || e->type == CN_GGUF_FLOAT32 || e->type == CN_GGUF_FLOAT64)) return false;
     *out = num_value(e->type, e->val);
     return true;
 }

@@ -16,9 +16,9 @@
 #include "core/core.h"
 
 /* Hard limits on what a file may claim; beyond them it is rejected before allocating. */
-#define CN_GGUF_MAX_KV        (1u << 20)
-#define CN_GGUF_MAX_TENSORS   (1u << 20)
-#define CN_GGUF_MAX_NEST      8          /* array-of-array depth */
+#define CN_GGUF_MAX_KV (1u << 20)
+#define CN_GGUF_MAX_TENSORS (1u << 20)
+#define CN_GGUF_MAX_NEST 8 /* array-of-array depth */
 #define CN_GGUF_DEFAULT_ALIGN 32
 
 /* Parses a buffer; borrows data, which must outlive *out (fuzzing, in-memory tests). */
@@ -64,21 +64,19 @@ cn_status cn_gguf_writer_set_str(cn_gguf_writer *w, const char *key, const char 
 /* A generic scalar of any fixed-size type (bytes in native little-endian layout). */
 cn_status cn_gguf_writer_set_scalar(cn_gguf_writer *w, const char *key, cn_gguf_vtype t, const void *v);
 /* Arrays of fixed-size elements (data copied) or of strings. */
-cn_status cn_gguf_writer_set_arr(cn_gguf_writer *w, const char *key, cn_gguf_vtype elem,
-                                 const void *data, uint64_t n);
-cn_status cn_gguf_writer_set_arr_str(cn_gguf_writer *w, const char *key,
-                                     const char *const *strs, uint64_t n);
+cn_status cn_gguf_writer_set_arr(cn_gguf_writer *w, const char *key, cn_gguf_vtype elem, const void *data, uint64_t n);
+cn_status cn_gguf_writer_set_arr_str(cn_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
 /* A string value with explicit length (may hold NUL or any bytes). */
 cn_status cn_gguf_writer_set_strn(cn_gguf_writer *w, const char *key, const char *v, uint64_t len);
 
 /* Array values built element by element, for nested arrays (arrays of arrays of ...).
  * A cn_gguf_warr is independent of any writer; set_warr and push_arr copy it. */
 typedef struct cn_gguf_warr cn_gguf_warr;
-cn_gguf_warr *cn_gguf_warr_new(cn_gguf_vtype elem); /* NULL on out of memory or bad type */
-void cn_gguf_warr_free(cn_gguf_warr *a);             /* NULL is a no-op */
-cn_status cn_gguf_warr_push(cn_gguf_warr *a, const void *v); /* fixed-size element types */
+cn_gguf_warr *cn_gguf_warr_new(cn_gguf_vtype elem);                            /* NULL on out of memory or bad type */
+void cn_gguf_warr_free(cn_gguf_warr *a);                                       /* NULL is a no-op */
+cn_status cn_gguf_warr_push(cn_gguf_warr *a, const void *v);                   /* fixed-size element types */
 cn_status cn_gguf_warr_push_str(cn_gguf_warr *a, const char *s, uint64_t len); /* STRING */
-cn_status cn_gguf_warr_push_arr(cn_gguf_warr *a, const cn_gguf_warr *sub);    /* ARRAY */
+cn_status cn_gguf_warr_push_arr(cn_gguf_warr *a, const cn_gguf_warr *sub);     /* ARRAY */
 cn_status cn_gguf_writer_set_warr(cn_gguf_writer *w, const char *key, const cn_gguf_warr *a);
 
 /* Copies key/value i of g (a scalar in its own type, a string, or a flat array) into w
@@ -87,9 +85,8 @@ cn_status cn_gguf_writer_copy_kv(cn_gguf_writer *w, const cn_gguf *g, int64_t i,
 
 /* Tensors: data copied; n_bytes must equal the type's row size × rows. data NULL adds
  * only the tensor's entry, for cn_gguf_writer_write_header (write_file/mem refuse it). */
-cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type type,
-                                    uint32_t n_dims, const int64_t *ne, const void *data,
-                                    uint64_t n_bytes, cn_error *err);
+cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type type, uint32_t n_dims,
+                                    const int64_t *ne, const void *data, uint64_t n_bytes, cn_error *err);
 /* version 3 by default; 2 is accepted for tests of the v2 reader path. */
 void cn_gguf_writer_set_version(cn_gguf_writer *w, uint32_t version);
 /* Writes path through a temporary file renamed over it at the end (core/outfile.h): on
@@ -102,7 +99,6 @@ cn_status cn_gguf_writer_write_file(const cn_gguf_writer *w, const char *path, c
  * claim). Errors: INVALID_ARG for a bad general.alignment, IO when f fails. */
 cn_status cn_gguf_writer_write_header(const cn_gguf_writer *w, FILE *f, uint32_t *align, cn_error *err);
 /* *out is malloc'd; caller frees. */
-cn_status cn_gguf_writer_write_mem(const cn_gguf_writer *w, uint8_t **out, size_t *n_bytes,
-                                   cn_error *err);
+cn_status cn_gguf_writer_write_mem(const cn_gguf_writer *w, uint8_t **out, size_t *n_bytes, cn_error *err);
 
 #endif

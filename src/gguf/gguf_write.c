@@ -138,8 +138,7 @@ static cn_status set_encoded(cn_gguf_writer *w, const char *key, cn_gguf_vtype t
     return CN_STATUS_OK;
 }
 
-cn_status cn_gguf_writer_set_scalar(cn_gguf_writer *w, const char *key, cn_gguf_vtype t,
-                                    const void *v) {
+cn_status cn_gguf_writer_set_scalar(cn_gguf_writer *w, const char *key, cn_gguf_vtype t, const void *v) {
     size_t es = cn_gguf_vtype_size(t);
     if (!es) return CN_STATUS_INVALID_ARG;
     cn_buf b = {0};
@@ -177,8 +176,7 @@ cn_status cn_gguf_writer_set_str(cn_gguf_writer *w, const char *key, const char 
     return cn_gguf_writer_set_strn(w, key, v, strlen(v));
 }
 
-cn_status cn_gguf_writer_set_arr(cn_gguf_writer *w, const char *key, cn_gguf_vtype elem,
-                                 const void *data, uint64_t n) {
+cn_status cn_gguf_writer_set_arr(cn_gguf_writer *w, const char *key, cn_gguf_vtype elem, const void *data, uint64_t n) {
     size_t es = cn_gguf_vtype_size(elem);
     uint64_t body;
     if (!es || !cn_mul_ok(n, es, &body) || body > SIZE_MAX) return CN_STATUS_INVALID_ARG;
@@ -190,8 +188,7 @@ cn_status cn_gguf_writer_set_arr(cn_gguf_writer *w, const char *key, cn_gguf_vty
     return set_encoded(w, key, CN_GGUF_ARRAY, b);
 }
 
-cn_status cn_gguf_writer_set_arr_str(cn_gguf_writer *w, const char *key,
-                                     const char *const *strs, uint64_t n) {
+cn_status cn_gguf_writer_set_arr_str(cn_gguf_writer *w, const char *key, const char *const *strs, uint64_t n) {
     cn_buf b = {0};
     bool ok = put_u32(&b, CN_GGUF_STRING) && put_u64(&b, n);
     for (uint64_t i = 0; ok && i < n; i++) ok = put_str(&b, strs[i], strlen(strs[i]));
@@ -211,23 +208,20 @@ cn_status cn_gguf_writer_set_warr(cn_gguf_writer *w, const char *key, const cn_g
     return set_encoded(w, key, CN_GGUF_ARRAY, b);
 }
 
-cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type type,
-                                    uint32_t n_dims, const int64_t *ne, const void *data,
-                                    uint64_t n_bytes, cn_error *err) {
+cn_status cn_gguf_writer_add_tensor(cn_gguf_writer *w, const char *name, cn_type type, uint32_t n_dims,
+                                    const int64_t *ne, const void *data, uint64_t n_bytes, cn_error *err) {
     if (n_dims > CN_GGUF_MAX_DIMS)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s': %u dimensions (at most %d)", name,
-                      n_dims, CN_GGUF_MAX_DIMS);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s': %u dimensions (at most %d)", name, n_dims,
+                      CN_GGUF_MAX_DIMS);
     uint64_t want;
     if (!cn_gguf_tensor_bytes((uint32_t)type, n_dims, ne, &want))
         return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "tensor '%s': type %u and this shape do not make a whole number of blocks",
-                      name, (unsigned)type);
+                      "tensor '%s': type %u and this shape do not make a whole number of blocks", name, (unsigned)type);
     if (want != n_bytes || want > SIZE_MAX)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s': %llu bytes given, its shape needs %llu",
-                      name, (unsigned long long)n_bytes, (unsigned long long)want);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s': %llu bytes given, its shape needs %llu", name,
+                      (unsigned long long)n_bytes, (unsigned long long)want);
     for (size_t i = 0; i < w->n_t; i++)
-        if (!strcmp(w->t[i].name, name))
-            return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s' added twice", name);
+        if (!strcmp(w->t[i].name, name)) return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s' added twice", name);
     if (!CN_GROW(w->t, w->cap_t, w->n_t + 1)) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
     wtensor t = {.type = (uint32_t)type, .n_dims = n_dims, .n_bytes = n_bytes};
     for (uint32_t d = 0; d < CN_GGUF_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
@@ -294,8 +288,7 @@ static cn_status write_all(const cn_gguf_writer *w, sink *s, bool header_only, c
     cn_status st = writer_alignment(w, &align, err);
     if (st) return st;
     for (size_t i = 0; i < w->n_t && !header_only; i++)
-        if (!w->t[i].data)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s' has no data", w->t[i].name);
+        if (!w->t[i].data) return cn_err(err, CN_STATUS_INVALID_ARG, "tensor '%s' has no data", w->t[i].name);
     emit(s, "GGUF", 4);
     emit_u32(s, w->version);
     emit_u64(s, w->n_t);
@@ -316,8 +309,7 @@ static cn_status write_all(const cn_gguf_writer *w, sink *s, bool header_only, c
         emit_u32(s, t->type);
         emit_u64(s, offset);
         uint64_t padded = t->n_bytes + (align - t->n_bytes % align) % align;
-        if (!cn_add_ok(offset, padded, &offset))
-            return cn_err(err, CN_STATUS_LIMIT, "tensor data exceeds 2^64 bytes");
+        if (!cn_add_ok(offset, padded, &offset)) return cn_err(err, CN_STATUS_LIMIT, "tensor data exceeds 2^64 bytes");
     }
     emit_pad(s, align);
     if (header_only) return CN_STATUS_OK;
@@ -328,8 +320,7 @@ static cn_status write_all(const cn_gguf_writer *w, sink *s, bool header_only, c
     return CN_STATUS_OK;
 }
 
-cn_status cn_gguf_writer_write_mem(const cn_gguf_writer *w, uint8_t **out, size_t *n_bytes,
-                                   cn_error *err) {
+cn_status cn_gguf_writer_write_mem(const cn_gguf_writer *w, uint8_t **out, size_t *n_bytes, cn_error *err) {
     *out = NULL;
     *n_bytes = 0;
     sink s = {0};
@@ -378,8 +369,7 @@ cn_status cn_gguf_writer_copy_kv(cn_gguf_writer *w, const cn_gguf *g, int64_t i,
     if (t == CN_GGUF_ARRAY) {
         cn_gguf_arr a;
         if (!cn_gguf_kv_arr(g, i, &a)) return cn_err(err, CN_STATUS_CORRUPT, "%s: bad array", key);
-        if (a.type == CN_GGUF_ARRAY)
-            return cn_err(err, CN_STATUS_UNSUPPORTED, "%s: nested array not copied", key);
+        if (a.type == CN_GGUF_ARRAY) return cn_err(err, CN_STATUS_UNSUPPORTED, "%s: nested array not copied", key);
         if (a.type != CN_GGUF_STRING) return cn_gguf_writer_set_arr(w, key, a.type, a.data, a.n);
         cn_gguf_warr *wa = cn_gguf_warr_new(CN_GGUF_STRING);
         if (!wa) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
@@ -393,15 +383,25 @@ cn_status cn_gguf_writer_copy_kv(cn_gguf_writer *w, const cn_gguf *g, int64_t i,
         return st;
     }
     /* a scalar: re-encode in its own type */
-    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
-            uint64_t u64; int64_t i64; float f32; double f64; } v;
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+        float f32;
+        double f64;
+    } v;
     int64_t iv = 0;
     double fv = 0;
-    bool ok = (t == CN_GGUF_FLOAT32 || t == CN_GGUF_FLOAT64) ? cn_gguf_kv_f64(g, i, &fv)
-                                                           : cn_gguf_kv_i64(g, i, &iv);
+    bool ok = (t == CN_GGUF_FLOAT32 || t == CN_GGUF_FLOAT64) ? cn_gguf_kv_f64(g, i, &fv) : cn_gguf_kv_i64(g, i, &iv);
     if (!ok) return cn_err(err, CN_STATUS_CORRUPT, "%s: unreadable value", key);
     switch (t) {
-    case CN_GGUF_UINT8: case CN_GGUF_BOOL: v.u8 = (uint8_t)iv; break;
+    case CN_GGUF_UINT8:
+    case CN_GGUF_BOOL: v.u8 = (uint8_t)iv; break;
     case CN_GGUF_INT8: v.i8 = (int8_t)iv; break;
     case CN_GGUF_UINT16: v.u16 = (uint16_t)iv; break;
     case CN_GGUF_INT16: v.i16 = (int16_t)iv; break;

@@ -1,7 +1,7 @@
 /* builder.c — the expression builder every front end writes into (grammar.h): rules by
  * name, and expression nodes (bytes, sequences, alternatives, repeats, rule calls,
- * intersections and complements) in flat arrays. It only records; compile.c turns the rules into automata. The first error
- * sticks: every later call returns -1, so a front end checks once at the end. */
+ * intersections and complements) in flat arrays. It only records; compile.c turns the rules into automata. The first
+ * error sticks: every later call returns -1, so a front end checks once at the end. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +60,8 @@ static bool grew(gr_builder *b, bool grown) {
 static int32_t node_new(gr_builder *b, uint8_t kind, uint32_t a, uint32_t c, uint32_t first, uint32_t n) {
     if (b->err.status != CN_STATUS_OK) return -1;
     if ((b->n_nodes & 1023) == 1023 && b->deadline_ms > 0 && cn_time_ms() > b->deadline_ms) {
-        gr_builder_fail(b, CN_STATUS_INVALID_ARG, "compile budget: building the grammar took longer than allowed (max_compile_ms)");
+        gr_builder_fail(b, CN_STATUS_INVALID_ARG,
+                        "compile budget: building the grammar took longer than allowed (max_compile_ms)");
         return -1;
     }
     if (!within_budget(b, b->n_nodes + 1, GR_MAX_NODES) || !grew(b, CN_GROW(b->nodes, b->cap_nodes, b->n_nodes + 1)))
@@ -83,7 +84,7 @@ static int32_t rule_add(gr_builder *b, const char *name) {
         gr_builder_fail(b, CN_STATUS_NO_MEMORY, "out of memory building the grammar");
         return -1;
     }
-    b->rules[b->n_rules] = (gr_brule){ .name = nm, .expr = -1 };
+    b->rules[b->n_rules] = (gr_brule){.name = nm, .expr = -1};
     return (int32_t)b->n_rules++;
 }
 
@@ -136,7 +137,7 @@ int32_t gr_byteset(gr_builder *b, const uint8_t set[32]) {
 }
 
 int32_t gr_byte_range(gr_builder *b, uint8_t lo, uint8_t hi) {
-    uint8_t set[32] = { 0 };
+    uint8_t set[32] = {0};
     for (unsigned c = lo; c <= hi; c++) set[c >> 3] |= (uint8_t)(1u << (c & 7));
     return gr_byteset(b, set);
 }
@@ -161,15 +162,15 @@ static int32_t list_node(gr_builder *b, uint8_t kind, const int32_t *items, size
 
 int32_t gr_seq(gr_builder *b, const int32_t *items, size_t n) { return list_node(b, GR_N_SEQ, items, n); }
 int32_t gr_alt(gr_builder *b, const int32_t *items, size_t n) { return list_node(b, GR_N_ALT, items, n); }
-int32_t gr_and(gr_builder *b, int32_t x, int32_t y) { return list_node(b, GR_N_AND, (int32_t[]){ x, y }, 2); }
+int32_t gr_and(gr_builder *b, int32_t x, int32_t y) { return list_node(b, GR_N_AND, (int32_t[]){x, y}, 2); }
 
 int32_t gr_not(gr_builder *b, int32_t x) {
     if (b->err.status != CN_STATUS_OK || x < 0) return -1;
     return node_new(b, GR_N_NOT, 0, 0, (uint32_t)x, 0);
 }
 
-int32_t gr_seq2(gr_builder *b, int32_t x, int32_t y) { return gr_seq(b, (int32_t[]){ x, y }, 2); }
-int32_t gr_alt2(gr_builder *b, int32_t x, int32_t y) { return gr_alt(b, (int32_t[]){ x, y }, 2); }
+int32_t gr_seq2(gr_builder *b, int32_t x, int32_t y) { return gr_seq(b, (int32_t[]){x, y}, 2); }
+int32_t gr_alt2(gr_builder *b, int32_t x, int32_t y) { return gr_alt(b, (int32_t[]){x, y}, 2); }
 
 int32_t gr_literal(gr_builder *b, const char *s, size_t n) {
     if (b->err.status != CN_STATUS_OK) return -1;
@@ -203,7 +204,7 @@ int32_t gr_literal(gr_builder *b, const char *s, size_t n) {
  * less). Only for items that consume at least one byte and call no rule: otherwise the
  * split points would be ambiguous and the stacks could multiply. */
 
-#define REPEAT_CHUNK_AT 65536u /* unrolled NFA states above which a repeat is chunked */
+#define REPEAT_CHUNK_AT 65536u     /* unrolled NFA states above which a repeat is chunked */
 #define REPEAT_CHUNK_STATES 16384u /* about this many NFA states per chunk */
 
 /* An estimate of the NFA states x unrolls to (saturating at cap); UINT64_MAX when x
@@ -213,10 +214,14 @@ static uint64_t expr_size(const gr_builder *b, int32_t x, uint64_t cap, int dept
     const gr_node *n = &b->nodes[x];
     uint64_t s = 0;
     switch (n->kind) {
-    case GR_N_EMPTY: case GR_N_NOTHING: return 1;
+    case GR_N_EMPTY:
+    case GR_N_NOTHING: return 1;
     case GR_N_BYTES: return 1;
-    case GR_N_REF: case GR_N_AND: case GR_N_NOT: return UINT64_MAX;
-    case GR_N_SEQ: case GR_N_ALT:
+    case GR_N_REF:
+    case GR_N_AND:
+    case GR_N_NOT: return UINT64_MAX;
+    case GR_N_SEQ:
+    case GR_N_ALT:
         for (uint32_t i = 0; i < n->n; i++) {
             uint64_t k = expr_size(b, b->kids[n->first + i], cap, depth + 1);
             if (k == UINT64_MAX) return k;
@@ -267,7 +272,8 @@ static int32_t repeat_chunked(gr_builder *b, int32_t item, uint32_t min, uint32_
                                    : (uint32_t)CN_MAX(8, CN_MIN(256, REPEAT_CHUNK_STATES / (item_states + 1)));
     int32_t full = gr_rule_fresh(b, "repeat");
     if (gr_rule_define(b, full, repeat_node(b, item, K, K)) < 0) return -1;
-    int32_t head = gr_seq2(b, repeat_node(b, gr_ref(b, full), min / K, min / K), repeat_node(b, item, min % K, min % K));
+    int32_t head = gr_seq2(b, repeat_node(b, gr_ref(b, full), min / K, min / K),
+                           repeat_node(b, item, min % K, min % K));
     if (max == GR_INF) return gr_seq2(b, head, repeat_node(b, item, 0, GR_INF));
     uint32_t r = max - min, q = r / K, s = r % K;
     if (q == 0) return gr_seq2(b, head, repeat_node(b, item, 0, s));
@@ -290,8 +296,7 @@ int32_t gr_repeat(gr_builder *b, int32_t item, uint32_t min, uint32_t max) {
     uint64_t at = b->repeat_chunk_at ? b->repeat_chunk_at : REPEAT_CHUNK_AT;
     if (copies > 16 || b->repeat_chunk_at) {
         uint64_t k = expr_size(b, item, REPEAT_CHUNK_AT, 0);
-        if (k < REPEAT_CHUNK_AT && copies * (k + 1) > at &&
-            expr_min_len(b, item, 0) > 0)
+        if (k < REPEAT_CHUNK_AT && copies * (k + 1) > at && expr_min_len(b, item, 0) > 0)
             return repeat_chunked(b, item, min, max, k);
     }
     return node_new(b, GR_N_REPEAT, min, max, (uint32_t)item, 0);
@@ -321,7 +326,11 @@ bool gr_utf8_next(const char *src, size_t n, size_t *pos, uint32_t *out) {
 
 static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
 
-typedef struct { int32_t *v; size_t n, cap; bool oom; } ivec;
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+    bool oom;
+} ivec;
 
 static void ivec_push(ivec *a, int32_t x) {
     if (!CN_GROW(a->v, a->cap, a->n + 1)) {
@@ -371,7 +380,7 @@ int32_t gr_codepoints(gr_builder *b, const uint32_t *ranges, size_t n_ranges, bo
     /* Normalize: clip, sort, merge; then complement if asked; then drop surrogates. */
     uint32_t *r = malloc((n_ranges + 2) * 2 * sizeof *r);
     uint32_t *c = malloc((n_ranges + 4) * 2 * sizeof *c);
-    ivec alts = { 0 };
+    ivec alts = {0};
     int32_t res = -1;
     if (!r || !c) goto oom;
     size_t n = 0;
@@ -398,15 +407,23 @@ int32_t gr_codepoints(gr_builder *b, const uint32_t *ranges, size_t n_ranges, bo
         size_t k = 0;
         uint32_t next = 0;
         for (size_t i = 0; i < m; i++) {
-            if (c[2 * i] > next) { r[2 * k] = next; r[2 * k + 1] = c[2 * i] - 1; k++; }
+            if (c[2 * i] > next) {
+                r[2 * k] = next;
+                r[2 * k + 1] = c[2 * i] - 1;
+                k++;
+            }
             next = c[2 * i + 1] + 1;
         }
-        if (next <= 0x10FFFF) { r[2 * k] = next; r[2 * k + 1] = 0x10FFFF; k++; }
+        if (next <= 0x10FFFF) {
+            r[2 * k] = next;
+            r[2 * k + 1] = 0x10FFFF;
+            k++;
+        }
         memcpy(c, r, k * 2 * sizeof *c);
         m = k;
     }
-    static const uint32_t cuts[][2] = { { 0, 0x7F }, { 0x80, 0x7FF }, { 0x800, 0xD7FF },
-                                        { 0xE000, 0xFFFF }, { 0x10000, 0x10FFFF } };
+    static const uint32_t cuts[][2] = {
+        {0, 0x7F}, {0x80, 0x7FF}, {0x800, 0xD7FF}, {0xE000, 0xFFFF}, {0x10000, 0x10FFFF}};
     for (size_t i = 0; i < m; i++)
         for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
             uint32_t lo = c[2 * i] > cuts[k][0] ? c[2 * i] : cuts[k][0];

@@ -19,26 +19,30 @@
 #define GR_MAX_DEPTH 4000
 
 enum { E_EPS, E_BYTES, E_LBYTES, E_CALL }; /* E_LBYTES: a byte set of the compile's own */
-typedef struct { uint8_t kind; uint32_t arg; int32_t to, next; } nfa_edge;
+typedef struct {
+    uint8_t kind;
+    uint32_t arg;
+    int32_t to, next;
+} nfa_edge;
 
 typedef struct nfa nfa;
 struct nfa {
     const gr_builder *b;
-    nfa *root;         /* the rule's NFA, whose table holds every E_LBYTES set */
+    nfa *root; /* the rule's NFA, whose table holds every E_LBYTES set */
     gr_set *lsets;
     uint32_t n_lsets;
     size_t cap_lsets;
-    int32_t *head;     /* (n_states) first edge */
+    int32_t *head; /* (n_states) first edge */
     uint32_t n_states;
     size_t cap_states;
     nfa_edge *e;
     uint32_t n_e;
     size_t cap_e;
     size_t budget_states, used_states;
-    uint64_t steps;    /* frag calls: the deadline is read every 1024 of them */
+    uint64_t steps; /* frag calls: the deadline is read every 1024 of them */
     double deadline_ms;
     cn_error *err;
-    cn_status st;      /* first failure */
+    cn_status st; /* first failure */
 };
 
 static bool fail(nfa *a, cn_status st, const char *msg) {
@@ -52,7 +56,8 @@ static bool fail(nfa *a, cn_status st, const char *msg) {
 static int32_t nfa_state(nfa *a) {
     if (a->st != CN_STATUS_OK) return -1;
     if (++a->used_states > a->budget_states) {
-        fail(a, CN_STATUS_INVALID_ARG, "compile budget: the grammar needs more automaton states than allowed (max_states)");
+        fail(a, CN_STATUS_INVALID_ARG,
+             "compile budget: the grammar needs more automaton states than allowed (max_states)");
         return -1;
     }
     if (!CN_GROW(a->head, a->cap_states, a->n_states + 1)) {
@@ -69,7 +74,7 @@ static void nfa_edge_add(nfa *a, int32_t from, uint8_t kind, uint32_t arg, int32
         fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
         return;
     }
-    a->e[a->n_e] = (nfa_edge){ kind, arg, to, a->head[from] };
+    a->e[a->n_e] = (nfa_edge){kind, arg, to, a->head[from]};
     a->head[from] = (int32_t)a->n_e++;
 }
 
@@ -185,12 +190,12 @@ static bool i32v_push(i32v *a, int32_t x) {
 
 typedef struct {
     nfa *a;
-    uint32_t *mark;     /* (n_states) stamp for closures */
+    uint32_t *mark; /* (n_states) stamp for closures */
     uint32_t stamp;
     /* DFA states as sorted NFA sets in one pool */
-    i32v pool;          /* concatenated sets */
-    i32v set_first;     /* (n_dfa + 1) */
-    int32_t *htab;      /* open addressing over DFA ids */
+    i32v pool;      /* concatenated sets */
+    i32v set_first; /* (n_dfa + 1) */
+    int32_t *htab;  /* open addressing over DFA ids */
     uint32_t hcap;
     int32_t accept_nfa;
 } subset;
@@ -305,7 +310,9 @@ static int32_t dfa_lookup(subset *S, const i32v *w, bool *is_new) {
     return d;
 }
 
-typedef struct { int32_t rule, to; } call_pair;
+typedef struct {
+    int32_t rule, to;
+} call_pair;
 static int cmp_call(const void *x, const void *y) {
     const call_pair *a = x, *b = y;
     if (a->rule != b->rule) return a->rule < b->rule ? -1 : 1;
@@ -316,20 +323,20 @@ static int cmp_call(const void *x, const void *y) {
  * tables of the DFA as they grow, one DFA state after another. */
 typedef struct {
     subset S;
-    i32v w;               /* scratch: a set of NFA states */
-    i32v trans;           /* (n_dfa, n_class) */
-    i32v acc;             /* (n_dfa) */
-    i32v cfirst;          /* (n_dfa + 1) a state's first pair in calls */
-    i32v calls;           /* (rule, to) pairs */
-    i32v set_cls;         /* per byte set met: [count, class...] */
-    int32_t *set_at;      /* (builder sets + local sets) offset in set_cls, -1: not yet */
+    i32v w;          /* scratch: a set of NFA states */
+    i32v trans;      /* (n_dfa, n_class) */
+    i32v acc;        /* (n_dfa) */
+    i32v cfirst;     /* (n_dfa + 1) a state's first pair in calls */
+    i32v calls;      /* (rule, to) pairs */
+    i32v set_cls;    /* per byte set met: [count, class...] */
+    int32_t *set_at; /* (builder sets + local sets) offset in set_cls, -1: not yet */
     uint32_t n_bsets;
-    i32v *bucket;         /* (n_class) the NFA states a class moves to */
-    call_pair *cp;        /* (n_cp) the calls of the DFA state at hand */
+    i32v *bucket;  /* (n_class) the NFA states a class moves to */
+    call_pair *cp; /* (n_cp) the calls of the DFA state at hand */
     size_t n_cp, cp_cap;
     uint32_t n_class;
-    uint8_t cls[256];     /* byte -> class */
-    uint8_t rep[256];     /* class -> its smallest byte */
+    uint8_t cls[256]; /* byte -> class */
+    uint8_t rep[256]; /* class -> its smallest byte */
 } det;
 
 /* The byte classes of rule a: bytes no edge's set tells apart share one (cls); their
@@ -355,7 +362,7 @@ static uint32_t byte_classes(const nfa *a, uint8_t cls[256]) {
 
 /* Classes, scratch and the start state (the closure of NFA state 0). false: no memory. */
 static bool det_init(det *D, nfa *a, int32_t accept_nfa) {
-    *D = (det){ .S = { .a = a, .accept_nfa = accept_nfa } };
+    *D = (det){.S = {.a = a, .accept_nfa = accept_nfa}};
     D->S.mark = calloc(a->n_states, sizeof *D->S.mark);
     if (!D->S.mark) return false;
     D->n_class = byte_classes(a, D->cls);
@@ -425,7 +432,7 @@ static bool gather_edges(det *D, uint32_t ds, bool *accepting) {
                     if (!i32v_push(&D->bucket[L[k]], x->to)) return false;
             } else if (x->kind == E_CALL) {
                 if (!CN_GROW(D->cp, D->cp_cap, D->n_cp + 1)) return false;
-                D->cp[D->n_cp++] = (call_pair){ (int32_t)x->arg, x->to };
+                D->cp[D->n_cp++] = (call_pair){(int32_t)x->arg, x->to};
             }
         }
     }
@@ -500,7 +507,7 @@ static bool det_tables(det *D, gr_dfa *d) {
     if (!d->accept || !d->accept_n || !d->has_out || !d->call_first || !d->calls) return false;
     for (uint32_t s = 0; s < d->n_states; s++) d->accept[s] = (uint8_t)D->acc.v[s];
     for (uint32_t s = 0; s <= d->n_states; s++) d->call_first[s] = (uint32_t)D->cfirst.v[s];
-    for (uint32_t i = 0; i < D->calls.n / 2; i++) d->calls[i] = (gr_call){ D->calls.v[2 * i], D->calls.v[2 * i + 1] };
+    for (uint32_t i = 0; i < D->calls.n / 2; i++) d->calls[i] = (gr_call){D->calls.v[2 * i], D->calls.v[2 * i + 1]};
     return true;
 }
 
@@ -533,14 +540,20 @@ done:
  * construction then treats it like any other fragment. */
 
 static bool operand_dfa(nfa *a, int32_t x, int depth, gr_dfa *d) {
-    nfa s = { .b = a->b, .root = a->root, .budget_states = a->budget_states, .used_states = a->used_states,
-              .steps = a->steps, .deadline_ms = a->deadline_ms, .err = a->err };
+    nfa s = {.b = a->b,
+             .root = a->root,
+             .budget_states = a->budget_states,
+             .used_states = a->used_states,
+             .steps = a->steps,
+             .deadline_ms = a->deadline_ms,
+             .err = a->err};
     int32_t s0 = nfa_state(&s);
     int32_t fin = frag(&s, x, s0, depth + 1);
     for (uint32_t e = 0; s.st == CN_STATUS_OK && e < s.n_e; e++)
         if (s.e[e].kind == E_CALL) {
             s.st = CN_STATUS_INVALID_ARG;
-            cn_err(s.err, s.st, "an intersection or complement cannot call a rule ('%s')", a->b->rules[s.e[e].arg].name);
+            cn_err(s.err, s.st, "an intersection or complement cannot call a rule ('%s')",
+                   a->b->rules[s.e[e].arg].name);
         }
     cn_status st = s.st == CN_STATUS_OK ? determinize(&s, fin, d) : s.st;
     a->used_states = s.used_states;
@@ -595,9 +608,9 @@ static int32_t pair_get(pairmap *m, uint64_t key, int32_t next, bool *is_new) {
 
 static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
     bool neg = n->kind == GR_N_NOT;
-    gr_dfa d[2] = { 0 };
-    pairmap pm = { 0 };
-    i32v ids = { 0 }, ps = { 0 }, qs = { 0 };
+    gr_dfa d[2] = {0};
+    pairmap pm = {0};
+    i32v ids = {0}, ps = {0}, qs = {0};
     int32_t out = -1;
     if (!operand_dfa(a, neg ? (int32_t)n->first : a->b->kids[n->first], depth, &d[0])) goto done;
     if (!neg && !operand_dfa(a, a->b->kids[n->first + 1], depth, &d[1])) goto done;
@@ -646,8 +659,7 @@ static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
             }
             uint64_t key = (uint64_t)(uint32_t)tp << 32 | (uint32_t)tq;
             int32_t t = pair_get(&pm, key, (int32_t)ids.n, &is_new);
-            if (t >= 0 && is_new &&
-                (!i32v_push(&ids, nfa_state(a)) || !i32v_push(&ps, tp) || !i32v_push(&qs, tq)))
+            if (t >= 0 && is_new && (!i32v_push(&ids, nfa_state(a)) || !i32v_push(&ps, tp) || !i32v_push(&qs, tq)))
                 t = -1;
             if (t < 0) {
                 fail(a, CN_STATUS_NO_MEMORY, "out of memory compiling the grammar");
@@ -659,7 +671,7 @@ static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
         for (uint32_t j = 0; j < n_jc && a->st == CN_STATUS_OK; j++) {
             if (tgt[j] < 0) continue;
             int32_t t = tgt[j];
-            uint8_t bits[32] = { 0 };
+            uint8_t bits[32] = {0};
             for (uint32_t j2 = j; j2 < n_jc; j2++)
                 if (tgt[j2] == t) {
                     for (int c = 0; c < 256; c++)
@@ -706,7 +718,9 @@ void gr_grammar_free(gr_grammar *g) {
  * backwards from the marked states over the reversed edges (byte edges, and calls of
  * productive rules), each edge once. rev_first/rev hold the reversed edges, made by the
  * caller: rev[k] = (source state, called rule or -1 for a byte edge). */
-typedef struct { int32_t from, rule; } gr_redge;
+typedef struct {
+    int32_t from, rule;
+} gr_redge;
 
 static void finish_backwards(const gr_dfa *d, const uint32_t *rev_first, const gr_redge *rev, const uint8_t *prod,
                              uint8_t *fin, uint32_t *stack) {
@@ -738,12 +752,12 @@ static bool reverse_edges(const gr_dfa *d, uint32_t *rev_first, gr_redge **rev) 
                 if (t < 0 || t == prev) continue;
                 prev = t;
                 if (pass == 0) rev_first[t + 1]++;
-                else (*rev)[rev_first[t]++] = (gr_redge){ (int32_t)s, -1 };
+                else (*rev)[rev_first[t]++] = (gr_redge){(int32_t)s, -1};
             }
             for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++) {
                 const int32_t t = d->calls[k].ret;
                 if (pass == 0) rev_first[t + 1]++;
-                else (*rev)[rev_first[t]++] = (gr_redge){ (int32_t)s, d->calls[k].rule };
+                else (*rev)[rev_first[t]++] = (gr_redge){(int32_t)s, d->calls[k].rule};
             }
         }
         if (pass == 0) {
@@ -810,7 +824,9 @@ static bool prune(gr_grammar *g, cn_error *err) {
         d->call_first[d->n_states] = o;
     }
     ok = prod[g->root];
-    if (!ok) cn_err(err, CN_STATUS_INVALID_ARG, "the grammar matches no text: rule '%s' can never finish", g->rules[g->root].name);
+    if (!ok)
+        cn_err(err, CN_STATUS_INVALID_ARG, "the grammar matches no text: rule '%s' can never finish",
+               g->rules[g->root].name);
 out:
     for (uint32_t r = 0; r < R; r++) {
         if (fin) free(fin[r]);
@@ -839,9 +855,9 @@ out:
  * distinguishing bytes, hundreds in an object of long literal names.) */
 
 typedef struct {
-    uint32_t *elem;  /* (n) states, grouped by block */
-    uint32_t *loc;   /* (n) a state's index in elem */
-    uint32_t *blk;   /* (n) a state's block */
+    uint32_t *elem;              /* (n) states, grouped by block */
+    uint32_t *loc;               /* (n) a state's index in elem */
+    uint32_t *blk;               /* (n) a state's block */
     uint32_t *first, *end, *mid; /* (n) a block's range in elem; [first, mid) are marked */
     uint32_t n_blk;
 } parts;
@@ -862,15 +878,15 @@ static void mark(parts *P, uint32_t s, uint32_t *touched, uint32_t *n_touched) {
  * dead state; the symbols are the byte classes, then one per rule called. */
 typedef struct {
     const gr_dfa *d;
-    uint32_t n0, nc;      /* the rule's states and byte classes */
-    int32_t *idx;         /* (n0) a state's live number, -1: unreachable */
-    uint32_t *live;       /* (n) the state of a live number */
-    uint32_t n;           /* live states */
-    int32_t *crule;       /* (n_crule) the called rules: symbol nc + i calls crule[i] */
+    uint32_t n0, nc; /* the rule's states and byte classes */
+    int32_t *idx;    /* (n0) a state's live number, -1: unreachable */
+    uint32_t *live;  /* (n) the state of a live number */
+    uint32_t n;      /* live states */
+    int32_t *crule;  /* (n_crule) the called rules: symbol nc + i calls crule[i] */
     uint32_t n_crule;
-    uint32_t A, N;        /* symbols; states with the dead one (n + 1) */
-    uint32_t *inv_first;  /* (A * N + 1) */
-    uint32_t *inv;        /* inv[inv_first[a * N + t] ..]: the states going to t by symbol a */
+    uint32_t A, N;       /* symbols; states with the dead one (n + 1) */
+    uint32_t *inv_first; /* (A * N + 1) */
+    uint32_t *inv;       /* inv[inv_first[a * N + t] ..]: the states going to t by symbol a */
 } min_rule;
 
 static void min_rule_free(min_rule *M) {
@@ -967,7 +983,7 @@ static void parts_free(parts *P) {
  * ones left out). */
 static bool parts_init(parts *P, const min_rule *M) {
     const uint32_t N = M->N;
-    *P = (parts){ 0 };
+    *P = (parts){0};
     P->elem = malloc(N * sizeof *P->elem);
     P->loc = malloc(N * sizeof *P->loc);
     P->blk = malloc(N * sizeof *P->blk);
@@ -1027,7 +1043,7 @@ static void split_block(parts *P, uint32_t b, min_work *W) {
 /* Splits the blocks until no symbol tells two states of a block apart. */
 static bool refine(const min_rule *M, parts *P) {
     const uint32_t N = M->N;
-    min_work W = { malloc(N * sizeof *W.blocks), calloc(N, 1), 0 };
+    min_work W = {malloc(N * sizeof *W.blocks), calloc(N, 1), 0};
     uint32_t *touched = malloc(N * sizeof *touched), *spl = malloc(N * sizeof *spl);
     const bool ok = W.blocks && W.queued && touched && spl;
     for (uint32_t b = 0; ok && b < P->n_blk; b++) work_add(&W, b);
@@ -1077,7 +1093,7 @@ static void block_row(const min_rule *M, const parts *P, const int32_t *bmap, ui
     }
     t->call_first[b] = *o;
     for (uint32_t k = d->call_first[s]; k < d->call_first[s + 1]; k++)
-        t->calls[(*o)++] = (gr_call){ d->calls[k].rule, bmap[P->blk[M->idx[d->calls[k].ret]]] };
+        t->calls[(*o)++] = (gr_call){d->calls[k].rule, bmap[P->blk[M->idx[d->calls[k].ret]]]};
 }
 
 static void swap_tables(gr_dfa *d, gr_dfa *t) {
@@ -1089,7 +1105,7 @@ static void swap_tables(gr_dfa *d, gr_dfa *t) {
 /* d's tables over the blocks; d untouched when no state was merged or dropped. */
 static bool rebuild(gr_dfa *d, const min_rule *M, const parts *P) {
     int32_t *bmap = malloc(P->n_blk * sizeof *bmap), *rep = malloc(P->n_blk * sizeof *rep);
-    gr_dfa t = { 0 }; /* the new tables, then the old ones to free */
+    gr_dfa t = {0}; /* the new tables, then the old ones to free */
     bool ok = bmap && rep;
     const uint32_t nb = ok ? number_blocks(M, P, bmap) : 0;
     if (ok && nb != M->n0) {
@@ -1115,10 +1131,10 @@ static bool rebuild(gr_dfa *d, const min_rule *M, const parts *P) {
 
 static bool minimize_rule(gr_dfa *d) {
     if (d->n_states <= 1) return true;
-    min_rule M = { .d = d, .n0 = d->n_states, .nc = d->n_class };
-    parts P = { 0 };
-    const bool ok = live_states(&M) && called_rules(&M) && predecessors(&M) && parts_init(&P, &M) &&
-                    refine(&M, &P) && rebuild(d, &M, &P);
+    min_rule M = {.d = d, .n0 = d->n_states, .nc = d->n_class};
+    parts P = {0};
+    const bool ok = live_states(&M) && called_rules(&M) && predecessors(&M) && parts_init(&P, &M) && refine(&M, &P) &&
+                    rebuild(d, &M, &P);
     parts_free(&P);
     min_rule_free(&M);
     return ok;
@@ -1154,7 +1170,7 @@ static void nullable(gr_grammar *g) {
 /* Left corners: the rules called at states reachable from a rule's start without a byte. */
 static bool left_recursion(gr_grammar *g, cn_error *err) {
     uint32_t R = g->n_rules;
-    uint8_t *color = calloc(R, 1);       /* 0 new, 1 on the path, 2 done */
+    uint8_t *color = calloc(R, 1); /* 0 new, 1 on the path, 2 done */
     int32_t *stack = malloc(R * 2 * sizeof *stack);
     uint8_t *seen = NULL;
     uint32_t max_states = 1;
@@ -1278,7 +1294,8 @@ static bool reachable(const gr_builder *b, int32_t root, uint8_t *reach, cn_erro
                     int32_t k = b->kids[x->first + i];
                     if (!nseen[k]) nseen[k] = 1, nodes[nn++] = k;
                 }
-            if ((x->kind == GR_N_REPEAT || x->kind == GR_N_NOT) && !nseen[x->first]) nseen[x->first] = 1, nodes[nn++] = (int32_t)x->first;
+            if ((x->kind == GR_N_REPEAT || x->kind == GR_N_NOT) && !nseen[x->first])
+                nseen[x->first] = 1, nodes[nn++] = (int32_t)x->first;
         }
     }
 out:
@@ -1294,10 +1311,11 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
         if (err) *err = b->err;
         return b->err.status;
     }
-    if (root < 0 || (uint32_t)root >= b->n_rules) return cn_err(err, CN_STATUS_INVALID_ARG, "the grammar has no root rule");
+    if (root < 0 || (uint32_t)root >= b->n_rules)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "the grammar has no root rule");
     gr_grammar *g = calloc(1, sizeof *g);
     uint8_t *reach = calloc(b->n_rules, 1);
-    nfa a = { .b = b, .err = err };
+    nfa a = {.b = b, .err = err};
     a.root = &a;
     cn_status st = CN_STATUS_NO_MEMORY;
     if (!g || !reach) {
@@ -1318,7 +1336,8 @@ cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_gramm
     }
     a.budget_states = lim && lim->max_states ? lim->max_states : 1000000;
     a.deadline_ms = cn_time_ms() + (lim && lim->max_compile_ms > 0 ? lim->max_compile_ms : 10000);
-    if (b->deadline_ms > 0 && b->deadline_ms < a.deadline_ms) a.deadline_ms = b->deadline_ms; /* one budget with the front end */
+    if (b->deadline_ms > 0 && b->deadline_ms < a.deadline_ms)
+        a.deadline_ms = b->deadline_ms; /* one budget with the front end */
     for (uint32_t r = 0; r < b->n_rules; r++) {
         gr_dfa *d = &g->rules[r];
         d->name = strdup(b->rules[r].name);

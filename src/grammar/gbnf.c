@@ -124,7 +124,10 @@ static bool parse_char(gb *p, uint32_t *out) {
     case 'n': *out = '\n'; return true;
     case 'r': *out = '\r'; return true;
     case 't': *out = '\t'; return true;
-    case '\\': case '"': case '[': case ']': *out = (uint32_t)(unsigned char)c; return true;
+    case '\\':
+    case '"':
+    case '[':
+    case ']': *out = (uint32_t)(unsigned char)c; return true;
     case 'x': digits = 2; break;
     case 'u': digits = 4; break;
     case 'U': digits = 8; break;
@@ -142,11 +145,10 @@ static bool parse_char(gb *p, uint32_t *out) {
     return true;
 }
 
-
 /* "..." with p->pos at the opening quote. */
 static int32_t parse_literal(gb *p) {
     size_t start = p->pos++;
-    cn_buf buf = { 0 };
+    cn_buf buf = {0};
     int32_t r = -1;
     for (;;) {
         if (p->pos >= p->n) {
@@ -183,11 +185,17 @@ static int32_t parse_class(gb *p) {
         }
         size_t item = p->pos;
         uint32_t lo, hi;
-        if (!parse_char(p, &lo)) { free(r); return -1; }
+        if (!parse_char(p, &lo)) {
+            free(r);
+            return -1;
+        }
         hi = lo;
         if (at(p, '-') && p->pos + 1 < p->n && p->src[p->pos + 1] != ']') {
             p->pos++;
-            if (!parse_char(p, &hi)) { free(r); return -1; }
+            if (!parse_char(p, &hi)) {
+                free(r);
+                return -1;
+            }
             if (hi < lo) {
                 free(r);
                 return fail(p, item, "range out of order in a character class"), -1;
@@ -235,7 +243,7 @@ static bool push(gb *p, gb_list *l, int32_t x) {
 
 /* Items up to '|', ')', a newline (outside parentheses) or the end. */
 static int32_t parse_sequence(gb *p, bool nested, int depth) {
-    gb_list items = { 0 };
+    gb_list items = {0};
     int32_t res = -1;
     for (;;) {
         if (p->pos >= p->n) break;
@@ -248,14 +256,20 @@ static int32_t parse_sequence(gb *p, bool nested, int depth) {
             item = parse_class(p);
         } else if (c == '.') {
             p->pos++;
-            item = gr_codepoints(p->b, (const uint32_t[]){ 0, 0x10FFFF }, 1, false);
+            item = gr_codepoints(p->b, (const uint32_t[]){0, 0x10FFFF}, 1, false);
         } else if (c == '(') {
-            if (depth >= GB_MAX_DEPTH) { fail(p, here, "parentheses nested deeper than %d", GB_MAX_DEPTH); goto out; }
+            if (depth >= GB_MAX_DEPTH) {
+                fail(p, here, "parentheses nested deeper than %d", GB_MAX_DEPTH);
+                goto out;
+            }
             p->pos++;
             space(p, true);
             item = parse_alternates(p, true, depth + 1);
             if (item < 0) goto out;
-            if (!at(p, ')')) { fail(p, here, "missing ')' for this '('"); goto out; }
+            if (!at(p, ')')) {
+                fail(p, here, "missing ')' for this '('");
+                goto out;
+            }
             p->pos++;
         } else if (is_name(c)) {
             size_t s = p->pos;
@@ -265,7 +279,10 @@ static int32_t parse_sequence(gb *p, bool nested, int depth) {
             if (p->used_at[id] == SIZE_MAX) p->used_at[id] = s;
             item = gr_ref(p->b, id);
         } else if (c == '*' || c == '+' || c == '?' || c == '{') {
-            if (items.n == 0) { fail(p, here, "'%c' has no item before it to repeat", c); goto out; }
+            if (items.n == 0) {
+                fail(p, here, "'%c' has no item before it to repeat", c);
+                goto out;
+            }
             uint32_t lo = 0, hi = GR_INF;
             p->pos++;
             if (c == '+') lo = 1;
@@ -279,15 +296,22 @@ static int32_t parse_sequence(gb *p, bool nested, int depth) {
                 } else if (at(p, ',')) {
                     p->pos++;
                     space(p, nested);
-                    if (p->pos < p->n && p->src[p->pos] >= '0' && p->src[p->pos] <= '9' && !parse_uint(p, &hi)) goto out;
+                    if (p->pos < p->n && p->src[p->pos] >= '0' && p->src[p->pos] <= '9' && !parse_uint(p, &hi))
+                        goto out;
                     space(p, nested);
-                    if (!at(p, '}')) { fail(p, p->pos, "expected '}'"); goto out; }
+                    if (!at(p, '}')) {
+                        fail(p, p->pos, "expected '}'");
+                        goto out;
+                    }
                 } else {
                     fail(p, p->pos, "expected ',' or '}'");
                     goto out;
                 }
                 p->pos++;
-                if (lo > hi) { fail(p, here, "{%u,%u}: the minimum is above the maximum", lo, hi); goto out; }
+                if (lo > hi) {
+                    fail(p, here, "{%u,%u}: the minimum is above the maximum", lo, hi);
+                    goto out;
+                }
             }
             int32_t *last = &items.v[items.n - 1];
             if ((*last = gr_repeat(p->b, *last, lo, hi)) < 0) goto out;
@@ -312,7 +336,7 @@ out:
 }
 
 static int32_t parse_alternates(gb *p, bool nested, int depth) {
-    gb_list alts = { 0 };
+    gb_list alts = {0};
     int32_t res = -1;
     for (;;) {
         int32_t s = parse_sequence(p, nested, depth);
@@ -346,7 +370,8 @@ static bool parse_rule(gb *p) {
     if (p->def_at[id] != SIZE_MAX) {
         size_t line, col;
         line_col(p, p->def_at[id], &line, &col);
-        return fail(p, s, "rule '%s' is defined twice (first at line %zu, column %zu)", gr_rule_name(p->b, id), line, col);
+        return fail(p, s, "rule '%s' is defined twice (first at line %zu, column %zu)", gr_rule_name(p->b, id), line,
+                    col);
     }
     p->def_at[id] = s;
     space(p, true);
@@ -367,7 +392,7 @@ int32_t gr_gbnf(gr_builder *b, const char *src, size_t n, const char *root) {
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "GBNF: the grammar text and the start rule name are required");
         return -1;
     }
-    gb p = { .b = b, .src = src ? src : "", .n = n };
+    gb p = {.b = b, .src = src ? src : "", .n = n};
     int32_t res = -1;
     space(&p, true);
     while (p.pos < p.n)

@@ -21,9 +21,7 @@ struct cn_grammar_matcher {
     gr_matcher *m;
 };
 
-cn_grammar_params cn_grammar_default_params(void) {
-    return (cn_grammar_params){ .kind = CN_GRAMMAR_JSON_SCHEMA };
-}
+cn_grammar_params cn_grammar_default_params(void) { return (cn_grammar_params){.kind = CN_GRAMMAR_JSON_SCHEMA}; }
 
 /* ---- the tokenizer memo ---- */
 
@@ -71,7 +69,7 @@ static cn_status vocab_for(const cn_tokenizer *t, gr_vocab **out, cn_error *err)
         memmove(memo, memo + 1, (n_memo - 1) * sizeof *memo);
         n_memo--;
     }
-    memo[n_memo++] = (memo_ent){ t, fp, gr_vocab_ref(v) };
+    memo[n_memo++] = (memo_ent){t, fp, gr_vocab_ref(v)};
     pthread_mutex_unlock(&memo_mu);
     gr_vocab_free(drop);
     *out = v;
@@ -84,31 +82,38 @@ static int32_t build(gr_builder *b, const cn_grammar_params *p, cn_error *err) {
     size_t n = p->source && !p->source_len ? strlen(p->source) : p->source_len;
     switch (p->kind) {
     case CN_GRAMMAR_JSON_SCHEMA:
-        if (!p->source) return cn_err_param(err, CN_STATUS_INVALID_ARG, "source", "a JSON Schema grammar needs a schema"), -1;
+        if (!p->source)
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "source", "a JSON Schema grammar needs a schema"), -1;
         return gr_json_schema(b, p->source, n, p->flexible_whitespace);
     case CN_GRAMMAR_JSON_OBJECT: return gr_json_object(b, p->flexible_whitespace);
     case CN_GRAMMAR_GBNF:
         if (!p->source) return cn_err_param(err, CN_STATUS_INVALID_ARG, "source", "a GBNF grammar needs its text"), -1;
         return gr_gbnf(b, p->source, n, "root");
     case CN_GRAMMAR_REGEX: {
-        if (!p->source) return cn_err_param(err, CN_STATUS_INVALID_ARG, "source", "a regex grammar needs a pattern"), -1;
+        if (!p->source)
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "source", "a regex grammar needs a pattern"), -1;
         int32_t root = gr_rule(b, "root");
         return gr_rule_define(b, root, gr_regex_expr(b, p->source, n));
     }
     case CN_GRAMMAR_CHOICE:
         if (!p->n_choices || !p->choices)
-            return cn_err_param(err, CN_STATUS_INVALID_ARG, "choices", "a choice grammar needs at least one choice"), -1;
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "choices", "a choice grammar needs at least one choice"),
+                   -1;
         for (size_t i = 0; i < p->n_choices; i++)
             if (!p->choices[i]) return cn_err_param(err, CN_STATUS_INVALID_ARG, "choices", "choice %zu is NULL", i), -1;
         return gr_choice(b, p->choices, p->n_choices);
     case CN_GRAMMAR_TOOLS:
-        if (!p->source) return cn_err_param(err, CN_STATUS_INVALID_ARG, "source", "a tools grammar needs the tools"), -1;
+        if (!p->source)
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "source", "a tools grammar needs the tools"), -1;
         if (p->tool_choice < CN_TOOL_CHOICE_AUTO || p->tool_choice > CN_TOOL_CHOICE_NAMED)
-            return cn_err_param(err, CN_STATUS_INVALID_ARG, "tool_choice", "unknown tool_choice %d", (int)p->tool_choice), -1;
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "tool_choice", "unknown tool_choice %d",
+                                (int)p->tool_choice),
+                   -1;
         if (p->tool_choice == CN_TOOL_CHOICE_NAMED && !p->tool_name)
             return cn_err_param(err, CN_STATUS_INVALID_ARG, "tool_name", "a named tool_choice needs the name"), -1;
         if (!cn_tool_format_name((cn_tool_format)p->tool_format) || p->tool_format == CN_TOOL_FORMAT_NONE)
-            return cn_err_param(err, CN_STATUS_INVALID_ARG, "tool_format", "unknown tool format %d", p->tool_format), -1;
+            return cn_err_param(err, CN_STATUS_INVALID_ARG, "tool_format", "unknown tool format %d", p->tool_format),
+                   -1;
         return gr_tools(b, p->tool_format, p->source, n, (int)p->tool_choice, p->tool_name, p->parallel_tool_calls);
     }
     cn_err_param(err, CN_STATUS_INVALID_ARG, "kind", "unknown grammar kind %d", (int)p->kind);
@@ -139,7 +144,7 @@ cn_status cn_grammar_compile(const cn_tokenizer *tok, const cn_grammar_params *p
         gr_builder_free(b);
         return st;
     }
-    gr_limits lim = { .max_states = p->max_states, .max_compile_ms = p->max_compile_ms };
+    gr_limits lim = {.max_states = p->max_states, .max_compile_ms = p->max_compile_ms};
     gr_grammar *g;
     st = gr_compile(b, root, &lim, &g, err);
     gr_builder_free(b);
@@ -207,10 +212,12 @@ void cn_grammar_matcher_free(cn_grammar_matcher *m) {
 }
 
 cn_status cn_grammar_matcher_mask(cn_grammar_matcher *m, uint32_t *mask, size_t n_words, cn_error *err) {
-    if (!m || !mask) return cn_err(err, CN_STATUS_INVALID_ARG, "cn_grammar_matcher_mask: matcher and mask are required");
+    if (!m || !mask)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "cn_grammar_matcher_mask: matcher and mask are required");
     size_t need = ((size_t)m->g->v->n_vocab + 31) / 32;
     if (n_words < need)
-        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_words", "the mask needs %zu words, %zu given", need, n_words);
+        return cn_err_param(err, CN_STATUS_INVALID_ARG, "n_words", "the mask needs %zu words, %zu given", need,
+                            n_words);
     return gr_matcher_mask(m->m, mask, err);
 }
 

@@ -34,8 +34,7 @@ void gr_builder_free(gr_builder *b);
 /* The first error ("" when none): status and message. */
 const cn_error *gr_builder_error(const gr_builder *b);
 /* Records an error (a front end's own: "unsupported keyword ..."), if none yet. */
-void gr_builder_fail(gr_builder *b, cn_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void gr_builder_fail(gr_builder *b, cn_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A clock for the front end (cn_time_ms() value; 0, the default: none). Past it the
  * next node fails with a "compile budget" error, so a schema whose front-end work grows
  * fast (a oneOf of many long required lists) is refused in time, not just its automata. */
@@ -125,8 +124,7 @@ typedef struct {
  * left recursion named by rule, a rule that can never finish: "rule 'x' matches no
  * text"), the budget ("compile budget: ..."; the builder's deadline, when it has one, ends
  * it too), NO_MEMORY. The builder may be freed after. */
-cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_grammar **out,
-                     cn_error *err);
+cn_status gr_compile(gr_builder *b, int32_t root, const gr_limits *lim, gr_grammar **out, cn_error *err);
 void gr_grammar_free(gr_grammar *g);
 
 /* ---- the byte-level matcher (no vocabulary) ----
@@ -148,8 +146,8 @@ bool gr_matches(const gr_grammar *g, const char *text, size_t n);
 typedef struct gr_vocab gr_vocab;
 /* bytes[i] / len[i]: token i's text as it enters the output (NULL or len 0: never allowed,
  * e.g. control tokens); eog: the n_eog end-of-generation ids, allowed when complete. */
-cn_status gr_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *len,
-                       const int32_t *eog, size_t n_eog, gr_vocab **out, cn_error *err);
+cn_status gr_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *len, const int32_t *eog, size_t n_eog,
+                       gr_vocab **out, cn_error *err);
 /* From a tokenizer (pieces as cn_token_to_piece renders them without specials). */
 cn_status gr_vocab_from_tokenizer(const cn_tokenizer *t, gr_vocab **out, cn_error *err);
 gr_vocab *gr_vocab_ref(gr_vocab *v);

@@ -14,11 +14,13 @@ enum { GR_N_EMPTY, GR_N_NOTHING, GR_N_BYTES, GR_N_SEQ, GR_N_ALT, GR_N_REPEAT, GR
 
 typedef struct {
     uint8_t kind;
-    uint32_t a, b;      /* BYTES: set index; REPEAT: min, max; REF: rule */
-    uint32_t first, n;  /* SEQ/ALT/AND: kids[first..first+n); REPEAT/NOT: first = the item */
+    uint32_t a, b;     /* BYTES: set index; REPEAT: min, max; REF: rule */
+    uint32_t first, n; /* SEQ/ALT/AND: kids[first..first+n); REPEAT/NOT: first = the item */
 } gr_node;
 
-typedef struct { uint8_t bits[32]; } gr_set;
+typedef struct {
+    uint8_t bits[32];
+} gr_set;
 
 typedef struct {
     char *name;
@@ -56,7 +58,9 @@ bool gr_utf8_next(const char *src, size_t n, size_t *pos, uint32_t *out);
  * n_class + class] is the next state or -1. A state's calls are calls[call_first[s] ..
  * call_first[s + 1]): (rule, return state) pairs. Every state that the tables can reach
  * can also reach acceptance (compile prunes the rest), so every live stack can finish. */
-typedef struct { int32_t rule, ret; } gr_call;
+typedef struct {
+    int32_t rule, ret;
+} gr_call;
 
 typedef struct {
     char *name;
@@ -68,8 +72,8 @@ typedef struct {
     uint8_t *has_out;     /* (n_states) 1: some byte edge or call leaves it */
     uint32_t *call_first; /* (n_states + 1) */
     gr_call *calls;
-    bool leaf;            /* calls no rule: its masks depend on the DFA alone */
-    uint64_t hash;        /* of the tables (leaf rules: the shared-cache key) */
+    bool leaf;     /* calls no rule: its masks depend on the DFA alone */
+    uint64_t hash; /* of the tables (leaf rules: the shared-cache key) */
 } gr_dfa;
 
 typedef struct gr_cache gr_cache;
@@ -90,14 +94,16 @@ struct gr_grammar {
 #define GR_BOTTOM (-1) /* no parent: the root's frame */
 #define GR_SENT (-2)   /* the cache walk's stand-in parent: popping it is an escape */
 
-typedef struct { int32_t rule, state, parent; } gr_top;
+typedef struct {
+    int32_t rule, state, parent;
+} gr_top;
 
 typedef struct {
-    gr_top *f;          /* (cap) */
-    uint8_t *end;       /* (cap) 1: the stack from this frame down can finish */
-    int32_t *next;      /* (cap) hash chain */
-    int32_t *head;      /* (n_head) buckets */
-    uint32_t *seen;     /* (cap) generation stamps for the pop guard */
+    gr_top *f;      /* (cap) */
+    uint8_t *end;   /* (cap) 1: the stack from this frame down can finish */
+    int32_t *next;  /* (cap) hash chain */
+    int32_t *head;  /* (n_head) buckets */
+    uint32_t *seen; /* (cap) generation stamps for the pop guard */
     uint32_t n, n_head, gen;
     size_t cap;
 } gr_frames;
@@ -105,17 +111,17 @@ typedef struct {
 typedef struct {
     const gr_grammar *g;
     gr_frames fr;
-    gr_top *tops;       /* scratch: the walk's levels, one after another */
+    gr_top *tops; /* scratch: the walk's levels, one after another */
     size_t n_tops, cap_tops;
-    bool escaped;       /* set by gr_advance when a top popped GR_SENT */
-    bool oom;           /* out of memory, or over (below): the step failed */
-    bool over;          /* a byte needed more than GR_MAX_BYTE_STEPS steps or GR_MAX_TOPS
-                         * stacks (a very ambiguous grammar); oom is set with it */
-    uint32_t steps;     /* steps of the byte being advanced */
+    bool escaped;   /* set by gr_advance when a top popped GR_SENT */
+    bool oom;       /* out of memory, or over (below): the step failed */
+    bool over;      /* a byte needed more than GR_MAX_BYTE_STEPS steps or GR_MAX_TOPS
+                     * stacks (a very ambiguous grammar); oom is set with it */
+    uint32_t steps; /* steps of the byte being advanced */
     /* the dedupe of a byte's new tops past GR_TOPS_SCAN: open addressing over their
      * indices, an entry live when its stamp is the byte's (lazily allocated) */
     uint32_t *th_idx, *th_stamp, th_gen;
-    size_t th_from;     /* tops before this index are in the table */
+    size_t th_from; /* tops before this index are in the table */
 } gr_pda;
 
 /* The work one byte may take: an ambiguous grammar (nullable rules repeated, recursion
@@ -155,17 +161,17 @@ struct gr_vocab {
     int refs;
     pthread_mutex_t mu;
     int32_t n_vocab;
-    uint8_t **bytes;     /* (n_vocab) NULL: never allowed */
+    uint8_t **bytes; /* (n_vocab) NULL: never allowed */
     uint32_t *len;
     int32_t *eog;
     size_t n_eog;
     gr_trie trie;
     /* the slice (walk.c): tokens of whole UTF-8 characters that JSON need not escape, of
      * at most GR_SLICE_MAX_LEN bytes */
-    uint32_t *slice;     /* (n_words) its tokens' bits */
-    gr_trie rest;        /* every other token */
-    uint64_t hash;       /* of every token's bytes: which grammars may share it */
-    gr_cache *shared;    /* leaf rules' masks, keyed by (DFA hash, state) */
+    uint32_t *slice;  /* (n_words) its tokens' bits */
+    gr_trie rest;     /* every other token */
+    uint64_t hash;    /* of every token's bytes: which grammars may share it */
+    gr_cache *shared; /* leaf rules' masks, keyed by (DFA hash, state) */
 };
 
 void gr_trie_free(gr_trie *t);
@@ -192,15 +198,15 @@ typedef struct {
     gr_astate *st;
     uint32_t n, max_states; /* past max_states a walk keeps only its path */
     size_t cap;
-    int32_t *next;       /* (cap, 256) */
-    uint8_t *esc;        /* (cap, 256) */
-    int8_t *slice;       /* (cap) gr_auto_slice_ok's answer; -1 not asked */
-    int32_t *chain;      /* (cap) */
-    int32_t *head;       /* (n_head) */
+    int32_t *next;  /* (cap, 256) */
+    uint8_t *esc;   /* (cap, 256) */
+    int8_t *slice;  /* (cap) gr_auto_slice_ok's answer; -1 not asked */
+    int32_t *chain; /* (cap) */
+    int32_t *head;  /* (n_head) */
     uint32_t n_head;
     gr_top *tops;
     size_t n_tops, cap_tops;
-    int32_t *path;       /* (cap_path) a walk's state at each depth */
+    int32_t *path; /* (cap_path) a walk's state at each depth */
     size_t cap_path;
     size_t *found, *seen; /* the slice search's scratch */
     uint32_t *found_depth;

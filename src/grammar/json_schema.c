@@ -80,8 +80,7 @@ static size_t push(js_ctx *c, const char *seg) {
         if (*s == '~' || *s == '/') {
             p[n++] = '~';
             p[n++] = *s == '~' ? '0' : '1';
-        } else
-            p[n++] = *s;
+        } else p[n++] = *s;
     }
     p[n] = 0;
     c->x.n_path = n;
@@ -102,18 +101,63 @@ static void pop(js_ctx *c, size_t old) {
 /* ---- keywords ---- */
 
 static const char *const annotations[] = {
-    "title", "description", "examples", "example", "$comment", "default", "deprecated", "readOnly", "writeOnly",
-    "$schema", "$id", "id", "$anchor", "$defs", "definitions", "$vocabulary", "contentEncoding", "contentMediaType",
-    "contentSchema", "$dynamicAnchor", "$recursiveAnchor", NULL,
+    "title",
+    "description",
+    "examples",
+    "example",
+    "$comment",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$schema",
+    "$id",
+    "id",
+    "$anchor",
+    "$defs",
+    "definitions",
+    "$vocabulary",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
+    "$dynamicAnchor",
+    "$recursiveAnchor",
+    NULL,
 };
 
 /* Keywords that constrain what we build (everything not here and not unsupported is
  * ignored). */
 static const char *const handled[] = {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
-    "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "nullable", "uniqueItems", "multipleOf", "minProperties",
-    "patternProperties", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "if", NULL,
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "nullable",
+    "uniqueItems",
+    "multipleOf",
+    "minProperties",
+    "patternProperties",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "propertyNames",
+    "if",
+    NULL,
 };
 
 static bool in_list(const char *const *l, const char *k) {
@@ -122,14 +166,16 @@ static bool in_list(const char *const *l, const char *k) {
     return false;
 }
 
-static bool is_trivial_schema(const json_t *v) { return json_is_true(v) || (json_is_object(v) && json_object_size(v) == 0); }
+static bool is_trivial_schema(const json_t *v) {
+    return json_is_true(v) || (json_is_object(v) && json_object_size(v) == 0);
+}
 
 /* The first keyword of s that changes the valid set and that we do not support; NULL if
  * none. Some are fine with a no-op value (uniqueItems: false, minProperties: 0, ...). */
 static const char *unsupported_keyword(const json_t *s) {
     static const char *const never[] = {
-        "not", "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "maxProperties",
-        "$dynamicRef", "$recursiveRef", NULL,
+        "not",         "unevaluatedProperties", "unevaluatedItems", "contains",      "minContains",
+        "maxContains", "maxProperties",         "$dynamicRef",      "$recursiveRef", NULL,
     };
     const char *k;
     json_t *v;
@@ -149,7 +195,7 @@ static const char *unsupported_keyword(const json_t *s) {
     return NULL;
 }
 
-static const char *const dependency_keywords[] = { "dependencies", "dependentRequired", "dependentSchemas", NULL };
+static const char *const dependency_keywords[] = {"dependencies", "dependentRequired", "dependentSchemas", NULL};
 
 /* Whether s has a dependency to compile (an empty one is none). */
 static bool has_dependencies(const json_t *s) {
@@ -190,8 +236,8 @@ static int type_bit(const char *t) {
     static const struct {
         const char *n;
         int bit;
-    } names[] = { { "null", T_NULL },   { "boolean", T_BOOL }, { "integer", T_INT }, { "number", T_NUM | T_INT },
-                  { "string", T_STR }, { "array", T_ARR },    { "object", T_OBJ } };
+    } names[] = {{"null", T_NULL},  {"boolean", T_BOOL}, {"integer", T_INT}, {"number", T_NUM | T_INT},
+                 {"string", T_STR}, {"array", T_ARR},    {"object", T_OBJ}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(t, names[i].n) == 0) return names[i].bit;
     return -1;
@@ -216,8 +262,7 @@ static int types_of(js_ctx *c, const json_t *s) {
                 }
                 m |= bit;
             }
-        } else
-            m = -1;
+        } else m = -1;
         if (m < 0) {
             char *d = json_dumps(t, JSON_COMPACT | JSON_ENCODE_ANY);
             fail(c, "unknown type %.80s", d ? d : "?");
@@ -289,8 +334,7 @@ static const json_t *resolve(js_ctx *c, const char *ref) {
         if (frag[i] == '%' && i + 2 < n && hexval(frag[i + 1]) >= 0 && hexval(frag[i + 2]) >= 0) {
             d[m++] = (char)(hexval(frag[i + 1]) * 16 + hexval(frag[i + 2]));
             i += 2;
-        } else
-            d[m++] = frag[i];
+        } else d[m++] = frag[i];
     }
     d[m] = 0;
     const json_t *at = NULL;
@@ -311,18 +355,15 @@ static const json_t *resolve(js_ctx *c, const char *ref) {
                 } else if (r[0] == '~' && r[1] == '0') {
                     *w++ = '~';
                     r++;
-                } else
-                    *w++ = *r;
+                } else *w++ = *r;
             }
             *w = 0;
-            if (json_is_object(at))
-                at = json_object_get(at, seg);
+            if (json_is_object(at)) at = json_object_get(at, seg);
             else if (json_is_array(at)) {
                 char *e = NULL;
                 unsigned long i = strtoul(seg, &e, 10);
                 at = (*seg && !*e) ? json_array_get(at, i) : NULL;
-            } else
-                at = NULL;
+            } else at = NULL;
             if (!end) break;
             seg = end + 1;
         }
@@ -360,7 +401,7 @@ static int32_t def_rule(js_ctx *c, const json_t *target, const char *label) {
         if (r >= 0) oom(c);
         return -1;
     }
-    c->defs[c->n_defs++] = (js_def){ target, r, ptr };
+    c->defs[c->n_defs++] = (js_def){target, r, ptr};
     return r;
 }
 
@@ -392,7 +433,7 @@ static json_t *all_of2(js_ctx *c, json_t *a, json_t *b) {
 
 /* Draft 4's boolean exclusiveMinimum / exclusiveMaximum as the numeric form. */
 static void draft4_bounds(json_t *o) {
-    static const char *const pair[2][2] = { { "minimum", "exclusiveMinimum" }, { "maximum", "exclusiveMaximum" } };
+    static const char *const pair[2][2] = {{"minimum", "exclusiveMinimum"}, {"maximum", "exclusiveMaximum"}};
     for (int i = 0; i < 2; i++) {
         json_t *e = json_object_get(o, pair[i][1]);
         if (!json_is_boolean(e)) continue;
@@ -400,8 +441,7 @@ static void draft4_bounds(json_t *o) {
         if (json_is_true(e) && m) {
             json_object_set(o, pair[i][1], m);
             json_object_del(o, pair[i][0]);
-        } else
-            json_object_del(o, pair[i][1]);
+        } else json_object_del(o, pair[i][1]);
     }
 }
 
@@ -449,7 +489,8 @@ static json_t *without(js_ctx *c, json_t *s, const char *const *keys) {
 
 static int num_pick(json_t *r, const char *k, const json_t *v, bool bigger) {
     json_t *cur = json_object_get(r, k);
-    if (!cur || (bigger ? json_number_value(v) > json_number_value(cur) : json_number_value(v) < json_number_value(cur)))
+    if (!cur ||
+        (bigger ? json_number_value(v) > json_number_value(cur) : json_number_value(v) < json_number_value(cur)))
         return json_object_set(r, k, (json_t *)v);
     return 0;
 }
@@ -576,7 +617,9 @@ static json_t *dependency_schema(js_ctx *c, const char *k, json_t *d) {
     }
     const bool lists = strcmp(k, "dependentSchemas") != 0, schemas = strcmp(k, "dependentRequired") != 0;
     fail(c, "a value of '%s' must be %s", k,
-         !schemas ? "an array of strings" : !lists ? "a schema" : "an array of strings or a schema");
+         !schemas ? "an array of strings"
+         : !lists ? "a schema"
+                  : "an array of strings or a schema");
     return NULL;
 }
 
@@ -649,7 +692,7 @@ static json_t *property_names(js_ctx *c, json_t *const *p, size_t n) {
 /* patternProperties merge only when one part alone constrains objects: another part's
  * additionalProperties would rule names the patterns rule. */
 static bool patterns_mergeable(js_ctx *c, json_t *const *p, size_t n) {
-    static const char *const okw[] = { "properties", "additionalProperties", "patternProperties", NULL };
+    static const char *const okw[] = {"properties", "additionalProperties", "patternProperties", NULL};
     size_t n_obj = 0, n_pat = 0;
     for (size_t i = 0; i < n; i++) {
         n_obj += has_any(p[i], okw);
@@ -690,7 +733,7 @@ static bool merge_objects(js_ctx *c, json_t *const *p, size_t n, json_t *names, 
 
 /* r's "type" as the list of the types in the mask types ("number" covers "integer"). */
 static bool set_types(js_ctx *c, json_t *r, int types) {
-    static const char *const tn[] = { "null", "boolean", "integer", "number", "string", "array", "object" };
+    static const char *const tn[] = {"null", "boolean", "integer", "number", "string", "array", "object"};
     json_t *tl = json_array();
     if (!tl || json_object_set_new(r, "type", tl) < 0) return oom(c), false;
     for (int i = 0; i < 7; i++) {
@@ -716,7 +759,7 @@ static bool merge_part(js_ctx *c, js_merged *m, json_t *s) {
 
 /* Merges plain parts. Returns a schema kept by c. */
 static json_t *merge_plain(js_ctx *c, json_t *const *p, size_t n) {
-    js_merged m = { .r = keep(c, json_object()), .types = T_ALL };
+    js_merged m = {.r = keep(c, json_object()), .types = T_ALL};
     if (!m.r) return NULL;
     json_t *names = property_names(c, p, n);
     if (!names || !patterns_mergeable(c, p, n)) return NULL;
@@ -816,7 +859,7 @@ static json_t *split_on(js_ctx *c, json_t *base, int types, const char *name, js
     if (more && (json_object_set(absent, "dependentSchemas", rest) < 0 ||
                  json_object_set(present, "dependentSchemas", rest) < 0))
         return oom(c), NULL;
-    json_t *parts[2] = { present, s };
+    json_t *parts[2] = {present, s};
     if (!add_branches(c, out, merge(c, &absent, 1, depth + 1)) || !add_branches(c, out, merge(c, parts, 2, depth + 1)))
         return NULL;
     return any_of(c, out);
@@ -824,13 +867,13 @@ static json_t *split_on(js_ctx *c, json_t *base, int types, const char *name, js
 
 /* r, a merged plain schema with "dependentSchemas", as a schema without. */
 static json_t *dependencies(js_ctx *c, json_t *r, int depth) {
-    static const char *const drop[] = { "dependentSchemas", NULL };
+    static const char *const drop[] = {"dependentSchemas", NULL};
     json_t *deps = json_object_get(r, "dependentSchemas");
     json_t *base = without(c, r, drop);
     if (base) base = drop_objects(c, base);
     const int t = base && json_is_object(base) ? types_of(c, base) : 0;
     if (!base || t < 0 || !(t & T_OBJ)) return t < 0 ? NULL : base;
-    js_parts now = { 0 }; /* base and the dependencies it decides */
+    js_parts now = {0}; /* base and the dependencies it decides */
     json_t *rest = keep(c, json_object()), *res = NULL;
     const char *name;
     json_t *s;
@@ -865,7 +908,7 @@ done:
 static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
     if (depth == 0) c->dep_splits = 0;
     if (depth > JS_MAX_DEPTH) return fail(c, "allOf / anyOf nested deeper than %d levels", JS_MAX_DEPTH), NULL;
-    js_parts p = { 0 };
+    js_parts p = {0};
     json_t *res = NULL;
     for (size_t i = 0; i < n_in; i++)
         if (parts_add(c, &p, in[i]) < 0) goto done;
@@ -884,7 +927,7 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
             fail(c, "allOf: too many $ref expansions (a reference cycle through allOf?)");
             goto done;
         }
-        static const char *const drop[] = { "$ref", "allOf", NULL };
+        static const char *const drop[] = {"$ref", "allOf", NULL};
         json_t *rest = without(c, s, drop);
         if (!rest) goto done;
         /* the referenced and allOf parts go before the siblings, in that order: a base
@@ -921,7 +964,7 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
             fail(c, "%s must be a non-empty array", kw);
             goto done;
         }
-        const char *drop[] = { kw, NULL };
+        const char *drop[] = {kw, NULL};
         json_t *rest = without(c, s, drop);
         if (!rest) goto done;
         json_t *out = keep(c, json_array());
@@ -943,8 +986,7 @@ static json_t *merge(js_ctx *c, json_t *const *in, size_t n_in, int depth) {
                 size_t q;
                 json_t *f;
                 json_array_foreach(json_object_get(m, "anyOf"), q, f) json_array_append(out, f);
-            } else
-                json_array_append(out, m);
+            } else json_array_append(out, m);
             if (json_array_size(out) > JS_MAX_BRANCHES) {
                 fail(c, "allOf / anyOf: more than %d branches after merging", JS_MAX_BRANCHES);
                 goto done;
@@ -1040,9 +1082,13 @@ static int check(js_ctx *c, const json_t *s, const json_t *v, int depth) {
         if (strcmp(k, "type") == 0 || strcmp(k, "nullable") == 0) {
             int t = types_of(c, s);
             if (t < 0) return -1;
-            int have = json_is_null(v) ? T_NULL : json_is_boolean(v) ? T_BOOL : json_is_integer(v) ? T_INT :
-                       json_is_real(v) ? (json_real_value(v) == floor(json_real_value(v)) ? T_INT : T_NUM) :
-                       json_is_string(v) ? T_STR : json_is_array(v) ? T_ARR : T_OBJ;
+            int have = json_is_null(v)      ? T_NULL
+                       : json_is_boolean(v) ? T_BOOL
+                       : json_is_integer(v) ? T_INT
+                       : json_is_real(v)    ? (json_real_value(v) == floor(json_real_value(v)) ? T_INT : T_NUM)
+                       : json_is_string(v)  ? T_STR
+                       : json_is_array(v)   ? T_ARR
+                                            : T_OBJ;
             ok = (t & have) != 0;
         } else if (strcmp(k, "enum") == 0) {
             size_t i;
@@ -1077,7 +1123,8 @@ static int check(js_ctx *c, const json_t *s, const json_t *v, int depth) {
             }
         } else if (strcmp(k, "properties") == 0 || strcmp(k, "additionalProperties") == 0) {
             if (json_is_object(v)) {
-                const json_t *props = json_object_get(s, "properties"), *add = json_object_get(s, "additionalProperties");
+                const json_t *props = json_object_get(s, "properties"),
+                             *add = json_object_get(s, "additionalProperties");
                 const char *pk;
                 json_t *pv;
                 json_object_foreach((json_t *)v, pk, pv) {
@@ -1115,8 +1162,8 @@ static int check(js_ctx *c, const json_t *s, const json_t *v, int depth) {
             ok = check_dependencies(c, k, w, v, depth);
         } else if (strcmp(k, "pattern") == 0 || strcmp(k, "format") == 0) {
             if (json_is_string(v)) {
-                static const char *const known[] = { "date", "time", "date-time", "duration", "uuid", "email",
-                                                     "ipv4", "ipv6", "hostname", "uri", NULL };
+                static const char *const known[] = {"date", "time", "date-time", "duration", "uuid", "email",
+                                                    "ipv4", "ipv6", "hostname",  "uri",      NULL};
                 if (strcmp(k, "pattern") == 0 || (json_is_string(w) && in_list(known, json_string_value(w)))) {
                     c->why = k;
                     return -1;
@@ -1144,7 +1191,7 @@ static bool has_assertions(const json_t *s, const char *const *skip) {
 }
 
 static int32_t sch_enum(js_ctx *c, json_t *s, const json_t *list) {
-    static const char *const drop[] = { "enum", "const", NULL };
+    static const char *const drop[] = {"enum", "const", NULL};
     json_t *rest = without(c, s, drop);
     if (!rest) return -1;
     draft4_bounds(rest);
@@ -1196,7 +1243,8 @@ static int32_t sch_string(js_ctx *c, const json_t *s) {
     /* only known formats constrain; an unknown one is an annotation */
     const char *f = json_is_string(fmt) && js_format_known(json_string_value(fmt)) ? json_string_value(fmt) : NULL;
     size_t old = push(c, pat ? "pattern" : f ? "format" : "maxLength");
-    int32_t r = js_string_constrained(&c->x, lo, hi, pat ? json_string_value(pat) : NULL, pat ? json_string_length(pat) : 0, f);
+    int32_t r = js_string_constrained(&c->x, lo, hi, pat ? json_string_value(pat) : NULL,
+                                      pat ? json_string_length(pat) : 0, f);
     pop(c, old);
     return r;
 }
@@ -1216,7 +1264,7 @@ static int32_t sch_number(js_ctx *c, const json_t *s, bool integer_only) {
         hx = json_is_true(xhi);
         xhi = NULL;
     }
-    const json_t *vals[4] = { lo, xlo, hi, xhi };
+    const json_t *vals[4] = {lo, xlo, hi, xhi};
     for (int i = 0; i < 4; i++)
         if (vals[i] && !json_is_number(vals[i])) return fail(c, "a numeric bound must be a number");
     /* the tighter of minimum / exclusiveMinimum (and of the maxima) */
@@ -1229,7 +1277,7 @@ static int32_t sch_number(js_ctx *c, const json_t *s, bool integer_only) {
         hx = true;
     }
     if (!lo && !hi) return integer_only ? js_integer(&c->x) : js_number(&c->x);
-    js_dec dl = { 0 }, dh = { 0 };
+    js_dec dl = {0}, dh = {0};
     int32_t r = -1;
     if ((lo && js_dec_from_json(&c->x, lo, &dl) < 0) || (hi && js_dec_from_json(&c->x, hi, &dh) < 0)) goto out;
     if (lo && hi) {
@@ -1263,8 +1311,7 @@ static int32_t sch_array(js_ctx *c, const json_t *s) {
         pre_kw = "items";
         rest = json_object_get(s, "additionalItems");
         rest_kw = "additionalItems";
-    } else if (json_is_array(items))
-        return fail(c, "'items' must be a schema when 'prefixItems' is given");
+    } else if (json_is_array(items)) return fail(c, "'items' must be a schema when 'prefixItems' is given");
     if (pre && !json_is_array(pre)) return fail(c, "'%s' must be an array", pre_kw);
     size_t k = pre ? json_array_size(pre) : 0;
     if (k > 4096) return fail(c, "'%s' has more than 4096 entries", pre_kw);
@@ -1307,19 +1354,17 @@ static int32_t sch_array(js_ctx *c, const json_t *s) {
             int32_t more = gr_repeat(b, gr_seq2(b, sep, rx), rmin ? rmin - 1 : 0, rmax == GR_INF ? GR_INF : rmax - 1);
             tail = gr_seq2(b, rx, more);
             if (rmin == 0) tail = gr_repeat(b, tail, 0, 1);
-        } else
-            tail = gr_repeat(b, gr_seq2(b, sep, rx), rmin, rmax);
-    } else
-        tail = gr_empty(b);
+        } else tail = gr_repeat(b, gr_seq2(b, sep, rx), rmin, rmax);
+    } else tail = gr_empty(b);
     int32_t body = tail;
     for (uint32_t i = n_pre; i-- > 0;) {
         /* item i (0-based) present: required when i < lo */
-        int32_t one = i == 0 ? gr_seq2(b, px[0], body) : gr_seq(b, (int32_t[]){ sep, px[i], body }, 3);
+        int32_t one = i == 0 ? gr_seq2(b, px[0], body) : gr_seq(b, (int32_t[]){sep, px[i], body}, 3);
         body = i < lo ? one : gr_repeat(b, one, 0, 1);
     }
     free(px);
     int32_t ws = js_ws(&c->x);
-    int32_t e = gr_seq(b, (int32_t[]){ js_lit(&c->x, "["), ws, body, js_ws(&c->x), js_lit(&c->x, "]") }, 5);
+    int32_t e = gr_seq(b, (int32_t[]){js_lit(&c->x, "["), ws, body, js_ws(&c->x), js_lit(&c->x, "]")}, 5);
     int32_t rule = gr_rule_fresh(b, "array");
     if (gr_rule_define(b, rule, e) < 0) return -1;
     return gr_ref(b, rule);
@@ -1345,7 +1390,7 @@ typedef struct {
     const char **re;
     size_t *n_re;
     json_t **schema;
-    int *group;    /* (n) overlap group */
+    int *group; /* (n) overlap group */
     size_t n;
 } js_pats;
 
@@ -1362,7 +1407,7 @@ static int side_compile(js_ctx *c, gr_builder *b2, int32_t expr, gr_grammar **g)
     *g = NULL;
     int32_t r = gr_rule(b2, "side");
     gr_rule_define(b2, r, expr);
-    cn_error err = { 0 };
+    cn_error err = {0};
     cn_status st = gr_compile(b2, r, NULL, g, &err);
     if (st == CN_STATUS_OK) return 0;
     if (strstr(err.msg, "matches no text")) return 0;
@@ -1407,7 +1452,7 @@ static int patterns_overlap(js_ctx *c, const js_pats *q, size_t i, size_t j, con
     }
     memset(want, 2, q->n);
     want[i] = want[j] = 1;
-    js_lex t = { .b = b2 };
+    js_lex t = {.b = b2};
     gr_grammar *g = NULL;
     int rc = side_compile(c, b2, js_key_content(&t, names, lens, n_names, q->re, q->n_re, want, q->n), &g);
     *out = g != NULL;
@@ -1485,8 +1530,8 @@ static int pats_read(js_ctx *c, const json_t *pp, js_prop *p, size_t n, const ch
 static int32_t member_rule(js_ctx *c, int32_t content, int32_t val, const char *label) {
     gr_builder *b = c->x.b;
     int32_t r = gr_rule_fresh(b, label);
-    int32_t key = gr_seq(b, (int32_t[]){ js_lit(&c->x, "\""), content, js_lit(&c->x, "\"") }, 3);
-    if (gr_rule_define(b, r, gr_seq(b, (int32_t[]){ key, js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val }, 5)) < 0)
+    int32_t key = gr_seq(b, (int32_t[]){js_lit(&c->x, "\""), content, js_lit(&c->x, "\"")}, 3);
+    if (gr_rule_define(b, r, gr_seq(b, (int32_t[]){key, js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val}, 5)) < 0)
         return -1;
     return gr_ref(b, r);
 }
@@ -1555,7 +1600,7 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
     const char **names = calloc(np + nr + 1, sizeof *names);
     size_t *lens = calloc(np + nr + 1, sizeof *lens);
     int32_t *kv = calloc(np + nr + 1, sizeof *kv);
-    js_pats pats = { 0 };
+    js_pats pats = {0};
     int32_t result = -1;
     if (!p || !names || !lens || !kv) {
         oom(c);
@@ -1564,7 +1609,7 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
     size_t n = 0;
     const char *k;
     json_t *v;
-    if (props) json_object_foreach(props, k, v) p[n++] = (js_prop){ k, v, false, false };
+    if (props) json_object_foreach(props, k, v) p[n++] = (js_prop){k, v, false, false};
     for (size_t i = 0; i < nr; i++) {
         json_t *e = json_array_get(req, i);
         if (!json_is_string(e)) {
@@ -1574,7 +1619,7 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
         size_t j = 0;
         while (j < n && strcmp(p[j].name, json_string_value(e)) != 0) j++;
         if (j == n) /* required but not listed: governed by additionalProperties (or patterns) */
-            p[n++] = (js_prop){ json_string_value(e), add ? add : json_true(), false, true };
+            p[n++] = (js_prop){json_string_value(e), add ? add : json_true(), false, true};
         p[j].required = true;
     }
     size_t n_names = 0;
@@ -1612,7 +1657,7 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
         push(c, p[i].name);
         int32_t val = sch(c, p[i].schema);
         pop(c, old);
-        kv[i] = gr_seq(b, (int32_t[]){ gr_literal(b, ks, kl), js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val }, 5);
+        kv[i] = gr_seq(b, (int32_t[]){gr_literal(b, ks, kl), js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val}, 5);
         free(ks);
     }
     /* additional members: a name other than the listed ones */
@@ -1630,12 +1675,13 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
         size_t old = push(c, "additionalProperties");
         int32_t val = add ? sch(c, add) : js_value(&c->x);
         pop(c, old);
-        int32_t key = gr_seq(b, (int32_t[]){ js_lit(&c->x, "\""), js_key_not_in(&c->x, names, lens, n_names),
-                                             js_lit(&c->x, "\"") }, 3);
+        int32_t key = gr_seq(
+            b, (int32_t[]){js_lit(&c->x, "\""), js_key_not_in(&c->x, names, lens, n_names), js_lit(&c->x, "\"")}, 3);
         /* its own rule: the object's rule copies it into every place a member may
          * follow, and the name's complement is large */
         int32_t er = gr_rule_fresh(b, "additional");
-        if (gr_rule_define(b, er, gr_seq(b, (int32_t[]){ key, js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val }, 5)) < 0)
+        if (gr_rule_define(b, er, gr_seq(b, (int32_t[]){key, js_ws(&c->x), js_lit(&c->x, ":"), js_ws(&c->x), val}, 5)) <
+            0)
             goto out;
         extra = gr_ref(b, er);
     }
@@ -1655,14 +1701,14 @@ static int32_t sch_object(js_ctx *c, const json_t *s) {
         if (kv[i] == -2) continue;
         int32_t first = gr_seq2(b, kv[i], B);
         if (p[i].required) {
-            B = gr_seq(b, (int32_t[]){ sep, kv[i], B }, 3);
+            B = gr_seq(b, (int32_t[]){sep, kv[i], B}, 3);
             A = first;
         } else {
             B = gr_seq2(b, gr_repeat(b, gr_seq2(b, sep, kv[i]), 0, 1), B);
             A = gr_alt2(b, first, A);
         }
     }
-    int32_t e = gr_seq(b, (int32_t[]){ js_lit(&c->x, "{"), js_ws(&c->x), A, js_ws(&c->x), js_lit(&c->x, "}") }, 5);
+    int32_t e = gr_seq(b, (int32_t[]){js_lit(&c->x, "{"), js_ws(&c->x), A, js_ws(&c->x), js_lit(&c->x, "}")}, 5);
     int32_t rule = gr_rule_fresh(b, "object");
     if (gr_rule_define(b, rule, e) >= 0) result = gr_ref(b, rule);
 out:
@@ -1708,10 +1754,11 @@ static int32_t sch_typed(js_ctx *c, json_t *s) {
         if (json_array_size(list) == 0) return fail(c, "unsatisfiable schema: an empty enum");
         return sch_enum(c, s, list);
     }
-    static const char *const num_kw[] = { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", NULL };
-    static const char *const str_kw[] = { "minLength", "maxLength", "pattern", "format", NULL };
-    static const char *const arr_kw[] = { "items", "prefixItems", "additionalItems", "minItems", "maxItems", NULL };
-    static const char *const obj_kw[] = { "properties", "required", "additionalProperties", "patternProperties", NULL };
+    static const char *const num_kw[] = {"minimum",          "maximum",    "exclusiveMinimum",
+                                         "exclusiveMaximum", "multipleOf", NULL};
+    static const char *const str_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
+    static const char *const arr_kw[] = {"items", "prefixItems", "additionalItems", "minItems", "maxItems", NULL};
+    static const char *const obj_kw[] = {"properties", "required", "additionalProperties", "patternProperties", NULL};
     bool cn_num = has_any(s, num_kw), cn_str = has_any(s, str_kw), cn_arr = has_any(s, arr_kw),
          cn_obj = has_any(s, obj_kw);
     if (t == T_ALL && !cn_num && !cn_str && !cn_arr && !cn_obj) return js_value(&c->x);
@@ -1800,7 +1847,7 @@ static bool disjoint(js_ctx *c, json_t *a, json_t *b, int depth) {
 /* Branches equal but for "required": branch i also forbids every name that only another
  * branch j requires (one of them, when j requires several). NULL when not of that form. */
 static json_t *exclusive_required(js_ctx *c, json_t *const *m, size_t n) {
-    static const char *const req[] = { "required", NULL };
+    static const char *const req[] = {"required", NULL};
     json_t *base = without(c, m[0], req);
     if (!base) return NULL;
     for (size_t i = 1; i < n; i++) {
@@ -1810,7 +1857,7 @@ static json_t *exclusive_required(js_ctx *c, json_t *const *m, size_t n) {
     json_t *out = keep(c, json_array());
     if (!out) return NULL;
     for (size_t i = 0; i < n; i++) {
-        js_parts p = { 0 };
+        js_parts p = {0};
         bool implied = false;
         if (parts_add(c, &p, m[i]) < 0) return NULL;
         for (size_t j = 0; j < n && !implied; j++) {
@@ -1828,7 +1875,9 @@ static json_t *exclusive_required(js_ctx *c, json_t *const *m, size_t n) {
                 implied = true; /* every document of branch i matches branch j too */
                 break;
             }
-            parts_add(c, &p, json_array_size(alts) == 1 ? json_array_get(alts, 0) : keep(c, json_pack("{s:O}", "anyOf", alts)));
+            parts_add(c, &p,
+                      json_array_size(alts) == 1 ? json_array_get(alts, 0)
+                                                 : keep(c, json_pack("{s:O}", "anyOf", alts)));
         }
         if (!implied) {
             json_t *r = merge(c, p.v, p.n, 0);
@@ -1863,8 +1912,9 @@ static int32_t sch_any(js_ctx *c, json_t *list, const char *kw) {
         json_t *excl = NULL;
         if (!ok && !gr_builder_error(b)->status) {
             bool objects = true;
-            for (size_t i = 0; i < n; i++) objects &= m[i] && json_is_object(m[i]) && !json_object_get(m[i], "anyOf") &&
-                                                    !json_object_get(m[i], "oneOf");
+            for (size_t i = 0; i < n; i++)
+                objects &= m[i] && json_is_object(m[i]) && !json_object_get(m[i], "anyOf") &&
+                           !json_object_get(m[i], "oneOf");
             if (objects) excl = exclusive_required(c, m, n);
         }
         free(m);
@@ -1914,21 +1964,16 @@ static int32_t sch(js_ctx *c, json_t *s) {
     int32_t r;
     json_t *ref = json_object_get(s, "$ref");
     json_t *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf");
-    static const char *const combinators[] = { "$ref", "anyOf", "oneOf", NULL };
+    static const char *const combinators[] = {"$ref", "anyOf", "oneOf", NULL};
     bool siblings = has_assertions(s, combinators);
     if (json_object_get(s, "allOf") || (ref && (siblings || any || one)) || ((any || one) && siblings) ||
         (any && one) || has_dependencies(s)) {
         json_t *m = merge(c, &s, 1, 0);
-        if (!m)
-            r = -1;
-        else if (json_is_false(m))
-            r = fail(c, "unsatisfiable schema: allOf / anyOf with no satisfiable combination");
-        else if (json_is_object(m) && json_object_get(m, "anyOf"))
-            r = sch_any(c, json_object_get(m, "anyOf"), "anyOf");
-        else if (json_is_object(m) && json_object_get(m, "oneOf"))
-            r = sch_any(c, json_object_get(m, "oneOf"), "oneOf");
-        else
-            r = sch(c, m);
+        if (!m) r = -1;
+        else if (json_is_false(m)) r = fail(c, "unsatisfiable schema: allOf / anyOf with no satisfiable combination");
+        else if (json_is_object(m) && json_object_get(m, "anyOf")) r = sch_any(c, json_object_get(m, "anyOf"), "anyOf");
+        else if (json_is_object(m) && json_object_get(m, "oneOf")) r = sch_any(c, json_object_get(m, "oneOf"), "oneOf");
+        else r = sch(c, m);
     } else if (ref) {
         if (!json_is_string(ref)) {
             r = fail(c, "$ref must be a string");
@@ -1939,8 +1984,7 @@ static int32_t sch(js_ctx *c, json_t *s) {
         }
     } else if (any || one) {
         r = sch_any(c, any ? any : one, any ? "anyOf" : "oneOf");
-    } else
-        r = sch_typed(c, s);
+    } else r = sch_typed(c, s);
     c->depth--;
     return r;
 }
@@ -1957,7 +2001,7 @@ static void ctx_free(js_ctx *c) {
 }
 
 static void ctx_init(js_ctx *c, gr_builder *b, bool flex) {
-    *c = (js_ctx){ 0 };
+    *c = (js_ctx){0};
     c->x.b = b;
     c->x.flex = flex;
     c->x.r_string = c->x.r_number = c->x.r_integer = c->x.r_bool = c->x.r_null = c->x.r_value = c->x.r_object =
@@ -1968,7 +2012,7 @@ static void ctx_init(js_ctx *c, gr_builder *b, bool flex) {
 static int32_t root_rule(js_ctx *c, int32_t value) {
     gr_builder *b = c->x.b;
     int32_t root = gr_rule(b, "root");
-    int32_t e = gr_seq(b, (int32_t[]){ js_ws(&c->x), value, js_ws(&c->x) }, 3);
+    int32_t e = gr_seq(b, (int32_t[]){js_ws(&c->x), value, js_ws(&c->x)}, 3);
     if (gr_rule_define(b, root, e) < 0) return -1;
     return root;
 }
@@ -2016,7 +2060,8 @@ static int32_t one_schema(js_ctx *c, const char *schema, size_t n) {
     int32_t top = def_rule(c, c->doc, "");
     /* every referenced definition, each at depth 0 with its pointer as the path */
     for (size_t i = 0; i < c->n_defs && !gr_builder_error(b)->status; i++) {
-        snprintf(c->x.path, sizeof c->x.path, "%s%s", prefix, c->defs[i].ptr[0] == '#' ? c->defs[i].ptr + 1 : c->defs[i].ptr);
+        snprintf(c->x.path, sizeof c->x.path, "%s%s", prefix,
+                 c->defs[i].ptr[0] == '#' ? c->defs[i].ptr + 1 : c->defs[i].ptr);
         c->x.n_path = strlen(c->x.path);
         c->depth = 0;
         int32_t e = sch(c, (json_t *)c->defs[i].target);

@@ -10,22 +10,22 @@
 
 #include "grammar/grammar.h"
 
-#define JS_MAX_DEPTH 96         /* nesting of schemas inside one definition */
-#define JS_MAX_PATH 512         /* bytes of JSON pointer kept for messages */
-#define JS_MAX_DIGITS 400       /* digits of a numeric bound (1e308 has 309) */
+#define JS_MAX_DEPTH 96   /* nesting of schemas inside one definition */
+#define JS_MAX_PATH 512   /* bytes of JSON pointer kept for messages */
+#define JS_MAX_DIGITS 400 /* digits of a numeric bound (1e308 has 309) */
 
 typedef struct js_strc js_strc; /* a cached constrained-string rule */
 
 typedef struct {
     gr_builder *b;
-    bool flex;                  /* flexible whitespace */
+    bool flex; /* flexible whitespace */
     /* the shared rules, -1 until first used; always built the same way so that the
      * matcher's cross-grammar cache recognizes them */
     int32_t r_string, r_number, r_integer, r_bool, r_null, r_value, r_object, r_array;
     int32_t r_krest, r_kna, r_kesc, r_ws; /* the tails of an unlisted property name */
-    js_strc *strc;              /* length-constrained string rules made so far */
+    js_strc *strc;                        /* length-constrained string rules made so far */
     size_t n_strc, cap_strc;
-    char path[JS_MAX_PATH];     /* JSON pointer of the schema being compiled */
+    char path[JS_MAX_PATH]; /* JSON pointer of the schema being compiled */
     size_t n_path;
 } js_lex;
 
@@ -74,8 +74,7 @@ void js_dec_free(js_dec *d);
 int js_dec_cmp(const js_dec *a, const js_dec *b);
 /* Integers (integer_only) or JSON numbers without an exponent, in the range (lo / hi
  * NULL: unbounded on that side). An empty range gives gr_nothing. */
-int32_t js_num_range(js_lex *x, const js_dec *lo, bool lo_excl, const js_dec *hi, bool hi_excl,
-                     bool integer_only);
+int32_t js_num_range(js_lex *x, const js_dec *lo, bool lo_excl, const js_dec *hi, bool hi_excl, bool integer_only);
 
 /* Exactly the JSON value v, as Python's json.dumps would spell it (with flexible
  * whitespace wherever JSON allows it); numbers also in their other spelling (1 and 1.0). */

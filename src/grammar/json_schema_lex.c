@@ -26,14 +26,14 @@ struct js_strc {
 static void oom(js_lex *x) { gr_builder_fail(x->b, CN_STATUS_NO_MEMORY, "out of memory compiling the JSON schema"); }
 
 static int32_t set_chars(js_lex *x, const char *chars) {
-    uint8_t set[32] = { 0 };
+    uint8_t set[32] = {0};
     for (const unsigned char *p = (const unsigned char *)chars; *p; p++) set[*p >> 3] |= (uint8_t)(1u << (*p & 7));
     return gr_byteset(x->b, set);
 }
 
 /* A set given as ranges "az09" (pairs of bytes, inclusive) */
 static int32_t set_ranges(js_lex *x, const char *pairs) {
-    uint8_t set[32] = { 0 };
+    uint8_t set[32] = {0};
     for (const unsigned char *p = (const unsigned char *)pairs; p[0] && p[1]; p += 2)
         for (unsigned c = p[0]; c <= p[1]; c++) set[c >> 3] |= (uint8_t)(1u << (c & 7));
     return gr_byteset(x->b, set);
@@ -64,7 +64,7 @@ int32_t js_ws(js_lex *x) {
 
 int32_t js_sep(js_lex *x) {
     if (!x->flex) return js_lit(x, ",");
-    return gr_seq(x->b, (int32_t[]){ js_ws(x), js_lit(x, ","), js_ws(x) }, 3);
+    return gr_seq(x->b, (int32_t[]){js_ws(x), js_lit(x, ","), js_ws(x)}, 3);
 }
 
 static int32_t hex(js_lex *x) { return set_ranges(x, "09afAF"); }
@@ -73,32 +73,32 @@ static int32_t digit(js_lex *x) { return gr_byte_range(x->b, '0', '9'); }
 /* A character of a JSON string, any spelling: unescaped (no ", \ or control), or an
  * escape (\uXXXX may be any code unit, as JSON allows). */
 static int32_t string_char(js_lex *x) {
-    static const uint32_t raw[] = { 0x20, 0x21, 0x23, 0x5B, 0x5D, 0x10FFFF };
+    static const uint32_t raw[] = {0x20, 0x21, 0x23, 0x5B, 0x5D, 0x10FFFF};
     gr_builder *b = x->b;
-    int32_t esc = gr_alt2(b, set_chars(x, "\"\\/bfnrt"),
-                          gr_seq2(b, js_lit(x, "u"), gr_repeat(b, hex(x), 4, 4)));
+    int32_t esc = gr_alt2(b, set_chars(x, "\"\\/bfnrt"), gr_seq2(b, js_lit(x, "u"), gr_repeat(b, hex(x), 4, 4)));
     return gr_alt2(b, gr_codepoints(b, raw, 3, false), gr_seq2(b, js_lit(x, "\\"), esc));
 }
 
 /* One character (code point) of a JSON string for counting: a surrogate pair escape is
  * one, a lone surrogate is refused (it is no character). */
 static int32_t counted_char(js_lex *x) {
-    static const uint32_t raw[] = { 0x20, 0x21, 0x23, 0x5B, 0x5D, 0x10FFFF };
+    static const uint32_t raw[] = {0x20, 0x21, 0x23, 0x5B, 0x5D, 0x10FFFF};
     gr_builder *b = x->b;
     int32_t h = hex(x);
-    int32_t bmp = gr_alt2(b, gr_seq(b, (int32_t[]){ set_ranges(x, "09acACefEF"), h, hex(x), hex(x) }, 4),
-                          gr_seq(b, (int32_t[]){ set_chars(x, "dD"), gr_byte_range(b, '0', '7'), hex(x), hex(x) }, 4));
+    int32_t bmp = gr_alt2(b, gr_seq(b, (int32_t[]){set_ranges(x, "09acACefEF"), h, hex(x), hex(x)}, 4),
+                          gr_seq(b, (int32_t[]){set_chars(x, "dD"), gr_byte_range(b, '0', '7'), hex(x), hex(x)}, 4));
     int32_t pair = gr_seq(b,
-                          (int32_t[]){ set_chars(x, "dD"), set_chars(x, "89abAB"), hex(x), hex(x), js_lit(x, "\\u"),
-                                       set_chars(x, "dD"), set_ranges(x, "cfCF"), hex(x), hex(x) },
+                          (int32_t[]){set_chars(x, "dD"), set_chars(x, "89abAB"), hex(x), hex(x), js_lit(x, "\\u"),
+                                      set_chars(x, "dD"), set_ranges(x, "cfCF"), hex(x), hex(x)},
                           9);
-    int32_t esc = gr_alt(b, (int32_t[]){ set_chars(x, "\"\\/bfnrt"), gr_seq2(b, js_lit(x, "u"), gr_alt2(b, bmp, pair)) }, 2);
+    int32_t esc = gr_alt(b, (int32_t[]){set_chars(x, "\"\\/bfnrt"), gr_seq2(b, js_lit(x, "u"), gr_alt2(b, bmp, pair))},
+                         2);
     return gr_alt2(b, gr_codepoints(b, raw, 3, false), gr_seq2(b, js_lit(x, "\\"), esc));
 }
 
 static int32_t body_string(js_lex *x) {
     gr_builder *b = x->b;
-    return gr_seq(b, (int32_t[]){ js_lit(x, "\""), gr_repeat(b, string_char(x), 0, GR_INF), js_lit(x, "\"") }, 3);
+    return gr_seq(b, (int32_t[]){js_lit(x, "\""), gr_repeat(b, string_char(x), 0, GR_INF), js_lit(x, "\"")}, 3);
 }
 
 /* 0 | [1-9][0-9]* */
@@ -116,10 +116,12 @@ static int32_t body_number(js_lex *x) {
     gr_builder *b = x->b;
     int32_t frac = gr_repeat(b, gr_seq2(b, js_lit(x, "."), gr_repeat(b, digit(x), 1, GR_INF)), 0, 1);
     int32_t exp = gr_repeat(b,
-                            gr_seq(b, (int32_t[]){ set_chars(x, "eE"), gr_repeat(b, set_chars(x, "+-"), 0, 1),
-                                                   gr_repeat(b, digit(x), 1, GR_INF) }, 3),
+                            gr_seq(b,
+                                   (int32_t[]){set_chars(x, "eE"), gr_repeat(b, set_chars(x, "+-"), 0, 1),
+                                               gr_repeat(b, digit(x), 1, GR_INF)},
+                                   3),
                             0, 1);
-    return gr_seq(b, (int32_t[]){ gr_repeat(b, js_lit(x, "-"), 0, 1), uint_digits(x), frac, exp }, 4);
+    return gr_seq(b, (int32_t[]){gr_repeat(b, js_lit(x, "-"), 0, 1), uint_digits(x), frac, exp}, 4);
 }
 
 static int32_t body_bool(js_lex *x) { return gr_alt2(x->b, js_lit(x, "true"), js_lit(x, "false")); }
@@ -127,23 +129,22 @@ static int32_t body_null(js_lex *x) { return js_lit(x, "null"); }
 
 static int32_t body_object(js_lex *x) {
     gr_builder *b = x->b;
-    int32_t member = gr_seq(b, (int32_t[]){ js_string(x), js_ws(x), js_lit(x, ":"), js_ws(x), js_value(x) }, 5);
+    int32_t member = gr_seq(b, (int32_t[]){js_string(x), js_ws(x), js_lit(x, ":"), js_ws(x), js_value(x)}, 5);
     int32_t more = gr_repeat(b, gr_seq2(b, js_sep(x), member), 0, GR_INF);
     int32_t members = gr_repeat(b, gr_seq2(b, member, more), 0, 1);
-    return gr_seq(b, (int32_t[]){ js_lit(x, "{"), js_ws(x), members, js_ws(x), js_lit(x, "}") }, 5);
+    return gr_seq(b, (int32_t[]){js_lit(x, "{"), js_ws(x), members, js_ws(x), js_lit(x, "}")}, 5);
 }
 
 static int32_t body_array(js_lex *x) {
     gr_builder *b = x->b;
     int32_t more = gr_repeat(b, gr_seq2(b, js_sep(x), js_value(x)), 0, GR_INF);
     int32_t items = gr_repeat(b, gr_seq2(b, js_value(x), more), 0, 1);
-    return gr_seq(b, (int32_t[]){ js_lit(x, "["), js_ws(x), items, js_ws(x), js_lit(x, "]") }, 5);
+    return gr_seq(b, (int32_t[]){js_lit(x, "["), js_ws(x), items, js_ws(x), js_lit(x, "]")}, 5);
 }
 
 static int32_t body_value(js_lex *x) {
-    return gr_alt(x->b,
-                  (int32_t[]){ js_any_object(x), js_any_array(x), js_string(x), js_number(x), js_boolean(x), js_null(x) },
-                  6);
+    return gr_alt(
+        x->b, (int32_t[]){js_any_object(x), js_any_array(x), js_string(x), js_number(x), js_boolean(x), js_null(x)}, 6);
 }
 
 int32_t js_string(js_lex *x) { return shared(x, &x->r_string, "string", body_string); }
@@ -164,15 +165,13 @@ int32_t js_string_len(js_lex *x, uint32_t min, uint32_t max) {
         return -1;
     }
     char name[64];
-    if (max == GR_INF)
-        snprintf(name, sizeof name, "string-%u-", min);
-    else
-        snprintf(name, sizeof name, "string-%u-%u", min, max);
+    if (max == GR_INF) snprintf(name, sizeof name, "string-%u-", min);
+    else snprintf(name, sizeof name, "string-%u-%u", min, max);
     int32_t r = gr_rule_fresh(x->b, name);
     gr_builder *b = x->b;
-    int32_t body = gr_seq(b, (int32_t[]){ js_lit(x, "\""), gr_repeat(b, counted_char(x), min, max), js_lit(x, "\"") }, 3);
+    int32_t body = gr_seq(b, (int32_t[]){js_lit(x, "\""), gr_repeat(b, counted_char(x), min, max), js_lit(x, "\"")}, 3);
     if (gr_rule_define(b, r, body) < 0) return -1;
-    x->strc[x->n_strc++] = (js_strc){ min, max, r };
+    x->strc[x->n_strc++] = (js_strc){min, max, r};
     return gr_ref(b, r);
 }
 
@@ -182,9 +181,9 @@ int32_t js_string_len(js_lex *x, uint32_t min, uint32_t max) {
  * years included), times are RFC 3339's, a URI has a scheme and RFC 3986's characters
  * in its parts (no IP literal hosts), e-mail is the dot-atom form. */
 
-#define RX_DATE                                                                                                 \
-    "(([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|"          \
-    "(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|"                                             \
+#define RX_DATE                                                                                         \
+    "(([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|" \
+    "(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|"                                     \
     "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)-02-29)"
 #define RX_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?([zZ]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
 #define RX_DURTIME "T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S)"
@@ -198,20 +197,20 @@ int32_t js_string_len(js_lex *x, uint32_t min, uint32_t max) {
 static const struct {
     const char *name, *re;
 } formats[] = {
-    { "date", RX_DATE },
-    { "time", RX_TIME },
-    { "date-time", RX_DATE "[Tt]" RX_TIME },
-    { "duration", "P(([0-9]+D|[0-9]+M([0-9]+D)?|[0-9]+Y([0-9]+M([0-9]+D)?)?)(" RX_DURTIME ")?|" RX_DURTIME "|[0-9]+W)" },
-    { "uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" },
-    { "email", RX_ATEXT "(\\." RX_ATEXT ")*@" RX_LABEL "(\\." RX_LABEL ")*" },
-    { "ipv4", RX_OCTET "(\\." RX_OCTET "){3}" },
-    { "ipv6", "((" RX_H16 ":){7}" RX_H16 "|(" RX_H16 ":){1,7}:|(" RX_H16 ":){1,6}:" RX_H16 "|(" RX_H16 ":){1,5}(:" RX_H16
-              "){1,2}|(" RX_H16 ":){1,4}(:" RX_H16 "){1,3}|(" RX_H16 ":){1,3}(:" RX_H16 "){1,4}|(" RX_H16
-              ":){1,2}(:" RX_H16 "){1,5}|" RX_H16 ":(:" RX_H16 "){1,6}|:((:" RX_H16 "){1,7}|:))" },
-    { "hostname", RX_LABEL "(\\." RX_LABEL ")*" },
-    { "uri", "[A-Za-z][A-Za-z0-9+.-]*:(//(([" RX_UNRES ":]|%[0-9A-Fa-f]{2})*@)?([" RX_UNRES "]|%[0-9A-Fa-f]{2})*"
-             "(:[0-9]*)?(/" RX_PCHAR "*)*|/(" RX_PCHAR "+(/" RX_PCHAR "*)*)?|" RX_PCHAR "+(/" RX_PCHAR "*)*)?"
-             "(\\?(" RX_PCHAR "|[/?])*)?(#(" RX_PCHAR "|[/?])*)?" },
+    {"date", RX_DATE},
+    {"time", RX_TIME},
+    {"date-time", RX_DATE "[Tt]" RX_TIME},
+    {"duration", "P(([0-9]+D|[0-9]+M([0-9]+D)?|[0-9]+Y([0-9]+M([0-9]+D)?)?)(" RX_DURTIME ")?|" RX_DURTIME "|[0-9]+W)"},
+    {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+    {"email", RX_ATEXT "(\\." RX_ATEXT ")*@" RX_LABEL "(\\." RX_LABEL ")*"},
+    {"ipv4", RX_OCTET "(\\." RX_OCTET "){3}"},
+    {"ipv6", "((" RX_H16 ":){7}" RX_H16 "|(" RX_H16 ":){1,7}:|(" RX_H16 ":){1,6}:" RX_H16 "|(" RX_H16 ":){1,5}(:" RX_H16
+             "){1,2}|(" RX_H16 ":){1,4}(:" RX_H16 "){1,3}|(" RX_H16 ":){1,3}(:" RX_H16 "){1,4}|(" RX_H16
+             ":){1,2}(:" RX_H16 "){1,5}|" RX_H16 ":(:" RX_H16 "){1,6}|:((:" RX_H16 "){1,7}|:))"},
+    {"hostname", RX_LABEL "(\\." RX_LABEL ")*"},
+    {"uri", "[A-Za-z][A-Za-z0-9+.-]*:(//(([" RX_UNRES ":]|%[0-9A-Fa-f]{2})*@)?([" RX_UNRES "]|%[0-9A-Fa-f]{2})*"
+            "(:[0-9]*)?(/" RX_PCHAR "*)*|/(" RX_PCHAR "+(/" RX_PCHAR "*)*)?|" RX_PCHAR "+(/" RX_PCHAR "*)*)?"
+            "(\\?(" RX_PCHAR "|[/?])*)?(#(" RX_PCHAR "|[/?])*)?"},
 };
 
 static const char *format_regex(const char *fmt) {
@@ -237,12 +236,10 @@ int32_t js_string_constrained(js_lex *x, uint32_t min, uint32_t max, const char 
     }
     if (len) content = gr_and(b, content, gr_repeat(b, counted_char(x), min, max));
     char name[48];
-    if (fre && !re && !len)
-        snprintf(name, sizeof name, "format-%.32s", fmt);
-    else
-        snprintf(name, sizeof name, "%s", re ? "pattern" : "format");
+    if (fre && !re && !len) snprintf(name, sizeof name, "format-%.32s", fmt);
+    else snprintf(name, sizeof name, "%s", re ? "pattern" : "format");
     int32_t r = gr_rule_fresh(b, name);
-    int32_t body = gr_seq(b, (int32_t[]){ js_lit(x, "\""), content, js_lit(x, "\"") }, 3);
+    int32_t body = gr_seq(b, (int32_t[]){js_lit(x, "\""), content, js_lit(x, "\"")}, 3);
     if (gr_rule_define(b, r, body) < 0) return -1;
     return gr_ref(b, r);
 }
@@ -395,14 +392,14 @@ int32_t js_json_literal(js_lex *x, const json_t *v) {
     }
     case JSON_ARRAY: {
         size_t n = json_array_size(v);
-        if (n == 0) return gr_seq(b, (int32_t[]){ js_lit(x, "["), js_ws(x), js_lit(x, "]") }, 3);
+        if (n == 0) return gr_seq(b, (int32_t[]){js_lit(x, "["), js_ws(x), js_lit(x, "]")}, 3);
         int32_t acc = js_lit(x, "[");
         acc = gr_seq2(b, acc, js_ws(x));
         for (size_t i = 0; i < n; i++) {
             if (i) acc = gr_seq2(b, acc, js_sep(x));
             acc = gr_seq2(b, acc, js_json_literal(x, json_array_get(v, i)));
         }
-        return gr_seq(b, (int32_t[]){ acc, js_ws(x), js_lit(x, "]") }, 3);
+        return gr_seq(b, (int32_t[]){acc, js_ws(x), js_lit(x, "]")}, 3);
     }
     case JSON_OBJECT: {
         int32_t acc = gr_seq2(b, js_lit(x, "{"), js_ws(x));
@@ -419,11 +416,12 @@ int32_t js_json_literal(js_lex *x, const json_t *v) {
             }
             if (!first) acc = gr_seq2(b, acc, js_sep(x));
             first = false;
-            acc = gr_seq(b, (int32_t[]){ acc, gr_literal(b, s, len), js_ws(x), js_lit(x, ":"), js_ws(x),
-                                         js_json_literal(x, val) }, 6);
+            acc = gr_seq(
+                b, (int32_t[]){acc, gr_literal(b, s, len), js_ws(x), js_lit(x, ":"), js_ws(x), js_json_literal(x, val)},
+                6);
             free(s);
         }
-        return gr_seq(b, (int32_t[]){ acc, js_ws(x), js_lit(x, "}") }, 3);
+        return gr_seq(b, (int32_t[]){acc, js_ws(x), js_lit(x, "}")}, 3);
     }
     }
     return gr_nothing(b);
@@ -455,7 +453,7 @@ typedef struct {
 
 static int32_t trie_node(js_trie *t) {
     if (!CN_GROW(t->n, t->capn, t->nn + 1)) return -1;
-    t->n[t->nn] = (js_tnode){ -1, false };
+    t->n[t->nn] = (js_tnode){-1, false};
     return (int32_t)t->nn++;
 }
 
@@ -465,7 +463,7 @@ static int32_t trie_child(js_trie *t, int32_t at, uint32_t cp) {
     int32_t c = trie_node(t);
     if (c < 0) return -1;
     if (!CN_GROW(t->e, t->cape, t->ne + 1)) return -1;
-    t->e[t->ne] = (js_edge){ cp, c, t->n[at].first };
+    t->e[t->ne] = (js_edge){cp, c, t->n[at].first};
     t->n[at].first = (int32_t)t->ne++;
     return c;
 }
@@ -498,7 +496,7 @@ static int32_t canon_escape(js_lex *x) {
 }
 
 static int32_t canon_char(js_lex *x) {
-    static const uint32_t raw[] = { 0x20, 0x21, 0x23, 0x5B, 0x5D, 0x10FFFF };
+    static const uint32_t raw[] = {0x20, 0x21, 0x23, 0x5B, 0x5D, 0x10FFFF};
     return gr_alt2(x->b, gr_codepoints(x->b, raw, 3, false), canon_escape(x));
 }
 
@@ -508,7 +506,7 @@ static int32_t body_krest(js_lex *x) { return gr_repeat(x->b, canon_char(x), 0, 
 static int32_t krest(js_lex *x) { return shared(x, &x->r_krest, "name-rest", body_krest); }
 
 static int32_t body_kna(js_lex *x) {
-    static const uint32_t na[] = { 0x80, 0x10FFFF };
+    static const uint32_t na[] = {0x80, 0x10FFFF};
     return gr_seq2(x->b, gr_codepoints(x->b, na, 1, false), krest(x));
 }
 
@@ -521,7 +519,7 @@ static int32_t not_in_node(js_lex *x, const js_trie *t, int32_t at, int depth) {
         return -1;
     }
     bool esc_kid = false, na_kid = false;
-    uint8_t ascii[32] = { 0 };
+    uint8_t ascii[32] = {0};
     for (unsigned c = 0x20; c < 0x80; c++)
         if (c != '"' && c != '\\') ascii[c >> 3] |= (uint8_t)(1u << (c & 7));
     size_t n_na = 0;
@@ -531,8 +529,7 @@ static int32_t not_in_node(js_lex *x, const js_trie *t, int32_t at, int depth) {
         if (c >= 0x80) {
             na_kid = true;
             n_na++;
-        } else
-            ascii[c >> 3] &= (uint8_t)~(1u << (c & 7));
+        } else ascii[c >> 3] &= (uint8_t) ~(1u << (c & 7));
     }
     /* leave the trie: another ASCII character, escape or non-ASCII character, then anything */
     int32_t r = gr_seq2(b, gr_byteset(b, ascii), krest(x));
@@ -573,7 +570,7 @@ static int32_t not_in_node(js_lex *x, const js_trie *t, int32_t at, int depth) {
 
 int32_t js_key_not_in(js_lex *x, const char *const *names, const size_t *lens, size_t n) {
     if (n == 0) return krest(x);
-    js_trie t = { 0 };
+    js_trie t = {0};
     int32_t root = trie_node(&t);
     bool ok = root >= 0;
     for (size_t k = 0; ok && k < n; k++) {
@@ -587,10 +584,8 @@ int32_t js_key_not_in(js_lex *x, const char *const *names, const size_t *lens, s
         if (ok) t.n[at].term = true;
     }
     int32_t r = -1;
-    if (!ok)
-        oom(x);
-    else
-        r = not_in_node(x, &t, root, 0);
+    if (!ok) oom(x);
+    else r = not_in_node(x, &t, root, 0);
     free(t.n);
     free(t.e);
     return r;
@@ -653,8 +648,8 @@ static int dec_set(js_lex *x, js_dec *d, bool neg, const char *ip, size_t nip, c
         nip = 1;
     }
     if (nip + nfp > JS_MAX_DIGITS) {
-        gr_builder_fail(x->b, CN_STATUS_INVALID_ARG, "a numeric bound with more than %d digits at %s",
-                        JS_MAX_DIGITS, x->n_path ? x->path : "the schema's root");
+        gr_builder_fail(x->b, CN_STATUS_INVALID_ARG, "a numeric bound with more than %d digits at %s", JS_MAX_DIGITS,
+                        x->n_path ? x->path : "the schema's root");
         return -1;
     }
     d->ip = strndup(ip, nip);
@@ -669,7 +664,7 @@ static int dec_set(js_lex *x, js_dec *d, bool neg, const char *ip, size_t nip, c
 }
 
 int js_dec_from_json(js_lex *x, const json_t *v, js_dec *out) {
-    *out = (js_dec){ 0 };
+    *out = (js_dec){0};
     char s[64];
     if (json_is_integer(v)) {
         snprintf(s, sizeof s, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
@@ -689,8 +684,8 @@ int js_dec_from_json(js_lex *x, const json_t *v, js_dec *out) {
     long decpt;
     shortest_digits(d, dig, &nd, &neg, &decpt);
     if (decpt > JS_MAX_DIGITS || decpt < -JS_MAX_DIGITS) {
-        gr_builder_fail(x->b, CN_STATUS_INVALID_ARG, "a numeric bound with more than %d digits at %s",
-                        JS_MAX_DIGITS, x->n_path ? x->path : "the schema's root");
+        gr_builder_fail(x->b, CN_STATUS_INVALID_ARG, "a numeric bound with more than %d digits at %s", JS_MAX_DIGITS,
+                        x->n_path ? x->path : "the schema's root");
         return -1;
     }
     char buf[2 * JS_MAX_DIGITS + 64];
@@ -792,7 +787,8 @@ static int32_t same_len(js_lex *x, const char *lo, const char *hi, size_t n) {
     int32_t r = gr_alt2(b, gr_seq2(b, dlit(x, lo[0]), ge_tail(x, lo + 1, n - 1)),
                         gr_seq2(b, dlit(x, hi[0]), le_tail(x, hi + 1, n - 1)));
     if (lo[0] + 1 <= hi[0] - 1)
-        r = gr_alt2(b, r, gr_seq2(b, gr_byte_range(b, (uint8_t)(lo[0] + 1), (uint8_t)(hi[0] - 1)), any_digits(x, n - 1)));
+        r = gr_alt2(b, r,
+                    gr_seq2(b, gr_byte_range(b, (uint8_t)(lo[0] + 1), (uint8_t)(hi[0] - 1)), any_digits(x, n - 1)));
     return r;
 }
 
@@ -810,22 +806,18 @@ static int32_t uint_range(js_lex *x, const char *lo, const char *hi) {
     }
     int32_t r = gr_nothing(b);
     for (size_t L = nl; L <= nh; L++) {
-        if (L == nl)
-            memcpy(a, lo, L);
+        if (L == nl) memcpy(a, lo, L);
         else {
             a[0] = '1';
             memset(a + 1, '0', L - 1);
         }
-        if (hi && L == nh)
-            memcpy(z, hi, L);
-        else
-            memset(z, '9', L);
+        if (hi && L == nh) memcpy(z, hi, L);
+        else memset(z, '9', L);
         r = gr_alt2(b, r, same_len(x, a, z, L));
     }
     free(a);
     free(z);
-    if (!hi)
-        r = gr_alt2(b, r, gr_seq2(b, gr_byte_range(b, '1', '9'), gr_repeat(b, digit(x), (uint32_t)nl, GR_INF)));
+    if (!hi) r = gr_alt2(b, r, gr_seq2(b, gr_byte_range(b, '1', '9'), gr_repeat(b, digit(x), (uint32_t)nl, GR_INF)));
     return r;
 }
 
@@ -851,8 +843,10 @@ static int32_t frac_tail(js_lex *x, const char *L, bool lx, const char *U, bool 
     if (!tl && !tu) return gr_repeat(b, digit(x), 1, GR_INF);
     if (tl && tu && k >= nL && k >= nU) return gr_nothing(b);
     if (tl && !tu && k >= nL) /* strictly above: some nonzero digit */
-        return gr_seq(b, (int32_t[]){ gr_repeat(b, digit(x), 0, GR_INF), gr_byte_range(b, '1', '9'),
-                                      gr_repeat(b, digit(x), 0, GR_INF) }, 3);
+        return gr_seq(b,
+                      (int32_t[]){gr_repeat(b, digit(x), 0, GR_INF), gr_byte_range(b, '1', '9'),
+                                  gr_repeat(b, digit(x), 0, GR_INF)},
+                      3);
     if (tu && !tl && k >= nU) return ux ? gr_nothing(b) : gr_repeat(b, dlit(x, '0'), 1, GR_INF);
     char l = tl ? (k < nL ? L[k] : '0') : '0';
     char u = tu ? (k < nU ? U[k] : '0') : '9';
@@ -886,8 +880,7 @@ static int32_t mag_range(js_lex *x, const js_dec *lo, bool lx, const js_dec *hi,
     const char *IL = lo ? lo->ip : "0", *FL = lo ? lo->fp : "";
     bool tl = lo != NULL;
     if (!lo) lx = false;
-    if (hi && strcmp(IL, hi->ip) == 0)
-        return gr_seq2(b, js_lit(x, IL), frac_part(x, FL, lx, hi->fp, hx, tl, true));
+    if (hi && strcmp(IL, hi->ip) == 0) return gr_seq2(b, js_lit(x, IL), frac_part(x, FL, lx, hi->fp, hx, tl, true));
     int32_t r = gr_seq2(b, js_lit(x, IL), frac_part(x, FL, lx, "", false, tl, false));
     char *i1 = uinc(IL);
     char *i2 = hi ? udec(hi->ip) : NULL;
@@ -905,12 +898,12 @@ static int32_t mag_range(js_lex *x, const js_dec *lo, bool lx, const js_dec *hi,
     return r;
 }
 
-static js_dec dec_abs(const js_dec *d) { return (js_dec){ false, d->ip, d->fp }; }
+static js_dec dec_abs(const js_dec *d) { return (js_dec){false, d->ip, d->fp}; }
 
 /* Signed integer bounds from decimal ones: ceil of lo (+1 when exclusive and integral),
  * floor of hi (-1 likewise). The results own their digits. */
 static int int_bound(js_lex *x, const js_dec *d, bool excl, bool upper, js_dec *out) {
-    *out = (js_dec){ 0 };
+    *out = (js_dec){0};
     bool frac = d->fp[0] != 0;
     /* the magnitude moves up when (rounding away from zero) */
     bool neg = d->neg;
@@ -944,7 +937,7 @@ static int int_bound(js_lex *x, const js_dec *d, bool excl, bool upper, js_dec *
 int32_t js_num_range(js_lex *x, const js_dec *lo, bool lo_excl, const js_dec *hi, bool hi_excl, bool integer_only) {
     gr_builder *b = x->b;
     if (integer_only) {
-        js_dec l = { 0 }, h = { 0 };
+        js_dec l = {0}, h = {0};
         if ((lo && int_bound(x, lo, lo_excl, false, &l) < 0) || (hi && int_bound(x, hi, hi_excl, true, &h) < 0)) {
             js_dec_free(&l);
             js_dec_free(&h);
@@ -955,8 +948,8 @@ int32_t js_num_range(js_lex *x, const js_dec *lo, bool lo_excl, const js_dec *hi
             if (!hi || !h.neg) /* non-negative part */
                 r = gr_alt2(b, r, uint_range(x, lo && !l.neg ? l.ip : "0", hi ? h.ip : NULL));
             if (!lo || l.neg) /* negative part: -m, m in [max(1, -hi), -lo] */
-                r = gr_alt2(b, r, gr_seq2(b, js_lit(x, "-"),
-                                          uint_range(x, hi && h.neg ? h.ip : "1", lo ? l.ip : NULL)));
+                r = gr_alt2(b, r,
+                            gr_seq2(b, js_lit(x, "-"), uint_range(x, hi && h.neg ? h.ip : "1", lo ? l.ip : NULL)));
         }
         js_dec_free(&l);
         js_dec_free(&h);
@@ -973,11 +966,12 @@ int32_t js_num_range(js_lex *x, const js_dec *lo, bool lo_excl, const js_dec *hi
         js_dec la, ha;
         if (lo && !lo->neg) la = dec_abs(lo);
         if (hi) ha = dec_abs(hi);
-        r = gr_alt2(b, r, mag_range(x, lo && !lo->neg ? &la : NULL, lo && !lo->neg && lo_excl, hi ? &ha : NULL, hi_excl));
+        r = gr_alt2(b, r,
+                    mag_range(x, lo && !lo->neg ? &la : NULL, lo && !lo->neg && lo_excl, hi ? &ha : NULL, hi_excl));
     }
     /* x < 0 (or -0), spelled "-" m: m <= -lo, m >= -hi */
     if (!lo || lo->neg) {
-        js_dec mlo = { false, "0", "" }, mhi;
+        js_dec mlo = {false, "0", ""}, mhi;
         bool mlo_x = false;
         const js_dec *pl = NULL;
         if (hi && hi->neg) {

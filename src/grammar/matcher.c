@@ -30,14 +30,14 @@
 #include "grammar/grammar_impl.h"
 
 #define GR_CACHE_MAX_ENTRIES 8192
-#define GR_WALK_STATES 4096    /* a walk automaton's states (past it a walk keeps its path) */
-#define GR_ENTRY_FRAMES 65536  /* the entry pda's frames kept between entries */
+#define GR_WALK_STATES 4096   /* a walk automaton's states (past it a walk keeps its path) */
+#define GR_ENTRY_FRAMES 65536 /* the entry pda's frames kept between entries */
 
 typedef struct {
-    uint32_t *acc;  /* (n_words) */
-    gr_trie suf;    /* rests of the escaping tokens, escapes after their first byte */
-    uint32_t *root; /* escapes at a token's first byte: those nodes (depth 1) of
-                       root_trie, whose whole subtrees the parent walks */
+    uint32_t *acc;            /* (n_words) */
+    gr_trie suf;              /* rests of the escaping tokens, escapes after their first byte */
+    uint32_t *root;           /* escapes at a token's first byte: those nodes (depth 1) of
+                                 root_trie, whose whole subtrees the parent walks */
     const gr_trie *root_trie; /* the rest trie when the entry took the slice (its
                                  tokens are in acc already), else the main trie */
     uint32_t n_root;
@@ -167,9 +167,9 @@ static int32_t shared_dfa_id(gr_cache **cp, const gr_dfa *d) {
 /* ---- the matcher ---- */
 
 typedef struct {
-    size_t at, n;        /* the step's stack set in p.tops */
-    uint32_t frames;     /* the frame table's size after the step */
-    bool done;           /* an end-of-generation token was accepted */
+    size_t at, n;    /* the step's stack set in p.tops */
+    uint32_t frames; /* the frame table's size after the step */
+    bool done;       /* an end-of-generation token was accepted */
 } gr_step;
 
 struct gr_matcher {
@@ -179,12 +179,12 @@ struct gr_matcher {
     gr_pda p;
     gr_step *steps;
     size_t n_steps, cap_steps;
-    int32_t *shared_id;  /* (n_rules) -2: not resolved yet, -1: not shareable */
-    gr_pda ep;           /* the walks' pda: frames over GR_SENT, and copies of p's */
-    gr_auto ea;          /* the walks' automaton, over ep */
-    int32_t *imp;        /* (cap_imp) p's frame i copied into ep: a guess, checked on use */
+    int32_t *shared_id; /* (n_rules) -2: not resolved yet, -1: not shareable */
+    gr_pda ep;          /* the walks' pda: frames over GR_SENT, and copies of p's */
+    gr_auto ea;         /* the walks' automaton, over ep */
+    int32_t *imp;       /* (cap_imp) p's frame i copied into ep: a guess, checked on use */
     size_t cap_imp;
-    int32_t *chain;      /* (cap_imp) import_frame's scratch */
+    int32_t *chain; /* (cap_imp) import_frame's scratch */
 };
 
 static bool push_step(gr_matcher *m, gr_step s) {
@@ -207,9 +207,9 @@ cn_status gr_matcher_new(const gr_grammar *g, gr_vocab *v, gr_matcher **out, cn_
     }
     gr_auto_init(&m->ea, &m->ep, GR_WALK_STATES);
     for (uint32_t r = 0; r < g->n_rules; r++) m->shared_id[r] = -2;
-    m->p.tops[0] = (gr_top){ g->root, 0, GR_BOTTOM };
+    m->p.tops[0] = (gr_top){g->root, 0, GR_BOTTOM};
     m->p.n_tops = 1;
-    if (!push_step(m, (gr_step){ 0, 1, 0, false })) {
+    if (!push_step(m, (gr_step){0, 1, 0, false})) {
         gr_matcher_free(m);
         return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory creating a grammar matcher");
     }
@@ -261,7 +261,7 @@ static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
     if (!e) return NULL;
     e->acc = calloc(m->n_words, sizeof *e->acc);
     if (!e->acc) goto fail;
-    gr_top t0 = { rule, state, GR_SENT };
+    gr_top t0 = {rule, state, GR_SENT};
     int32_t s0 = gr_auto_intern(a, &t0, 1);
     if (s0 < 0) goto fail;
     const gr_trie *t = &v->trie;
@@ -312,7 +312,7 @@ static gr_entry *entry_compute(gr_matcher *m, int32_t rule, int32_t state) {
         if (!ok) goto fail;
     }
     return e;
-fail: {
+fail : {
     const bool over = m->ep.over; /* kept for the caller's message (mask_fail) */
     entry_pda_reset(m);
     m->ep.over = over;
@@ -382,7 +382,7 @@ static int32_t import_frame(gr_matcher *m, int32_t f) {
     int32_t below = GR_BOTTOM;
     while (n--) {
         int32_t x = m->chain[n];
-        gr_top want = { p->fr.f[x].rule, p->fr.f[x].state, below };
+        gr_top want = {p->fr.f[x].rule, p->fr.f[x].state, below};
         int32_t y = m->imp[x];
         if (y < 0 || (uint32_t)y >= ep->fr.n || ep->fr.f[y].rule != want.rule || ep->fr.f[y].state != want.state ||
             ep->fr.f[y].parent != want.parent) {
@@ -464,7 +464,7 @@ bool gr_matcher_accept_bytes(gr_matcher *m, const uint8_t *b, size_t n) {
     }
     if (at != base) memmove(p->tops + base, p->tops + at, cnt * sizeof *p->tops);
     p->n_tops = base + cnt;
-    if (!push_step(m, (gr_step){ base, cnt, p->fr.n, false })) {
+    if (!push_step(m, (gr_step){base, cnt, p->fr.n, false})) {
         p->n_tops = base;
         gr_frames_truncate(p, fr0);
         return false;
@@ -484,7 +484,7 @@ bool gr_matcher_accept(gr_matcher *m, int32_t token) {
     if (s.done) return false;
     if (is_eog(m->v, token)) {
         if (!gr_tops_can_end(&m->p, m->p.tops + s.at, s.n)) return false;
-        return push_step(m, (gr_step){ s.at, s.n, s.frames, true });
+        return push_step(m, (gr_step){s.at, s.n, s.frames, true});
     }
     if (!m->v->len[token]) return false;
     return gr_matcher_accept_bytes(m, m->v->bytes[token], m->v->len[token]);
@@ -498,8 +498,7 @@ bool gr_matcher_is_complete(const gr_matcher *m) {
 bool gr_matcher_is_done(const gr_matcher *m) {
     const gr_step *s = cur(m);
     if (s->done) return true;
-    return gr_tops_can_end(&m->p, m->p.tops + s->at, s->n) &&
-           !gr_tops_can_continue(&m->p, m->p.tops + s->at, s->n);
+    return gr_tops_can_end(&m->p, m->p.tops + s->at, s->n) && !gr_tops_can_continue(&m->p, m->p.tops + s->at, s->n);
 }
 
 cn_status gr_matcher_rollback(gr_matcher *m, size_t n, cn_error *err) {

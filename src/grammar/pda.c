@@ -179,14 +179,14 @@ static void step(gr_pda *p, size_t out_at, gr_top t, uint8_t c, int depth) {
     }
     const gr_dfa *d = &p->g->rules[t.rule];
     int32_t ns = d->trans[(size_t)t.state * d->n_class + d->cls[c]];
-    if (ns >= 0) emit(p, out_at, (gr_top){ t.rule, ns, t.parent });
+    if (ns >= 0) emit(p, out_at, (gr_top){t.rule, ns, t.parent});
     uint32_t k0 = d->call_first[t.state], k1 = d->call_first[t.state + 1];
     if (k0 < k1) {
         if (depth > GR_MAX_PUSH_DEPTH) return;
         for (uint32_t k = k0; k < k1; k++) {
-            int32_t pf = gr_frame_cons(p, (gr_top){ t.rule, d->calls[k].ret, t.parent });
+            int32_t pf = gr_frame_cons(p, (gr_top){t.rule, d->calls[k].ret, t.parent});
             if (pf < 0) return;
-            step(p, out_at, (gr_top){ d->calls[k].rule, 0, pf }, c, depth + 1);
+            step(p, out_at, (gr_top){d->calls[k].rule, 0, pf}, c, depth + 1);
         }
     }
     if (d->accept[t.state]) {
@@ -204,7 +204,7 @@ static void step(gr_pda *p, size_t out_at, gr_top t, uint8_t c, int depth) {
 size_t gr_advance(gr_pda *p, size_t in_at, size_t n_in, uint8_t c) {
     size_t out_at = p->n_tops;
     p->steps = 0;
-    p->th_from = out_at; /* the table starts empty for this byte */
+    p->th_from = out_at;    /* the table starts empty for this byte */
     if (++p->th_gen == 0) { /* stamps wrapped: clear them */
         if (p->th_stamp) memset(p->th_stamp, 0, TH_CAP * sizeof *p->th_stamp);
         p->th_gen = 1;
@@ -257,7 +257,7 @@ gr_state *gr_state_new(const gr_grammar *g) {
         free(s);
         return NULL;
     }
-    s->p.tops[0] = (gr_top){ g->root, 0, GR_BOTTOM };
+    s->p.tops[0] = (gr_top){g->root, 0, GR_BOTTOM};
     s->p.n_tops = 1;
     s->at = 0;
     s->n = 1;

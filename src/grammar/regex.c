@@ -41,13 +41,13 @@
 #include "core/utf8.h"
 #include "grammar/grammar_impl.h"
 
-#define RX_MAX_DEPTH 200       /* nested groups */
-#define RX_NONE (-2)           /* an empty language (never passed to the builder) */
+#define RX_MAX_DEPTH 200 /* nested groups */
+#define RX_NONE (-2)     /* an empty language (never passed to the builder) */
 
 /* ---- code point sets: sorted, merged inclusive ranges ---- */
 
 typedef struct {
-    uint32_t *r; /* (n, 2) */
+    uint32_t *r;   /* (n, 2) */
     size_t n, cap; /* cap: r's room in uint32_t, two a range */
     bool oom;
 } cpset;
@@ -86,7 +86,7 @@ static void cs_norm(cpset *s) {
 
 /* s := its complement in [0, 0x10FFFF] (s normalized). */
 static void cs_negate(cpset *s) {
-    cpset o = { 0 };
+    cpset o = {0};
     uint32_t next = 0;
     for (size_t i = 0; i < s->n; i++) {
         if (s->r[2 * i] > next) cs_add(&o, next, s->r[2 * i] - 1);
@@ -126,8 +126,12 @@ typedef struct {
     uint8_t eps;
 } quad;
 
-static quad q_none(void) { return (quad){ { RX_NONE, RX_NONE, RX_NONE, RX_NONE }, 0 }; }
-static quad q_plain(int32_t e) { quad q = q_none(); q.x[0] = e; return q; }
+static quad q_none(void) { return (quad){{RX_NONE, RX_NONE, RX_NONE, RX_NONE}, 0}; }
+static quad q_plain(int32_t e) {
+    quad q = q_none();
+    q.x[0] = e;
+    return q;
+}
 
 static bool fail(rx *p, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static bool fail(rx *p, size_t at, const char *fmt, ...) {
@@ -171,7 +175,6 @@ static void hexset_bits(uint8_t set[32], unsigned v) {
     }
 }
 
-
 static bool json_escaped(uint32_t c) { return c < 0x20 || c == '"' || c == '\\'; }
 
 /* The characters of s (normalized) as an expression: raw, or in JSON spelling. */
@@ -182,8 +185,8 @@ static int32_t emit_set(rx *p, const cpset *s) {
     }
     if (!p->json) return s->n ? gr_codepoints(p->b, s->r, s->n, false) : gr_nothing(p->b);
     /* raw part: s minus the escaped characters */
-    static const uint32_t esc[] = { 0x00, 0x1F, 0x22, 0x22, 0x5C, 0x5C };
-    cpset raw = { 0 }, e = { 0 };
+    static const uint32_t esc[] = {0x00, 0x1F, 0x22, 0x22, 0x5C, 0x5C};
+    cpset raw = {0}, e = {0};
     for (size_t k = 0; k < 3; k++) cs_add(&e, esc[2 * k], esc[2 * k + 1]);
     cs_negate(&e);
     for (size_t i = 0; i < s->n; i++)
@@ -203,9 +206,12 @@ static int32_t emit_set(rx *p, const cpset *s) {
         return -1;
     }
     /* escaped part: \ then a short letter, or u00 and two hex digits */
-    uint8_t shortset[32] = { 0 }, lo0[32] = { 0 }, lo1[32] = { 0 };
-    static const struct { uint32_t c; char l; } shorts[] = {
-        { 0x08, 'b' }, { 0x0C, 'f' }, { 0x0A, 'n' }, { 0x0D, 'r' }, { 0x09, 't' }, { '"', '"' }, { '\\', '\\' },
+    uint8_t shortset[32] = {0}, lo0[32] = {0}, lo1[32] = {0};
+    static const struct {
+        uint32_t c;
+        char l;
+    } shorts[] = {
+        {0x08, 'b'}, {0x0C, 'f'}, {0x0A, 'n'}, {0x0D, 'r'}, {0x09, 't'}, {'"', '"'}, {'\\', '\\'},
     };
     bool any = false, any0 = false, any1 = false;
     for (size_t k = 0; k < sizeof shorts / sizeof shorts[0]; k++)
@@ -216,7 +222,8 @@ static int32_t emit_set(rx *p, const cpset *s) {
     for (uint32_t c = 0; c < 0x20; c++)
         if (cs_has(s, c)) {
             hexset_bits(c < 0x10 ? lo0 : lo1, c & 15);
-            if (c < 0x10) any0 = true; else any1 = true;
+            if (c < 0x10) any0 = true;
+            else any1 = true;
         }
     bool q = cs_has(s, '"'), bs = cs_has(s, '\\');
     if (any || any0 || any1 || q || bs) {
@@ -226,7 +233,7 @@ static int32_t emit_set(rx *p, const cpset *s) {
         if (any1) u[nu++] = gr_seq2(p->b, gr_literal(p->b, "1", 1), gr_byteset(p->b, lo1));
         if (q) u[nu++] = gr_literal(p->b, "22", 2);
         if (bs) {
-            uint8_t cC[32] = { 0 };
+            uint8_t cC[32] = {0};
             hexset_bits(cC, 12);
             u[nu++] = gr_seq2(p->b, gr_literal(p->b, "5", 1), gr_byteset(p->b, cC));
         }
@@ -244,7 +251,7 @@ static int32_t emit_char(rx *p, uint32_t c) {
         char u[4];
         return gr_literal(p->b, u, (size_t)cn_utf8_encode(c, u));
     }
-    cpset s = { 0 };
+    cpset s = {0};
     cs_add(&s, c, c);
     int32_t r = emit_set(p, &s);
     free(s.r);
@@ -289,10 +296,15 @@ static int64_t hex_at(rx *p, size_t pos, int k, size_t *end) {
 }
 
 static void set_digit(cpset *s) { cs_add(s, '0', '9'); }
-static void set_word(cpset *s) { cs_add(s, '0', '9'); cs_add(s, 'A', 'Z'); cs_add(s, 'a', 'z'); cs_add(s, '_', '_'); }
+static void set_word(cpset *s) {
+    cs_add(s, '0', '9');
+    cs_add(s, 'A', 'Z');
+    cs_add(s, 'a', 'z');
+    cs_add(s, '_', '_');
+}
 static void set_space(cpset *s) {
-    static const uint32_t sp[] = { 0x09, 0x0D, 0x20, 0x20, 0xA0, 0xA0, 0x1680, 0x1680, 0x2000, 0x200A,
-                                   0x2028, 0x2029, 0x202F, 0x202F, 0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF };
+    static const uint32_t sp[] = {0x09,   0x0D,   0x20,   0x20,   0xA0,   0xA0,   0x1680, 0x1680, 0x2000, 0x200A,
+                                  0x2028, 0x2029, 0x202F, 0x202F, 0x205F, 0x205F, 0x3000, 0x3000, 0xFEFF, 0xFEFF};
     for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i += 2) cs_add(s, sp[i], sp[i + 1]);
 }
 
@@ -310,9 +322,14 @@ static int parse_escape(rx *p, bool in_class, uint32_t *cp, cpset *set) {
     if (p->pos >= p->n) return fail(p, start, "the pattern ends in a lone '\\'"), -1;
     char c = p->src[p->pos];
     switch (c) {
-    case 'd': case 'D': case 'w': case 'W': case 's': case 'S': {
+    case 'd':
+    case 'D':
+    case 'w':
+    case 'W':
+    case 's':
+    case 'S': {
         p->pos++;
-        cpset t = { 0 };
+        cpset t = {0};
         if (c == 'd' || c == 'D') set_digit(&t);
         else if (c == 'w' || c == 'W') set_word(&t);
         else set_space(&t);
@@ -380,7 +397,8 @@ static int parse_escape(rx *p, bool in_class, uint32_t *cp, cpset *set) {
         if (!next_cp(p, cp)) return -1;
         return 0;
     }
-    if (*cp >= 0xD800 && *cp <= 0xDFFF) return fail(p, start, "a lone surrogate \\u%04X is not a character", (unsigned)*cp), -1;
+    if (*cp >= 0xD800 && *cp <= 0xDFFF)
+        return fail(p, start, "a lone surrogate \\u%04X is not a character", (unsigned)*cp), -1;
     if (*cp > 0x10FFFF) return fail(p, start, "\\u{%X} is past U+10FFFF", (unsigned)*cp), -1;
     return 0;
 }
@@ -398,7 +416,8 @@ static bool parse_class(rx *p, cpset *out) {
         if (at(p, '\\')) {
             p->pos++;
             k = parse_escape(p, true, &lo, out);
-        } else if (at(p, '[') && p->pos + 1 < p->n && (p->src[p->pos + 1] == ':' || p->src[p->pos + 1] == '=' || p->src[p->pos + 1] == '.')) {
+        } else if (at(p, '[') && p->pos + 1 < p->n &&
+                   (p->src[p->pos + 1] == ':' || p->src[p->pos + 1] == '=' || p->src[p->pos + 1] == '.')) {
             return fail(p, p->pos, "POSIX classes ([:name:]) are not supported");
         } else {
             k = next_cp(p, &lo) ? 0 : -1;
@@ -408,7 +427,7 @@ static bool parse_class(rx *p, cpset *out) {
             p->pos++;
             uint32_t hi = 0;
             int k2;
-            cpset junk = { 0 };
+            cpset junk = {0};
             if (at(p, '\\')) {
                 p->pos++;
                 k2 = parse_escape(p, true, &hi, &junk);
@@ -434,7 +453,7 @@ static bool parse_class(rx *p, cpset *out) {
 
 static quad q_seq(rx *p, const quad *a, const quad *c) {
     int32_t pieces[4][16];
-    size_t np[4] = { 0 };
+    size_t np[4] = {0};
     uint8_t eps = 0;
     for (int i = 0; i < 4; i++) {
         if (a->x[i] == RX_NONE) continue;
@@ -534,7 +553,10 @@ static bool quant_at(rx *p, size_t pos, uint32_t *lo, uint32_t *hi, size_t *end,
             c = GR_INF;
         }
     }
-    if (i >= p->n || p->src[i] != '}') { *bad = false; return false; }
+    if (i >= p->n || p->src[i] != '}') {
+        *bad = false;
+        return false;
+    }
     *lo = (uint32_t)a;
     *hi = (uint32_t)c;
     *end = i + 1;
@@ -592,7 +614,9 @@ static bool parse_atom(rx *p, int depth, quad *out) {
     *out = q_none();
     switch (c) {
     case '(': return parse_group(p, depth, out);
-    case '*': case '+': case '?': return fail(p, start, "nothing to repeat before '%c'", c);
+    case '*':
+    case '+':
+    case '?': return fail(p, start, "nothing to repeat before '%c'", c);
     case '^':
         p->pos++;
         out->x[2] = gr_empty(p->b);
@@ -605,7 +629,7 @@ static bool parse_atom(rx *p, int depth, quad *out) {
         return true;
     case '.': {
         p->pos++;
-        cpset s = { 0 };
+        cpset s = {0};
         cs_add(&s, '\n', '\n');
         cs_negate(&s);
         out->x[0] = emit_set(p, &s);
@@ -614,7 +638,7 @@ static bool parse_atom(rx *p, int depth, quad *out) {
     }
     case '[': {
         p->pos++;
-        cpset s = { 0 };
+        cpset s = {0};
         bool ok = parse_class(p, &s);
         if (ok) out->x[0] = emit_set(p, &s);
         free(s.r);
@@ -628,7 +652,7 @@ static bool parse_atom(rx *p, int depth, quad *out) {
     case '\\': {
         p->pos++;
         uint32_t cp = 0;
-        cpset s = { 0 };
+        cpset s = {0};
         int k = parse_escape(p, false, &cp, &s);
         if (k == 1) {
             cs_norm(&s);
@@ -687,7 +711,10 @@ static bool parse_seq(rx *p, int depth, quad *out) {
         bool end = p->pos >= p->n || at(p, '|') || at(p, ')');
         quad it = q_none();
         if (!end) {
-            if (!(ok = parse_quantified(p, depth, &it)) || failed(p)) { ok = false; break; }
+            if (!(ok = parse_quantified(p, depth, &it)) || failed(p)) {
+                ok = false;
+                break;
+            }
         }
         bool plain = !end && it.x[1] == RX_NONE && it.x[2] == RX_NONE && it.x[3] == RX_NONE;
         if (plain) {
@@ -729,13 +756,16 @@ static bool grow4(int32_t *v[4], size_t *cap) {
 }
 
 static bool parse_alt(rx *p, int depth, quad *out) {
-    int32_t *v[4] = { NULL };
+    int32_t *v[4] = {NULL};
     size_t nv = 0, cap = 0;
     uint8_t eps = 0;
     bool ok = true;
     for (;;) {
         quad s;
-        if (!parse_seq(p, depth, &s)) { ok = false; break; }
+        if (!parse_seq(p, depth, &s)) {
+            ok = false;
+            break;
+        }
         if (nv == cap && !grow4(v, &cap)) {
             ok = fail(p, p->pos, "out of memory");
             goto done;
@@ -760,7 +790,7 @@ static int32_t parse_all(gr_builder *b, const char *re, size_t n, bool json, qua
         gr_builder_fail(b, CN_STATUS_INVALID_ARG, "regex: the pattern is NULL");
         return -1;
     }
-    rx p = { .b = b, .src = re ? re : "", .n = n, .json = json };
+    rx p = {.b = b, .src = re ? re : "", .n = n, .json = json};
     if (!parse_alt(&p, 0, q)) return -1;
     if (p.pos < p.n) {
         fail(&p, p.pos, "unmatched ')'");
@@ -772,7 +802,7 @@ static int32_t parse_all(gr_builder *b, const char *re, size_t n, bool json, qua
 int32_t gr_regex_expr(gr_builder *b, const char *re, size_t n) {
     quad q;
     if (parse_all(b, re, n, false, &q) < 0) return -1;
-    rx p = { .b = b };
+    rx p = {.b = b};
     int32_t r = x_alt(&p, q.x, 4);
     return r == RX_NONE ? gr_nothing(b) : r;
 }
@@ -780,13 +810,13 @@ int32_t gr_regex_expr(gr_builder *b, const char *re, size_t n) {
 int32_t gr_regex_expr_unanchored(gr_builder *b, const char *re, size_t n) {
     quad q;
     if (parse_all(b, re, n, true, &q) < 0) return -1;
-    rx p = { .b = b, .json = true };
-    cpset all = { 0 };
+    rx p = {.b = b, .json = true};
+    cpset all = {0};
     cs_add(&all, 0, 0x10FFFF);
     int32_t anych = emit_set(&p, &all);
     free(all.r);
     int32_t any = gr_repeat(b, anych, 0, GR_INF);
-    int32_t v[4] = { x_seq(&p, x_seq(&p, any, q.x[0]), any), x_seq(&p, any, q.x[1]), x_seq(&p, q.x[2], any), q.x[3] };
+    int32_t v[4] = {x_seq(&p, x_seq(&p, any, q.x[0]), any), x_seq(&p, any, q.x[1]), x_seq(&p, q.x[2], any), q.x[3]};
     int32_t r = x_alt(&p, v, 4);
     return r == RX_NONE ? gr_nothing(b) : r;
 }

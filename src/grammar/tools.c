@@ -26,7 +26,7 @@
 #define GR_TOOLS_MAX 512
 
 static int32_t ws(gr_builder *b) {
-    uint8_t set[32] = { 0 };
+    uint8_t set[32] = {0};
     const char *s = " \t\n\r";
     for (; *s; s++) set[(uint8_t)*s >> 3] |= (uint8_t)(1u << (*s & 7));
     return gr_repeat(b, gr_byteset(b, set), 0, CN_GRAMMAR_MAX_WS);
@@ -51,7 +51,7 @@ static int32_t json_string_lit(gr_builder *b, const char *s) {
 /* Any text (Unicode scalar values) holding none of the anywhere-triggers and not
  * starting, after whitespace, with an at-start one. */
 static int32_t free_text(gr_builder *b, const cn_tool_spec *sp) {
-    const uint32_t all[] = { 0, 0x10FFFF };
+    const uint32_t all[] = {0, 0x10FFFF};
     int32_t any = gr_repeat(b, gr_codepoints(b, all, 1, false), 0, GR_INF);
     int32_t bad[CN_TOOL_MAX_TRIGGERS];
     size_t n_bad = 0;
@@ -59,9 +59,9 @@ static int32_t free_text(gr_builder *b, const cn_tool_spec *sp) {
         const cn_tool_trigger *tr = &sp->trig[t];
         if (tr->at_start) {
             const char *o = tr->open[0] ? tr->open : "{";
-            bad[n_bad++] = gr_seq(b, (int32_t[]){ ws(b), lit(b, o), any }, 3);
+            bad[n_bad++] = gr_seq(b, (int32_t[]){ws(b), lit(b, o), any}, 3);
         } else {
-            bad[n_bad++] = gr_seq(b, (int32_t[]){ any, lit(b, tr->open), any }, 3);
+            bad[n_bad++] = gr_seq(b, (int32_t[]){any, lit(b, tr->open), any}, 3);
         }
     }
     return gr_and(b, any, gr_not(b, gr_alt(b, bad, n_bad)));
@@ -70,13 +70,14 @@ static int32_t free_text(gr_builder *b, const cn_tool_spec *sp) {
 static int32_t calls_for(gr_builder *b, const cn_tool_trigger *tr, int32_t obj, bool parallel) {
     int32_t body;
     if (tr->array) {
-        int32_t more = gr_repeat(b, gr_seq(b, (int32_t[]){ ws(b), lit(b, ","), ws(b), obj }, 4), 0, parallel ? GR_INF : 0);
-        body = gr_seq(b, (int32_t[]){ lit(b, "["), ws(b), obj, more, ws(b), lit(b, "]") }, 6);
+        int32_t more = gr_repeat(b, gr_seq(b, (int32_t[]){ws(b), lit(b, ","), ws(b), obj}, 4), 0,
+                                 parallel ? GR_INF : 0);
+        body = gr_seq(b, (int32_t[]){lit(b, "["), ws(b), obj, more, ws(b), lit(b, "]")}, 6);
     } else {
         body = obj;
     }
-    int32_t call = gr_seq(b, (int32_t[]){ lit(b, tr->open), ws(b), body, tr->close[0] ? ws(b) : gr_empty(b), lit(b, tr->close) },
-                          5);
+    int32_t call = gr_seq(
+        b, (int32_t[]){lit(b, tr->open), ws(b), body, tr->close[0] ? ws(b) : gr_empty(b), lit(b, tr->close)}, 5);
     if (!parallel || tr->array) return call;
     return gr_seq2(b, call, gr_repeat(b, gr_seq2(b, ws(b), call), 0, GR_INF));
 }
@@ -118,18 +119,22 @@ int32_t gr_tools(gr_builder *b, int format, const char *tools_json, size_t n, in
     for (size_t i = 0; i < nt; i++) {
         json_t *t = json_array_get(tools, i), *fn = json_object_get(t, "function");
         json_t *type = json_object_get(t, "type");
-        if (!json_is_object(t) || (type && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))) {
-            gr_builder_fail(b, CN_STATUS_INVALID_ARG, "tools[%zu]: only {\"type\": \"function\", \"function\": {...}} tools", i);
+        if (!json_is_object(t) ||
+            (type && (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))) {
+            gr_builder_fail(b, CN_STATUS_INVALID_ARG,
+                            "tools[%zu]: only {\"type\": \"function\", \"function\": {...}} tools", i);
             goto out;
         }
         json_t *nm = json_object_get(fn, "name"), *par = json_object_get(fn, "parameters");
         if (!json_is_object(fn) || !json_is_string(nm) || json_string_length(nm) == 0 || json_string_length(nm) > 256) {
-            gr_builder_fail(b, CN_STATUS_INVALID_ARG, "tools[%zu].function.name: a function needs a name (1 to 256 bytes)", i);
+            gr_builder_fail(b, CN_STATUS_INVALID_ARG,
+                            "tools[%zu].function.name: a function needs a name (1 to 256 bytes)", i);
             goto out;
         }
         for (size_t j = 0; j < i; j++)
             if (names[j] && strcmp(names[j], json_string_value(nm)) == 0) {
-                gr_builder_fail(b, CN_STATUS_INVALID_ARG, "tools[%zu].function.name: '%s' is listed twice", i, names[j]);
+                gr_builder_fail(b, CN_STATUS_INVALID_ARG, "tools[%zu].function.name: '%s' is listed twice", i,
+                                names[j]);
                 goto out;
             }
         if (par && !json_is_object(par) && !json_is_boolean(par)) {
@@ -178,13 +183,15 @@ int32_t gr_tools(gr_builder *b, int format, const char *tools_json, size_t n, in
     char key[32];
     snprintf(key, sizeof key, "\"%s\"", sp->args_key);
     for (size_t i = 0; i < k; i++)
-        alts[i] = gr_seq(b, (int32_t[]){ json_string_lit(b, names[which[i]]), ws(b), lit(b, ","), ws(b), lit(b, key), ws(b),
-                                         lit(b, ":"), ws(b), values[i] },
+        alts[i] = gr_seq(b,
+                         (int32_t[]){json_string_lit(b, names[which[i]]), ws(b), lit(b, ","), ws(b), lit(b, key), ws(b),
+                                     lit(b, ":"), ws(b), values[i]},
                          9);
     int32_t obj_rule = gr_rule_fresh(b, "call");
     gr_rule_define(b, obj_rule,
-                   gr_seq(b, (int32_t[]){ lit(b, "{"), ws(b), lit(b, "\"name\""), ws(b), lit(b, ":"), ws(b), gr_alt(b, alts, k),
-                                          ws(b), lit(b, "}") },
+                   gr_seq(b,
+                          (int32_t[]){lit(b, "{"), ws(b), lit(b, "\"name\""), ws(b), lit(b, ":"), ws(b),
+                                      gr_alt(b, alts, k), ws(b), lit(b, "}")},
                           9));
     free(alts);
     free(which);
@@ -203,7 +210,7 @@ int32_t gr_tools(gr_builder *b, int format, const char *tools_json, size_t n, in
         const cn_tool_trigger *tr = &sp->trig[t];
         int32_t calls = calls_for(b, tr, obj, parallel);
         int32_t before = choice == 0 && !tr->at_start ? fr : ws(b);
-        reply[nr++] = gr_seq(b, (int32_t[]){ before, calls, ws(b) }, 3);
+        reply[nr++] = gr_seq(b, (int32_t[]){before, calls, ws(b)}, 3);
     }
     root = gr_rule(b, "root");
     if (gr_rule_define(b, root, gr_alt(b, reply, nr)) < 0) root = -1;

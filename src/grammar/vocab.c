@@ -55,7 +55,7 @@ int gr_trie_build(gr_trie *t, const int32_t *ids, const uint8_t *const *bytes, c
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
         if (len[i] > 0 && len[i] < 65536) ord[m++] = (uint32_t)i;
-    sort_ctx c = { bytes, len };
+    sort_ctx c = {bytes, len};
     qsort_r(ord, m, sizeof *ord, cmp_tok, &c);
     uint32_t nn = 0, nt = 0, depth = 0;
     const uint8_t *prev = NULL;
@@ -116,10 +116,8 @@ static int build_slice(gr_vocab *v, int32_t *ids) {
     size_t n_rest = 0;
     for (int32_t i = 0; i < v->n_vocab; i++) {
         if (!v->len[i]) continue;
-        if (in_slice(v->bytes[i], v->len[i]))
-            v->slice[i >> 5] |= 1u << (i & 31);
-        else
-            ids[n_rest++] = i;
+        if (in_slice(v->bytes[i], v->len[i])) v->slice[i >> 5] |= 1u << (i & 31);
+        else ids[n_rest++] = i;
     }
     const uint8_t **b = malloc((n_rest + 1) * sizeof *b);
     uint32_t *l = malloc((n_rest + 1) * sizeof *l);
@@ -165,8 +163,8 @@ static bool vocab_equal(const gr_vocab *a, const gr_vocab *b) {
     return true;
 }
 
-cn_status gr_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *len, const int32_t *eog,
-                       size_t n_eog, gr_vocab **out, cn_error *err) {
+cn_status gr_vocab_new(int32_t n_vocab, const char *const *bytes, const size_t *len, const int32_t *eog, size_t n_eog,
+                       gr_vocab **out, cn_error *err) {
     *out = NULL;
     if (n_vocab <= 0) return cn_err(err, CN_STATUS_INVALID_ARG, "the vocabulary is empty");
     gr_vocab *v = calloc(1, sizeof *v);

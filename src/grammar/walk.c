@@ -131,7 +131,7 @@ int32_t gr_auto_intern(gr_auto *a, gr_top *t, size_t n) {
     if (!CN_GROW(a->tops, a->cap_tops, a->n_tops + n)) return -1;
     uint32_t s = a->n++;
     memcpy(a->tops + a->n_tops, t, n * sizeof *t);
-    a->st[s] = (gr_astate){ a->n_tops, (uint32_t)n, h };
+    a->st[s] = (gr_astate){a->n_tops, (uint32_t)n, h};
     a->n_tops += n;
     uint32_t k = (uint32_t)h & (a->n_head - 1);
     a->chain[s] = a->head[k];
@@ -178,7 +178,11 @@ static void utf8_next(int u, uint8_t lo[4], uint8_t hi[4], uint8_t to[4], int *n
     *n = 0;
 #define R(l, h, t) (lo[*n] = (l), hi[*n] = (h), to[*n] = (t), (*n)++)
     switch (u) {
-    case U_START: R(0xC2, 0xDF, U_CONT1); R(0xE1, 0xEC, U_CONT2); R(0xEE, 0xEF, U_CONT2); R(0xF1, 0xF3, U_CONT3);
+    case U_START:
+        R(0xC2, 0xDF, U_CONT1);
+        R(0xE1, 0xEC, U_CONT2);
+        R(0xEE, 0xEF, U_CONT2);
+        R(0xF1, 0xF3, U_CONT3);
         break; /* E0 ED F0 F4 and ASCII: below */
     case U_CONT1: R(0x80, 0xBF, U_START); break;
     case U_CONT2: R(0x80, 0xBF, U_CONT1); break;

@@ -32,7 +32,7 @@ cn_status cn_jinja_parse(const char *src, size_t n, cn_jinja **out, cn_error *er
 void cn_jinja_free(cn_jinja *t); /* NULL is a no-op */
 
 #define CN_JINJA_MAX_SOURCE_BYTES (4u << 20)
-#define CN_JINJA_MAX_PARSE_DEPTH  200
+#define CN_JINJA_MAX_PARSE_DEPTH 200
 
 typedef struct {
     size_t max_output_bytes; /* the rendered text, and any one string or list built on the way */
@@ -53,7 +53,7 @@ cn_jinja_limits cn_jinja_default_limits(void);
  * jansson's line and column); the template raising (raise_exception's message) or
  * failing as jinja2 would (an undefined value used, a type error, a sandbox violation:
  * INVALID_ARG, "line N: ..."); a budget spent (LIMIT, naming it); no memory. */
-cn_status cn_jinja_render(const cn_jinja *t, const char *vars_json, size_t n, const cn_jinja_limits *lim,
-                          char **out, size_t *out_len, cn_error *err);
+cn_status cn_jinja_render(const cn_jinja *t, const char *vars_json, size_t n, const cn_jinja_limits *lim, char **out,
+                          size_t *out_len, cn_error *err);
 
 #endif

@@ -54,18 +54,78 @@ typedef struct {
 /* Python methods by id; the receivers each one exists on. */
 enum { R_STR = 1, R_LIST = 2, R_TUPLE = 4, R_DICT = 8, R_LOOP = 16, R_RANGE = 32, R_MUT_LIST = 64, R_MUT_DICT = 128 };
 enum {
-    M_CAPITALIZE, M_CASEFOLD, M_CENTER, M_COUNT, M_ENDSWITH, M_FIND, M_FORMAT, M_INDEX, M_ISALNUM, M_ISALPHA,
-    M_ISASCII, M_ISDECIMAL, M_ISDIGIT, M_ISLOWER, M_ISNUMERIC, M_ISSPACE, M_ISTITLE, M_ISUPPER, M_JOIN, M_LJUST,
-    M_LOWER, M_LSTRIP, M_PARTITION, M_REMOVEPREFIX, M_REMOVESUFFIX, M_REPLACE, M_RFIND, M_RINDEX, M_RJUST,
-    M_RPARTITION, M_RSPLIT, M_RSTRIP, M_SPLIT, M_SPLITLINES, M_STARTSWITH, M_STRIP, M_SWAPCASE, M_TITLE, M_UPPER,
-    M_ZFILL, M_COPY, M_GET, M_ITEMS, M_KEYS, M_VALUES, M_CYCLE, M_CHANGED, M_APPEND, M_CLEAR, M_EXTEND, M_INSERT,
-    M_POP, M_REMOVE, M_REVERSE, M_SORT, M_POPITEM, M_SETDEFAULT, M_UPDATE, M_ENCODE, M_EXPANDTABS, M_FORMAT_MAP,
-    M_ISIDENTIFIER, M_ISPRINTABLE, M_TRANSLATE, M_MAKETRANS, M_FROMKEYS, M_COUNT_ALL
+    M_CAPITALIZE,
+    M_CASEFOLD,
+    M_CENTER,
+    M_COUNT,
+    M_ENDSWITH,
+    M_FIND,
+    M_FORMAT,
+    M_INDEX,
+    M_ISALNUM,
+    M_ISALPHA,
+    M_ISASCII,
+    M_ISDECIMAL,
+    M_ISDIGIT,
+    M_ISLOWER,
+    M_ISNUMERIC,
+    M_ISSPACE,
+    M_ISTITLE,
+    M_ISUPPER,
+    M_JOIN,
+    M_LJUST,
+    M_LOWER,
+    M_LSTRIP,
+    M_PARTITION,
+    M_REMOVEPREFIX,
+    M_REMOVESUFFIX,
+    M_REPLACE,
+    M_RFIND,
+    M_RINDEX,
+    M_RJUST,
+    M_RPARTITION,
+    M_RSPLIT,
+    M_RSTRIP,
+    M_SPLIT,
+    M_SPLITLINES,
+    M_STARTSWITH,
+    M_STRIP,
+    M_SWAPCASE,
+    M_TITLE,
+    M_UPPER,
+    M_ZFILL,
+    M_COPY,
+    M_GET,
+    M_ITEMS,
+    M_KEYS,
+    M_VALUES,
+    M_CYCLE,
+    M_CHANGED,
+    M_APPEND,
+    M_CLEAR,
+    M_EXTEND,
+    M_INSERT,
+    M_POP,
+    M_REMOVE,
+    M_REVERSE,
+    M_SORT,
+    M_POPITEM,
+    M_SETDEFAULT,
+    M_UPDATE,
+    M_ENCODE,
+    M_EXPANDTABS,
+    M_FORMAT_MAP,
+    M_ISIDENTIFIER,
+    M_ISPRINTABLE,
+    M_TRANSLATE,
+    M_MAKETRANS,
+    M_FROMKEYS,
+    M_COUNT_ALL
 };
 
 enum { G_RANGE, G_DICT, G_NAMESPACE, G_RAISE_EXCEPTION, G_STRFTIME_NOW, G_LIPSUM, G_CYCLER, G_JOINER, G_COUNT_ALL };
-static const char *const GLOBALS[G_COUNT_ALL] = {"range", "dict", "namespace", "raise_exception", "strftime_now",
-                                                 "lipsum", "cycler", "joiner"};
+static const char *const GLOBALS[G_COUNT_ALL] = {"range",        "dict",   "namespace", "raise_exception",
+                                                 "strftime_now", "lipsum", "cycler",    "joiner"};
 
 /* The index of name in a table whose rows begin with their name (a const char *), or -1. */
 static int find_name(const void *table, size_t n, size_t row_size, const char *name) {
@@ -241,8 +301,8 @@ static bool sort_idx(jr *r, const jv *keys, size_t *idx, size_t n, bool reverse)
                 if (!jv_compare(keys[idx[j]], keys[idx[i]], &c, &why)) {
                     free(tmp);
                     if (why) return jr_fail(r, "%s", why);
-                    return jr_fail(r, "'<' not supported between instances of '%s' and '%s'", jv_type_name(keys[idx[j]]),
-                                   jv_type_name(keys[idx[i]]));
+                    return jr_fail(r, "'<' not supported between instances of '%s' and '%s'",
+                                   jv_type_name(keys[idx[j]]), jv_type_name(keys[idx[i]]));
                 }
                 if (reverse) c = -c;
                 tmp[k++] = c < 0 ? idx[j++] : idx[i++];
@@ -420,8 +480,8 @@ static bool strip_str(jr *r, jv s, jv chars, int which, jv *out) {
     if (jv_is_missing(chars) || chars.kind == JV_NONE) chars = jv_missing();
     else if (!need_str(r, chars, "strip arg")) return false;
     size_t a, z;
-    jpy_strip(s.u.s->b, s.u.s->len, jv_is_missing(chars) ? NULL : chars.u.s->b, jv_is_missing(chars) ? 0 : chars.u.s->len,
-              which, &a, &z);
+    jpy_strip(s.u.s->b, s.u.s->len, jv_is_missing(chars) ? NULL : chars.u.s->b,
+              jv_is_missing(chars) ? 0 : chars.u.s->len, which, &a, &z);
     if (!jr_str(r, s.u.s->b + a, z - a, out)) return false;
     out->flags = s.flags & JF_MARKUP;
     return true;
@@ -482,7 +542,8 @@ static bool pad_str(jr *r, jv s, int64_t width, jv fill, int how, jv *out) {
         *out = jv_ref(s);
         return true;
     }
-    if (width > (int64_t)r->lim.max_output_bytes) return jr_limit(r, "the output budget is spent: a padded string grew too large");
+    if (width > (int64_t)r->lim.max_output_bytes)
+        return jr_limit(r, "the output budget is spent: a padded string grew too large");
     const int64_t marg = width - len;
     int64_t left = how == 0 ? marg / 2 + (marg & width & 1) : how == 1 ? 0 : marg;
     jbuf b;
@@ -898,15 +959,22 @@ jb_attr jb_method_attr(jr *r, jv obj, int id, jv *out) {
     uint8_t want = 0, mut = 0;
     switch (obj.kind) {
     case JV_STR: want = R_STR; break;
-    case JV_LIST: want = obj.flags & JF_TUPLE ? R_TUPLE : R_LIST; mut = obj.flags & JF_TUPLE ? 0 : R_MUT_LIST; break;
-    case JV_DICT: want = R_DICT; mut = R_MUT_DICT; break;
+    case JV_LIST:
+        want = obj.flags & JF_TUPLE ? R_TUPLE : R_LIST;
+        mut = obj.flags & JF_TUPLE ? 0 : R_MUT_LIST;
+        break;
+    case JV_DICT:
+        want = R_DICT;
+        mut = R_MUT_DICT;
+        break;
     case JV_LOOP: want = R_LOOP; break;
     case JV_RANGE: want = R_RANGE; break;
     default: return JB_ATTR_NONE;
     }
     if (on & mut) {
         char m[160];
-        snprintf(m, sizeof m, "access to attribute '%s' of '%s' object is unsafe.", METHODS[id].name, jv_type_name(obj));
+        snprintf(m, sizeof m, "access to attribute '%s' of '%s' object is unsafe.", METHODS[id].name,
+                 jv_type_name(obj));
         *out = jr_undef_msg(r, m);
         out->flags = JF_UNSAFE;
         return JB_ATTR_FOUND;
@@ -1226,8 +1294,11 @@ static bool f_select(jr *r, const jcall *c, jv *out) {
         off = 1;
     }
     jv test = a->n_pos > off ? a->pos[off] : jv_missing();
-    jargs rest = {.pos = a->n_pos > off + 1 ? a->pos + off + 1 : NULL, .n_pos = a->n_pos > off + 1 ? a->n_pos - off - 1 : 0,
-                  .kw_names = a->kw_names, .kw = a->kw, .n_kw = a->n_kw};
+    jargs rest = {.pos = a->n_pos > off + 1 ? a->pos + off + 1 : NULL,
+                  .n_pos = a->n_pos > off + 1 ? a->n_pos - off - 1 : 0,
+                  .kw_names = a->kw_names,
+                  .kw = a->kw,
+                  .n_kw = a->n_kw};
     jlist *items, *kept;
     if (!jr_iterate(r, v, &items)) return false;
     if (!new_list(r, 0, &kept)) {
@@ -1459,7 +1530,9 @@ static bool parse_int_str(const char *s, size_t n, int base, int64_t *out) {
             prev_digit = false;
             continue;
         }
-        const int d = s[i] >= '0' && s[i] <= '9' ? s[i] - '0' : (s[i] | 32) >= 'a' && (s[i] | 32) <= 'z' ? (s[i] | 32) - 'a' + 10 : 99;
+        const int d = s[i] >= '0' && s[i] <= '9'                 ? s[i] - '0'
+                      : (s[i] | 32) >= 'a' && (s[i] | 32) <= 'z' ? (s[i] | 32) - 'a' + 10
+                                                                 : 99;
         if (d >= base) return false;
         if (v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base) return false;
         v = v * (uint64_t)base + (uint64_t)d;
@@ -1502,7 +1575,8 @@ static bool f_int(jr *r, const jcall *c, jv *out) {
         int64_t x;
         double f;
         if ((b == 0 || (b >= 2 && b <= 36)) && parse_int_str(v.u.s->b, v.u.s->len, (int)b, &x)) *out = jv_int(x);
-        else if (parse_float_str(v.u.s->b, v.u.s->len, &f) && isfinite(f) && fabs(f) < 9.2e18) *out = jv_int((int64_t)f);
+        else if (parse_float_str(v.u.s->b, v.u.s->len, &f) && isfinite(f) && fabs(f) < 9.2e18)
+            *out = jv_int((int64_t)f);
         else if (parse_float_str(v.u.s->b, v.u.s->len, &f) && isinf(f))
             return jr_fail(r, "cannot convert float infinity to integer");
         else *out = jv_ref(d);
@@ -1996,7 +2070,8 @@ static bool f_replace(jr *r, const jcall *c, jv *out) {
     if (jv_is_missing(c->p[0]) || jv_is_missing(c->p[1]))
         return jr_fail(r, "do_replace() missing required positional arguments: 'old' and 'new'");
     int64_t count = -1;
-    if (!jv_is_missing(c->p[2]) && c->p[2].kind != JV_NONE && !need_int(r, c->p[2], "replace count", &count)) return false;
+    if (!jv_is_missing(c->p[2]) && c->p[2].kind != JV_NONE && !need_int(r, c->p[2], "replace count", &count))
+        return false;
     jv s, o, n;
     if (!jr_to_str(r, c->v, &s)) return false;
     if (!jr_to_str(r, c->p[0], &o)) {
@@ -2021,8 +2096,12 @@ static bool f_safe(jr *r, const jcall *c, jv *out) {
     return true;
 }
 
-static bool f_sort(jr *r, const jcall *c, jv *out) { return filter_sort(r, c->v, c->p[0], c->p[1], c->p[2], false, out); }
-static bool f_unique(jr *r, const jcall *c, jv *out) { return filter_sort(r, c->v, jv_missing(), c->p[0], c->p[1], true, out); }
+static bool f_sort(jr *r, const jcall *c, jv *out) {
+    return filter_sort(r, c->v, c->p[0], c->p[1], c->p[2], false, out);
+}
+static bool f_unique(jr *r, const jcall *c, jv *out) {
+    return filter_sort(r, c->v, jv_missing(), c->p[0], c->p[1], true, out);
+}
 static bool f_string(jr *r, const jcall *c, jv *out) { return soft_str(r, c->v, out); }
 
 static bool f_sum(jr *r, const jcall *c, jv *out) {
@@ -2232,7 +2311,9 @@ bool jb_call_global(jr *r, int id, const jargs *a, jv *out) {
             if (!need_int(r, a->pos[i], "range()", &v[a->n_pos == 1 ? 1 : i])) return false;
         if (v[2] == 0) return jr_fail(r, "range() arg 3 must not be zero");
         const __int128 span = v[2] > 0 ? (__int128)v[1] - v[0] : (__int128)v[0] - v[1];
-        const __int128 len = span > 0 ? (span + (v[2] > 0 ? v[2] : -(__int128)v[2]) - 1) / (v[2] > 0 ? v[2] : -(__int128)v[2]) : 0;
+        const __int128 len = span > 0 ? (span + (v[2] > 0 ? v[2] : -(__int128)v[2]) - 1) /
+                                            (v[2] > 0 ? v[2] : -(__int128)v[2])
+                                      : 0;
         if (len > JB_MAX_RANGE)
             return jr_fail(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", JB_MAX_RANGE);
         jrange *g = calloc(1, sizeof *g);
@@ -2280,7 +2361,8 @@ bool jb_call_global(jr *r, int id, const jargs *a, jv *out) {
         if (memchr(p[0].u.s->b, 0, p[0].u.s->len)) return jr_fail(r, "embedded null character");
         const time_t now = r->lim.now_unix ? (time_t)r->lim.now_unix : time(NULL);
         struct tm tm;
-        if (!(r->lim.now_unix ? gmtime_r(&now, &tm) : localtime_r(&now, &tm))) return jr_fail(r, "strftime_now: bad clock");
+        if (!(r->lim.now_unix ? gmtime_r(&now, &tm) : localtime_r(&now, &tm)))
+            return jr_fail(r, "strftime_now: bad clock");
         if (p[0].u.s->len > 1024) return jr_fail(r, "strftime_now: format too long");
         char buf[4096];
         const size_t k = p[0].u.s->len ? strftime(buf, sizeof buf, p[0].u.s->b, &tm) : 0;

@@ -390,7 +390,8 @@ bool jr_bind(jr *r, const char *fn, const char *const *params, size_t n, const j
     for (size_t k = 0; k < a->n_kw; k++) {
         size_t i;
         for (i = 0; i < n; i++)
-            if (strlen(params[i]) == a->kw_names[k]->len && memcmp(params[i], a->kw_names[k]->b, a->kw_names[k]->len) == 0)
+            if (strlen(params[i]) == a->kw_names[k]->len &&
+                memcmp(params[i], a->kw_names[k]->b, a->kw_names[k]->len) == 0)
                 break;
         if (i == n) return jr_fail(r, "%s() got an unexpected keyword argument '%.64s'", fn, a->kw_names[k]->b);
         if (!jv_is_missing(out[i])) return jr_fail(r, "%s() got multiple values for argument '%s'", fn, params[i]);
@@ -411,8 +412,7 @@ static bool assign_tuple(jr *r, const jnode *target, jv v, jscope *s) {
     bool res = true;
     if (l->n < target->n_kids)
         res = jr_fail(r, "not enough values to unpack (expected %u, got %zu)", target->n_kids, l->n);
-    else if (l->n > target->n_kids)
-        res = jr_fail(r, "too many values to unpack (expected %u)", target->n_kids);
+    else if (l->n > target->n_kids) res = jr_fail(r, "too many values to unpack (expected %u)", target->n_kids);
     for (uint32_t i = 0; res && i < target->n_kids; i++) res = assign(r, target->kids[i], jv_ref(l->v[i]), s);
     jv_unref(jv_list(l, false));
     return res;
@@ -745,8 +745,12 @@ bool jr_escape(jr *r, jv v, jv *out) {
     const char *p = s.u.s->b;
     size_t run = 0;
     for (size_t i = 0; i < s.u.s->len; i++) {
-        const char *e = p[i] == '&' ? "&amp;" : p[i] == '<' ? "&lt;" : p[i] == '>' ? "&gt;" : p[i] == '"' ? "&#34;"
-                        : p[i] == '\'' ? "&#39;" : NULL;
+        const char *e = p[i] == '&'    ? "&amp;"
+                        : p[i] == '<'  ? "&lt;"
+                        : p[i] == '>'  ? "&gt;"
+                        : p[i] == '"'  ? "&#34;"
+                        : p[i] == '\'' ? "&#39;"
+                                       : NULL;
         if (!e) continue;
         jbuf_put(&b, p + run, i - run);
         jbuf_put(&b, e, strlen(e));
@@ -783,7 +787,8 @@ static bool repeat(jr *r, jv seq, int64_t times, jv *out) {
     if (seq.kind == JV_STR) {
         const size_t len = seq.u.s->len;
         if (len && (uint64_t)times > r->lim.max_output_bytes / len)
-            return jr_limit(r, "the output budget (%zu bytes) is spent: a string grew too large", r->lim.max_output_bytes);
+            return jr_limit(r, "the output budget (%zu bytes) is spent: a string grew too large",
+                            r->lim.max_output_bytes);
         jbuf o;
         jr_buf_init(r, &o);
         for (int64_t i = 0; i < times; i++) jbuf_put(&o, seq.u.s->b, len);
@@ -801,7 +806,6 @@ static bool repeat(jr *r, jv seq, int64_t times, jv *out) {
     return true;
 }
 
-
 static const char *op_name(int op) {
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "**"};
     return names[op];
@@ -812,7 +816,8 @@ static bool type_error(jr *r, int op, jv a, jv b) {
         return jr_fail(r, "can only concatenate str (not \"%s\") to str", jv_type_name(b));
     if (op == OP_ADD && a.kind == JV_LIST && !(a.flags & JF_TUPLE))
         return jr_fail(r, "can only concatenate list (not \"%s\") to list", jv_type_name(b));
-    return jr_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op_name(op), jv_type_name(a), jv_type_name(b));
+    return jr_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op_name(op), jv_type_name(a),
+                   jv_type_name(b));
 }
 
 static bool int_pow(jr *r, int64_t base, int64_t e, jv *out) {
@@ -1058,8 +1063,9 @@ static bool call_macro(jr *r, jv fn, const jargs *a, jv *out) {
             if (!kwextra && !(kwextra = jdict_new(0))) ok = jr_oom(r);
             else if (!jdict_set(kwextra, jv_ref(jv_str((jstr *)kn)), jv_ref(a->kw[k]))) ok = jr_oom(r);
         } else if (kn->len == 6 && !memcmp(kn->b, "caller", 6)) {
-            ok = jr_fail(r, "macro '%s' was invoked with two values for the special caller argument. This is most likely a bug.",
-                         m->name);
+            ok = jr_fail(
+                r, "macro '%s' was invoked with two values for the special caller argument. This is most likely a bug.",
+                m->name);
         } else {
             ok = jr_fail(r, "macro '%s' takes no keyword argument '%.64s'", m->name, kn->b);
         }
@@ -1410,11 +1416,11 @@ static bool ev_dict(jr *r, const jnode *n, jscope *s, jv *out) {
 
 typedef bool (*eval_fn)(jr *r, const jnode *n, jscope *s, jv *out);
 static const eval_fn EVAL[] = {
-    [N_CONST] = ev_const,   [N_NAME] = ev_name,         [N_GETATTR] = ev_getattr, [N_GETITEM] = ev_getitem,
-    [N_CALL] = ev_call,     [N_FILTER] = ev_filter,     [N_TEST] = ev_test,       [N_NEG] = ev_sign,
-    [N_POS] = ev_sign,      [N_NOT] = ev_not,           [N_BINOP] = ev_binop,     [N_AND] = ev_andor,
-    [N_OR] = ev_andor,      [N_CONCAT] = ev_concat,     [N_COMPARE] = ev_compare, [N_CONDEXPR] = ev_condexpr,
-    [N_LIST] = ev_list,     [N_TUPLE] = ev_list,        [N_DICT] = ev_dict,
+    [N_CONST] = ev_const, [N_NAME] = ev_name,     [N_GETATTR] = ev_getattr, [N_GETITEM] = ev_getitem,
+    [N_CALL] = ev_call,   [N_FILTER] = ev_filter, [N_TEST] = ev_test,       [N_NEG] = ev_sign,
+    [N_POS] = ev_sign,    [N_NOT] = ev_not,       [N_BINOP] = ev_binop,     [N_AND] = ev_andor,
+    [N_OR] = ev_andor,    [N_CONCAT] = ev_concat, [N_COMPARE] = ev_compare, [N_CONDEXPR] = ev_condexpr,
+    [N_LIST] = ev_list,   [N_TUPLE] = ev_list,    [N_DICT] = ev_dict,
 };
 
 static bool eval_inner(jr *r, const jnode *n, jscope *s, jv *out) {
@@ -1466,9 +1472,9 @@ static xres run_for(jr *r, const jnode *n, jv iterable, jscope *s, int64_t depth
         if (!kept) {
             jv_unref(jv_list(items, false));
             {
-            jr_oom(r);
-            return X_ERR;
-        }
+                jr_oom(r);
+                return X_ERR;
+            }
         }
         for (size_t i = 0; i < items->n; i++) {
             jscope *ts = scope_new(r, s);
@@ -1531,7 +1537,8 @@ static xres run_for(jr *r, const jnode *n, jv iterable, jscope *s, int64_t depth
     }
     if (res == X_OK && items->n == 0 && n->n_kids2) {
         jscope *es = scope_new(r, s);
-        const xres x = es && frame_start(r, es, n->undef2, n->n_undef2) ? exec_body(r, n->kids2, n->n_kids2, es, out) : X_ERR;
+        const xres x = es && frame_start(r, es, n->undef2, n->n_undef2) ? exec_body(r, n->kids2, n->n_kids2, es, out)
+                                                                        : X_ERR;
         scope_end(r, es);
         res = x == X_ERR ? X_ERR : X_OK;
     }
@@ -1700,11 +1707,20 @@ static xres ex_fail(jr *r, const jnode *n, jscope *s, jbuf *out) {
 
 typedef xres (*exec_fn)(jr *r, const jnode *n, jscope *s, jbuf *out);
 static const exec_fn EXEC[] = {
-    [N_TEXT] = ex_text,   [N_PRINT] = ex_print,         [N_IF] = ex_if,
-    [N_FOR] = ex_for,     [N_SET] = ex_set,             [N_SETBLOCK] = ex_setblock,
-    [N_MACRO] = ex_macro, [N_CALLBLOCK] = ex_callblock, [N_FILTERBLOCK] = ex_filterblock,
-    [N_WITH] = ex_with,   [N_BREAK] = ex_break,         [N_CONTINUE] = ex_continue,
-    [N_SCOPE] = ex_scope, [N_FAIL] = ex_fail,
+    [N_TEXT] = ex_text,
+    [N_PRINT] = ex_print,
+    [N_IF] = ex_if,
+    [N_FOR] = ex_for,
+    [N_SET] = ex_set,
+    [N_SETBLOCK] = ex_setblock,
+    [N_MACRO] = ex_macro,
+    [N_CALLBLOCK] = ex_callblock,
+    [N_FILTERBLOCK] = ex_filterblock,
+    [N_WITH] = ex_with,
+    [N_BREAK] = ex_break,
+    [N_CONTINUE] = ex_continue,
+    [N_SCOPE] = ex_scope,
+    [N_FAIL] = ex_fail,
 };
 
 static xres exec(jr *r, const jnode *n, jscope *s, jbuf *out) {
@@ -1730,8 +1746,8 @@ cn_jinja_limits cn_jinja_default_limits(void) {
     return (cn_jinja_limits){.max_output_bytes = 64u << 20, .max_steps = 50000000, .max_depth = 500, .now_unix = 0};
 }
 
-cn_status cn_jinja_render(const cn_jinja *t, const char *vars_json, size_t n, const cn_jinja_limits *lim,
-                          char **out, size_t *out_len, cn_error *err) {
+cn_status cn_jinja_render(const cn_jinja *t, const char *vars_json, size_t n, const cn_jinja_limits *lim, char **out,
+                          size_t *out_len, cn_error *err) {
     if (out) *out = NULL;
     if (out_len) *out_len = 0;
     if (!t || !out || (!vars_json && n)) return cn_err(err, CN_STATUS_INVALID_ARG, "jinja render: NULL argument");
@@ -1756,8 +1772,9 @@ cn_status cn_jinja_render(const cn_jinja *t, const char *vars_json, size_t n, co
         const int32_t a = jatom_find(t, k->b, k->len);
         if (a >= 0) r.globals[a] = vars.u.d->v[i]; /* borrowed from vars */
     }
-    const xres x = frame_start(&r, r.root, t->root_undef, t->n_root_undef) ? exec_body(&r, t->body, t->n_body, r.root, &o)
-                                                                           : X_ERR;
+    const xres x = frame_start(&r, r.root, t->root_undef, t->n_root_undef)
+                       ? exec_body(&r, t->body, t->n_body, r.root, &o)
+                       : X_ERR;
     if (x == X_ERR || r.failed) {
         if (!r.failed) jr_fail(&r, "rendering failed");
         st = cn_err(err, r.status, "template line %d: %s", r.line, r.msg);

@@ -23,8 +23,8 @@
 typedef struct {
     const char *s;
     size_t n, i;
-    jv args;            /* the right operand */
-    const jv *list;     /* its items when it is a tuple, else the operand alone */
+    jv args;        /* the right operand */
+    const jv *list; /* its items when it is a tuple, else the operand alone */
     size_t n_args, next;
     const jdict *named; /* the operand when it is a dict: %(name)s looks up here */
     bool used_named;
@@ -124,8 +124,16 @@ static void pct_digits(jbuf *o, const pct_spec *sp, int64_t v) {
     const unsigned long long av = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
     char digits[32], head[8] = "";
     snprintf(digits, sizeof digits, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : conv == 'o' ? "%llo" : "%llu", av);
-    snprintf(head, sizeof head, "%s%s", v < 0 ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "",
-             !strchr(flags, '#') ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "");
+    snprintf(head, sizeof head, "%s%s",
+             v < 0                ? "-"
+             : strchr(flags, '+') ? "+"
+             : strchr(flags, ' ') ? " "
+                                  : "",
+             !strchr(flags, '#') ? ""
+             : conv == 'x'       ? "0x"
+             : conv == 'X'       ? "0X"
+             : conv == 'o'       ? "0o"
+                                 : "");
     const int nd = (int)strlen(digits), zeros = sp->prec > nd ? sp->prec - nd : 0;
     const int len = (int)strlen(head) + zeros + nd, pad = sp->width > len ? sp->width - len : 0;
     const bool left = strchr(flags, '-') != NULL, zero_fill = !left && strchr(flags, '0') != NULL;
@@ -202,7 +210,10 @@ static bool pct_convert(jr *r, jbuf *o, const pct_spec *sp, bool markup) {
 
 bool jr_format_percent(jr *r, jv fmt, jv args, jv *out) {
     const bool markup = fmt.flags & JF_MARKUP, tuple = args.kind == JV_LIST && (args.flags & JF_TUPLE);
-    pct_state ps = {.s = fmt.u.s->b, .n = fmt.u.s->len, .args = args, .n_args = tuple ? args.u.l->n : 1,
+    pct_state ps = {.s = fmt.u.s->b,
+                    .n = fmt.u.s->len,
+                    .args = args,
+                    .n_args = tuple ? args.u.l->n : 1,
                     .named = args.kind == JV_DICT ? args.u.d : NULL};
     ps.list = tuple ? args.u.l->v : &ps.args;
     jbuf o;

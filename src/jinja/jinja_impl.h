@@ -24,19 +24,19 @@
 typedef enum {
     JV_UNDEF = 0, /* jinja2's Undefined; u.s: its message or NULL */
     JV_NONE,
-    JV_BOOL,      /* u.i 0 / 1 */
-    JV_INT,       /* u.i */
-    JV_FLOAT,     /* u.f */
-    JV_STR,       /* u.s; flags JF_MARKUP for markupsafe.Markup */
-    JV_LIST,      /* u.l; flags JF_TUPLE for a tuple */
-    JV_DICT,      /* u.d */
-    JV_NS,        /* u.ns: a namespace(), owned by the render */
-    JV_MACRO,     /* u.m: a macro or a call block's caller */
-    JV_FUNC,      /* sub: a global function (range, namespace, ...) */
-    JV_METHOD,    /* u.o: the receiver object, sub: the method id, flags: the receiver's */
-    JV_LOOP,      /* u.loop: a for loop's `loop` */
-    JV_ITER,      /* u.it: a generator, an iterator or a dict view */
-    JV_RANGE,     /* u.rg */
+    JV_BOOL,   /* u.i 0 / 1 */
+    JV_INT,    /* u.i */
+    JV_FLOAT,  /* u.f */
+    JV_STR,    /* u.s; flags JF_MARKUP for markupsafe.Markup */
+    JV_LIST,   /* u.l; flags JF_TUPLE for a tuple */
+    JV_DICT,   /* u.d */
+    JV_NS,     /* u.ns: a namespace(), owned by the render */
+    JV_MACRO,  /* u.m: a macro or a call block's caller */
+    JV_FUNC,   /* sub: a global function (range, namespace, ...) */
+    JV_METHOD, /* u.o: the receiver object, sub: the method id, flags: the receiver's */
+    JV_LOOP,   /* u.loop: a for loop's `loop` */
+    JV_ITER,   /* u.it: a generator, an iterator or a dict view */
+    JV_RANGE,  /* u.rg */
 } jv_kind;
 
 enum {
@@ -47,8 +47,8 @@ enum {
 };
 
 typedef struct jobj {
-    uint32_t rc;           /* JOBJ_IMMORTAL: owned by a template, never counted */
-    uint8_t type;          /* the jv_kind of values that point here */
+    uint32_t rc;            /* JOBJ_IMMORTAL: owned by a template, never counted */
+    uint8_t type;           /* the jv_kind of values that point here */
     struct jobj *next_free; /* used only while freeing */
 } jobj;
 
@@ -56,9 +56,9 @@ typedef struct jobj {
 
 typedef struct jstr {
     jobj h;
-    size_t len;    /* bytes, NUL after them */
-    size_t ncp;    /* code points, SIZE_MAX until counted */
-    bool ascii;    /* every byte < 0x80 (valid when ncp is known) */
+    size_t len; /* bytes, NUL after them */
+    size_t ncp; /* code points, SIZE_MAX until counted */
+    bool ascii; /* every byte < 0x80 (valid when ncp is known) */
     char b[];
 } jstr;
 
@@ -73,7 +73,7 @@ typedef struct jdict {
     jobj h;
     size_t n, cap;
     jv *k, *v;
-    uint32_t *idx;  /* open-addressing index into k (slot+1, 0 empty), NULL while n is small */
+    uint32_t *idx; /* open-addressing index into k (slot+1, 0 empty), NULL while n is small */
     size_t idx_cap;
 } jdict;
 
@@ -86,16 +86,16 @@ struct jnode;
 struct jscope;
 typedef struct jmacro {
     jobj h;
-    const char *name;         /* "caller" for a call block's body */
-    const struct jnode *def;  /* N_MACRO or N_CALLBLOCK */
-    struct jscope *closure;   /* where it was defined (kept alive by the render) */
+    const char *name;        /* "caller" for a call block's body */
+    const struct jnode *def; /* N_MACRO or N_CALLBLOCK */
+    struct jscope *closure;  /* where it was defined (kept alive by the render) */
 } jmacro;
 
 typedef struct jloop {
     jobj h;
     struct jlist *items;
     int64_t index0, depth0;
-    struct jv *changed_last; /* loop.changed's previous arguments, NULL before the first call */
+    struct jv *changed_last;  /* loop.changed's previous arguments, NULL before the first call */
     const struct jnode *node; /* the for loop (recursive calls) */
     struct jscope *scope;     /* the scope the loop runs in (recursive calls) */
 } jloop;
@@ -104,7 +104,7 @@ typedef enum { IT_GENERATOR, IT_MAP, IT_REVERSED, IT_DICT_KEYS, IT_DICT_VALUES, 
 typedef struct jiter {
     jobj h;
     struct jlist *items;
-    size_t pos;       /* generators and iterators are used up by iteration; views are not */
+    size_t pos; /* generators and iterators are used up by iteration; views are not */
     jiter_kind kind;
 } jiter;
 
@@ -157,13 +157,15 @@ void jv_unref(jv v);
 jstr *jstr_new(const char *s, size_t n);
 jstr *jstr_alloc(size_t n); /* n bytes to fill, NUL already written after them */
 static inline jv jv_str(jstr *s) { return (jv){.kind = JV_STR, .u.s = s}; }
-size_t jstr_ncp(jstr *s);   /* code points (invalid UTF-8 bytes count one each) */
+size_t jstr_ncp(jstr *s); /* code points (invalid UTF-8 bytes count one each) */
 
 /* Lists and dicts: new ones have rc 1. Push/set take a reference (the value is
  * consumed); false only on no memory (the value is then released). */
 jlist *jlist_new(size_t cap);
 bool jlist_push(jlist *l, jv v);
-static inline jv jv_list(jlist *l, bool tuple) { return (jv){.kind = JV_LIST, .flags = tuple ? JF_TUPLE : 0, .u.l = l}; }
+static inline jv jv_list(jlist *l, bool tuple) {
+    return (jv){.kind = JV_LIST, .flags = tuple ? JF_TUPLE : 0, .u.l = l};
+}
 jdict *jdict_new(size_t cap);
 /* Sets key k (consumed) to v (consumed), keeping the first position of an existing key
  * as Python's dict does. The key must be hashable (checked by the caller). */
@@ -178,8 +180,8 @@ static inline jv jv_dict(jdict *d) { return (jv){.kind = JV_DICT, .u.d = d}; }
 typedef struct {
     char *p;
     size_t n, cap;
-    size_t limit;  /* appending past it fails (the output budget) */
-    bool over;     /* an append went past the limit */
+    size_t limit; /* appending past it fails (the output budget) */
+    bool over;    /* an append went past the limit */
     bool oom;
 } jbuf;
 
@@ -239,9 +241,13 @@ bool jv_compare(jv a, jv b, int *cmp, const char **why);
 typedef struct {
     bool ensure_ascii;
     bool sort_keys;
-    const char *indent; size_t indent_len; bool has_indent;
-    const char *item_sep; size_t item_sep_len;
-    const char *key_sep; size_t key_sep_len;
+    const char *indent;
+    size_t indent_len;
+    bool has_indent;
+    const char *item_sep;
+    size_t item_sep_len;
+    const char *key_sep;
+    size_t key_sep_len;
 } jjson_opts;
 /* json.dumps(v, ...) into b; false with a message in why (buffer of 128) when a value is
  * not serializable or keys are not sortable. */
@@ -254,34 +260,67 @@ bool jv_from_json_text(const char *s, size_t n, bool need_object, jv *out, char 
 
 /* Memory that lives as long as a template: AST nodes, interned names, constants. */
 typedef struct jarena jarena;
-void *jarena_alloc(jarena *a, size_t n);      /* zeroed; NULL on no memory */
+void *jarena_alloc(jarena *a, size_t n);              /* zeroed; NULL on no memory */
 jstr *jarena_str(jarena *a, const char *s, size_t n); /* an immortal string */
 
 typedef enum {
-    T_EOF, T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING, T_INT, T_FLOAT, T_OP,
+    T_EOF,
+    T_DATA,
+    T_VAR_BEGIN,
+    T_VAR_END,
+    T_BLOCK_BEGIN,
+    T_BLOCK_END,
+    T_NAME,
+    T_STRING,
+    T_INT,
+    T_FLOAT,
+    T_OP,
 } jtok_kind;
 
 typedef enum {
-    TO_ADD, TO_SUB, TO_DIV, TO_FLOORDIV, TO_MUL, TO_POW, TO_MOD, TO_TILDE, TO_LBRACKET, TO_RBRACKET, TO_LPAREN,
-    TO_RPAREN, TO_LBRACE, TO_RBRACE, TO_EQ, TO_NE, TO_GT, TO_GTEQ, TO_LT, TO_LTEQ, TO_ASSIGN, TO_DOT, TO_COLON,
-    TO_PIPE, TO_COMMA, TO_SEMICOLON,
+    TO_ADD,
+    TO_SUB,
+    TO_DIV,
+    TO_FLOORDIV,
+    TO_MUL,
+    TO_POW,
+    TO_MOD,
+    TO_TILDE,
+    TO_LBRACKET,
+    TO_RBRACKET,
+    TO_LPAREN,
+    TO_RPAREN,
+    TO_LBRACE,
+    TO_RBRACE,
+    TO_EQ,
+    TO_NE,
+    TO_GT,
+    TO_GTEQ,
+    TO_LT,
+    TO_LTEQ,
+    TO_ASSIGN,
+    TO_DOT,
+    TO_COLON,
+    TO_PIPE,
+    TO_COMMA,
+    TO_SEMICOLON,
 } jtok_op;
 
 typedef struct {
     uint8_t kind;
-    uint8_t op;        /* T_OP */
+    uint8_t op; /* T_OP */
     int32_t line;
-    const char *p;     /* T_NAME, T_DATA: the text (in the lexer's copy of the source) */
+    const char *p; /* T_NAME, T_DATA: the text (in the lexer's copy of the source) */
     size_t n;
-    jstr *s;           /* T_STRING: the decoded value (arena) */
-    int64_t i;         /* T_INT */
-    double f;          /* T_FLOAT */
+    jstr *s;   /* T_STRING: the decoded value (arena) */
+    int64_t i; /* T_INT */
+    double f;  /* T_FLOAT */
 } jtok;
 
 typedef struct {
     jtok *v;
     size_t n, cap;
-    char *src;         /* the source with newlines normalized, which tokens point into */
+    char *src; /* the source with newlines normalized, which tokens point into */
 } jtoks;
 
 /* Tokenizes src[0..n) as jinja2's lexer does with trim_blocks and lstrip_blocks (see
@@ -293,12 +332,44 @@ void jtoks_free(jtoks *t);
 
 typedef enum {
     /* statements */
-    N_TEXT, N_PRINT, N_IF, N_FOR, N_SET, N_SETBLOCK, N_MACRO, N_CALLBLOCK, N_FILTERBLOCK, N_WITH,
-    N_BREAK, N_CONTINUE, N_SCOPE, N_FAIL,
+    N_TEXT,
+    N_PRINT,
+    N_IF,
+    N_FOR,
+    N_SET,
+    N_SETBLOCK,
+    N_MACRO,
+    N_CALLBLOCK,
+    N_FILTERBLOCK,
+    N_WITH,
+    N_BREAK,
+    N_CONTINUE,
+    N_SCOPE,
+    N_FAIL,
     /* expressions */
-    N_CONST, N_NAME, N_NSREF, N_GETATTR, N_GETITEM, N_SLICE, N_CALL, N_KWARG, N_FILTER, N_TEST,
-    N_NEG, N_POS, N_NOT, N_BINOP, N_AND, N_OR, N_CONCAT, N_COMPARE, N_OPERAND, N_CONDEXPR,
-    N_LIST, N_TUPLE, N_DICT,
+    N_CONST,
+    N_NAME,
+    N_NSREF,
+    N_GETATTR,
+    N_GETITEM,
+    N_SLICE,
+    N_CALL,
+    N_KWARG,
+    N_FILTER,
+    N_TEST,
+    N_NEG,
+    N_POS,
+    N_NOT,
+    N_BINOP,
+    N_AND,
+    N_OR,
+    N_CONCAT,
+    N_COMPARE,
+    N_OPERAND,
+    N_CONDEXPR,
+    N_LIST,
+    N_TUPLE,
+    N_DICT,
 } jn_kind;
 
 typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW } jn_binop;
@@ -317,9 +388,9 @@ struct jnode {
     uint8_t op;
     uint16_t flags;
     int32_t line;
-    int32_t atom;  /* names: N_NAME, N_NSREF, N_MACRO, N_KWARG */
-    int32_t id;    /* builtin: filter / test id (-1 unknown), N_GETATTR method id */
-    jv val;        /* N_CONST, N_TEXT, N_FAIL message, attribute / filter / kwarg name */
+    int32_t atom; /* names: N_NAME, N_NSREF, N_MACRO, N_KWARG */
+    int32_t id;   /* builtin: filter / test id (-1 unknown), N_GETATTR method id */
+    jv val;       /* N_CONST, N_TEXT, N_FAIL message, attribute / filter / kwarg name */
     jnode *a, *b, *c;
     jnode **kids;  /* body, items, positional args, operands */
     jnode **kids2; /* else body, dict values, keyword args, macro parameters */
@@ -335,12 +406,12 @@ struct jnode {
 struct cn_jinja {
     jnode **body;
     uint32_t n_body;
-    char **atoms;     /* interned names, atoms[id] NUL-terminated */
+    char **atoms; /* interned names, atoms[id] NUL-terminated */
     uint32_t n_atoms;
     int32_t *atom_global; /* per atom: the builtin global function id, or -1 */
     struct jarena *arena;
     int32_t atom_loop, atom_caller, atom_varargs, atom_kwargs;
-    int32_t *root_undef;  /* the root frame's names that start as missing (see jnode.undef) */
+    int32_t *root_undef; /* the root frame's names that start as missing (see jnode.undef) */
     uint32_t n_root_undef;
 };
 
@@ -358,7 +429,7 @@ typedef struct jscope {
     jvar *v;
     uint32_t n;
     size_t cap;
-    bool captured;           /* a macro closes over it: freed when the render ends */
+    bool captured; /* a macro closes over it: freed when the render ends */
     struct jscope *next_kept;
 } jscope;
 
@@ -368,14 +439,14 @@ typedef struct jr {
     uint64_t steps;
     int depth;
     jscope *root;
-    jv *globals;             /* per atom: the render's variable, or missing */
+    jv *globals; /* per atom: the render's variable, or missing */
     jns *namespaces;
     jscope *kept;
     size_t n_kept;
     /* the error: set once, by jr_fail / jr_limit */
     bool failed;
     cn_status status;
-    int line;                /* the line being evaluated */
+    int line; /* the line being evaluated */
     char msg[CN_ERROR_MSG_LEN];
 } jr;
 

@@ -230,7 +230,8 @@ static bool unescape(lexer *L, const char *s, size_t n, jbuf *b) {
         default:
             if (c >= '0' && c <= '7') {
                 cp = c - '0';
-                for (int k = 0; k < 2 && i < n && s[i] >= '0' && s[i] <= '7'; k++) cp = cp * 8 + (uint32_t)(s[i++] - '0');
+                for (int k = 0; k < 2 && i < n && s[i] >= '0' && s[i] <= '7'; k++)
+                    cp = cp * 8 + (uint32_t)(s[i++] - '0');
                 ju8_put(b, cp);
             } else if (c >= 0x80) {
                 /* backslashreplace turned the character into \xNN / \uNNNN / \UNNNNNNNN,
@@ -268,11 +269,11 @@ static const struct {
     const char *s;
     jtok_op op;
 } OPS[] = {
-    {"//", TO_FLOORDIV}, {"**", TO_POW}, {"==", TO_EQ}, {"!=", TO_NE}, {">=", TO_GTEQ}, {"<=", TO_LTEQ},
-    {"+", TO_ADD},       {"-", TO_SUB},  {"/", TO_DIV}, {"*", TO_MUL}, {"%", TO_MOD},    {"~", TO_TILDE},
-    {"[", TO_LBRACKET},  {"]", TO_RBRACKET}, {"(", TO_LPAREN}, {")", TO_RPAREN}, {"{", TO_LBRACE},
-    {"}", TO_RBRACE},    {">", TO_GT},   {"<", TO_LT},  {"=", TO_ASSIGN}, {".", TO_DOT}, {":", TO_COLON},
-    {"|", TO_PIPE},      {",", TO_COMMA}, {";", TO_SEMICOLON},
+    {"//", TO_FLOORDIV}, {"**", TO_POW},      {"==", TO_EQ},    {"!=", TO_NE},    {">=", TO_GTEQ},  {"<=", TO_LTEQ},
+    {"+", TO_ADD},       {"-", TO_SUB},       {"/", TO_DIV},    {"*", TO_MUL},    {"%", TO_MOD},    {"~", TO_TILDE},
+    {"[", TO_LBRACKET},  {"]", TO_RBRACKET},  {"(", TO_LPAREN}, {")", TO_RPAREN}, {"{", TO_LBRACE}, {"}", TO_RBRACE},
+    {">", TO_GT},        {"<", TO_LT},        {"=", TO_ASSIGN}, {".", TO_DOT},    {":", TO_COLON},  {"|", TO_PIPE},
+    {",", TO_COMMA},     {";", TO_SEMICOLON},
 };
 
 #define LEX_MAX_BALANCE 256
@@ -377,7 +378,7 @@ static bool lex_tag(lexer *L, char close) {
 static bool lex_raw(lexer *L, size_t after_open) {
     size_t i = skip_ws(L->s, L->n, after_open) + 3; /* "raw" */
     i = skip_ws(L->s, L->n, i);
-    const size_t e = end_at(L, i, '%') ;
+    const size_t e = end_at(L, i, '%');
     /* the raw opener's end has no trim_blocks newline: only "-%}"+ws or "%}" */
     size_t k = at(L, i, "-%}") ? e : 2;
     L->line += (int)count_nl(L->s + L->pos, i + k - L->pos);
@@ -446,8 +447,15 @@ bool jlex(const char *src, size_t n, jarena *a, jtoks *out, int *line, char *msg
     if (m > 0 && s[m - 1] == '\n') m--;
     s[m] = 0;
     out->src = s;
-    lexer L = {.s = s, .n = m, .line = 1, .line_starting = true, .a = a, .out = out, .err_line = line,
-               .msg = msg, .msg_len = msg_len};
+    lexer L = {.s = s,
+               .n = m,
+               .line = 1,
+               .line_starting = true,
+               .a = a,
+               .out = out,
+               .err_line = line,
+               .msg = msg,
+               .msg_len = msg_len};
     while (L.pos < L.n) {
         size_t t = L.pos;
         char kind = 0;

@@ -82,7 +82,7 @@ typedef struct {
     cn_jinja *t;
     jarena *a;
     int depth;
-    int in_loop;    /* for-loop bodies around here, within the current function */
+    int in_loop; /* for-loop bodies around here, within the current function */
     bool failed;
     int line;
     char msg[CN_ERROR_MSG_LEN];
@@ -115,8 +115,8 @@ static bool is_name(const jtok *t, const char *s) {
 }
 
 static const char *describe(const jtok *t, char buf[64]) {
-    static const char *const ops[] = {"+", "-", "/", "//", "*", "**", "%", "~", "[", "]", "(", ")", "{",
-                                      "}", "==", "!=", ">", ">=", "<", "<=", "=", ".", ":", "|", ",", ";"};
+    static const char *const ops[] = {"+", "-",  "/",  "//", "*",  "**", "%",  "~", "[", "]", "(", ")", "{",
+                                      "}", "==", "!=", ">",  ">=", "<",  "<=", "=", ".", ":", "|", ",", ";"};
     switch (t->kind) {
     case T_EOF: return "end of template";
     case T_DATA: return "template data / text";
@@ -294,23 +294,42 @@ static bool parse_call_args(parser *P, jnode *call) {
             if (is_op(cur(P), TO_RPAREN)) break;
         }
         if (is_op(cur(P), TO_MUL)) {
-            if (call->b || call->c) { perr(P, line, "invalid syntax for function call expression"); ok = false; break; }
+            if (call->b || call->c) {
+                perr(P, line, "invalid syntax for function call expression");
+                ok = false;
+                break;
+            }
             adv(P);
             ok = (call->b = parse_expression(P, true)) != NULL;
         } else if (is_op(cur(P), TO_POW)) {
-            if (call->c) { perr(P, line, "invalid syntax for function call expression"); ok = false; break; }
+            if (call->c) {
+                perr(P, line, "invalid syntax for function call expression");
+                ok = false;
+                break;
+            }
             adv(P);
             ok = (call->c = parse_expression(P, true)) != NULL;
         } else if (cur(P)->kind == T_NAME && is_op(peek(P), TO_ASSIGN)) {
-            if (call->c) { perr(P, line, "invalid syntax for function call expression"); ok = false; break; }
+            if (call->c) {
+                perr(P, line, "invalid syntax for function call expression");
+                ok = false;
+                break;
+            }
             jnode *kw = name_node(P, cur(P), N_KWARG);
-            if (!kw) { ok = false; break; }
+            if (!kw) {
+                ok = false;
+                break;
+            }
             kw->val = name_str(P, cur(P)->p, cur(P)->n);
             adv(P);
             adv(P);
             ok = (kw->a = parse_expression(P, true)) != NULL && nv_push(P, &kwargs, kw);
         } else {
-            if (call->b || call->c || kwargs.n) { perr(P, line, "invalid syntax for function call expression"); ok = false; break; }
+            if (call->b || call->c || kwargs.n) {
+                perr(P, line, "invalid syntax for function call expression");
+                ok = false;
+                break;
+            }
             jnode *e = parse_expression(P, true);
             ok = e && nv_push(P, &args, e);
         }
@@ -664,8 +683,10 @@ static jnode *parse_math2(parser *P) {
     jnode *l = parse_pow(P);
     while (l && cur(P)->kind == T_OP &&
            (cur(P)->op == TO_MUL || cur(P)->op == TO_DIV || cur(P)->op == TO_FLOORDIV || cur(P)->op == TO_MOD)) {
-        const int op = cur(P)->op == TO_MUL ? OP_MUL : cur(P)->op == TO_DIV ? OP_DIV
-                       : cur(P)->op == TO_FLOORDIV ? OP_FLOORDIV : OP_MOD;
+        const int op = cur(P)->op == TO_MUL        ? OP_MUL
+                       : cur(P)->op == TO_DIV      ? OP_DIV
+                       : cur(P)->op == TO_FLOORDIV ? OP_FLOORDIV
+                                                   : OP_MOD;
         const int line = cur(P)->line;
         adv(P);
         l = binop(P, N_BINOP, op, l, parse_pow(P), line);
@@ -716,8 +737,13 @@ static jnode *parse_compare(parser *P) {
         const jtok *t = cur(P);
         int op = -1;
         if (t->kind == T_OP) {
-            op = t->op == TO_EQ ? CMP_EQ : t->op == TO_NE ? CMP_NE : t->op == TO_LT ? CMP_LT : t->op == TO_LTEQ ? CMP_LE
-                 : t->op == TO_GT ? CMP_GT : t->op == TO_GTEQ ? CMP_GE : -1;
+            op = t->op == TO_EQ     ? CMP_EQ
+                 : t->op == TO_NE   ? CMP_NE
+                 : t->op == TO_LT   ? CMP_LT
+                 : t->op == TO_LTEQ ? CMP_LE
+                 : t->op == TO_GT   ? CMP_GT
+                 : t->op == TO_GTEQ ? CMP_GE
+                                    : -1;
             if (op >= 0) adv(P);
         } else if (is_name(t, "in")) {
             op = CMP_IN;
@@ -867,8 +893,8 @@ static jnode *parse_assign_target(parser *P, bool name_only, const char *const *
     jnode *n = parse_tuple(P, true, true, extra_end, false, with_namespace);
     if (!n) return NULL;
     if (!can_assign(n)) {
-        static const char *const kinds[] = {[N_CONST] = "const", [N_LIST] = "list", [N_DICT] = "dict",
-                                            [N_TUPLE] = "tuple", [N_CALL] = "call"};
+        static const char *const kinds[] = {
+            [N_CONST] = "const", [N_LIST] = "list", [N_DICT] = "dict", [N_TUPLE] = "tuple", [N_CALL] = "call"};
         const char *k = n->kind < CN_ARRAY_LEN(kinds) && kinds[n->kind] ? kinds[n->kind] : "expression";
         return perr(P, n->line, "can't assign to '%s'", k);
     }
@@ -1265,7 +1291,9 @@ static void check_names(parser *P, const jnode *n, bool soft) {
     case N_CALLBLOCK:
     case N_FILTERBLOCK:
     case N_SETBLOCK:
-    case N_WITH: kids_soft = kids2_soft = false; b_soft = n->kind == N_SETBLOCK ? false : soft;
+    case N_WITH:
+        kids_soft = kids2_soft = false;
+        b_soft = n->kind == N_SETBLOCK ? false : soft;
         if (n->kind == N_FILTERBLOCK) a_soft = false;
         break;
     case N_SCOPE: kids_soft = n->flags == 1 ? soft : false; break;
@@ -1367,7 +1395,9 @@ static void fs_children(parser *P, jnode *const *body, uint32_t n, const uint8_t
         }
         case N_MACRO:
         case N_CALLBLOCK:
-        case N_WITH: frame(P, s->kids, s->n_kids, s->kids2, s->n_kids2, outer, &s->undef, &s->n_undef, depth + 1); break;
+        case N_WITH:
+            frame(P, s->kids, s->n_kids, s->kids2, s->n_kids2, outer, &s->undef, &s->n_undef, depth + 1);
+            break;
         case N_SETBLOCK:
         case N_FILTERBLOCK: frame(P, s->kids, s->n_kids, NULL, 0, outer, &s->undef, &s->n_undef, depth + 1); break;
         case N_SCOPE:

@@ -132,13 +132,13 @@ bool jpy_isprintable(uint32_t c) {
     if (c < 0x20 || c == 0x7F) return false;
     if (c < 0x7F) return true;
     static const uint32_t no[][2] = {
-        {0x80, 0xA0},     {0xAD, 0xAD},     {0x378, 0x379},   {0x380, 0x383},   {0x38B, 0x38B},
-        {0x38D, 0x38D},   {0x3A2, 0x3A2},   {0x530, 0x530},   {0x600, 0x605},   {0x61C, 0x61C},
-        {0x6DD, 0x6DD},   {0x70F, 0x70F},   {0x890, 0x891},   {0x8E2, 0x8E2},   {0x1680, 0x1680},
-        {0x180E, 0x180E}, {0x2000, 0x200F}, {0x2028, 0x202F}, {0x205F, 0x2064}, {0x2065, 0x206F},
-        {0x3000, 0x3000}, {0xD800, 0xF8FF}, {0xFEFF, 0xFEFF}, {0xFFF0, 0xFFFB}, {0xFFFE, 0xFFFF},
-        {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3},
-        {0x1D173, 0x1D17A}, {0xE0000, 0xE0FFF}, {0xF0000, 0x10FFFF},
+        {0x80, 0xA0},       {0xAD, 0xAD},        {0x378, 0x379},     {0x380, 0x383},     {0x38B, 0x38B},
+        {0x38D, 0x38D},     {0x3A2, 0x3A2},      {0x530, 0x530},     {0x600, 0x605},     {0x61C, 0x61C},
+        {0x6DD, 0x6DD},     {0x70F, 0x70F},      {0x890, 0x891},     {0x8E2, 0x8E2},     {0x1680, 0x1680},
+        {0x180E, 0x180E},   {0x2000, 0x200F},    {0x2028, 0x202F},   {0x205F, 0x2064},   {0x2065, 0x206F},
+        {0x3000, 0x3000},   {0xD800, 0xF8FF},    {0xFEFF, 0xFEFF},   {0xFFF0, 0xFFFB},   {0xFFFE, 0xFFFF},
+        {0x110BD, 0x110BD}, {0x110CD, 0x110CD},  {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A},
+        {0xE0000, 0xE0FFF}, {0xF0000, 0x10FFFF},
     };
     for (size_t i = 0; i < CN_ARRAY_LEN(no); i++)
         if (c >= no[i][0] && c <= no[i][1]) return false;
@@ -147,8 +147,9 @@ bool jpy_isprintable(uint32_t c) {
 
 bool jpy_isdigit(uint32_t c) {
     return (c >= '0' && c <= '9') || c == 0xB2 || c == 0xB3 || c == 0xB9 || (c >= 0x660 && c <= 0x669) ||
-           (c >= 0x6F0 && c <= 0x6F9) || (c >= 0x966 && c <= 0x96F) || (c >= 0x2070 && c <= 0x2079 && c != 0x2071 &&
-           c != 0x2072 && c != 0x2073) || (c >= 0x2080 && c <= 0x2089) || (c >= 0xFF10 && c <= 0xFF19);
+           (c >= 0x6F0 && c <= 0x6F9) || (c >= 0x966 && c <= 0x96F) ||
+           (c >= 0x2070 && c <= 0x2079 && c != 0x2071 && c != 0x2072 && c != 0x2073) || (c >= 0x2080 && c <= 0x2089) ||
+           (c >= 0xFF10 && c <= 0xFF19);
 }
 
 /* ---- case mappings ---- */
@@ -178,7 +179,8 @@ static uint32_t up1(uint32_t c) {
     if (c == 0x17F) return 'S';
     if (c == 0x180) return 0x243;
     if (c >= 0x1CD && c <= 0x1DC && !(c & 1)) return c - 1;
-    if (((c >= 0x1DE && c <= 0x1EF) || (c >= 0x1F4 && c <= 0x1F5) || (c >= 0x1F8 && c <= 0x21F)) && (c & 1)) return c - 1;
+    if (((c >= 0x1DE && c <= 0x1EF) || (c >= 0x1F4 && c <= 0x1F5) || (c >= 0x1F8 && c <= 0x21F)) && (c & 1))
+        return c - 1;
     if (c == 0x1DD) return 0x18E;
     if (c >= 0x222 && c <= 0x233 && (c & 1)) return c - 1;
     if (c == 0x3AC) return 0x386;
@@ -214,7 +216,8 @@ static uint32_t low1(uint32_t c) {
     if (c >= 0x179 && c <= 0x17E && (c & 1)) return c + 1;
     if (c == 0x243) return 0x180;
     if (c >= 0x1CD && c <= 0x1DC && (c & 1)) return c + 1;
-    if (((c >= 0x1DE && c <= 0x1EF) || (c >= 0x1F4 && c <= 0x1F5) || (c >= 0x1F8 && c <= 0x21F)) && !(c & 1)) return c + 1;
+    if (((c >= 0x1DE && c <= 0x1EF) || (c >= 0x1F4 && c <= 0x1F5) || (c >= 0x1F8 && c <= 0x21F)) && !(c & 1))
+        return c + 1;
     if (c == 0x18E) return 0x1DD;
     if (c >= 0x222 && c <= 0x233 && !(c & 1)) return c + 1;
     if (c == 0x386) return 0x3AC;
@@ -261,15 +264,27 @@ bool jpy_isalpha(uint32_t c) {
 }
 
 int jpy_upper(uint32_t c, uint32_t out[3]) {
-    if (c == 0xDF) { out[0] = 'S'; out[1] = 'S'; return 2; }
-    if (c == 0x149) { out[0] = 0x2BC; out[1] = 'N'; return 2; }
+    if (c == 0xDF) {
+        out[0] = 'S';
+        out[1] = 'S';
+        return 2;
+    }
+    if (c == 0x149) {
+        out[0] = 0x2BC;
+        out[1] = 'N';
+        return 2;
+    }
     const uint32_t u = up1(c);
     out[0] = u ? u : c;
     return 1;
 }
 
 int jpy_lower(uint32_t c, uint32_t out[3]) {
-    if (c == 0x130) { out[0] = 'i'; out[1] = 0x307; return 2; }
+    if (c == 0x130) {
+        out[0] = 'i';
+        out[1] = 0x307;
+        return 2;
+    }
     const uint32_t l = low1(c);
     out[0] = l ? l : c;
     return 1;
@@ -281,8 +296,16 @@ int jpy_title(uint32_t c, uint32_t out[3]) {
         out[0] = dg + 1;
         return 1;
     }
-    if (c == 0xDF) { out[0] = 'S'; out[1] = 's'; return 2; }
-    if (c == 0x149) { out[0] = 0x2BC; out[1] = 'N'; return 2; }
+    if (c == 0xDF) {
+        out[0] = 'S';
+        out[1] = 's';
+        return 2;
+    }
+    if (c == 0x149) {
+        out[0] = 0x2BC;
+        out[1] = 'N';
+        return 2;
+    }
     return jpy_upper(c, out);
 }
 
@@ -329,27 +352,38 @@ bool jpy_case(jbuf *b, const char *s, size_t n, jcase how) {
         switch (how) {
         case JCASE_UPPER: nm = jpy_upper(cp, m); break;
         case JCASE_LOWER:
-            if (cp == 0x3A3 && final_sigma(s, n, i, k)) { m[0] = 0x3C2; nm = 1; }
-            else nm = jpy_lower(cp, m);
+            if (cp == 0x3A3 && final_sigma(s, n, i, k)) {
+                m[0] = 0x3C2;
+                nm = 1;
+            } else nm = jpy_lower(cp, m);
             break;
         case JCASE_CAPITALIZE:
             if (first) nm = jpy_title(cp, m);
-            else if (cp == 0x3A3 && final_sigma(s, n, i, k)) { m[0] = 0x3C2; nm = 1; }
-            else nm = jpy_lower(cp, m);
+            else if (cp == 0x3A3 && final_sigma(s, n, i, k)) {
+                m[0] = 0x3C2;
+                nm = 1;
+            } else nm = jpy_lower(cp, m);
             break;
         case JCASE_TITLE_WORDS:
             if (prev_cased) {
-                if (cp == 0x3A3 && final_sigma(s, n, i, k)) { m[0] = 0x3C2; nm = 1; }
-                else nm = jpy_lower(cp, m);
+                if (cp == 0x3A3 && final_sigma(s, n, i, k)) {
+                    m[0] = 0x3C2;
+                    nm = 1;
+                } else nm = jpy_lower(cp, m);
             } else {
                 nm = jpy_title(cp, m);
             }
             break;
         default: /* JCASE_SWAP */
-            if (cp == 0x3A3 && final_sigma(s, n, i, k)) { m[0] = 0x3C2; nm = 1; }
-            else if (jpy_isupper(cp)) nm = jpy_lower(cp, m);
+            if (cp == 0x3A3 && final_sigma(s, n, i, k)) {
+                m[0] = 0x3C2;
+                nm = 1;
+            } else if (jpy_isupper(cp)) nm = jpy_lower(cp, m);
             else if (jpy_islower(cp)) nm = jpy_upper(cp, m);
-            else { m[0] = cp; nm = 1; }
+            else {
+                m[0] = cp;
+                nm = 1;
+            }
             break;
         }
         prev_cased = cased(cp);

@@ -241,7 +241,8 @@ const char *jv_type_name(jv v) {
 
 static int64_t range_len(const jrange *r) {
     if (r->step > 0 && r->start < r->stop) return (int64_t)(((__int128)r->stop - r->start - 1) / r->step + 1);
-    if (r->step < 0 && r->start > r->stop) return (int64_t)(((__int128)r->start - r->stop - 1) / -(__int128)r->step + 1);
+    if (r->step < 0 && r->start > r->stop)
+        return (int64_t)(((__int128)r->start - r->stop - 1) / -(__int128)r->step + 1);
     return 0;
 }
 
@@ -442,7 +443,8 @@ static bool write_any(jbuf *b, jv v, bool repr, repr_stack *st, const char **why
         return jbuf_printf(b, "<%s object>", jv_type_name(v));
     }
     case JV_RANGE:
-        if (v.u.rg->step == 1) return jbuf_printf(b, "range(%lld, %lld)", (long long)v.u.rg->start, (long long)v.u.rg->stop);
+        if (v.u.rg->step == 1)
+            return jbuf_printf(b, "range(%lld, %lld)", (long long)v.u.rg->start, (long long)v.u.rg->stop);
         return jbuf_printf(b, "range(%lld, %lld, %lld)", (long long)v.u.rg->start, (long long)v.u.rg->stop,
                            (long long)v.u.rg->step);
     }
@@ -549,7 +551,8 @@ static bool hashable_at(jv v, int depth) {
         return true;
     case JV_DICT:
     case JV_NS: return false;
-    case JV_ITER: return v.u.it->kind != IT_DICT_KEYS && v.u.it->kind != IT_DICT_VALUES && v.u.it->kind != IT_DICT_ITEMS;
+    case JV_ITER:
+        return v.u.it->kind != IT_DICT_KEYS && v.u.it->kind != IT_DICT_VALUES && v.u.it->kind != IT_DICT_ITEMS;
     default: return true;
     }
 }
@@ -582,7 +585,8 @@ static uint64_t hash_at(jv v, int depth) {
     }
     case JV_LIST: {
         uint64_t h = 0x345678;
-        for (size_t i = 0; i < v.u.l->n && i < 64 && depth < JV_MAX_NEST; i++) h = mix(h ^ hash_at(v.u.l->v[i], depth + 1));
+        for (size_t i = 0; i < v.u.l->n && i < 64 && depth < JV_MAX_NEST; i++)
+            h = mix(h ^ hash_at(v.u.l->v[i], depth + 1));
         return h;
     }
     case JV_NONE: return 0x9e3779b97f4a7c15ull;
@@ -641,8 +645,14 @@ static void json_str(jbuf *b, const char *s, size_t n, bool ascii) {
     size_t run = 0; /* bytes copied as they are, flushed in one put */
     for (size_t i = 0; i < n;) {
         const unsigned char c = (unsigned char)s[i];
-        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
-                          : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        const char *esc = c == '"'    ? "\\\""
+                          : c == '\\' ? "\\\\"
+                          : c == '\n' ? "\\n"
+                          : c == '\r' ? "\\r"
+                          : c == '\t' ? "\\t"
+                          : c == '\b' ? "\\b"
+                          : c == '\f' ? "\\f"
+                                      : NULL;
         /* ensure_ascii escapes everything outside ' '..'~', DEL included */
         if (!esc && c >= 0x20 && (c < 0x7F ? true : !ascii)) {
             if (!run) run = i + 1; /* start marker, offset + 1 */
@@ -695,9 +705,7 @@ static bool json_key(jbuf *b, jv k, const jjson_opts *o, char *why) {
         else jpy_float_repr(k.u.f, tmp);
         jbuf_printf(b, "\"%s\"", tmp);
         return true;
-    default:
-        snprintf(why, 128, "keys must be str, int, float, bool or None, not %s", jv_type_name(k));
-        return false;
+    default: snprintf(why, 128, "keys must be str, int, float, bool or None, not %s", jv_type_name(k)); return false;
     }
 }
 
@@ -775,9 +783,7 @@ static bool json_any(jbuf *b, jv v, const jjson_opts *o, char *why, int level) {
         return jbuf_putc(b, ']');
     }
     case JV_DICT: return json_dict(b, v.u.d, o, why, level);
-    default:
-        snprintf(why, 128, "Object of type %s is not JSON serializable", jv_type_name(v));
-        return false;
+    default: snprintf(why, 128, "Object of type %s is not JSON serializable", jv_type_name(v)); return false;
     }
 }
 

@@ -29,13 +29,13 @@ typedef enum { CN_ACT_SILU = 0, CN_ACT_GELU_TANH } cn_act;
 /* y (n_tok, n_out) = x (n_tok, k) · Wᵀ, W (n_out, k) in its stored type. */
 typedef struct {
     uint32_t w_type;
-    const void *w;          /* n_out rows of w_row_bytes; or, with w_packed, this family's
-                             * pack() layout of them */
+    const void *w; /* n_out rows of w_row_bytes; or, with w_packed, this family's
+                    * pack() layout of them */
     size_t w_row_bytes;
     bool w_packed;
-    const void *xq;         /* n_tok rows of xq_row_bytes, in cn_matmul_act_type(w_type) */
+    const void *xq; /* n_tok rows of xq_row_bytes, in cn_matmul_act_type(w_type) */
     size_t xq_row_bytes;
-    float *y;               /* (n_tok, ldy) */
+    float *y; /* (n_tok, ldy) */
     int64_t ldy;
     int64_t n_out, k, n_tok;
 } cn_matmul_args;
@@ -46,17 +46,17 @@ typedef struct {
  * F16 or Q8_0). Query head h reads kv head h / (n_head / n_head_kv). */
 typedef struct {
     int32_t n_rows, n_head, n_head_kv, head_dim;
-    const float *q;              /* (n_rows, n_head * head_dim) */
-    float *out;                  /* (n_rows, n_head * head_dim) */
-    const int32_t *pos_lo, *pos_hi;      /* (n_rows) */
-    const void *const *const *k_blocks;  /* (n_rows) → that row's block pointers */
+    const float *q;                     /* (n_rows, n_head * head_dim) */
+    float *out;                         /* (n_rows, n_head * head_dim) */
+    const int32_t *pos_lo, *pos_hi;     /* (n_rows) */
+    const void *const *const *k_blocks; /* (n_rows) → that row's block pointers */
     const void *const *const *v_blocks;
     int32_t block_tokens;
     int32_t kv_dim;
     uint32_t kv_type;
-    float scale;                 /* multiplies q·k */
-    float *scratch;              /* (nth, scratch_stride) floats, one slice per thread */
-    int64_t scratch_stride;      /* >= CN_ATTN_SCRATCH(the longest attended range) */
+    float scale;            /* multiplies q·k */
+    float *scratch;         /* (nth, scratch_stride) floats, one slice per thread */
+    int64_t scratch_stride; /* >= CN_ATTN_SCRATCH(the longest attended range) */
 } cn_attn_args;
 
 /* Floats of scratch one thread's attention needs for ranges of up to n positions (a
@@ -69,19 +69,17 @@ typedef struct cn_kernels {
     void (*rmsnorm)(const float *x, const float *w, float *y, int64_t n, float eps);
     /* cos/sin for one position: cs (n_rot) as (cos, sin) pairs; theta_i = pos *
      * freq_scale * base^(-2i/n_rot) / freq_factors[i] (freq_factors may be NULL). */
-    void (*rope_cache)(int64_t pos, int32_t n_rot, float base, float freq_scale,
-                       const float *freq_factors, float *cs);
+    void (*rope_cache)(int64_t pos, int32_t n_rot, float base, float freq_scale, const float *freq_factors, float *cs);
     /* Rotates the first n_rot dims of each of n_head heads of x (n_head, head_dim). */
-    void (*rope)(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot, const float *cs,
-                 cn_rope_mode mode);
+    void (*rope)(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot, const float *cs, cn_rope_mode mode);
     /* In place, numerically stable; sums in double. */
     void (*softmax)(float *x, int64_t n);
     /* out[i] = act(gate[i]) * up[i]; out may alias gate or up. */
     void (*gated_act)(cn_act act, const float *gate, const float *up, float *out, int64_t n);
     /* Quantizes rows [split of n_rows] of x (n_rows, k) to dst (n_rows, dst_row_bytes)
      * in format act_type (cn_matmul_act_type of the weight). */
-    void (*quantize_rows)(uint32_t act_type, const float *x, int64_t k, int64_t n_rows,
-                          void *dst, size_t dst_row_bytes, int ith, int nth);
+    void (*quantize_rows)(uint32_t act_type, const float *x, int64_t k, int64_t n_rows, void *dst, size_t dst_row_bytes,
+                          int ith, int nth);
     /* The matmul, split over output rows (W rows): each W row is read once per call and
      * dotted with every token row. */
     void (*matmul)(const cn_matmul_args *a, int ith, int nth);

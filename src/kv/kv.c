@@ -45,33 +45,33 @@ typedef struct {
     uint32_t parent_gen;        /* the parent's generation when this block was published */
     uint32_t gen;               /* rises each time the block stops being published */
     bool published;
-    uint64_t key;               /* hash of (parent, parent_gen, tokens) */
+    uint64_t key; /* hash of (parent, parent_gen, tokens) */
 } kv_block;
 
 typedef struct {
     int32_t *blocks; /* (cap) block ids in position order; n in use */
     int64_t n;
     size_t cap;
-    int64_t len;     /* one past the highest position written */
-    bool live;       /* reserved (or forked/attached) and not freed since */
+    int64_t len; /* one past the highest position written */
+    bool live;   /* reserved (or forked/attached) and not freed since */
 } kv_seq;
 
 struct cn_kv {
     cn_kv_params p;
-    uint64_t row_bytes;   /* one position of one layer, K or V */
-    uint64_t slab_bytes;  /* (block_tokens, kv_dim) rounded up to CN_ALIGN */
-    uint8_t *data;        /* (n_blocks, n_layer, 2, slab_bytes) */
+    uint64_t row_bytes;        /* one position of one layer, K or V */
+    uint64_t slab_bytes;       /* (block_tokens, kv_dim) rounded up to CN_ALIGN */
+    uint8_t *data;             /* (n_blocks, n_layer, 2, slab_bytes) */
     cn_from_float_fn quantize; /* Q8_0 only */
 
-    kv_block *blocks;     /* (n_blocks) */
-    int32_t *free_ids;    /* (n_blocks) stack; n_free_list on it */
+    kv_block *blocks;  /* (n_blocks) */
+    int32_t *free_ids; /* (n_blocks) stack; n_free_list on it */
     int64_t n_free_list;
-    int32_t *tokens;      /* (n_blocks, block_tokens) of published blocks */
-    int32_t *buckets;     /* (n_buckets) heads of hash chains, -1 when empty */
+    int32_t *tokens;  /* (n_blocks, block_tokens) of published blocks */
+    int32_t *buckets; /* (n_buckets) heads of hash chains, -1 when empty */
     uint64_t bucket_mask;
     int32_t lru_head, lru_tail; /* head = least recently released */
 
-    kv_seq *seqs;         /* (max_seqs) */
+    kv_seq *seqs; /* (max_seqs) */
     int32_t n_seqs;
     int64_t n_shared, n_cached, n_prefix_queried, n_prefix_hits, n_evicted;
 };
@@ -91,28 +91,23 @@ cn_kv_params cn_kv_params_default(void) {
 }
 
 /* Validates everything but n_blocks and computes the per-block geometry. */
-static cn_status check_shape(const cn_kv_params *p, uint64_t *row_bytes, uint64_t *slab_bytes,
-                             cn_error *err) {
+static cn_status check_shape(const cn_kv_params *p, uint64_t *row_bytes, uint64_t *slab_bytes, cn_error *err) {
     if (!p) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: params are NULL");
     if (p->n_layer < 1 || p->n_layer > CN_KV_MAX_LAYERS)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: n_layer %d is outside 1..%d", p->n_layer,
-                      CN_KV_MAX_LAYERS);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: n_layer %d is outside 1..%d", p->n_layer, CN_KV_MAX_LAYERS);
     if (p->kv_dim < 1 || p->kv_dim > CN_KV_MAX_DIM)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: kv_dim %d is outside 1..%d", p->kv_dim,
-                      CN_KV_MAX_DIM);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: kv_dim %d is outside 1..%d", p->kv_dim, CN_KV_MAX_DIM);
     if (p->block_tokens < 1 || p->block_tokens > CN_KV_MAX_BLOCK_TOKENS)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: block_tokens %d is outside 1..%d",
-                      p->block_tokens, CN_KV_MAX_BLOCK_TOKENS);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: block_tokens %d is outside 1..%d", p->block_tokens,
+                      CN_KV_MAX_BLOCK_TOKENS);
     if (p->max_seqs < 1 || p->max_seqs > CN_KV_MAX_SEQ)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: max_seqs %d is outside 1..%d", p->max_seqs,
-                      CN_KV_MAX_SEQ);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: max_seqs %d is outside 1..%d", p->max_seqs, CN_KV_MAX_SEQ);
     if (p->type != CN_TYPE_F16 && p->type != CN_TYPE_F32 && p->type != CN_TYPE_Q8_0)
-        return cn_err(err, CN_STATUS_UNSUPPORTED,
-                      "kv: cache type %d is not supported (f16, f32 or q8_0)", (int)p->type);
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "kv: cache type %d is not supported (f16, f32 or q8_0)",
+                      (int)p->type);
     uint64_t rb = cn_type_row_bytes(p->type, p->kv_dim);
     if (rb == 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "kv: kv_dim %d is not a whole number of q8_0 blocks (32)", p->kv_dim);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: kv_dim %d is not a whole number of q8_0 blocks (32)", p->kv_dim);
     /* Both factors are capped above, so these products fit in 64 bits. */
     uint64_t slab = rb * (uint64_t)p->block_tokens;
     slab = (slab + CN_ALIGN - 1) / CN_ALIGN * CN_ALIGN;
@@ -163,13 +158,12 @@ cn_status cn_kv_create(const cn_kv_params *p, cn_kv **out, cn_error *err) {
     cn_status st = check_shape(p, &row_bytes, &slab_bytes, err);
     if (st != CN_STATUS_OK) return st;
     if (p->n_blocks < 1 || p->n_blocks > INT32_MAX)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: n_blocks %lld is outside 1..%d",
-                      (long long)p->n_blocks, INT32_MAX);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: n_blocks %lld is outside 1..%d", (long long)p->n_blocks,
+                      INT32_MAX);
     uint64_t data_bytes;
     if (!cn_mul_ok(slab_bytes * 2 * (uint64_t)p->n_layer, (uint64_t)p->n_blocks, &data_bytes) ||
         data_bytes > CN_KV_MAX_POOL_BYTES || data_bytes > SIZE_MAX)
-        return cn_err(err, CN_STATUS_NO_MEMORY,
-                      "kv: %lld blocks of %llu bytes exceed the pool limit of %llu bytes",
+        return cn_err(err, CN_STATUS_NO_MEMORY, "kv: %lld blocks of %llu bytes exceed the pool limit of %llu bytes",
                       (long long)p->n_blocks, (unsigned long long)(slab_bytes * 2 * p->n_layer),
                       (unsigned long long)CN_KV_MAX_POOL_BYTES);
 
@@ -198,8 +192,7 @@ cn_status cn_kv_create(const cn_kv_params *p, cn_kv **out, cn_error *err) {
     kv->seqs = calloc((size_t)p->max_seqs, sizeof(kv_seq));
     if (!kv->data || !kv->blocks || !kv->free_ids || !kv->tokens || !kv->buckets || !kv->seqs) {
         cn_kv_free(kv);
-        return cn_err(err, CN_STATUS_NO_MEMORY,
-                      "kv: cannot allocate %lld blocks (%llu bytes of cache)", (long long)n,
+        return cn_err(err, CN_STATUS_NO_MEMORY, "kv: cannot allocate %lld blocks (%llu bytes of cache)", (long long)n,
                       (unsigned long long)data_bytes);
     }
     for (int64_t b = 0; b < n; b++) {
@@ -216,9 +209,7 @@ cn_status cn_kv_create(const cn_kv_params *p, cn_kv **out, cn_error *err) {
 
 const cn_kv_params *cn_kv_params_of(const cn_kv *kv) { return kv ? &kv->p : NULL; }
 
-static bool seq_ok(const cn_kv *kv, int32_t seq) {
-    return kv && seq >= 0 && seq < kv->p.max_seqs;
-}
+static bool seq_ok(const cn_kv *kv, int32_t seq) { return kv && seq >= 0 && seq < kv->p.max_seqs; }
 
 static uint8_t *slab(const cn_kv *kv, int32_t layer, int kv_index, int32_t block) {
     uint64_t i = ((uint64_t)block * (uint64_t)kv->p.n_layer + (uint64_t)layer) * 2 + (uint64_t)kv_index;
@@ -246,8 +237,7 @@ static uint64_t prefix_key(int32_t parent, uint32_t parent_gen, const int32_t *t
 }
 
 /* The published block with exactly this parent, generation and tokens, or -1. */
-static int32_t prefix_find(const cn_kv *kv, uint64_t key, int32_t parent, uint32_t parent_gen,
-                           const int32_t *tokens) {
+static int32_t prefix_find(const cn_kv *kv, uint64_t key, int32_t parent, uint32_t parent_gen, const int32_t *tokens) {
     int32_t bt = kv->p.block_tokens;
     for (int32_t b = kv->buckets[key & kv->bucket_mask]; b >= 0; b = kv->blocks[b].hash_next) {
         const kv_block *m = &kv->blocks[b];
@@ -359,19 +349,16 @@ static void seq_release_from(cn_kv *kv, kv_seq *s, int64_t keep) {
 /* ---- sequences ---- */
 
 cn_status cn_kv_seq_reserve(cn_kv *kv, int32_t seq, int64_t n_tokens, cn_error *err) {
-    if (!seq_ok(kv, seq))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: sequence id %d is out of range", seq);
-    if (n_tokens < 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: cannot reserve %lld tokens",
-                      (long long)n_tokens);
+    if (!seq_ok(kv, seq)) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: sequence id %d is out of range", seq);
+    if (n_tokens < 0) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: cannot reserve %lld tokens", (long long)n_tokens);
     kv_seq *s = &kv->seqs[seq];
     int32_t bt = kv->p.block_tokens;
     int64_t want = n_tokens / bt + (n_tokens % bt != 0);
     int64_t need = want - s->n;
     if (need > n_available(kv))
         return cn_err(err, CN_STATUS_LIMIT,
-                      "kv: cache full: sequence %d needs %lld more blocks for %lld tokens, %lld free",
-                      seq, (long long)need, (long long)n_tokens, (long long)n_available(kv));
+                      "kv: cache full: sequence %d needs %lld more blocks for %lld tokens, %lld free", seq,
+                      (long long)need, (long long)n_tokens, (long long)n_available(kv));
     if (need > 0) {
         cn_status st = seq_grow(s, want, err);
         if (st != CN_STATUS_OK) return st;
@@ -381,9 +368,7 @@ cn_status cn_kv_seq_reserve(cn_kv *kv, int32_t seq, int64_t n_tokens, cn_error *
     return CN_STATUS_OK;
 }
 
-int64_t cn_kv_seq_len(const cn_kv *kv, int32_t seq) {
-    return seq_ok(kv, seq) ? kv->seqs[seq].len : 0;
-}
+int64_t cn_kv_seq_len(const cn_kv *kv, int32_t seq) { return seq_ok(kv, seq) ? kv->seqs[seq].len : 0; }
 
 void cn_kv_seq_truncate(cn_kv *kv, int32_t seq, int64_t n_tokens) {
     if (!seq_ok(kv, seq) || n_tokens < 0) return;
@@ -404,17 +389,12 @@ void cn_kv_seq_free(cn_kv *kv, int32_t seq) {
 
 cn_status cn_kv_seq_fork(cn_kv *kv, int32_t src, int32_t dst, cn_error *err) {
     if (!seq_ok(kv, src) || !seq_ok(kv, dst))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: fork %d -> %d: sequence id out of range",
-                      src, dst);
-    if (src == dst)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: cannot fork sequence %d into itself", src);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: fork %d -> %d: sequence id out of range", src, dst);
+    if (src == dst) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: cannot fork sequence %d into itself", src);
     kv_seq *s = &kv->seqs[src], *d = &kv->seqs[dst];
-    if (!s->live)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: fork from sequence %d, which does not exist",
-                      src);
+    if (!s->live) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: fork from sequence %d, which does not exist", src);
     if (d->n > 0 || d->len > 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "kv: fork into sequence %d, which is not empty (%lld blocks)", dst,
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: fork into sequence %d, which is not empty (%lld blocks)", dst,
                       (long long)d->n);
     cn_status st = seq_grow(d, s->n, err);
     if (st != CN_STATUS_OK) return st;
@@ -433,33 +413,27 @@ cn_status cn_kv_seq_fork(cn_kv *kv, int32_t src, int32_t dst, cn_error *err) {
 static void store_row(const cn_kv *kv, const float *x, uint8_t *dst) {
     int32_t n = kv->p.kv_dim;
     switch (kv->p.type) {
-    case CN_TYPE_F32:
-        memcpy(dst, x, (size_t)n * sizeof(float));
-        break;
+    case CN_TYPE_F32: memcpy(dst, x, (size_t)n * sizeof(float)); break;
     case CN_TYPE_F16: {
         cn_f32_to_f16_row(x, (uint16_t *)(void *)dst, n);
         break;
     }
-    default: /* Q8_0, the only other type create accepts */
-        kv->quantize(x, dst, n);
-        break;
+    default: /* Q8_0, the only other type create accepts */ kv->quantize(x, dst, n); break;
     }
 }
 
-cn_status cn_kv_write(cn_kv *kv, int32_t layer, int32_t seq, int64_t pos, const float *k,
-                      const float *v, cn_error *err) {
-    if (!seq_ok(kv, seq))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: sequence id %d is out of range", seq);
+cn_status cn_kv_write(cn_kv *kv, int32_t layer, int32_t seq, int64_t pos, const float *k, const float *v,
+                      cn_error *err) {
+    if (!seq_ok(kv, seq)) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: sequence id %d is out of range", seq);
     if (layer < 0 || layer >= kv->p.n_layer)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: layer %d is outside 0..%d", layer,
-                      kv->p.n_layer - 1);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: layer %d is outside 0..%d", layer, kv->p.n_layer - 1);
     if (!k || !v) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: write without K or V data");
     kv_seq *s = &kv->seqs[seq];
     int32_t bt = kv->p.block_tokens;
     if (pos < 0 || pos >= s->n * bt)
         return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "kv: position %lld of sequence %d is not reserved (%lld positions are)",
-                      (long long)pos, seq, (long long)(s->n * bt));
+                      "kv: position %lld of sequence %d is not reserved (%lld positions are)", (long long)pos, seq,
+                      (long long)(s->n * bt));
     int64_t i = pos / bt;
     int32_t b = s->blocks[i];
     if (kv->blocks[b].ref > 1) {
@@ -493,18 +467,13 @@ int64_t cn_kv_seq_blocks(const cn_kv *kv, int32_t seq, const int32_t **block_ids
 }
 
 static const void *block_data(const cn_kv *kv, int32_t layer, int kv_index, int32_t block) {
-    if (!kv || layer < 0 || layer >= kv->p.n_layer || block < 0 || block >= kv->p.n_blocks)
-        return NULL;
+    if (!kv || layer < 0 || layer >= kv->p.n_layer || block < 0 || block >= kv->p.n_blocks) return NULL;
     return slab(kv, layer, kv_index, block);
 }
 
-const void *cn_kv_block_k(const cn_kv *kv, int32_t layer, int32_t block) {
-    return block_data(kv, layer, 0, block);
-}
+const void *cn_kv_block_k(const cn_kv *kv, int32_t layer, int32_t block) { return block_data(kv, layer, 0, block); }
 
-const void *cn_kv_block_v(const cn_kv *kv, int32_t layer, int32_t block) {
-    return block_data(kv, layer, 1, block);
-}
+const void *cn_kv_block_v(const cn_kv *kv, int32_t layer, int32_t block) { return block_data(kv, layer, 1, block); }
 
 int32_t cn_kv_block_refcount(const cn_kv *kv, int32_t block) {
     if (!kv || block < 0 || block >= kv->p.n_blocks) return -1;
@@ -528,8 +497,8 @@ void cn_kv_get_stats(const cn_kv *kv, cn_kv_stats *out) {
 /* ---- prefix cache ---- */
 
 /* Walks the cached chain for tokens' leading full blocks, up to max_blocks. */
-static int64_t prefix_walk(const cn_kv *kv, const int32_t *tokens, int64_t n_tokens,
-                           int32_t *block_ids, int64_t max_blocks) {
+static int64_t prefix_walk(const cn_kv *kv, const int32_t *tokens, int64_t n_tokens, int32_t *block_ids,
+                           int64_t max_blocks) {
     int32_t bt = kv->p.block_tokens;
     int64_t n_full = CN_MIN(n_tokens / bt, max_blocks);
     int32_t parent = -1;
@@ -546,24 +515,21 @@ static int64_t prefix_walk(const cn_kv *kv, const int32_t *tokens, int64_t n_tok
     return i;
 }
 
-int64_t cn_kv_prefix_lookup(const cn_kv *kv, const int32_t *tokens, int64_t n_tokens,
-                            int32_t *block_ids, int64_t max_blocks) {
+int64_t cn_kv_prefix_lookup(const cn_kv *kv, const int32_t *tokens, int64_t n_tokens, int32_t *block_ids,
+                            int64_t max_blocks) {
     if (!kv || !tokens || n_tokens <= 0 || max_blocks <= 0) return 0;
     return prefix_walk(kv, tokens, n_tokens, block_ids, max_blocks);
 }
 
-cn_status cn_kv_seq_prefix_attach(cn_kv *kv, int32_t seq, const int32_t *tokens,
-                                  int64_t n_tokens, int64_t *n_reused, cn_error *err) {
+cn_status cn_kv_seq_prefix_attach(cn_kv *kv, int32_t seq, const int32_t *tokens, int64_t n_tokens, int64_t *n_reused,
+                                  cn_error *err) {
     if (n_reused) *n_reused = 0;
-    if (!seq_ok(kv, seq))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: sequence id %d is out of range", seq);
+    if (!seq_ok(kv, seq)) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: sequence id %d is out of range", seq);
     if (n_tokens < 0 || (n_tokens > 0 && !tokens))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: prefix of %lld tokens without tokens",
-                      (long long)n_tokens);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: prefix of %lld tokens without tokens", (long long)n_tokens);
     kv_seq *s = &kv->seqs[seq];
     if (s->n > 0 || s->len > 0)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "kv: prefix attach into sequence %d, which is not empty", seq);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: prefix attach into sequence %d, which is not empty", seq);
     int32_t bt = kv->p.block_tokens;
     int64_t n_full = CN_MIN(n_tokens / bt, kv->p.n_blocks);
     cn_status st = seq_grow(s, n_full, err);
@@ -579,13 +545,10 @@ cn_status cn_kv_seq_prefix_attach(cn_kv *kv, int32_t seq, const int32_t *tokens,
     return CN_STATUS_OK;
 }
 
-cn_status cn_kv_seq_prefix_publish(cn_kv *kv, int32_t seq, const int32_t *tokens,
-                                   int64_t n_tokens, cn_error *err) {
-    if (!seq_ok(kv, seq))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: sequence id %d is out of range", seq);
+cn_status cn_kv_seq_prefix_publish(cn_kv *kv, int32_t seq, const int32_t *tokens, int64_t n_tokens, cn_error *err) {
+    if (!seq_ok(kv, seq)) return cn_err(err, CN_STATUS_INVALID_ARG, "kv: sequence id %d is out of range", seq);
     if (n_tokens < 0 || (n_tokens > 0 && !tokens))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: prefix of %lld tokens without tokens",
-                      (long long)n_tokens);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "kv: prefix of %lld tokens without tokens", (long long)n_tokens);
     kv_seq *s = &kv->seqs[seq];
     int32_t bt = kv->p.block_tokens;
     int64_t n_full = CN_MIN(CN_MIN(n_tokens, s->len) / bt, s->n);
@@ -601,8 +564,7 @@ cn_status cn_kv_seq_prefix_publish(cn_kv *kv, int32_t seq, const int32_t *tokens
                 /* Same tokens under a stale parent (the parent was rewritten and
                  * republished): re-key it. Other tokens: the caller's tokens are not
                  * what this block holds, so the chain ends. */
-                if (memcmp(kv->tokens + (int64_t)b * bt, t, (size_t)bt * sizeof(int32_t)) != 0)
-                    break;
+                if (memcmp(kv->tokens + (int64_t)b * bt, t, (size_t)bt * sizeof(int32_t)) != 0) break;
                 prefix_remove(kv, b);
             }
             prefix_insert(kv, b, key, parent, parent_gen, t);
@@ -638,8 +600,8 @@ cn_status cn_kv_check(const cn_kv *kv, cn_error *err) {
             goto done;
         }
         if ((size_t)s->n > s->cap || s->len > s->n * bt) {
-            cn_err(err, st, "kv check: sequence %d: len %lld past its %lld blocks", q,
-                   (long long)s->len, (long long)s->n);
+            cn_err(err, st, "kv check: sequence %d: len %lld past its %lld blocks", q, (long long)s->len,
+                   (long long)s->n);
             goto done;
         }
         for (int64_t i = 0; i < s->n; i++) {
@@ -657,8 +619,7 @@ cn_status cn_kv_check(const cn_kv *kv, cn_error *err) {
     for (int64_t i = 0; i < kv->n_free_list; i++) {
         int32_t b = kv->free_ids[i];
         if (b < 0 || b >= n || seen[b]) {
-            cn_err(err, st, "kv check: free list entry %lld (block %d) is bad or repeated",
-                   (long long)i, b);
+            cn_err(err, st, "kv check: free list entry %lld (block %d) is bad or repeated", (long long)i, b);
             goto done;
         }
         seen[b] |= 1;
@@ -676,23 +637,21 @@ cn_status cn_kv_check(const cn_kv *kv, cn_error *err) {
         }
     }
     if (n_lru != kv->n_cached) {
-        cn_err(err, st, "kv check: n_cached %lld, LRU list holds %lld", (long long)kv->n_cached,
-               (long long)n_lru);
+        cn_err(err, st, "kv check: n_cached %lld, LRU list holds %lld", (long long)kv->n_cached, (long long)n_lru);
         goto done;
     }
     int64_t n_shared = 0;
     for (int32_t b = 0; b < n; b++) {
         const kv_block *m = &kv->blocks[b];
         if (m->ref != refs[b]) {
-            cn_err(err, st, "kv check: block %d has refcount %d but %d tables hold it", b, m->ref,
-                   refs[b]);
+            cn_err(err, st, "kv check: block %d has refcount %d but %d tables hold it", b, m->ref, refs[b]);
             goto done;
         }
         n_shared += m->ref > 1;
         bool want_free = m->ref == 0 && !m->published, want_lru = m->ref == 0 && m->published;
         if ((seen[b] & 1) != want_free || ((seen[b] & 2) != 0) != want_lru) {
-            cn_err(err, st, "kv check: block %d (ref %d, published %d) is %s", b, m->ref,
-                   m->published, seen[b] ? "on the wrong list" : "lost (on no list)");
+            cn_err(err, st, "kv check: block %d (ref %d, published %d) is %s", b, m->ref, m->published,
+                   seen[b] ? "on the wrong list" : "lost (on no list)");
             goto done;
         }
         if (m->published) {
@@ -704,25 +663,22 @@ cn_status cn_kv_check(const cn_kv *kv, cn_error *err) {
         }
     }
     if (n_shared != kv->n_shared) {
-        cn_err(err, st, "kv check: n_shared %lld, counted %lld", (long long)kv->n_shared,
-               (long long)n_shared);
+        cn_err(err, st, "kv check: n_shared %lld, counted %lld", (long long)kv->n_shared, (long long)n_shared);
         goto done;
     }
     int64_t chained = 0;
     for (uint64_t h = 0; h <= kv->bucket_mask; h++)
         for (int32_t b = kv->buckets[h]; b >= 0; b = kv->blocks[b].hash_next) {
-            if (!kv->blocks[b].published || (kv->blocks[b].key & kv->bucket_mask) != h ||
-                ++chained > n) {
-                cn_err(err, st, "kv check: hash bucket %llu is broken at block %d",
-                       (unsigned long long)h, b);
+            if (!kv->blocks[b].published || (kv->blocks[b].key & kv->bucket_mask) != h || ++chained > n) {
+                cn_err(err, st, "kv check: hash bucket %llu is broken at block %d", (unsigned long long)h, b);
                 goto done;
             }
         }
     int64_t n_published = 0;
     for (int32_t b = 0; b < n; b++) n_published += kv->blocks[b].published;
     if (chained != n_published) {
-        cn_err(err, st, "kv check: %lld blocks published, %lld in hash chains",
-               (long long)n_published, (long long)chained);
+        cn_err(err, st, "kv check: %lld blocks published, %lld in hash chains", (long long)n_published,
+               (long long)chained);
         goto done;
     }
     st = CN_STATUS_OK;

@@ -13,11 +13,11 @@
 
 typedef struct {
     int32_t n_layer;
-    int32_t kv_dim;        /* n_kv_head × head_dim, the same for K and V and every layer */
-    int32_t block_tokens;  /* tokens per block (default 16) */
-    int64_t n_blocks;      /* pool size; see cn_kv_blocks_for_bytes */
-    cn_type type;          /* CN_TYPE_F16 (default), CN_TYPE_F32, or CN_TYPE_Q8_0 */
-    int32_t max_seqs;      /* sequence ids are 0 .. max_seqs-1 */
+    int32_t kv_dim;       /* n_kv_head × head_dim, the same for K and V and every layer */
+    int32_t block_tokens; /* tokens per block (default 16) */
+    int64_t n_blocks;     /* pool size; see cn_kv_blocks_for_bytes */
+    cn_type type;         /* CN_TYPE_F16 (default), CN_TYPE_F32, or CN_TYPE_Q8_0 */
+    int32_t max_seqs;     /* sequence ids are 0 .. max_seqs-1 */
 } cn_kv_params;
 
 typedef struct cn_kv cn_kv;
@@ -49,8 +49,8 @@ cn_status cn_kv_seq_fork(cn_kv *kv, int32_t src, int32_t dst, cn_error *err);
  * the pool's type. The block holding pos must be reserved; if it is shared (refcount >
  * 1) it is first copied (copy-on-write), which needs a free block: CN_STATUS_LIMIT if
  * none. */
-cn_status cn_kv_write(cn_kv *kv, int32_t layer, int32_t seq, int64_t pos, const float *k,
-                      const float *v, cn_error *err);
+cn_status cn_kv_write(cn_kv *kv, int32_t layer, int32_t seq, int64_t pos, const float *k, const float *v,
+                      cn_error *err);
 
 /* Read access for attention: the block ids of seq in position order, and a block's
  * K or V data for one layer, laid out (block_tokens, kv_dim) in the pool's type
@@ -69,10 +69,10 @@ typedef struct {
     int64_t n_blocks, n_free, n_shared; /* shared: refcount > 1; free: a reserve can take
                                            it (the free list plus n_cached) */
     int32_t n_seqs;
-    int64_t n_cached;             /* unreferenced blocks kept for the prefix cache */
-    int64_t n_prefix_queried;     /* full blocks asked for by cn_kv_seq_prefix_attach */
-    int64_t n_prefix_hits;        /* of those, found in the cache and shared */
-    int64_t n_evicted;            /* cached blocks reclaimed for new allocations */
+    int64_t n_cached;         /* unreferenced blocks kept for the prefix cache */
+    int64_t n_prefix_queried; /* full blocks asked for by cn_kv_seq_prefix_attach */
+    int64_t n_prefix_hits;    /* of those, found in the cache and shared */
+    int64_t n_evicted;        /* cached blocks reclaimed for new allocations */
 } cn_kv_stats;
 void cn_kv_get_stats(const cn_kv *kv, cn_kv_stats *out);
 
@@ -114,11 +114,10 @@ cn_status cn_kv_check(const cn_kv *kv, cn_error *err);
  * it after every layer of those positions was written. Where another block already holds
  * the same prefix, seq's copy stays unpublished and the chain goes on through the other;
  * publishing stops at a block already published with other tokens. Never allocates. */
-int64_t cn_kv_prefix_lookup(const cn_kv *kv, const int32_t *tokens, int64_t n_tokens,
-                            int32_t *block_ids, int64_t max_blocks);
-cn_status cn_kv_seq_prefix_attach(cn_kv *kv, int32_t seq, const int32_t *tokens,
-                                  int64_t n_tokens, int64_t *n_reused, cn_error *err);
-cn_status cn_kv_seq_prefix_publish(cn_kv *kv, int32_t seq, const int32_t *tokens,
-                                   int64_t n_tokens, cn_error *err);
+int64_t cn_kv_prefix_lookup(const cn_kv *kv, const int32_t *tokens, int64_t n_tokens, int32_t *block_ids,
+                            int64_t max_blocks);
+cn_status cn_kv_seq_prefix_attach(cn_kv *kv, int32_t seq, const int32_t *tokens, int64_t n_tokens, int64_t *n_reused,
+                                  cn_error *err);
+cn_status cn_kv_seq_prefix_publish(cn_kv *kv, int32_t seq, const int32_t *tokens, int64_t n_tokens, cn_error *err);
 
 #endif

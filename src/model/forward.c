@@ -22,31 +22,31 @@ struct cn_fwd {
     const cn_model *m;
     const cn_kernels *kern;
     cn_pool *pool;
-    bool own_pool;                /* made here (cn_fwd_params.pool was NULL) */
+    bool own_pool; /* made here (cn_fwd_params.pool was NULL) */
     int32_t n_batch_max, n_ctx;
-    float *x, *xb, *tmp;          /* (B, n_embd) */
-    float *q, *att;               /* (B, n_head * head_dim) */
-    float *k, *v;                 /* (B, kv_dim) */
-    float *hg, *hu;               /* (B, n_ff) */
-    float *cs_global, *cs_swa;    /* (B, n_rot) RoPE cos/sin per row */
-    void *xq, *xq_alt[2];         /* (B, act row bytes <= 4 * max width): activations
-                                   * quantized for the next matmuls, one per format */
-    float *attn_scratch;          /* (n_threads, CN_ATTN_SCRATCH(n_ctx)) */
-    float *thr_f;                 /* (n_threads, 3, W) one row's residual, branch, norm */
-    uint8_t *thr_q;               /* (n_threads, 3, 4 W) that row quantized, per format */
-    int64_t thr_w;                /* W: the widest row */
-    int32_t *pos_lo, *pos_hi;     /* (B) */
-    int32_t *row_useq;            /* (B) index of the row's sequence in useq */
-    int32_t *useq;                /* (B) distinct sequences of the batch */
-    int64_t *useq_len;            /* (B) their lengths before the batch */
+    float *x, *xb, *tmp;                         /* (B, n_embd) */
+    float *q, *att;                              /* (B, n_head * head_dim) */
+    float *k, *v;                                /* (B, kv_dim) */
+    float *hg, *hu;                              /* (B, n_ff) */
+    float *cs_global, *cs_swa;                   /* (B, n_rot) RoPE cos/sin per row */
+    void *xq, *xq_alt[2];                        /* (B, act row bytes <= 4 * max width): activations
+                                                  * quantized for the next matmuls, one per format */
+    float *attn_scratch;                         /* (n_threads, CN_ATTN_SCRATCH(n_ctx)) */
+    float *thr_f;                                /* (n_threads, 3, W) one row's residual, branch, norm */
+    uint8_t *thr_q;                              /* (n_threads, 3, 4 W) that row quantized, per format */
+    int64_t thr_w;                               /* W: the widest row */
+    int32_t *pos_lo, *pos_hi;                    /* (B) */
+    int32_t *row_useq;                           /* (B) index of the row's sequence in useq */
+    int32_t *useq;                               /* (B) distinct sequences of the batch */
+    int64_t *useq_len;                           /* (B) their lengths before the batch */
     const void *const **k_rows, *const **v_rows; /* (B) a row's block pointers */
     const void *const **useq_k, *const **useq_v; /* (B) */
-    const void **blk;             /* block pointers of all distinct sequences, grown as needed */
+    const void **blk;                            /* block pointers of all distinct sequences, grown as needed */
     size_t blk_cap;
-    int32_t *want_rows;           /* (B) */
-    struct prof *prof;            /* NULL: not profiling; else prof_data */
-    struct prof *prof_data;       /* the counts, kept when profiling stops */
-    cn_matmul_observer obs;       /* NULL: none (cn_fwd_observe) */
+    int32_t *want_rows;     /* (B) */
+    struct prof *prof;      /* NULL: not profiling; else prof_data */
+    struct prof *prof_data; /* the counts, kept when profiling stops */
+    cn_matmul_observer obs; /* NULL: none (cn_fwd_observe) */
     void *obs_user;
 };
 
@@ -58,8 +58,9 @@ struct cn_fwd {
  * their own. */
 enum { PROF_MAX = 48 };
 typedef enum { ST_EMBED, ST_QKV, ST_ROPE, ST_ATTN, ST_WO, ST_GATE_UP, ST_DOWN, ST_HEAD } prof_step;
-static const char *const STEP_NAME[] = {"embed + rope angles", "attn_norm + q,k,v", "q/k norm + rope", "attention",
-                                        "attn_output", "ffn_norm + gate,up", "act + down", "output_norm + head"};
+static const char *const STEP_NAME[] = {"embed + rope angles", "attn_norm + q,k,v", "q/k norm + rope",
+                                        "attention",           "attn_output",       "ffn_norm + gate,up",
+                                        "act + down",          "output_norm + head"};
 typedef struct {
     prof_step step;
     uint32_t type[3];
@@ -141,8 +142,8 @@ cn_fwd_params cn_fwd_default_params(void) {
 void cn_fwd_free(cn_fwd *c) {
     if (!c) return;
     if (c->own_pool) cn_pool_free(c->pool);
-    float *fl[] = {c->x, c->xb, c->tmp, c->q, c->att, c->k, c->v, c->hg, c->hu,
-                   c->cs_global, c->cs_swa, c->attn_scratch};
+    float *fl[] = {c->x, c->xb, c->tmp, c->q,         c->att,    c->k,
+                   c->v, c->hg, c->hu,  c->cs_global, c->cs_swa, c->attn_scratch};
     for (size_t i = 0; i < CN_ARRAY_LEN(fl); i++) cn_free_aligned(fl[i]);
     cn_free_aligned(c->xq);
     cn_free_aligned(c->thr_f);
@@ -233,8 +234,8 @@ cn_status cn_fwd_create(const cn_model *m, const cn_fwd_params *p, cn_fwd **out,
     c->useq_k = calloc((size_t)B, sizeof *c->useq_k);
     c->useq_v = calloc((size_t)B, sizeof *c->useq_v);
     c->want_rows = calloc((size_t)B, sizeof *c->want_rows);
-    if (!ok || !c->pos_lo || !c->pos_hi || !c->row_useq || !c->useq || !c->useq_len ||
-        !c->k_rows || !c->v_rows || !c->useq_k || !c->useq_v || !c->want_rows) {
+    if (!ok || !c->pos_lo || !c->pos_hi || !c->row_useq || !c->useq || !c->useq_len || !c->k_rows || !c->v_rows ||
+        !c->useq_k || !c->useq_v || !c->want_rows) {
         cn_fwd_free(c);
         return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for a context of %d rows", p->n_batch_max);
     }
@@ -344,8 +345,8 @@ typedef struct {
 typedef struct {
     cn_fwd *c;
     int64_t n;
-    resid_norm rn;              /* rn.add: (n, E) or NULL, its rows normed in place */
-    const int32_t *want;        /* NULL: row i is batch row i */
+    resid_norm rn;       /* rn.add: (n, E) or NULL, its rows normed in place */
+    const int32_t *want; /* NULL: row i is batch row i */
     quant_set qs;
 } resid_norm_task;
 static void resid_norm_run(void *p, int ith, int nth) {
@@ -408,9 +409,16 @@ static void mm_group_run(void *p, int ith, int nth) {
 }
 
 static cn_matmul_args mm_args(const cn_weight *w, const quant_set *qs, int which, int64_t n, float *y, int64_t ldy) {
-    return (cn_matmul_args){.w_type = w->type, .w = w->data, .w_row_bytes = w->row_bytes, .w_packed = w->packed,
+    return (cn_matmul_args){.w_type = w->type,
+                            .w = w->data,
+                            .w_row_bytes = w->row_bytes,
+                            .w_packed = w->packed,
                             .xq = qs->buf[which],
-                            .xq_row_bytes = qs->rb[which], .y = y, .ldy = ldy, .n_out = w->ne1, .k = w->ne0,
+                            .xq_row_bytes = qs->rb[which],
+                            .y = y,
+                            .ldy = ldy,
+                            .n_out = w->ne1,
+                            .k = w->ne0,
                             .n_tok = n};
 }
 
@@ -442,8 +450,7 @@ static void qk_row(cn_fwd *c, const cn_layer *L, const float *cs, int64_t r) {
         add_rows(vr, L->bv.data, KVD);
     }
     if (arch->qk_norm) {
-        for (int32_t h = 0; h < hp->n_head; h++)
-            K->rmsnorm(qr + h * hd, L->q_norm.data, qr + h * hd, hd, hp->norm_eps);
+        for (int32_t h = 0; h < hp->n_head; h++) K->rmsnorm(qr + h * hd, L->q_norm.data, qr + h * hd, hd, hp->norm_eps);
         for (int32_t h = 0; h < hp->n_head_kv; h++)
             K->rmsnorm(kr + h * hd, L->k_norm.data, kr + h * hd, hd, hp->norm_eps);
     }
@@ -467,12 +474,12 @@ typedef enum { DEC_RESID_NORM, DEC_QUANT, DEC_ACT } dec_mode;
 typedef struct {
     cn_fwd *c;
     dec_mode mode;
-    int64_t row;                /* DEC_RESID_NORM: the batch row (x, add) */
-    resid_norm rn;              /* DEC_RESID_NORM (rn.add is read only: the branch is normed
-                                 * into this thread's buffer) */
-    const float *src;           /* DEC_QUANT: the row */
-    cn_act act;                 /* DEC_ACT (hg, hu row 0) */
-    int64_t k;                  /* width quantized */
+    int64_t row;      /* DEC_RESID_NORM: the batch row (x, add) */
+    resid_norm rn;    /* DEC_RESID_NORM (rn.add is read only: the branch is normed
+                       * into this thread's buffer) */
+    const float *src; /* DEC_QUANT: the row */
+    cn_act act;       /* DEC_ACT (hg, hu row 0) */
+    int64_t k;        /* width quantized */
     int n_mm;
     const cn_weight *w[3];
     float *y[3];
@@ -532,8 +539,8 @@ static void norm_matmuls(cn_fwd *c, prof_step step, int64_t n, const int32_t *wa
                          int nw, const cn_weight *const *w, float *const *y) {
     const double t0 = prof_start(c);
     if (n == 1) {
-        dec_task d = {.c = c, .mode = DEC_RESID_NORM, .row = 0, .rn = rn, .k = cn_model_hparams(c->m)->n_embd,
-                      .n_mm = nw};
+        dec_task d = {
+            .c = c, .mode = DEC_RESID_NORM, .row = 0, .rn = rn, .k = cn_model_hparams(c->m)->n_embd, .n_mm = nw};
         for (int i = 0; i < nw; i++) d.w[i] = w[i], d.y[i] = y[i];
         cn_pool_run(c->pool, dec_run, &d);
         dec_keep_x(c, 0);
@@ -572,7 +579,8 @@ static void quant_matmul(cn_fwd *c, prof_step step, int64_t n, const float *src,
 static void act_matmul(cn_fwd *c, prof_step step, int64_t n, cn_act act, const cn_weight *w, float *y) {
     const double t0 = prof_start(c);
     if (n == 1) {
-        dec_task d = {.c = c, .mode = DEC_ACT, .act = act, .k = cn_model_hparams(c->m)->n_ff, .n_mm = 1, .w = {w}, .y = {y}};
+        dec_task d = {
+            .c = c, .mode = DEC_ACT, .act = act, .k = cn_model_hparams(c->m)->n_ff, .n_mm = 1, .w = {w}, .y = {y}};
         cn_pool_run(c->pool, dec_run, &d);
     } else {
         int wi;
@@ -597,35 +605,34 @@ static void rope_qk(cn_fwd *c, const cn_layer *L, const float *cs, int64_t n) {
     prof_add(c, t0, ST_ROPE, NULL, 0, 0);
 }
 
-
 /* Checks rows, finds the batch's sequences, checks each continues its cache without
  * gaps, and reserves the blocks. */
-static cn_status prepare_batch(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t *n_useq,
-                               int32_t *n_want, cn_error *err) {
+static cn_status prepare_batch(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t *n_useq, int32_t *n_want,
+                               cn_error *err) {
     const cn_hparams *hp = cn_model_hparams(c->m);
     const cn_kv_params *kp = cn_kv_params_of(kv);
     int32_t nu = 0, nw = 0;
     for (int32_t r = 0; r < b->n_rows; r++) {
         const cn_batch_row *row = &b->rows[r];
         if (row->token < 0 || row->token >= hp->n_vocab)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "batch row %d: token %d outside the vocabulary [0, %d)",
-                          r, row->token, hp->n_vocab);
+            return cn_err(err, CN_STATUS_INVALID_ARG, "batch row %d: token %d outside the vocabulary [0, %d)", r,
+                          row->token, hp->n_vocab);
         if (row->pos < 0)
             return cn_err(err, CN_STATUS_INVALID_ARG, "batch row %d: position %d is negative", r, row->pos);
         if (row->pos >= c->n_ctx)
-            return cn_err(err, CN_STATUS_LIMIT, "batch row %d: position %d outside the context [0, %d)", r,
-                          row->pos, c->n_ctx);
+            return cn_err(err, CN_STATUS_LIMIT, "batch row %d: position %d outside the context [0, %d)", r, row->pos,
+                          c->n_ctx);
         if (row->seq < 0 || row->seq >= kp->max_seqs)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "batch row %d: sequence %d outside [0, %d)", r,
-                          row->seq, kp->max_seqs);
+            return cn_err(err, CN_STATUS_INVALID_ARG, "batch row %d: sequence %d outside [0, %d)", r, row->seq,
+                          kp->max_seqs);
         int32_t u = 0;
         while (u < nu && c->useq[u] != row->seq) u++;
         if (u == nu) c->useq[nu++] = row->seq;
         c->row_useq[r] = u;
         for (int32_t r2 = 0; r2 < r; r2++)
             if (c->row_useq[r2] == u && b->rows[r2].pos == row->pos)
-                return cn_err(err, CN_STATUS_INVALID_ARG, "batch rows %d and %d: both sequence %d position %d",
-                              r2, r, row->seq, row->pos);
+                return cn_err(err, CN_STATUS_INVALID_ARG, "batch rows %d and %d: both sequence %d position %d", r2, r,
+                              row->seq, row->pos);
         if (row->want_logits) c->want_rows[nw++] = r;
     }
     for (int32_t u = 0; u < nu; u++) {
@@ -650,8 +657,7 @@ static cn_status prepare_batch(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t 
 }
 
 /* Block pointers of layer il for every sequence of the batch, and per-row views. */
-static cn_status gather_blocks(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t il, int32_t nu,
-                               cn_error *err) {
+static cn_status gather_blocks(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t il, int32_t nu, cn_error *err) {
     int64_t need = 0;
     for (int32_t u = 0; u < nu; u++) {
         const int32_t *ids;
@@ -706,12 +712,22 @@ static cn_status attend(cn_fwd *c, const cn_batch *b, cn_kv *kv, int32_t il, con
     s = gather_blocks(c, b, kv, il, nu, err);
     if (s != CN_STATUS_OK) return s;
     attn_task at = {c->kern,
-                    {.n_rows = (int32_t)n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                     .head_dim = (int32_t)hd, .q = c->q, .out = c->att, .pos_lo = c->pos_lo,
-                     .pos_hi = c->pos_hi, .k_blocks = c->k_rows, .v_blocks = c->v_rows,
-                     .block_tokens = kp->block_tokens, .kv_dim = kp->kv_dim,
-                     .kv_type = kp->type, .scale = arch->q_prescale ? 1.0f : hp->attn_scale,
-                     .scratch = c->attn_scratch, .scratch_stride = CN_ATTN_SCRATCH(c->n_ctx)}};
+                    {.n_rows = (int32_t)n,
+                     .n_head = hp->n_head,
+                     .n_head_kv = hp->n_head_kv,
+                     .head_dim = (int32_t)hd,
+                     .q = c->q,
+                     .out = c->att,
+                     .pos_lo = c->pos_lo,
+                     .pos_hi = c->pos_hi,
+                     .k_blocks = c->k_rows,
+                     .v_blocks = c->v_rows,
+                     .block_tokens = kp->block_tokens,
+                     .kv_dim = kp->kv_dim,
+                     .kv_type = kp->type,
+                     .scale = arch->q_prescale ? 1.0f : hp->attn_scale,
+                     .scratch = c->attn_scratch,
+                     .scratch_stride = CN_ATTN_SCRATCH(c->n_ctx)}};
     cn_pool_run(c->pool, attn_run, &at);
     if (c->prof) prof_add(c, t0, ST_ATTN, NULL, 0, kv_bytes_read(c, kp, nu, n, KVD));
     return CN_STATUS_OK;
@@ -738,15 +754,14 @@ static void embed_rows(cn_fwd *c, const cn_batch *b) {
         K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base, hp->rope_freq_scale, freqs,
                       c->cs_global + r * hp->n_rot);
         if (arch->swa_pattern > 0)
-            K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base_swa, 1.0f, freqs,
-                          c->cs_swa + r * hp->n_rot);
+            K->rope_cache(b->rows[r].pos, hp->n_rot, hp->rope_base_swa, 1.0f, freqs, c->cs_swa + r * hp->n_rot);
     }
     prof_add(c, t0, ST_EMBED, NULL, 0, (uint64_t)n * te->row_bytes);
 }
 
 /* cn_forward, or cn_forward_embd when embd_out is given (logits_out unused then). */
-static cn_status forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv *kv, float *logits_out,
-                         float *embd_out, cn_error *err) {
+static cn_status forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv *kv, float *logits_out, float *embd_out,
+                         cn_error *err) {
     const cn_hparams *hp = cn_model_hparams(m);
     const cn_arch_desc *arch = cn_model_arch(m);
     const cn_kernels *K = c->kern;
@@ -758,13 +773,10 @@ static cn_status forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv 
     const int64_t QD = (int64_t)hp->n_head * hd, KVD = (int64_t)hp->n_head_kv * hd;
     const cn_kv_params *kp = cn_kv_params_of(kv);
     if (kp->n_layer != hp->n_layer || kp->kv_dim != KVD)
-        return cn_err(err, CN_STATUS_INVALID_ARG,
-                      "KV cache has %d layers of width %d, the model needs %d of %lld", kp->n_layer,
-                      kp->kv_dim, hp->n_layer, (long long)KVD);
-    if (kp->type != CN_TYPE_F32 && kp->type != CN_TYPE_F16 &&
-        !(kp->type == CN_TYPE_Q8_0 && hd % CN_QK8_0 == 0))
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "KV cache type %u with head dimension %lld", kp->type,
-                      (long long)hd);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "KV cache has %d layers of width %d, the model needs %d of %lld",
+                      kp->n_layer, kp->kv_dim, hp->n_layer, (long long)KVD);
+    if (kp->type != CN_TYPE_F32 && kp->type != CN_TYPE_F16 && !(kp->type == CN_TYPE_Q8_0 && hd % CN_QK8_0 == 0))
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "KV cache type %u with head dimension %lld", kp->type, (long long)hd);
 
     int32_t nu = 0, n_want = 0;
     cn_status s = prepare_batch(c, b, kv, &nu, &n_want, err);
@@ -809,8 +821,7 @@ static cn_status forward(const cn_model *m, cn_fwd *c, const cn_batch *b, cn_kv 
                  (float *[]){logits_out});
     if (hp->final_softcap > 0.0f) {
         const float cap = hp->final_softcap;
-        for (int64_t i = 0; i < (int64_t)n_want * hp->n_vocab; i++)
-            logits_out[i] = tanhf(logits_out[i] / cap) * cap;
+        for (int64_t i = 0; i < (int64_t)n_want * hp->n_vocab; i++) logits_out[i] = tanhf(logits_out[i] / cap) * cap;
     }
     return CN_STATUS_OK;
 }

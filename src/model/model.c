@@ -38,8 +38,7 @@ static const cn_arch_desc g_arches[] = {
 
 const cn_arch_desc *cn_arch_find(const char *name, size_t len) {
     for (size_t i = 0; i < CN_ARRAY_LEN(g_arches); i++)
-        if (strlen(g_arches[i].name) == len && memcmp(g_arches[i].name, name, len) == 0)
-            return &g_arches[i];
+        if (strlen(g_arches[i].name) == len && memcmp(g_arches[i].name, name, len) == 0) return &g_arches[i];
     return NULL;
 }
 
@@ -88,8 +87,7 @@ static bool meta_find(meta *mt, const char *suffix, bool required, bool *present
 }
 
 /* Reads a positive integer that fits int32. *present=false if absent and optional. */
-static cn_status meta_i32(meta *mt, const char *suffix, bool required, int32_t *out,
-                          bool *present, cn_error *err) {
+static cn_status meta_i32(meta *mt, const char *suffix, bool required, int32_t *out, bool *present, cn_error *err) {
     cn_status st;
     if (!meta_find(mt, suffix, required, present, &st, err)) return st;
     uint32_t v;
@@ -101,8 +99,7 @@ static cn_status meta_i32(meta *mt, const char *suffix, bool required, int32_t *
     return CN_STATUS_OK;
 }
 
-static cn_status meta_f32(meta *mt, const char *suffix, bool required, float *out,
-                          bool *present, cn_error *err) {
+static cn_status meta_f32(meta *mt, const char *suffix, bool required, float *out, bool *present, cn_error *err) {
     cn_status st;
     if (!meta_find(mt, suffix, required, present, &st, err)) return st;
     float v;
@@ -113,10 +110,10 @@ static cn_status meta_f32(meta *mt, const char *suffix, bool required, float *ou
     return CN_STATUS_OK;
 }
 
-#define TRY(expr)                                                                          \
-    do {                                                                                   \
-        cn_status s_ = (expr);                                                             \
-        if (s_ != CN_STATUS_OK) return s_;                                                 \
+#define TRY(expr)                          \
+    do {                                   \
+        cn_status s_ = (expr);             \
+        if (s_ != CN_STATUS_OK) return s_; \
     } while (0)
 
 static cn_status read_hparams(cn_model *m, const char *arch, cn_error *err) {
@@ -129,55 +126,47 @@ static cn_status read_hparams(cn_model *m, const char *arch, cn_error *err) {
     TRY(meta_i32(&mt, "attention.head_count", true, &hp->n_head, NULL, err));
     TRY(meta_i32(&mt, "context_length", true, &hp->n_ctx_train, NULL, err));
     TRY(meta_f32(&mt, "attention.layer_norm_rms_epsilon", true, &hp->norm_eps, NULL, err));
-    if (hp->norm_eps <= 0.0f)
-        return cn_err(err, CN_STATUS_CORRUPT, "metadata key %s must be positive", mt.key);
+    if (hp->norm_eps <= 0.0f) return cn_err(err, CN_STATUS_CORRUPT, "metadata key %s must be positive", mt.key);
 
     if (hp->n_layer > CN_MODEL_MAX_LAYERS)
-        return cn_err(err, CN_STATUS_LIMIT, "%s.block_count = %d exceeds %d", arch, hp->n_layer,
-                      CN_MODEL_MAX_LAYERS);
+        return cn_err(err, CN_STATUS_LIMIT, "%s.block_count = %d exceeds %d", arch, hp->n_layer, CN_MODEL_MAX_LAYERS);
     if (hp->n_embd > CN_MODEL_MAX_EMBD || hp->n_ff > 16 * CN_MODEL_MAX_EMBD)
-        return cn_err(err, CN_STATUS_LIMIT, "%s: embedding_length %d or feed_forward_length %d too large",
-                      arch, hp->n_embd, hp->n_ff);
+        return cn_err(err, CN_STATUS_LIMIT, "%s: embedding_length %d or feed_forward_length %d too large", arch,
+                      hp->n_embd, hp->n_ff);
 
     hp->n_head_kv = hp->n_head;
     TRY(meta_i32(&mt, "attention.head_count_kv", false, &hp->n_head_kv, NULL, err));
     if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
-        return cn_err(err, CN_STATUS_CORRUPT,
-                      "%s.attention.head_count_kv = %d does not divide head_count = %d", arch,
+        return cn_err(err, CN_STATUS_CORRUPT, "%s.attention.head_count_kv = %d does not divide head_count = %d", arch,
                       hp->n_head_kv, hp->n_head);
 
     TRY(meta_i32(&mt, "attention.key_length", false, &hp->head_dim, &has, err));
     if (!has) {
         if (hp->n_embd % hp->n_head != 0)
-            return cn_err(err, CN_STATUS_CORRUPT,
-                          "%s.attention.head_count = %d does not divide embedding_length = %d",
+            return cn_err(err, CN_STATUS_CORRUPT, "%s.attention.head_count = %d does not divide embedding_length = %d",
                           arch, hp->n_head, hp->n_embd);
         hp->head_dim = hp->n_embd / hp->n_head;
     }
     int32_t head_dim_v = hp->head_dim;
     TRY(meta_i32(&mt, "attention.value_length", false, &head_dim_v, NULL, err));
     if (head_dim_v != hp->head_dim)
-        return cn_err(err, CN_STATUS_UNSUPPORTED,
-                      "%s.attention.value_length = %d differs from key_length = %d", arch,
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "%s.attention.value_length = %d differs from key_length = %d", arch,
                       head_dim_v, hp->head_dim);
     if (hp->head_dim > CN_MAX_HEAD_DIM || hp->head_dim % 2 != 0)
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "%s: head dimension %d (want even, <= %d)", arch,
-                      hp->head_dim, CN_MAX_HEAD_DIM);
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "%s: head dimension %d (want even, <= %d)", arch, hp->head_dim,
+                      CN_MAX_HEAD_DIM);
     if ((int64_t)hp->n_head * hp->head_dim > 4 * (int64_t)CN_MODEL_MAX_EMBD)
-        return cn_err(err, CN_STATUS_LIMIT, "%s: %d heads of %d too large", arch, hp->n_head,
-                      hp->head_dim);
+        return cn_err(err, CN_STATUS_LIMIT, "%s: %d heads of %d too large", arch, hp->n_head, hp->head_dim);
 
     hp->n_rot = hp->head_dim;
     TRY(meta_i32(&mt, "rope.dimension_count", false, &hp->n_rot, NULL, err));
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
-        return cn_err(err, CN_STATUS_CORRUPT,
-                      "%s.rope.dimension_count = %d (want even, <= head dimension %d)", arch,
+        return cn_err(err, CN_STATUS_CORRUPT, "%s.rope.dimension_count = %d (want even, <= head dimension %d)", arch,
                       hp->n_rot, hp->head_dim);
 
     hp->rope_base = 10000.0f;
     TRY(meta_f32(&mt, "rope.freq_base", false, &hp->rope_base, NULL, err));
-    if (hp->rope_base <= 0.0f)
-        return cn_err(err, CN_STATUS_CORRUPT, "%s.rope.freq_base must be positive", arch);
+    if (hp->rope_base <= 0.0f) return cn_err(err, CN_STATUS_CORRUPT, "%s.rope.freq_base must be positive", arch);
 
     /* Linear scaling divides positions by the factor; llama.cpp takes a missing type as
      * linear. YaRN and the other schemes change the angles differently; such files are refused (UNSUPPORTED). */
@@ -185,8 +174,8 @@ static cn_status read_hparams(cn_model *m, const char *arch, cn_error *err) {
     if (cn_gguf_find_key(m->g, mkey(&mt, "rope.scaling.type")) >= 0) {
         if (!cn_gguf_get_str(m->g, mt.key, &st)) return wrong_kind(&mt, "a string", err);
         if (!cn_gguf_str_eq(st, "none") && !cn_gguf_str_eq(st, "linear"))
-            return cn_err(err, CN_STATUS_UNSUPPORTED, "%s.rope.scaling.type '%.*s' is not supported",
-                          arch, (int)CN_MIN(st.len, 40), st.ptr);
+            return cn_err(err, CN_STATUS_UNSUPPORTED, "%s.rope.scaling.type '%.*s' is not supported", arch,
+                          (int)CN_MIN(st.len, 40), st.ptr);
     }
     float factor = 0.0f;
     TRY(meta_f32(&mt, "rope.scaling.factor", false, &factor, NULL, err));
@@ -195,15 +184,13 @@ static cn_status read_hparams(cn_model *m, const char *arch, cn_error *err) {
 
     hp->rope_base_swa = m->arch->rope_base_swa > 0.0f ? m->arch->rope_base_swa : hp->rope_base;
     TRY(meta_f32(&mt, "rope.freq_base_swa", false, &hp->rope_base_swa, NULL, err));
-    if (m->arch->swa_pattern > 0)
-        TRY(meta_i32(&mt, "attention.sliding_window", true, &hp->n_swa, NULL, err));
+    if (m->arch->swa_pattern > 0) TRY(meta_i32(&mt, "attention.sliding_window", true, &hp->n_swa, NULL, err));
 
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     TRY(meta_f32(&mt, "attention.scale", false, &hp->attn_scale, NULL, err));
     hp->final_softcap = 0.0f;
     TRY(meta_f32(&mt, "final_logit_softcapping", false, &hp->final_softcap, NULL, err));
-    if (hp->final_softcap < 0.0f)
-        return cn_err(err, CN_STATUS_CORRUPT, "%s.final_logit_softcapping < 0", arch);
+    if (hp->final_softcap < 0.0f) return cn_err(err, CN_STATUS_CORRUPT, "%s.final_logit_softcapping < 0", arch);
     return CN_STATUS_OK;
 }
 
@@ -211,37 +198,33 @@ static cn_status read_hparams(cn_model *m, const char *arch, cn_error *err) {
 
 typedef enum { W_MATRIX, W_VECTOR, W_EMBD } wkind;
 
-static cn_status get_weight(cn_model *m, const char *name, int64_t ne0, int64_t ne1,
-                            wkind kind, bool required, cn_weight *w, cn_error *err) {
+static cn_status get_weight(cn_model *m, const char *name, int64_t ne0, int64_t ne1, wkind kind, bool required,
+                            cn_weight *w, cn_error *err) {
     memset(w, 0, sizeof *w);
     snprintf(w->name, sizeof w->name, "%s", name);
     int64_t i = cn_gguf_find_tensor(m->g, name);
-    if (i < 0)
-        return required ? cn_err(err, CN_STATUS_NOT_FOUND, "missing tensor %s", name) : CN_STATUS_OK;
+    if (i < 0) return required ? cn_err(err, CN_STATUS_NOT_FOUND, "missing tensor %s", name) : CN_STATUS_OK;
     const cn_gguf_tensor_info *ti = cn_gguf_tensor(m->g, i);
     if (ti->ne[2] != 1 || ti->ne[3] != 1 || ti->ne[0] != ne0 || ti->ne[1] != ne1)
-        return cn_err(err, CN_STATUS_CORRUPT,
-                      "tensor %s has shape [%lld, %lld, %lld, %lld], want [%lld, %lld]", name,
-                      (long long)ti->ne[0], (long long)ti->ne[1], (long long)ti->ne[2],
-                      (long long)ti->ne[3], (long long)ne0, (long long)ne1);
+        return cn_err(err, CN_STATUS_CORRUPT, "tensor %s has shape [%lld, %lld, %lld, %lld], want [%lld, %lld]", name,
+                      (long long)ti->ne[0], (long long)ti->ne[1], (long long)ti->ne[2], (long long)ti->ne[3],
+                      (long long)ne0, (long long)ne1);
     const cn_type_traits *tr = cn_type_traits_get(ti->type);
-    if (!tr || !ti->data)
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s has unknown type %u", name, ti->type);
+    if (!tr || !ti->data) return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s has unknown type %u", name, ti->type);
     if (kind == W_VECTOR && ti->type != CN_TYPE_F32)
         return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s has type %s, want f32", name, tr->name);
     if (kind == W_MATRIX && !cn_matmul_supports(ti->type))
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s has type %s, which the matmul does not support",
-                      name, tr->name);
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s has type %s, which the matmul does not support", name,
+                      tr->name);
     if (kind == W_EMBD && !tr->to_float)
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s has type %s, which cannot be dequantized",
-                      name, tr->name);
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s has type %s, which cannot be dequantized", name, tr->name);
     uint64_t rb = cn_type_row_bytes(ti->type, ne0), total;
     if (rb == 0 || !cn_mul_ok(rb, (uint64_t)ne1, &total) || total > ti->n_bytes)
-        return cn_err(err, CN_STATUS_CORRUPT, "tensor %s: rows of %lld do not fit type %s", name,
-                      (long long)ne0, tr->name);
+        return cn_err(err, CN_STATUS_CORRUPT, "tensor %s: rows of %lld do not fit type %s", name, (long long)ne0,
+                      tr->name);
     if (kind == W_MATRIX && cn_act_row_bytes(cn_matmul_act_type(ti->type), ne0) == 0)
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s: row length %lld does not fit the %s matmul",
-                      name, (long long)ne0, tr->name);
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "tensor %s: row length %lld does not fit the %s matmul", name,
+                      (long long)ne0, tr->name);
     w->type = ti->type;
     w->ne0 = ne0;
     w->ne1 = ne1;
@@ -250,8 +233,8 @@ static cn_status get_weight(cn_model *m, const char *name, int64_t ne0, int64_t 
     return CN_STATUS_OK;
 }
 
-static cn_status layer_weight(cn_model *m, int il, const char *suffix, int64_t ne0, int64_t ne1,
-                              wkind kind, bool required, cn_weight *w, cn_error *err) {
+static cn_status layer_weight(cn_model *m, int il, const char *suffix, int64_t ne0, int64_t ne1, wkind kind,
+                              bool required, cn_weight *w, cn_error *err) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
     return get_weight(m, name, ne0, ne1, kind, required, w, err);
@@ -299,8 +282,7 @@ static cn_status load_weights(cn_model *m, cn_error *err) {
             TRY(layer_weight(m, il, "attn_k_norm.weight", hp->head_dim, 1, W_VECTOR, true, &L->k_norm, err));
         }
         if (a->post_norms) {
-            TRY(layer_weight(m, il, "post_attention_norm.weight", E, 1, W_VECTOR, true,
-                             &L->post_attn_norm, err));
+            TRY(layer_weight(m, il, "post_attention_norm.weight", E, 1, W_VECTOR, true, &L->post_attn_norm, err));
             TRY(layer_weight(m, il, "post_ffw_norm.weight", E, 1, W_VECTOR, true, &L->post_ffn_norm, err));
         }
         TRY(layer_weight(m, il, "ffn_norm.weight", E, 1, W_VECTOR, true, &L->ffn_norm, err));
@@ -331,8 +313,8 @@ typedef struct {
     const bool *mat;
     const size_t *bytes;
     size_t n_ws;
-    uint8_t **dst;   /* (n_ws) where each weight goes */
-    size_t total;    /* bytes over all weights, the work to split */
+    uint8_t **dst; /* (n_ws) where each weight goes */
+    size_t total;  /* bytes over all weights, the work to split */
     long page;
 } hp_copy;
 
@@ -348,7 +330,8 @@ static void hp_copy_run(void *ctx, int ith, int nth) {
     const uint8_t *base = NULL;
     for (size_t i = 0; i < c->n_ws && !base; i++)
         if (c->bytes[i]) base = c->dst[i];
-    const size_t lo = c->total / (size_t)nth * (size_t)ith, hi = ith == nth - 1 ? SIZE_MAX : c->total / (size_t)nth * (size_t)(ith + 1);
+    const size_t lo = c->total / (size_t)nth * (size_t)ith,
+                 hi = ith == nth - 1 ? SIZE_MAX : c->total / (size_t)nth * (size_t)(ith + 1);
     for (size_t i = 0; i < c->n_ws; i++) {
         if (!c->bytes[i]) continue;
         const size_t at = (size_t)(c->dst[i] - base);
@@ -383,9 +366,10 @@ static void weights_to_hugepages(cn_model *m) {
     for (size_t i = 0; i < CN_ARRAY_LEN(top); i++) mat[n_ws] = i == 0, ws[n_ws++] = top[i];
     for (int32_t il = 0; il < m->hp.n_layer; il++) {
         cn_layer *L = &m->layers[il];
-        cn_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, /* matrices */
-                           &L->attn_norm, &L->bq, &L->bk, &L->bv, &L->q_norm, &L->k_norm, &L->post_attn_norm,
-                           &L->ffn_norm, &L->post_ffn_norm};
+        cn_weight *lw[] = {
+            &L->wq,        &L->wk,           &L->wv, &L->wo, &L->w_gate, &L->w_up,   &L->w_down, /* matrices */
+            &L->attn_norm, &L->bq,           &L->bk, &L->bv, &L->q_norm, &L->k_norm, &L->post_attn_norm,
+            &L->ffn_norm,  &L->post_ffn_norm};
         for (size_t i = 0; i < CN_ARRAY_LEN(lw); i++) mat[n_ws] = i < 7, ws[n_ws++] = lw[i];
     }
     size_t total = 0;
@@ -408,8 +392,14 @@ static void weights_to_hugepages(cn_model *m) {
     /* every weight's place first, then the copies on all CPUs (the kernel zeroes each
      * fresh huge page in the thread that first writes it, so one thread alone spends
      * most of a big model's load there), then the views pointed at their copies */
-    hp_copy cp = {.K = K, .ws = ws, .mat = mat, .bytes = bytes, .n_ws = n_ws,
-                  .dst = malloc(n_ws * sizeof *cp.dst), .total = total, .page = sysconf(_SC_PAGESIZE)};
+    hp_copy cp = {.K = K,
+                  .ws = ws,
+                  .mat = mat,
+                  .bytes = bytes,
+                  .n_ws = n_ws,
+                  .dst = malloc(n_ws * sizeof *cp.dst),
+                  .total = total,
+                  .page = sysconf(_SC_PAGESIZE)};
     if (!cp.dst) {
         munmap(raw, len);
         goto out;
@@ -453,8 +443,7 @@ static void prefault(const cn_model *m) {
     (void)sink;
 }
 
-cn_status cn_model_from_gguf(cn_gguf *g, const cn_model_params *p, cn_model **out,
-                             cn_error *err) {
+cn_status cn_model_from_gguf(cn_gguf *g, const cn_model_params *p, cn_model **out, cn_error *err) {
     *out = NULL;
     cn_model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -470,8 +459,7 @@ cn_status cn_model_from_gguf(cn_gguf *g, const cn_model_params *p, cn_model **ou
     }
     m->arch = cn_arch_find(an.ptr, an.len);
     if (!m->arch) {
-        s = cn_err(err, CN_STATUS_UNSUPPORTED,
-                   "unknown architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3)",
+        s = cn_err(err, CN_STATUS_UNSUPPORTED, "unknown architecture '%.*s' (supported: llama, qwen2, qwen3, gemma3)",
                    (int)CN_MIN(an.len, 64), an.ptr);
         goto fail;
     }
@@ -493,8 +481,7 @@ fail:
     return s;
 }
 
-cn_status cn_model_load(const char *path, const cn_model_params *p, cn_model **out,
-                        cn_error *err) {
+cn_status cn_model_load(const char *path, const cn_model_params *p, cn_model **out, cn_error *err) {
     *out = NULL;
     cn_gguf *g = NULL;
     cn_status s = cn_gguf_open(path, &g, err);

@@ -25,8 +25,7 @@
 /* A new entry of n values named name[0..name_len), *cap the capacity of m->e; NULL past
  * CN_IMATRIX_MAX_ENTRIES or out of memory. */
 static cn_imatrix_entry *push_entry(cn_imatrix *m, size_t *cap, const char *name, size_t name_len, int64_t n) {
-    if (m->n_entries >= CN_IMATRIX_MAX_ENTRIES || !CN_GROW(m->e, *cap, (size_t)m->n_entries + 1))
-        return NULL;
+    if (m->n_entries >= CN_IMATRIX_MAX_ENTRIES || !CN_GROW(m->e, *cap, (size_t)m->n_entries + 1)) return NULL;
     cn_imatrix_entry *e = &m->e[m->n_entries];
     e->name = malloc(name_len + 1);
     e->w = malloc((size_t)n * sizeof(float) + 1);
@@ -43,8 +42,7 @@ static cn_imatrix_entry *push_entry(cn_imatrix *m, size_t *cap, const char *name
 }
 
 void cn_imatrix_free(cn_imatrix *m) {
-    if (!m)
-        return;
+    if (!m) return;
     for (int64_t i = 0; i < m->n_entries; i++) {
         free(m->e[i].name);
         free(m->e[i].w);
@@ -73,8 +71,7 @@ typedef struct {
 } cursor;
 
 static bool take_i32(cursor *c, int32_t *v) {
-    if (c->left < 4)
-        return false;
+    if (c->left < 4) return false;
     memcpy(v, c->p, 4);
     c->p += 4;
     c->left -= 4;
@@ -86,25 +83,28 @@ static cn_status parse_legacy(const uint8_t *data, size_t n_bytes, cn_imatrix *m
     size_t cap = 0;
     int32_t n_entries;
     if (!take_i32(&c, &n_entries) || n_entries < 1)
-        return cn_err(err, CN_STATUS_CORRUPT, "not an imatrix file (neither GGUF nor llama.cpp's legacy format: "
+        return cn_err(err, CN_STATUS_CORRUPT,
+                      "not an imatrix file (neither GGUF nor llama.cpp's legacy format: "
                       "no entries)");
     for (int32_t i = 0; i < n_entries; i++) {
         int32_t len = 0, ncall = 0, nval = 0;
         if (!take_i32(&c, &len) || len < 0 || (size_t)len > c.left)
-            return cn_err(err, CN_STATUS_CORRUPT, "entry %d of %d: the name runs past the end of the file "
-                          "(truncated, or not an imatrix file)", i + 1, n_entries);
+            return cn_err(err, CN_STATUS_CORRUPT,
+                          "entry %d of %d: the name runs past the end of the file "
+                          "(truncated, or not an imatrix file)",
+                          i + 1, n_entries);
         const char *name = (const char *)c.p;
         const char *z = memchr(name, 0, (size_t)len);
         size_t name_len = z ? (size_t)(z - name) : (size_t)len;
         c.p += len;
         c.left -= (size_t)len;
         if (!take_i32(&c, &ncall) || !take_i32(&c, &nval) || nval < 1 || (size_t)nval > c.left / 4)
-            return cn_err(err, CN_STATUS_CORRUPT, "entry %d of %d ('%.*s'): its %d values run past the end of "
-                          "the file (truncated?)", i + 1, n_entries, (int)CN_MIN(name_len, 200), name,
-                          (int)CN_MAX(nval, 0));
+            return cn_err(err, CN_STATUS_CORRUPT,
+                          "entry %d of %d ('%.*s'): its %d values run past the end of "
+                          "the file (truncated?)",
+                          i + 1, n_entries, (int)CN_MIN(name_len, 200), name, (int)CN_MAX(nval, 0));
         cn_imatrix_entry *e = push_entry(m, &cap, name, name_len, nval);
-        if (!e)
-            return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
+        if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
         for (int32_t j = 0; j < nval; j++) {
             float v;
             memcpy(&v, c.p + 4 * (size_t)j, 4);
@@ -119,8 +119,7 @@ static cn_status parse_legacy(const uint8_t *data, size_t n_bytes, cn_imatrix *m
         m->chunk_count = chunks;
         if (take_i32(&c, &dlen) && dlen > 0 && (size_t)dlen <= c.left) {
             m->dataset = dup_until_nul((const char *)c.p, (size_t)dlen);
-            if (!m->dataset)
-                return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
+            if (!m->dataset) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
         }
     }
     m->legacy = true;
@@ -131,16 +130,14 @@ static cn_status parse_legacy(const uint8_t *data, size_t n_bytes, cn_imatrix *m
 
 static bool strip_suffix(cn_gguf_str s, const char *suffix, size_t *stem_len) {
     size_t k = strlen(suffix);
-    if (s.len < k || memcmp(s.ptr + s.len - k, suffix, k) != 0)
-        return false;
+    if (s.len < k || memcmp(s.ptr + s.len - k, suffix, k) != 0) return false;
     *stem_len = (size_t)s.len - k;
     return true;
 }
 
 static int64_t n_elem_of(const cn_gguf_tensor_info *t) {
     int64_t n = 1;
-    for (uint32_t d = 0; d < t->n_dims; d++)
-        n *= t->ne[d];
+    for (uint32_t d = 0; d < t->n_dims; d++) n *= t->ne[d];
     return n;
 }
 
@@ -152,17 +149,16 @@ static cn_status read_gguf_meta(const cn_gguf *g, cn_imatrix *m, cn_error *err) 
     const bool has_ds = cn_gguf_get_arr(g, "imatrix.datasets", &ds);
     const bool has_cc = cn_gguf_get_u32(g, "imatrix.chunk_count", &cc);
     const bool has_cs = cn_gguf_get_u32(g, "imatrix.chunk_size", &cs);
-    if (cn_gguf_n_tensors(g) < 1)
-        return cn_err(err, CN_STATUS_CORRUPT, "a GGUF file with no tensors: not an imatrix");
+    if (cn_gguf_n_tensors(g) < 1) return cn_err(err, CN_STATUS_CORRUPT, "a GGUF file with no tensors: not an imatrix");
     if (!has_ds || !has_cc || !has_cs)
-        return cn_err(err, CN_STATUS_CORRUPT, "a GGUF file without the imatrix metadata (imatrix.datasets, "
+        return cn_err(err, CN_STATUS_CORRUPT,
+                      "a GGUF file without the imatrix metadata (imatrix.datasets, "
                       "imatrix.chunk_count, imatrix.chunk_size): not llama-imatrix's file");
     m->chunk_count = (int32_t)CN_MIN(cc, (uint32_t)INT32_MAX);
     if (ds.type == CN_GGUF_STRING && ds.n > 0) {
         cn_gguf_str s = cn_gguf_arr_str(&ds, 0);
         m->dataset = dup_until_nul(s.ptr, (size_t)s.len);
-        if (!m->dataset)
-            return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
+        if (!m->dataset) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
     }
     return CN_STATUS_OK;
 }
@@ -172,14 +168,12 @@ static cn_status read_gguf_meta(const cn_gguf *g, cn_imatrix *m, cn_error *err) 
 static cn_status read_gguf_entry(const cn_gguf *g, const cn_gguf_tensor_info *sums, size_t stem, cn_imatrix *m,
                                  size_t *cap, cn_error *err) {
     char name[512];
-    if (stem >= sizeof name - 8)
-        return cn_err(err, CN_STATUS_UNSUPPORTED, "an imatrix entry name of %zu bytes", stem);
+    if (stem >= sizeof name - 8) return cn_err(err, CN_STATUS_UNSUPPORTED, "an imatrix entry name of %zu bytes", stem);
     memcpy(name, sums->name.ptr, stem);
     snprintf(name + stem, sizeof name - stem, ".counts");
     const int64_t ci = cn_gguf_find_tensor(g, name);
     name[stem] = 0;
-    if (ci < 0)
-        return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': in_sum2 without counts", name);
+    if (ci < 0) return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': in_sum2 without counts", name);
     const cn_gguf_tensor_info *counts = cn_gguf_tensor(g, ci);
     if (sums->type != CN_TYPE_F32 || counts->type != CN_TYPE_F32 || !sums->data || !counts->data)
         return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': sums and counts must be F32", name);
@@ -188,8 +182,7 @@ static cn_status read_gguf_entry(const cn_gguf *g, const cn_gguf_tensor_info *su
         return cn_err(err, CN_STATUS_CORRUPT, "imatrix entry '%s': %lld sums do not split into %lld counts", name,
                       (long long)nval, (long long)ncounts);
     cn_imatrix_entry *e = push_entry(m, cap, name, stem, nval);
-    if (!e)
-        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
+    if (!e) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading the imatrix");
     const int64_t ne0 = nval / ncounts;
     for (int64_t j = 0; j < ncounts; j++) {
         float cf;
@@ -211,8 +204,7 @@ static cn_status check_counts_have_sums(const cn_gguf *g, cn_error *err) {
         const cn_gguf_tensor_info *t = cn_gguf_tensor(g, i);
         size_t stem;
         char name[512];
-        if (!strip_suffix(t->name, ".counts", &stem) || stem >= sizeof name - 9)
-            continue;
+        if (!strip_suffix(t->name, ".counts", &stem) || stem >= sizeof name - 9) continue;
         memcpy(name, t->name.ptr, stem);
         snprintf(name + stem, sizeof name - stem, ".in_sum2");
         if (cn_gguf_find_tensor(g, name) < 0) {
@@ -226,18 +218,15 @@ static cn_status check_counts_have_sums(const cn_gguf *g, cn_error *err) {
 static cn_status parse_gguf(const void *data, size_t n_bytes, cn_imatrix *m, cn_error *err) {
     cn_gguf *g = NULL;
     cn_status st = cn_gguf_parse(data, n_bytes, &g, err);
-    if (st)
-        return st;
+    if (st) return st;
     size_t cap = 0;
     st = read_gguf_meta(g, m, err);
     for (int64_t i = 0; i < cn_gguf_n_tensors(g) && !st; i++) {
         const cn_gguf_tensor_info *sums = cn_gguf_tensor(g, i);
         size_t stem;
-        if (strip_suffix(sums->name, ".in_sum2", &stem))
-            st = read_gguf_entry(g, sums, stem, m, &cap, err);
+        if (strip_suffix(sums->name, ".in_sum2", &stem)) st = read_gguf_entry(g, sums, stem, m, &cap, err);
     }
-    if (!st)
-        st = check_counts_have_sums(g, err);
+    if (!st) st = check_counts_have_sums(g, err);
     cn_gguf_close(g);
     return st;
 }
@@ -260,13 +249,13 @@ static int cmp_entry(const void *pa, const void *pb) {
  * name. qsort is not stable: the entries are sorted with their positions beside them. */
 static cn_status sort_keeping_the_last(cn_imatrix *m, cn_error *err) {
     const int64_t n = m->n_entries;
-    if (n < 2)
-        return CN_STATUS_OK;
-    struct pair { cn_imatrix_entry e; int64_t at; } *tmp = malloc((size_t)n * sizeof *tmp);
-    if (!tmp)
-        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
-    for (int64_t i = 0; i < n; i++)
-        tmp[i] = (struct pair){m->e[i], i};
+    if (n < 2) return CN_STATUS_OK;
+    struct pair {
+        cn_imatrix_entry e;
+        int64_t at;
+    } *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
+    for (int64_t i = 0; i < n; i++) tmp[i] = (struct pair){m->e[i], i};
     qsort(tmp, (size_t)n, sizeof *tmp, cmp_entry); /* the entry leads the pair */
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -291,16 +280,13 @@ static cn_status sort_keeping_the_last(cn_imatrix *m, cn_error *err) {
 cn_status cn_imatrix_parse(const void *data, size_t n_bytes, cn_imatrix **out, cn_error *err) {
     *out = NULL;
     cn_imatrix *m = calloc(1, sizeof *m);
-    if (!m)
-        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
+    if (!m) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
     cn_status st = n_bytes >= 4 && !memcmp(data, "GGUF", 4) ? parse_gguf(data, n_bytes, m, err)
-                                                              : parse_legacy(data, n_bytes, m, err);
+                                                            : parse_legacy(data, n_bytes, m, err);
     if (!st && m->n_entries < 1)
         st = cn_err(err, CN_STATUS_CORRUPT, "no importance matrix entries (no '<name>.in_sum2' tensors)");
-    if (!st)
-        st = check_finite(m, err);
-    if (!st)
-        st = sort_keeping_the_last(m, err);
+    if (!st) st = check_finite(m, err);
+    if (!st) st = sort_keeping_the_last(m, err);
     if (st) {
         cn_imatrix_free(m);
         return st;
@@ -312,8 +298,7 @@ cn_status cn_imatrix_parse(const void *data, size_t n_bytes, cn_imatrix **out, c
 cn_status cn_imatrix_load(const char *path, cn_imatrix **out, cn_error *err) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return cn_err(err, CN_STATUS_IO, "cannot open the imatrix '%s': %s", path, strerror(errno));
+    if (!f) return cn_err(err, CN_STATUS_IO, "cannot open the imatrix '%s': %s", path, strerror(errno));
     uint8_t *buf = NULL;
     size_t n = 0, cap = 0;
     cn_status st = CN_STATUS_OK;
@@ -325,8 +310,7 @@ cn_status cn_imatrix_load(const char *path, cn_imatrix **out, cn_error *err) {
         size_t k = fread(buf + n, 1, cap - n, f);
         n += k;
         if (k == 0) {
-            if (ferror(f))
-                st = cn_err(err, CN_STATUS_IO, "cannot read the imatrix '%s'", path);
+            if (ferror(f)) st = cn_err(err, CN_STATUS_IO, "cannot read the imatrix '%s'", path);
             break;
         }
     }
@@ -348,12 +332,9 @@ const cn_imatrix_entry *cn_imatrix_find(const cn_imatrix *m, const char *name) {
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         int c = strcmp(m->e[mid].name, name);
-        if (c == 0)
-            return &m->e[mid];
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (c == 0) return &m->e[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
     }
     return NULL;
 }

@@ -10,9 +10,9 @@
 #define CN_IMATRIX_MAX_ENTRIES (1 << 20)
 
 typedef struct {
-    char *name;       /* the weight's name ("blk.0.attn_q.weight") */
-    float *w;         /* (n) column weights: sums / count, as llama-quantize divides them */
-    int64_t n;        /* ne[0] of the weight (times the experts of a 3-D one) */
+    char *name; /* the weight's name ("blk.0.attn_q.weight") */
+    float *w;   /* (n) column weights: sums / count, as llama-quantize divides them */
+    int64_t n;  /* ne[0] of the weight (times the experts of a 3-D one) */
 } cn_imatrix_entry;
 
 typedef struct {

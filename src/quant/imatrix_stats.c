@@ -74,8 +74,8 @@ oom:
     return NULL;
 }
 
-cn_status cn_imatrix_stats_add(cn_imatrix_stats *s, const char *weight, const float *x, int64_t n_rows,
-                               int64_t k, cn_error *err) {
+cn_status cn_imatrix_stats_add(cn_imatrix_stats *s, const char *weight, const float *x, int64_t n_rows, int64_t k,
+                               cn_error *err) {
     if (!s || !weight || !x || n_rows < 0 || k < 1)
         return cn_err(err, CN_STATUS_INVALID_ARG, "imatrix: bad arguments to add");
     for (int64_t i = 0; i < n_rows * k; i++)
@@ -126,8 +126,8 @@ static cn_status fill_writer(const cn_imatrix_stats *s, cn_gguf_writer *w, const
         for (int64_t j = 0; j < e->k; j++) buf[j] = (float)e->sum[j];
         const float count = (float)e->rows;
         snprintf(name, sizeof name, "%s.in_sum2", e->name);
-        st = cn_gguf_writer_add_tensor(w, name, CN_TYPE_F32, 1, (int64_t[]){e->k}, buf,
-                                       (uint64_t)e->k * sizeof *buf, err);
+        st = cn_gguf_writer_add_tensor(w, name, CN_TYPE_F32, 1, (int64_t[]){e->k}, buf, (uint64_t)e->k * sizeof *buf,
+                                       err);
         snprintf(name, sizeof name, "%s.counts", e->name);
         if (!st) st = cn_gguf_writer_add_tensor(w, name, CN_TYPE_F32, 1, (int64_t[]){1}, &count, sizeof count, err);
     }
@@ -137,8 +137,8 @@ done:
     return st;
 }
 
-cn_status cn_imatrix_stats_save(const cn_imatrix_stats *s, const char *path, const char *dataset,
-                                int32_t chunk_count, int32_t chunk_size, cn_error *err) {
+cn_status cn_imatrix_stats_save(const cn_imatrix_stats *s, const char *path, const char *dataset, int32_t chunk_count,
+                                int32_t chunk_size, cn_error *err) {
     if (!s || !path) return cn_err(err, CN_STATUS_INVALID_ARG, "imatrix: bad arguments to save");
     if (s->n == 0)
         return cn_err(err, CN_STATUS_INVALID_ARG, "imatrix: no statistics to save (no batch of two or more rows ran)");

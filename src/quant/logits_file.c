@@ -43,11 +43,11 @@ struct cn_logits_file {
     char *path;
     uint32_t n_ctx;
     int32_t n_vocab, n_chunk;
-    int32_t *tokens;   /* (n_chunk, n_ctx) */
-    int32_t next;      /* the chunk add_chunk takes next */
-    uint16_t *rows;    /* (n_ctx - 1 - n_ctx/2, row_len) one chunk's rows */
-    cn_outfile out;    /* writing: out.f open until commit */
-    FILE *in;          /* comparing: positioned at chunk `next`'s rows */
+    int32_t *tokens; /* (n_chunk, n_ctx) */
+    int32_t next;    /* the chunk add_chunk takes next */
+    uint16_t *rows;  /* (n_ctx - 1 - n_ctx/2, row_len) one chunk's rows */
+    cn_outfile out;  /* writing: out.f open until commit */
+    FILE *in;        /* comparing: positioned at chunk `next`'s rows */
     kl_sums s;
     float *kld, *p_diff; /* comparing: (s.count) per position, for the percentiles */
     size_t cap;          /* of kld and p_diff */
@@ -99,8 +99,8 @@ cn_status cn_logits_file_create(const char *path, int32_t n_ctx, int32_t n_vocab
                                 const int32_t *tokens, cn_logits_file **out, cn_error *err) {
     *out = NULL;
     if (!path || !tokens || n_ctx < 0 || !shape_ok((uint32_t)n_ctx, n_vocab, n_chunk))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "logits file: n_ctx %d, n_vocab %d, n_chunk %d out of range",
-                      n_ctx, n_vocab, n_chunk);
+        return cn_err(err, CN_STATUS_INVALID_ARG, "logits file: n_ctx %d, n_vocab %d, n_chunk %d out of range", n_ctx,
+                      n_vocab, n_chunk);
     cn_logits_file *f = new_handle(path);
     if (!f) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
     f->n_ctx = (uint32_t)n_ctx;
@@ -143,8 +143,7 @@ static double pack_row(const float *logits, int32_t n_vocab, int32_t tok, uint16
     }
     min_logit = min_logit > max_logit - 16 ? min_logit : max_logit - 16;
     double sum_exp = 0.0;
-    for (int32_t i = 0; i < n_vocab; i++)
-        sum_exp += expf(logits[i] - max_logit);
+    for (int32_t i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_logit);
     const float log_sum_exp = (float)log(sum_exp);
     const float min_log_prob = min_logit - max_logit - log_sum_exp;
     const float scale = (max_logit - min_logit) / 65535.f;
@@ -158,8 +157,7 @@ static double pack_row(const float *logits, int32_t n_vocab, int32_t tok, uint16
     } else {
         memset(q, 0, (size_t)n_vocab * sizeof *q);
     }
-    if (n_vocab % 2)
-        q[n_vocab] = 0; /* the row's padding element */
+    if (n_vocab % 2) q[n_vocab] = 0; /* the row's padding element */
     return max_logit + log_sum_exp - logits[tok];
 }
 
@@ -238,8 +236,7 @@ static double row_kl(const float *logits, int32_t n_vocab, const uint16_t *base,
         }
     }
     double sum_exp = 0.0;
-    for (int32_t i = 0; i < n_vocab; i++)
-        sum_exp += expf(logits[i] - max_logit);
+    for (int32_t i = 0; i < n_vocab; i++) sum_exp += expf(logits[i] - max_logit);
     const float log_sum_exp = (float)log(sum_exp);
     float scale, min_log_prob;
     memcpy(&scale, base, 4);
@@ -336,8 +333,7 @@ static void get_stats(const cn_logits_file *f, cn_logits_stats *out) {
 }
 
 cn_status cn_logits_file_add_chunk(cn_logits_file *f, const float *logits, cn_logits_stats *stats, cn_error *err) {
-    if (!f->in && !f->out.f)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "logits file: %s is already committed", f->path);
+    if (!f->in && !f->out.f) return cn_err(err, CN_STATUS_INVALID_ARG, "logits file: %s is already committed", f->path);
     if (f->next >= f->n_chunk)
         return cn_err(err, CN_STATUS_INVALID_ARG, "logits file: %s holds %d chunks, no more", f->path, f->n_chunk);
     cn_status st = f->in ? compare_chunk(f, logits, err) : write_chunk(f, logits, err);

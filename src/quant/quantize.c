@@ -44,8 +44,16 @@
 
 /* llama.cpp's llama_ftype numbers (general.file_type). */
 enum {
-    FT_Q4_0 = 2, FT_Q4_1 = 3, FT_Q8_0 = 7, FT_Q5_0 = 8, FT_Q5_1 = 9, FT_Q4_K_S = 14,
-    FT_Q4_K_M = 15, FT_Q5_K_S = 16, FT_Q5_K_M = 17, FT_Q6_K = 18,
+    FT_Q4_0 = 2,
+    FT_Q4_1 = 3,
+    FT_Q8_0 = 7,
+    FT_Q5_0 = 8,
+    FT_Q5_1 = 9,
+    FT_Q4_K_S = 14,
+    FT_Q4_K_M = 15,
+    FT_Q5_K_S = 16,
+    FT_Q5_K_M = 17,
+    FT_Q6_K = 18,
 };
 
 static const struct {
@@ -53,21 +61,17 @@ static const struct {
     uint32_t ftype;
     cn_type base;
 } k_ftypes[] = {
-    {"Q4_0", FT_Q4_0, CN_TYPE_Q4_0},     {"Q4_1", FT_Q4_1, CN_TYPE_Q4_1},
-    {"Q5_0", FT_Q5_0, CN_TYPE_Q5_0},     {"Q5_1", FT_Q5_1, CN_TYPE_Q5_1},
-    {"Q8_0", FT_Q8_0, CN_TYPE_Q8_0},     {"Q6_K", FT_Q6_K, CN_TYPE_Q6_K},
-    {"Q4_K_S", FT_Q4_K_S, CN_TYPE_Q4_K}, {"Q4_K_M", FT_Q4_K_M, CN_TYPE_Q4_K},
-    {"Q4_K", FT_Q4_K_M, CN_TYPE_Q4_K},   {"Q5_K_S", FT_Q5_K_S, CN_TYPE_Q5_K},
-    {"Q5_K_M", FT_Q5_K_M, CN_TYPE_Q5_K}, {"Q5_K", FT_Q5_K_M, CN_TYPE_Q5_K},
+    {"Q4_0", FT_Q4_0, CN_TYPE_Q4_0},     {"Q4_1", FT_Q4_1, CN_TYPE_Q4_1},     {"Q5_0", FT_Q5_0, CN_TYPE_Q5_0},
+    {"Q5_1", FT_Q5_1, CN_TYPE_Q5_1},     {"Q8_0", FT_Q8_0, CN_TYPE_Q8_0},     {"Q6_K", FT_Q6_K, CN_TYPE_Q6_K},
+    {"Q4_K_S", FT_Q4_K_S, CN_TYPE_Q4_K}, {"Q4_K_M", FT_Q4_K_M, CN_TYPE_Q4_K}, {"Q4_K", FT_Q4_K_M, CN_TYPE_Q4_K},
+    {"Q5_K_S", FT_Q5_K_S, CN_TYPE_Q5_K}, {"Q5_K_M", FT_Q5_K_M, CN_TYPE_Q5_K}, {"Q5_K", FT_Q5_K_M, CN_TYPE_Q5_K},
 };
 
 #define SLAB_BYTES ((size_t)64 << 20) /* output bytes converted per pool run */
 
 typedef enum { CAT_OTHER, CAT_OUTPUT, CAT_TOKEN_EMBD, CAT_ATTN_V, CAT_FFN_DOWN } category;
 
-cn_quantize_params cn_quantize_default_params(void) {
-    return (cn_quantize_params){0};
-}
+cn_quantize_params cn_quantize_default_params(void) { return (cn_quantize_params){0}; }
 
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -77,8 +81,7 @@ static bool ends_with(const char *s, const char *suffix) {
 /* ggml_n_dims: trailing dimensions of 1 do not count. */
 static int n_dims_used(const cn_gguf_tensor_info *t) {
     int n = CN_GGUF_MAX_DIMS;
-    while (n > 1 && t->ne[n - 1] == 1)
-        n--;
+    while (n > 1 && t->ne[n - 1] == 1) n--;
     return n;
 }
 
@@ -86,34 +89,50 @@ static int n_dims_used(const cn_gguf_tensor_info *t) {
  * general terms (no per-architecture lists beyond these names). */
 static bool allows_quantization(const char *name, const cn_gguf_tensor_info *t) {
     static const char *const keep[] = {
-        "_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel",
-        "per_layer_model_proj", "ssm_conv1d", "shortconv.conv.weight", "time_mix_first.weight",
-        "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight", "time_mix_v0.weight",
-        "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight", "time_mix_a1.weight",
-        "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight", "time_mix_decay_w1.weight",
-        "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight", "attn_rel_b.weight",
-        "indexer.k_proj.weight", "indexer.q_proj.weight", ".position_embd", ".rel_pos", ".patch_embd",
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "ffn_gate_tid2eid.weight",
+        "altup",
+        "laurel",
+        "per_layer_model_proj",
+        "ssm_conv1d",
+        "shortconv.conv.weight",
+        "time_mix_first.weight",
+        "time_mix_w0.weight",
+        "time_mix_w1.weight",
+        "time_mix_w2.weight",
+        "time_mix_v0.weight",
+        "time_mix_v1.weight",
+        "time_mix_v2.weight",
+        "time_mix_a0.weight",
+        "time_mix_a1.weight",
+        "time_mix_a2.weight",
+        "time_mix_g1.weight",
+        "time_mix_g2.weight",
+        "time_mix_decay_w1.weight",
+        "time_mix_decay_w2.weight",
+        "time_mix_lerp_fused.weight",
+        "attn_rel_b.weight",
+        "indexer.k_proj.weight",
+        "indexer.q_proj.weight",
+        ".position_embd",
+        ".rel_pos",
+        ".patch_embd",
     };
-    if (n_dims_used(t) < 2 || !ends_with(name, "weight"))
-        return false;
-    if (!strcmp(name, "position_embd.weight") || !strcmp(name, "token_types.weight"))
-        return false;
+    if (n_dims_used(t) < 2 || !ends_with(name, "weight")) return false;
+    if (!strcmp(name, "position_embd.weight") || !strcmp(name, "token_types.weight")) return false;
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
-        if (strstr(name, keep[i]))
-            return false;
+        if (strstr(name, keep[i])) return false;
     return true;
 }
 
 static category category_of(const char *name) {
-    if (!strcmp(name, "output.weight"))
-        return CAT_OUTPUT;
-    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "per_layer_token_embd.weight"))
-        return CAT_TOKEN_EMBD;
+    if (!strcmp(name, "output.weight")) return CAT_OUTPUT;
+    if (!strcmp(name, "token_embd.weight") || !strcmp(name, "per_layer_token_embd.weight")) return CAT_TOKEN_EMBD;
     if (strstr(name, "attn_qkv.weight") || strstr(name, "attn_kv_b.weight") || strstr(name, "attn_v.weight"))
         return CAT_ATTN_V;
     /* attn_k/q/output and ffn_up/gate: no rule for the types here */
-    if (!strstr(name, "ffn_up") && !strstr(name, "ffn_gate") && strstr(name, "ffn_down"))
-        return CAT_FFN_DOWN;
+    if (!strstr(name, "ffn_up") && !strstr(name, "ffn_gate") && strstr(name, "ffn_down")) return CAT_FFN_DOWN;
     return CAT_OTHER;
 }
 
@@ -136,24 +155,17 @@ static cn_type mix_type(plan_state *ps, category cat, const cn_gguf_tensor_info 
     cn_type nt = ps->base;
     const uint32_t ft = ps->ftype;
     if (cat == CAT_OUTPUT || (ps->tied && cat == CAT_TOKEN_EMBD)) {
-        if (out_override >= 0)
-            nt = (cn_type)out_override;
-        else if (t->ne[0] % block_of(nt) != 0)
-            nt = CN_TYPE_Q8_0;
-        else if (nt != CN_TYPE_Q8_0)
-            nt = CN_TYPE_Q6_K;
+        if (out_override >= 0) nt = (cn_type)out_override;
+        else if (t->ne[0] % block_of(nt) != 0) nt = CN_TYPE_Q8_0;
+        else if (nt != CN_TYPE_Q8_0) nt = CN_TYPE_Q6_K;
     } else if (cat == CAT_ATTN_V) {
-        if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(ps->i_attn_v, ps->n_attn_v))
-            nt = CN_TYPE_Q6_K;
-        else if (ft == FT_Q4_K_S && ps->i_attn_v < 4)
-            nt = CN_TYPE_Q5_K;
+        if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(ps->i_attn_v, ps->n_attn_v)) nt = CN_TYPE_Q6_K;
+        else if (ft == FT_Q4_K_S && ps->i_attn_v < 4) nt = CN_TYPE_Q5_K;
         ps->i_attn_v++;
     } else if (cat == CAT_FFN_DOWN) {
         int i = ps->i_ffn_down, n = ps->n_layer;
-        if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(i, n))
-            nt = CN_TYPE_Q6_K;
-        else if (ft == FT_Q4_K_S && i < n / 8)
-            nt = CN_TYPE_Q5_K;
+        if ((ft == FT_Q4_K_M || ft == FT_Q5_K_M) && use_more_bits(i, n)) nt = CN_TYPE_Q6_K;
+        else if (ft == FT_Q4_K_S && i < n / 8) nt = CN_TYPE_Q5_K;
         else if ((ft == FT_Q4_0 || ft == FT_Q5_0) && ps->has_imatrix && i < n / 8)
             nt = ft == FT_Q4_0 ? CN_TYPE_Q4_1 : CN_TYPE_Q5_1; /* llama.cpp's guard for the first layers */
         ps->i_ffn_down++;
@@ -163,15 +175,15 @@ static cn_type mix_type(plan_state *ps, category cat, const cn_gguf_tensor_info 
 
 /* tensor_type_fallback: a type whose block does not divide the rows. */
 static cn_type fallback(plan_state *ps, const char *name, const cn_gguf_tensor_info *t, cn_type nt) {
-    if (t->ne[0] % block_of(nt) == 0)
-        return nt;
-    cn_type fb = nt == CN_TYPE_Q4_K ? CN_TYPE_Q5_0 : nt == CN_TYPE_Q5_K ? CN_TYPE_Q5_1
-               : nt == CN_TYPE_Q6_K ? CN_TYPE_Q8_0 : nt;
-    if (t->ne[0] % block_of(fb) != 0)
-        fb = CN_TYPE_F16;
+    if (t->ne[0] % block_of(nt) == 0) return nt;
+    cn_type fb = nt == CN_TYPE_Q4_K   ? CN_TYPE_Q5_0
+                 : nt == CN_TYPE_Q5_K ? CN_TYPE_Q5_1
+                 : nt == CN_TYPE_Q6_K ? CN_TYPE_Q8_0
+                                      : nt;
+    if (t->ne[0] % block_of(fb) != 0) fb = CN_TYPE_F16;
     ps->n_fallback++;
-    cn_log(CN_LOG_WARN, "%s: %lld columns not a multiple of %s's block of %lld: %s instead", name,
-           (long long)t->ne[0], cn_type_name(nt), (long long)block_of(nt), cn_type_name(fb));
+    cn_log(CN_LOG_WARN, "%s: %lld columns not a multiple of %s's block of %lld: %s instead", name, (long long)t->ne[0],
+           cn_type_name(nt), (long long)block_of(nt), cn_type_name(fb));
     return fb;
 }
 
@@ -179,12 +191,13 @@ static cn_type fallback(plan_state *ps, const char *name, const cn_gguf_tensor_i
  * so rows it cannot take are an error. */
 static cn_status parse_override(const char *s, const char *what, int *out, cn_error *err) {
     *out = -1; /* none */
-    if (!s)
-        return CN_STATUS_OK;
+    if (!s) return CN_STATUS_OK;
     uint32_t t;
     if (!cn_type_from_name(s, &t) || !cn_type_quantizer(t))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "%s '%s' is not a type cinder writes (f32, f16, bf16, "
-                      "q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K)", what, s);
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "%s '%s' is not a type cinder writes (f32, f16, bf16, "
+                      "q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K)",
+                      what, s);
     *out = (int)t;
     return CN_STATUS_OK;
 }
@@ -192,16 +205,16 @@ static cn_status parse_override(const char *s, const char *what, int *out, cn_er
 /* ---- conversion of one slab of rows, split over the pool ---- */
 
 typedef struct {
-    const uint8_t *src;      /* (n_rows, src_row_bytes) */
-    uint8_t *dst;            /* (n_rows, dst_row_bytes) */
+    const uint8_t *src; /* (n_rows, src_row_bytes) */
+    uint8_t *dst;       /* (n_rows, dst_row_bytes) */
     int64_t n_rows, ne0;
     size_t src_row_bytes, dst_row_bytes;
     cn_to_float_fn to_float;
     cn_from_float_fn quant;
     cn_from_float_w_fn quant_w; /* with qw: the weighted quantizer */
-    const float *qw;         /* (n_expert, ne0) importance weights, or NULL */
-    int64_t row0, ne1;       /* the slab's first row in the tensor; rows per expert */
-    float *scratch;          /* (n_threads, ne0) */
+    const float *qw;            /* (n_expert, ne0) importance weights, or NULL */
+    int64_t row0, ne1;          /* the slab's first row in the tensor; rows per expert */
+    float *scratch;             /* (n_threads, ne0) */
 } slab_job;
 
 static void convert_rows(void *ctx, int ith, int nth) {
@@ -214,8 +227,7 @@ static void convert_rows(void *ctx, int ith, int nth) {
         if (j->qw)
             j->quant_w(row, j->dst + (size_t)r * j->dst_row_bytes, j->ne0,
                        j->qw + (size_t)((j->row0 + r) / j->ne1) * (size_t)j->ne0);
-        else
-            j->quant(row, j->dst + (size_t)r * j->dst_row_bytes, j->ne0);
+        else j->quant(row, j->dst + (size_t)r * j->dst_row_bytes, j->ne0);
     }
 }
 
@@ -238,9 +250,8 @@ static cn_status write_pad(FILE *f, uint64_t n_bytes, uint32_t align, const char
 }
 
 /* Converts (or copies) tensor t to type nt and appends it, padded, to f. */
-static cn_status write_tensor(FILE *f, const char *path, const cn_gguf_tensor_info *t, const char *name,
-                              cn_type nt, const float *qw, uint32_t align, cn_pool *pool, uint64_t *n_out,
-                              cn_error *err) {
+static cn_status write_tensor(FILE *f, const char *path, const cn_gguf_tensor_info *t, const char *name, cn_type nt,
+                              const float *qw, uint32_t align, cn_pool *pool, uint64_t *n_out, cn_error *err) {
     if (t->type == (uint32_t)nt) {
         *n_out = t->n_bytes;
         cn_status st = write_bytes(f, t->data, (size_t)t->n_bytes, path, err);
@@ -253,25 +264,29 @@ static cn_status write_tensor(FILE *f, const char *path, const cn_gguf_tensor_in
     const size_t dst_rb = (size_t)cn_type_row_bytes((uint32_t)nt, ne0);
     const int nth = cn_pool_size(pool);
     int64_t slab_rows = (int64_t)(SLAB_BYTES / dst_rb);
-    if (slab_rows < 1)
-        slab_rows = 1;
-    if (slab_rows > n_rows)
-        slab_rows = n_rows;
+    if (slab_rows < 1) slab_rows = 1;
+    if (slab_rows > n_rows) slab_rows = n_rows;
     uint8_t *dst = cn_alloc_aligned((size_t)slab_rows * dst_rb + 1);
     float *scratch = cn_alloc_aligned((size_t)nth * (size_t)ne0 * sizeof(float) + 1);
     cn_status st = CN_STATUS_OK;
-    if (!dst || !scratch)
-        st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory converting '%s'", name);
+    if (!dst || !scratch) st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory converting '%s'", name);
     for (int64_t r = 0; r < n_rows && !st; r += slab_rows) {
         slab_job j = {
-            .src = (const uint8_t *)t->data + (size_t)r * src_rb, .dst = dst,
-            .n_rows = CN_MIN(slab_rows, n_rows - r), .ne0 = ne0, .src_row_bytes = src_rb,
-            .dst_row_bytes = dst_rb, .to_float = src_tr->to_float,
-            .quant = cn_type_quantizer((uint32_t)nt), .quant_w = cn_type_quantizer_weighted((uint32_t)nt),
-            .qw = qw, .row0 = r, .ne1 = CN_MAX(t->ne[1], (int64_t)1), .scratch = scratch,
+            .src = (const uint8_t *)t->data + (size_t)r * src_rb,
+            .dst = dst,
+            .n_rows = CN_MIN(slab_rows, n_rows - r),
+            .ne0 = ne0,
+            .src_row_bytes = src_rb,
+            .dst_row_bytes = dst_rb,
+            .to_float = src_tr->to_float,
+            .quant = cn_type_quantizer((uint32_t)nt),
+            .quant_w = cn_type_quantizer_weighted((uint32_t)nt),
+            .qw = qw,
+            .row0 = r,
+            .ne1 = CN_MAX(t->ne[1], (int64_t)1),
+            .scratch = scratch,
         };
-        if (!j.quant_w)
-            j.qw = NULL;
+        if (!j.quant_w) j.qw = NULL;
         cn_pool_run(pool, convert_rows, &j);
         st = write_bytes(f, dst, (size_t)j.n_rows * dst_rb, path, err);
     }
@@ -296,13 +311,13 @@ typedef struct {
     cn_quantize_params p;
     plan_state ps;
     cn_quantize_stats stats;
-    cn_imatrix *im;     /* NULL: none, or every entry filtered out */
-    cn_gguf *g;         /* the input */
-    int64_t n;          /* its tensors */
-    ordered *ord;       /* (n) in llama-quantize's order; the arrays below follow it */
-    cn_type *types;     /* (n) each tensor's output type */
-    const float **qws;  /* (n) its importance weights (views into im), or NULL */
-    cn_gguf_writer *w;  /* the output's metadata and tensor entries */
+    cn_imatrix *im;    /* NULL: none, or every entry filtered out */
+    cn_gguf *g;        /* the input */
+    int64_t n;         /* its tensors */
+    ordered *ord;      /* (n) in llama-quantize's order; the arrays below follow it */
+    cn_type *types;    /* (n) each tensor's output type */
+    const float **qws; /* (n) its importance weights (views into im), or NULL */
+    cn_gguf_writer *w; /* the output's metadata and tensor entries */
 } quant_run;
 
 static void quant_run_free(quant_run *q) {
@@ -323,8 +338,10 @@ static cn_status find_file_type(const char *type, plan_state *ps, cn_error *err)
             return CN_STATUS_OK;
         }
     }
-    return cn_err(err, CN_STATUS_INVALID_ARG, "unknown type '%s' (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, "
-                  "Q4_K_S, Q4_K_M, Q4_K, Q5_K_S, Q5_K_M, Q5_K)", type ? type : "(null)");
+    return cn_err(err, CN_STATUS_INVALID_ARG,
+                  "unknown type '%s' (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, "
+                  "Q4_K_S, Q4_K_M, Q4_K, Q5_K_S, Q5_K_M, Q5_K)",
+                  type ? type : "(null)");
 }
 
 static cn_status check_params(const cn_quantize_params *p, cn_error *err) {
@@ -334,7 +351,8 @@ static cn_status check_params(const cn_quantize_params *p, cn_error *err) {
     if (p->n_include > 0 && p->n_exclude > 0)
         return cn_err(err, CN_STATUS_INVALID_ARG, "give --include-weights or --exclude-weights, not both");
     if ((p->n_include > 0 || p->n_exclude > 0) && !p->imatrix_path)
-        return cn_err(err, CN_STATUS_INVALID_ARG, "--include-weights / --exclude-weights select imatrix entries: "
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "--include-weights / --exclude-weights select imatrix entries: "
                       "they need --imatrix");
     return cn_threads_check(p->n_threads, "quantize", err);
 }
@@ -342,15 +360,13 @@ static cn_status check_params(const cn_quantize_params *p, cn_error *err) {
 /* Any of names[0..n) a substring of name. */
 static bool name_has_any(const char *name, const char *const *names, int32_t n) {
     for (int32_t i = 0; i < n; i++)
-        if (names[i] && strstr(name, names[i]))
-            return true;
+        if (names[i] && strstr(name, names[i])) return true;
     return false;
 }
 
 /* --include-weights / --exclude-weights, as llama-quantize applies them: by substring. */
 static void imatrix_select(cn_imatrix *im, const cn_quantize_params *p) {
-    if (p->n_include <= 0 && p->n_exclude <= 0)
-        return;
+    if (p->n_include <= 0 && p->n_exclude <= 0) return;
     int64_t k = 0;
     for (int64_t i = 0; i < im->n_entries; i++) {
         cn_imatrix_entry *e = &im->e[i];
@@ -367,11 +383,9 @@ static void imatrix_select(cn_imatrix *im, const cn_quantize_params *p) {
 }
 
 static cn_status load_imatrix(quant_run *q, cn_error *err) {
-    if (!q->p.imatrix_path)
-        return CN_STATUS_OK;
+    if (!q->p.imatrix_path) return CN_STATUS_OK;
     cn_status st = cn_imatrix_load(q->p.imatrix_path, &q->im, err);
-    if (st)
-        return st;
+    if (st) return st;
     imatrix_select(q->im, &q->p);
     if (q->im->n_entries == 0) { /* every entry filtered out: no imatrix at all, as llama-quantize */
         cn_imatrix_free(q->im);
@@ -395,14 +409,12 @@ static int n_layer_of(const cn_gguf *g) {
 
 static int cmp_ordered(const void *pa, const void *pb) {
     const ordered *a = pa, *b = pb;
-    if (a->layer != b->layer)
-        return a->layer < b->layer ? -1 : 1;
+    if (a->layer != b->layer) return a->layer < b->layer ? -1 : 1;
     return strcmp(a->name, b->name);
 }
 
 static long layer_of(const char *name) {
-    if (strncmp(name, "blk.", 4) != 0)
-        return -1;
+    if (strncmp(name, "blk.", 4) != 0) return -1;
     char *end;
     long v = strtol(name + 4, &end, 10);
     return end == name + 4 ? -1 : v;
@@ -426,15 +438,13 @@ static cn_status order_tensors(quant_run *q, cn_error *err) {
 /* Opens the input and lists its tensors in llama-quantize's order. */
 static cn_status open_input(quant_run *q, const char *in_path, cn_error *err) {
     cn_status st = cn_gguf_open(in_path, &q->g, err);
-    if (st)
-        return st;
+    if (st) return st;
     q->n = cn_gguf_n_tensors(q->g);
     q->types = calloc((size_t)q->n + 1, sizeof *q->types);
     q->ord = calloc((size_t)q->n + 1, sizeof *q->ord);
     q->qws = calloc((size_t)q->n + 1, sizeof *q->qws);
     q->w = cn_gguf_writer_new();
-    if (!q->types || !q->ord || !q->qws || !q->w)
-        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
+    if (!q->types || !q->ord || !q->qws || !q->w) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
     q->ps.n_layer = n_layer_of(q->g);
     q->stats.n_tensors = q->n;
     q->stats.file_type = q->ps.ftype;
@@ -448,8 +458,7 @@ static cn_status open_input(quant_run *q, const char *in_path, cn_error *err) {
 static cn_status find_weights(const cn_imatrix *im, const char *name, const cn_gguf_tensor_info *t, cn_type nt,
                               const float **qw, cn_quantize_stats *stats, cn_error *err) {
     *qw = NULL;
-    if (!im)
-        return CN_STATUS_OK;
+    if (!im) return CN_STATUS_OK;
     const cn_imatrix_entry *e = cn_imatrix_find(im, name);
     if (!e) {
         cn_log(CN_LOG_INFO, "%s: no importance matrix entry: quantized unweighted", name);
@@ -464,8 +473,10 @@ static cn_status find_weights(const cn_imatrix *im, const char *name, const cn_g
                    (long long)e->n, (long long)want);
             return CN_STATUS_OK;
         }
-        return cn_err(err, CN_STATUS_INVALID_ARG, "imatrix entry '%s' has %lld values, the tensor %lld columns "
-                      "(an imatrix made for another model?)", name, (long long)e->n, (long long)want);
+        return cn_err(err, CN_STATUS_INVALID_ARG,
+                      "imatrix entry '%s' has %lld values, the tensor %lld columns "
+                      "(an imatrix made for another model?)",
+                      name, (long long)e->n, (long long)want);
     }
     if (cn_type_quantizer_weighted((uint32_t)nt)) {
         *qw = e->w;
@@ -479,13 +490,10 @@ static cn_status find_weights(const cn_imatrix *im, const char *name, const cn_g
  * with the fallback for rows the type's block does not divide. */
 static cn_type choose_type(plan_state *ps, bool pure, const char *name, const cn_gguf_tensor_info *t, int out_t,
                            int emb_t) {
-    if (!allows_quantization(name, t))
-        return (cn_type)t->type;
+    if (!allows_quantization(name, t)) return (cn_type)t->type;
     const category cat = category_of(name);
-    if (cat == CAT_TOKEN_EMBD && emb_t >= 0)
-        return (cn_type)emb_t;
-    if (cat == CAT_OUTPUT && out_t >= 0)
-        return (cn_type)out_t;
+    if (cat == CAT_TOKEN_EMBD && emb_t >= 0) return (cn_type)emb_t;
+    if (cat == CAT_OUTPUT && out_t >= 0) return (cn_type)out_t;
     return fallback(ps, name, t, pure ? ps->base : mix_type(ps, cat, t, out_t));
 }
 
@@ -506,8 +514,10 @@ static cn_status check_conversion(const cn_quantize_params *p, const char *name,
                       "tensor '%s' is already %s: requantizing needs allow_requantize (--allow-requantize)", name,
                       cn_type_name((cn_type)t->type));
     if (src_quantized && !*warned) {
-        cn_log(CN_LOG_WARN, "requantizing: the input is already quantized (%s), so its error and the new "
-               "format's compound; quantize from F32/F16/BF16 where there is one", cn_type_name((cn_type)t->type));
+        cn_log(CN_LOG_WARN,
+               "requantizing: the input is already quantized (%s), so its error and the new "
+               "format's compound; quantize from F32/F16/BF16 where there is one",
+               cn_type_name((cn_type)t->type));
         *warned = true;
     }
     return CN_STATUS_OK;
@@ -516,26 +526,20 @@ static cn_status check_conversion(const cn_quantize_params *p, const char *name,
 static cn_status plan_types(quant_run *q, cn_error *err) {
     int out_t, emb_t;
     cn_status st = parse_override(q->p.output_type, "output type", &out_t, err);
-    if (!st)
-        st = parse_override(q->p.token_embd_type, "token embedding type", &emb_t, err);
-    if (st)
-        return st;
+    if (!st) st = parse_override(q->p.token_embd_type, "token embedding type", &emb_t, err);
+    if (st) return st;
     q->ps.tied = cn_gguf_find_tensor(q->g, "output.weight") < 0;
     for (int64_t i = 0; i < q->n; i++)
-        if (category_of(q->ord[i].name) == CAT_ATTN_V)
-            q->ps.n_attn_v++;
+        if (category_of(q->ord[i].name) == CAT_ATTN_V) q->ps.n_attn_v++;
     bool warned = false;
     for (int64_t i = 0; i < q->n && !st; i++) {
         const cn_gguf_tensor_info *t = cn_gguf_tensor(q->g, q->ord[i].index);
         const char *name = q->ord[i].name;
         const cn_type nt = q->types[i] = choose_type(&q->ps, q->p.pure, name, t, out_t, emb_t);
-        if (nt == (cn_type)t->type)
-            continue;
+        if (nt == (cn_type)t->type) continue;
         st = check_conversion(&q->p, name, t, nt, &warned, err);
-        if (!st)
-            st = find_weights(q->im, name, t, nt, &q->qws[i], &q->stats, err);
-        if (!st)
-            q->stats.n_quantized++;
+        if (!st) st = find_weights(q->im, name, t, nt, &q->qws[i], &q->stats, err);
+        if (!st) q->stats.n_quantized++;
     }
     q->stats.n_fallback = q->ps.n_fallback;
     return st;
@@ -570,21 +574,16 @@ static cn_status copy_meta(cn_gguf_writer *w, const cn_gguf *g, uint32_t ftype, 
             continue;
         st = cn_gguf_writer_copy_kv(w, g, i, key, err);
     }
-    if (!st)
-        st = cn_gguf_writer_set_u32(w, "general.quantization_version", 2);
-    if (!st)
-        st = cn_gguf_writer_set_u32(w, "general.file_type", ftype);
+    if (!st) st = cn_gguf_writer_set_u32(w, "general.quantization_version", 2);
+    if (!st) st = cn_gguf_writer_set_u32(w, "general.file_type", ftype);
     if (!st && im) {
         st = set_str127(w, "quantize.imatrix.file", im_path);
-        if (!st && im->dataset)
-            st = set_str127(w, "quantize.imatrix.dataset", im->dataset);
-        if (!st)
-            st = cn_gguf_writer_set_u32(w, "quantize.imatrix.entries_count", (uint32_t)im->n_entries);
+        if (!st && im->dataset) st = set_str127(w, "quantize.imatrix.dataset", im->dataset);
+        if (!st) st = cn_gguf_writer_set_u32(w, "quantize.imatrix.entries_count", (uint32_t)im->n_entries);
         if (!st && im->chunk_count > 0)
             st = cn_gguf_writer_set_u32(w, "quantize.imatrix.chunks_count", (uint32_t)im->chunk_count);
     }
-    if (st && err && !err->msg[0])
-        cn_err(err, st, "cannot copy the metadata");
+    if (st && err && !err->msg[0]) cn_err(err, st, "cannot copy the metadata");
     return st;
 }
 
@@ -600,8 +599,7 @@ static cn_status build_header(quant_run *q, cn_error *err) {
                           (unsigned)q->types[i]);
         st = cn_gguf_writer_add_tensor(q->w, name, q->types[i], t->n_dims, t->ne, NULL, nb, err);
         int64_t ne = 1;
-        for (uint32_t d = 0; d < t->n_dims; d++)
-            ne *= t->ne[d];
+        for (uint32_t d = 0; d < t->n_dims; d++) ne *= t->ne[d];
         q->stats.n_elem += ne;
     }
     return st;
@@ -611,8 +609,7 @@ static cn_status build_header(quant_run *q, cn_error *err) {
 
 static cn_status write_tensors(quant_run *q, FILE *f, const char *out_path, uint32_t align, cn_pool *pool,
                                cn_error *err) {
-    if (q->p.progress)
-        q->p.progress(q->p.progress_user, 0, q->n, 0);
+    if (q->p.progress) q->p.progress(q->p.progress_user, 0, q->n, 0);
     cn_status st = CN_STATUS_OK;
     for (int64_t i = 0; i < q->n && !st; i++) {
         const cn_gguf_tensor_info *t = cn_gguf_tensor(q->g, q->ord[i].index);
@@ -620,8 +617,7 @@ static cn_status write_tensors(quant_run *q, FILE *f, const char *out_path, uint
         st = write_tensor(f, out_path, t, q->ord[i].name, q->types[i], q->qws[i], align, pool, &n_out, err);
         q->stats.n_bytes_in += t->n_bytes;
         q->stats.n_bytes_out += n_out;
-        if (!st && q->p.progress)
-            q->p.progress(q->p.progress_user, i + 1, q->n, q->stats.n_bytes_in);
+        if (!st && q->p.progress) q->p.progress(q->p.progress_user, i + 1, q->n, q->stats.n_bytes_in);
     }
     return st;
 }
@@ -633,33 +629,25 @@ static cn_status write_output(quant_run *q, const char *out_path, cn_error *err)
     cn_status st = cn_pool_create(cn_threads_resolve(q->p.n_threads), &pool, err);
     if (!st && !(st = cn_outfile_open(&o, out_path, err))) {
         st = cn_gguf_writer_write_header(q->w, o.f, &align, err);
-        if (!st)
-            st = write_tensors(q, o.f, out_path, align, pool, err);
+        if (!st) st = write_tensors(q, o.f, out_path, align, pool, err);
         st = st ? (cn_outfile_abort(&o), st) : cn_outfile_commit(&o, err);
     }
     cn_pool_free(pool);
     return st;
 }
 
-cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type,
-                            const cn_quantize_params *pp, cn_quantize_stats *stats_out, cn_error *err) {
+cn_status cn_model_quantize(const char *in_path, const char *out_path, const char *type, const cn_quantize_params *pp,
+                            cn_quantize_stats *stats_out, cn_error *err) {
     quant_run q = {.p = pp ? *pp : cn_quantize_default_params()};
     cn_status st = find_file_type(type, &q.ps, err);
-    if (!st)
-        st = check_params(&q.p, err);
-    if (st)
-        return st; /* stats_out untouched: nothing was read */
+    if (!st) st = check_params(&q.p, err);
+    if (st) return st; /* stats_out untouched: nothing was read */
     st = load_imatrix(&q, err);
-    if (!st)
-        st = open_input(&q, in_path, err);
-    if (!st)
-        st = plan_types(&q, err);
-    if (!st)
-        st = build_header(&q, err);
-    if (!st)
-        st = write_output(&q, out_path, err);
+    if (!st) st = open_input(&q, in_path, err);
+    if (!st) st = plan_types(&q, err);
+    if (!st) st = build_header(&q, err);
+    if (!st) st = write_output(&q, out_path, err);
     quant_run_free(&q);
-    if (stats_out)
-        *stats_out = q.stats;
+    if (stats_out) *stats_out = q.stats;
     return st;
 }

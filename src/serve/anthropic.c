@@ -193,10 +193,11 @@ static bool user_blocks(json_t *blocks, size_t i, json_t *seen, json_t *out, oai
         } else if (!strcmp(t, "tool_result")) {
             ok = add_tool_result(b, p, seen, parts, out, e);
         } else {
-            ok = oai_fail(e, 400, "invalid_request_error", p, "unsupported_content",
-                          "'%s': a user message may hold text and tool_result blocks, not '%.40s' (this server reads text "
-                          "only)",
-                          p, t);
+            ok = oai_fail(
+                e, 400, "invalid_request_error", p, "unsupported_content",
+                "'%s': a user message may hold text and tool_result blocks, not '%.40s' (this server reads text "
+                "only)",
+                p, t);
         }
     }
     if (ok) ok = flush_user(parts, out, e);
@@ -235,7 +236,8 @@ static bool map_messages(json_t *msgs, json_t *system, json_t *out, oai_error *e
         const bool user = !strcmp(r, "user"), asst = !strcmp(r, "assistant");
         snprintf(p, sizeof p, "messages[%zu].role", i);
         if (!user && !asst) {
-            ok = val_bad(e, p, "'%s' must be \"user\" or \"assistant\" (the system prompt is the top-level 'system')", p);
+            ok = val_bad(e, p, "'%s' must be \"user\" or \"assistant\" (the system prompt is the top-level 'system')",
+                         p);
             break;
         }
         snprintf(p, sizeof p, "messages[%zu].content", i);
@@ -262,7 +264,8 @@ static bool map_messages(json_t *msgs, json_t *system, json_t *out, oai_error *e
 /* ---- tools ---- */
 
 static bool map_tools(json_t *tools, json_t *out, oai_error *e) {
-    if (!json_is_array(tools)) return val_bad(e, "tools", "'%s' must be an array of {\"name\", \"input_schema\"}", "tools");
+    if (!json_is_array(tools))
+        return val_bad(e, "tools", "'%s' must be an array of {\"name\", \"input_schema\"}", "tools");
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t) {
@@ -271,12 +274,13 @@ static bool map_tools(json_t *tools, json_t *out, oai_error *e) {
         if (!json_is_object(t)) return val_bad(e, p, "'%s' must be {\"name\", \"description\", \"input_schema\"}", p);
         json_t *type = json_object_get(t, "type");
         if (type && !json_is_null(type) && !(json_is_string(type) && !strcmp(json_string_value(type), "custom")))
-            return oai_fail(e, 400, "invalid_request_error", p, NULL,
-                            "'%s': only client tools ({\"name\", \"description\", \"input_schema\"}) are supported, not "
-                            "'%.60s'",
-                            p, json_is_string(type) ? json_string_value(type) : "?");
+            return oai_fail(
+                e, 400, "invalid_request_error", p, NULL,
+                "'%s': only client tools ({\"name\", \"description\", \"input_schema\"}) are supported, not "
+                "'%.60s'",
+                p, json_is_string(type) ? json_string_value(type) : "?");
         /* strict: the input always follows the schema; eager_input_streaming: it always streams */
-        static const char *const keys[] = {"type",          "name",  "description", "input_schema",
+        static const char *const keys[] = {"type",          "name",   "description",          "input_schema",
                                            "cache_control", "strict", "eager_input_streaming"};
         if (!val_only_keys(t, p, keys, ARRAY_LEN(keys), e)) return false;
         static const char *const flags[] = {"strict", "eager_input_streaming"};
@@ -365,10 +369,12 @@ static bool map_output_config(json_t *oc, json_t *out, oai_error *e) {
     if (!json_is_object(oc)) return val_bad(e, F, "'%s' must be an object {\"format\", \"effort\"}", F);
     if (!val_only_keys(oc, F, keys, ARRAY_LEN(keys), e)) return false;
     json_t *ef = json_object_get(oc, "effort"), *f = json_object_get(oc, "format");
-    if (ef && !json_is_null(ef) && !json_is_string(ef)) return val_bad(e, "output_config.effort", "'%s' must be a string", "output_config.effort");
+    if (ef && !json_is_null(ef) && !json_is_string(ef))
+        return val_bad(e, "output_config.effort", "'%s' must be a string", "output_config.effort");
     if (!f || json_is_null(f)) return true;
     static const char *const fk[] = {"type", "schema"};
-    if (!json_is_object(f) || strcmp(val_str(f, "type"), "json_schema") || !json_is_object(json_object_get(f, "schema")))
+    if (!json_is_object(f) || strcmp(val_str(f, "type"), "json_schema") ||
+        !json_is_object(json_object_get(f, "schema")))
         return val_bad(e, "output_config.format", "'%s' must be {\"type\": \"json_schema\", \"schema\": {...}}",
                        "output_config.format");
     if (!val_only_keys(f, "output_config.format", fk, ARRAY_LEN(fk), e)) return false;
@@ -385,9 +391,9 @@ bool ant_parse(const oai_ctx *c, json_t *body, bool count_only, oai_request *r, 
     if (!json_is_object(body)) return val_bad(e, "body", "the %s must be a JSON object", "body");
     /* cache_control (here and on blocks, tools, system blocks): a caching hint, no effect
      * needed: the engine's prefix cache reuses a repeated prefix by itself */
-    static const char *const keys[] = {"model",    "messages", "system",      "max_tokens", "stop_sequences",
-                                       "temperature", "top_p", "top_k",       "stream",     "metadata",
-                                       "tools",    "tool_choice", "thinking", "output_config", "cache_control"};
+    static const char *const keys[] = {"model",       "messages",    "system",   "max_tokens",    "stop_sequences",
+                                       "temperature", "top_p",       "top_k",    "stream",        "metadata",
+                                       "tools",       "tool_choice", "thinking", "output_config", "cache_control"};
     if (!val_only_keys(body, "", keys, ARRAY_LEN(keys), e)) return false;
     json_t *out = json_object();
     if (!out) return val_oom(e);
@@ -403,7 +409,8 @@ bool ant_parse(const oai_ctx *c, json_t *body, bool count_only, oai_request *r, 
         ok = val_bad(e, "max_tokens", "'%s' is required (the most tokens the reply may have)", "max_tokens");
     if (count_only) json_object_del(out, "max_tokens");
     json_t *md = json_object_get(body, "metadata");
-    if (ok && md && !json_is_null(md) && !json_is_object(md)) ok = val_bad(e, "metadata", "'%s' must be an object", "metadata");
+    if (ok && md && !json_is_null(md) && !json_is_object(md))
+        ok = val_bad(e, "metadata", "'%s' must be an object", "metadata");
     json_t *ss = json_object_get(body, "stop_sequences");
     if (ok && ss && !json_is_null(ss)) {
         if (!json_is_array(ss)) ok = val_bad(e, "stop_sequences", "'%s' must be an array of strings", "stop_sequences");
@@ -460,7 +467,8 @@ int32_t ant_stop_match(const api_request *ar, const char *tok_text, size_t n) {
     size_t at = n;
     for (int32_t i = 0; i < ar->n_stops; i++) {
         const char *p = memmem(tok_text, n, ar->stops[i], strlen(ar->stops[i]));
-        if (p && ((size_t)(p - tok_text) < at || ((size_t)(p - tok_text) == at && best >= 0 && strlen(ar->stops[i]) > strlen(ar->stops[best])))) {
+        if (p && ((size_t)(p - tok_text) < at ||
+                  ((size_t)(p - tok_text) == at && best >= 0 && strlen(ar->stops[i]) > strlen(ar->stops[best])))) {
             at = (size_t)(p - tok_text);
             best = i;
         }
@@ -532,13 +540,15 @@ void ant_item(api_writer *w, const api_meta *m, api_item_ev ev, int32_t i, const
     if (!events) return;
     const api_item *it = &w->items[i];
     if (ev == API_ITEM_BEGIN) {
-        api_event(w, events, json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", i, "content_block",
-                                    block_json(it, false)));
+        api_event(w, events,
+                  json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", i, "content_block",
+                            block_json(it, false)));
         ping(w, events);
     } else if (ev == API_ITEM_GROW) {
-        json_t *d = it->kind == API_ITEM_TEXT        ? json_pack("{s:s,s:s%}", "type", "text_delta", "text", text, n)
-                    : it->kind == API_ITEM_REASONING ? json_pack("{s:s,s:s%}", "type", "thinking_delta", "thinking", text, n)
-                                                     : json_pack("{s:s,s:s%}", "type", "input_json_delta", "partial_json", text, n);
+        json_t *d = it->kind == API_ITEM_TEXT ? json_pack("{s:s,s:s%}", "type", "text_delta", "text", text, n)
+                    : it->kind == API_ITEM_REASONING
+                        ? json_pack("{s:s,s:s%}", "type", "thinking_delta", "thinking", text, n)
+                        : json_pack("{s:s,s:s%}", "type", "input_json_delta", "partial_json", text, n);
         api_event(w, events, json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", i, "delta", d));
     } else {
         api_event(w, events, json_pack("{s:s,s:i}", "type", "content_block_stop", "index", i));
@@ -551,8 +561,9 @@ void ant_close(api_writer *w, const api_meta *m, json_t *events) {
     if (m->finish == CN_FINISH_CANCELLED) return; /* the stream ends with an error event instead */
     const char *reason = stop_reason(w, m);
     const char *seq = !strcmp(reason, "stop_sequence") ? w->ar->stops[m->stop_index] : NULL;
-    api_event(w, events, json_pack("{s:s,s:{s:s,s:s?},s:{s:i,s:i}}", "type", "message_delta", "delta", "stop_reason", reason,
-                                "stop_sequence", seq, "usage", "input_tokens", m->n_prompt, "output_tokens", m->n_generated));
+    api_event(w, events,
+              json_pack("{s:s,s:{s:s,s:s?},s:{s:i,s:i}}", "type", "message_delta", "delta", "stop_reason", reason,
+                        "stop_sequence", seq, "usage", "input_tokens", m->n_prompt, "output_tokens", m->n_generated));
     api_event(w, events, json_pack("{s:s}", "type", "message_stop"));
 }
 

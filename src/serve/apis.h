@@ -27,10 +27,10 @@ typedef enum { API_CHAT, API_COMPLETION, API_ANTHROPIC, API_RESPONSES, API_INFIL
 /* What an Anthropic or Responses request keeps besides its oai_request. */
 typedef struct {
     api_kind kind;
-    char *stops[CN_GEN_MAX_STOP];  /* Anthropic's stop_sequences (to say which one ended it) */
+    char *stops[CN_GEN_MAX_STOP]; /* Anthropic's stop_sequences (to say which one ended it) */
     int32_t n_stops;
-    int64_t max_tokens;            /* the limit asked for (0: none) */
-    json_t *echo;                  /* Responses: the request's fields the response repeats */
+    int64_t max_tokens; /* the limit asked for (0: none) */
+    json_t *echo;       /* Responses: the request's fields the response repeats */
 } api_request;
 
 void api_request_free(api_request *ar);
@@ -59,33 +59,33 @@ typedef enum { API_ITEM_TEXT, API_ITEM_REASONING, API_ITEM_CALL } api_item_kind;
 
 typedef struct {
     api_item_kind kind;
-    cn_buf text;               /* the text, the reasoning, or the call's arguments */
-    char *name;                /* a call's function */
-    char call_id[32];          /* a call's id as oai_reply made it ("call_...") */
-    int32_t call_index;        /* a call's index in the reply */
-    bool broken;               /* a call the reply ended inside */
+    cn_buf text;        /* the text, the reasoning, or the call's arguments */
+    char *name;         /* a call's function */
+    char call_id[32];   /* a call's id as oai_reply made it ("call_...") */
+    int32_t call_index; /* a call's index in the reply */
+    bool broken;        /* a call the reply ended inside */
 } api_item;
 
 /* Everything a writer needs to know of its job. */
 typedef struct {
-    const char *id;            /* "msg_..." / "resp_..." */
+    const char *id; /* "msg_..." / "resp_..." */
     const char *model;
     long long created;
     int32_t n_prompt, n_cached, n_generated;
-    cn_finish_reason finish;   /* CN_FINISH_NONE while running */
-    int32_t stop_index;        /* Anthropic: the stop sequence that ended it, or -1 */
-    const cn_tokenizer *tok;   /* to count reasoning tokens (Responses' usage) */
+    cn_finish_reason finish; /* CN_FINISH_NONE while running */
+    int32_t stop_index;      /* Anthropic: the stop sequence that ended it, or -1 */
+    const cn_tokenizer *tok; /* to count reasoning tokens (Responses' usage) */
 } api_meta;
 
 typedef struct {
-    const api_request *ar;     /* borrowed */
+    const api_request *ar; /* borrowed */
     api_item *items;
     int32_t n_items;
     size_t cap_items;
-    bool open;                 /* the last item still grows */
-    cn_buf ws;                 /* content that is only whitespace, not yet in an item */
-    int64_t seq;               /* Responses: the next event's sequence_number */
-    bool pinged;               /* Anthropic: the ping is sent */
+    bool open;   /* the last item still grows */
+    cn_buf ws;   /* content that is only whitespace, not yet in an item */
+    int64_t seq; /* Responses: the next event's sequence_number */
+    bool pinged; /* Anthropic: the ping is sent */
     bool oom;
 } api_writer;
 

@@ -23,8 +23,7 @@ void emb_request_free(emb_request *r) {
 /* Input i from a JSON string or an array of token ids. */
 static bool one_input(const oai_ctx *c, json_t *x, size_t i, emb_request *r, oai_error *e) {
     if (json_is_string(x)) {
-        if (json_string_length(x) == 0)
-            return val_bad(e, "input", "input[%zu] is empty", i);
+        if (json_string_length(x) == 0) return val_bad(e, "input", "input[%zu] is empty", i);
         size_t k = 0;
         cn_error err = {0};
         const cn_status st = cn_tokenize_alloc(c->tok, json_string_value(x), json_string_length(x), true, true,
@@ -32,14 +31,12 @@ static bool one_input(const oai_ctx *c, json_t *x, size_t i, emb_request *r, oai
         if (st == CN_STATUS_NO_MEMORY) return val_oom(e);
         if (st != CN_STATUS_OK) return val_bad(e, "input", "input[%zu]: %s", i, err.msg);
         if (k == 0 || k > (size_t)INT32_MAX / 2)
-            return val_bad(e, "input", "input[%zu] gives %s", i,
-                            k ? "too many tokens" : "no tokens");
+            return val_bad(e, "input", "input[%zu] gives %s", i, k ? "too many tokens" : "no tokens");
         r->n_ids[i] = (int32_t)k;
         return true;
     }
     if (!json_is_array(x) || json_array_size(x) == 0)
-        return val_bad(e, "input",
-                        "input[%zu] must be a non-empty string or a non-empty array of token ids", i);
+        return val_bad(e, "input", "input[%zu] must be a non-empty string or a non-empty array of token ids", i);
     const size_t k = json_array_size(x);
     if (k > (size_t)INT32_MAX / 2) return val_bad(e, "input", "an input is too long");
     if (!(r->ids[i] = malloc(k * sizeof *r->ids[i]))) return val_oom(e);
@@ -47,8 +44,7 @@ static bool one_input(const oai_ctx *c, json_t *x, size_t i, emb_request *r, oai
         json_t *t = json_array_get(x, j);
         const json_int_t v = json_is_integer(t) ? json_integer_value(t) : -1;
         if (v < 0 || v >= c->n_vocab)
-            return val_bad(e, "input",
-                            "input[%zu][%zu] is not a token id in [0, %d)", i, j, c->n_vocab);
+            return val_bad(e, "input", "input[%zu][%zu] is not a token id in [0, %d)", i, j, c->n_vocab);
         r->ids[i][j] = (int32_t)v;
     }
     r->n_ids[i] = (int32_t)k;
@@ -93,12 +89,12 @@ bool emb_parse(const oai_ctx *c, int32_t n_embd, int32_t n_batch, json_t *body, 
     /* one input (a string, or one list of ids), or a list of them */
     const bool many = json_is_array(in) && json_array_size(in) > 0 && !json_is_integer(json_array_get(in, 0));
     if (!json_is_string(in) && !json_is_array(in))
-        return val_bad(e, "input", "'input' must be a string, an array of strings, an array of token ids, or an array of "
-                               "arrays of token ids");
+        return val_bad(e, "input",
+                       "'input' must be a string, an array of strings, an array of token ids, or an array of "
+                       "arrays of token ids");
     if (json_is_array(in) && json_array_size(in) == 0) return val_bad(e, "input", "'input' is an empty array");
     r->n = many ? json_array_size(in) : 1;
-    if (r->n > EMB_MAX_INPUTS)
-        return val_bad(e, "input", "at most %d inputs per request", EMB_MAX_INPUTS);
+    if (r->n > EMB_MAX_INPUTS) return val_bad(e, "input", "at most %d inputs per request", EMB_MAX_INPUTS);
     r->ids = calloc(r->n, sizeof *r->ids);
     r->n_ids = calloc(r->n, sizeof *r->n_ids);
     if (!r->ids || !r->n_ids) {

@@ -10,10 +10,10 @@
 #define EMB_MAX_INPUTS 2048 /* inputs per request (OpenAI's limit) */
 
 typedef struct {
-    int32_t **ids;          /* (n) each input's tokens */
-    int32_t *n_ids;         /* (n) */
+    int32_t **ids;  /* (n) each input's tokens */
+    int32_t *n_ids; /* (n) */
     size_t n;
-    bool base64;            /* encoding_format "base64": little-endian float32 bytes */
+    bool base64; /* encoding_format "base64": little-endian float32 bytes */
 } emb_request;
 
 /* body to r. c gives the tokenizer, model name and n_vocab; n_embd and n_batch are the

@@ -18,13 +18,13 @@ typedef struct {
     uint64_t hash;
     char *key;
     size_t key_len;
-    cn_grammar *g;             /* the cache's reference */
-    uint64_t used;             /* recency stamp */
+    cn_grammar *g; /* the cache's reference */
+    uint64_t used; /* recency stamp */
 } entry;
 
 struct gcache {
     pthread_mutex_t mu;
-    entry *e;                  /* (max_entries) */
+    entry *e; /* (max_entries) */
     size_t n, max_entries;
     size_t key_bytes, max_key_bytes;
     uint64_t tick;
@@ -78,8 +78,8 @@ void gcache_free(gcache *c) {
 }
 
 /* The entry for the key, or -1 (lock held). */
-static long find(const gcache *c, const cn_tokenizer *tok, cn_grammar_kind kind, bool flex, uint64_t h,
-                 const char *key, size_t n) {
+static long find(const gcache *c, const cn_tokenizer *tok, cn_grammar_kind kind, bool flex, uint64_t h, const char *key,
+                 size_t n) {
     for (size_t i = 0; i < c->n; i++) {
         const entry *x = &c->e[i];
         if (x->hash == h && x->tok == tok && x->kind == kind && x->flex == flex && x->key_len == n &&
@@ -108,8 +108,8 @@ static void insert(gcache *c, const cn_tokenizer *tok, cn_grammar_kind kind, boo
     c->key_bytes += n;
 }
 
-cn_status gcache_get(gcache *c, const cn_tokenizer *tok, const cn_grammar_params *p, const char *key,
-                     size_t key_len, cn_grammar **out, bool *hit, cn_error *err) {
+cn_status gcache_get(gcache *c, const cn_tokenizer *tok, const cn_grammar_params *p, const char *key, size_t key_len,
+                     cn_grammar **out, bool *hit, cn_error *err) {
     *out = NULL;
     if (hit) *hit = false;
     if (!c) return cn_grammar_compile(tok, p, out, err);

@@ -26,11 +26,11 @@ typedef struct gcache gcache;
 
 /* What /metrics shows of the cache. */
 typedef struct {
-    uint64_t hits, misses;     /* lookups answered from the cache / compiled */
-    uint64_t errors;           /* compiles that failed (bad input or budget) */
+    uint64_t hits, misses; /* lookups answered from the cache / compiled */
+    uint64_t errors;       /* compiles that failed (bad input or budget) */
     uint64_t evictions;
     uint64_t n_entries;
-    double compile_s_sum;      /* time spent compiling (misses), seconds */
+    double compile_s_sum; /* time spent compiling (misses), seconds */
     uint64_t n_compiles;
 } gcache_stats;
 
@@ -43,8 +43,8 @@ void gcache_free(gcache *c); /* NULL: no-op; drops the cache's references */
  * names p exactly (together with tok, p->kind and p->flexible_whitespace). *out is the
  * caller's reference (cn_grammar_free it); *hit (may be NULL) says whether it was cached.
  * c NULL: compiles without caching. Errors: cn_grammar_compile's. */
-cn_status gcache_get(gcache *c, const cn_tokenizer *tok, const cn_grammar_params *p, const char *key,
-                     size_t key_len, cn_grammar **out, bool *hit, cn_error *err);
+cn_status gcache_get(gcache *c, const cn_tokenizer *tok, const cn_grammar_params *p, const char *key, size_t key_len,
+                     cn_grammar **out, bool *hit, cn_error *err);
 
 void gcache_get_stats(gcache *c, gcache_stats *out); /* c NULL: zeros */
 

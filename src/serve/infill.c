@@ -16,14 +16,26 @@
 #include "serve/validate.h"
 
 /* Copied into the completions body as they are (the names oai_parse knows). */
-static const char *const PASS_FIELDS[] = {"model", "temperature", "top_k", "top_p", "min_p", "typical_p",
-                                          "presence_penalty", "frequency_penalty", "repetition_penalty", "seed",
-                                          "stop", "stream", "ignore_eos", "logit_bias", "max_tokens"};
+static const char *const PASS_FIELDS[] = {"model",
+                                          "temperature",
+                                          "top_k",
+                                          "top_p",
+                                          "min_p",
+                                          "typical_p",
+                                          "presence_penalty",
+                                          "frequency_penalty",
+                                          "repetition_penalty",
+                                          "seed",
+                                          "stop",
+                                          "stream",
+                                          "ignore_eos",
+                                          "logit_bias",
+                                          "max_tokens"};
 /* Accepted with no effect (see the top of the file). */
 static const char *const IGNORED_FIELDS[] = {"cache_prompt", "t_max_prompt_ms", "t_max_predict_ms", "n_indent",
-                                             "samplers", "response_fields", "id_slot"};
-static const char *const OWN_FIELDS[] = {"input_prefix", "input_suffix", "input_extra", "prompt", "n_predict",
-                                         "repeat_penalty"};
+                                             "samplers",     "response_fields", "id_slot"};
+static const char *const OWN_FIELDS[] = {"input_prefix", "input_suffix", "input_extra",
+                                         "prompt",       "n_predict",    "repeat_penalty"};
 
 const oai_dialect INFILL_API = {OAI_COMPLETION, "/infill", NULL, 0};
 
@@ -108,17 +120,23 @@ bool infill_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *a
         if (!val_in_list(k, PASS_FIELDS, ARRAY_LEN(PASS_FIELDS)) &&
             !val_in_list(k, IGNORED_FIELDS, ARRAY_LEN(IGNORED_FIELDS)) &&
             !val_in_list(k, OWN_FIELDS, ARRAY_LEN(OWN_FIELDS)))
-            return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter", "unsupported field '%s' for /infill",
-                            k);
+            return oai_fail(e, 400, "invalid_request_error", k, "unsupported_parameter",
+                            "unsupported field '%s' for /infill", k);
     }
     for (int f = CN_FIM_PRE; f <= CN_FIM_MID; f++)
         if (cn_tokenizer_fim(c->tok, (cn_fim_token)f) < 0)
             return oai_fail(e, 400, "invalid_request_error", NULL, "fim_not_supported",
                             "this model cannot fill in the middle: its vocabulary has no FIM %s token "
                             "(tokenizer.ggml.fim_%s_token_id, or a known text such as <|fim_%s|>)",
-                            f == CN_FIM_PRE ? "prefix" : f == CN_FIM_SUF ? "suffix" : "middle",
-                            f == CN_FIM_PRE ? "pre" : f == CN_FIM_SUF ? "suf" : "mid",
-                            f == CN_FIM_PRE ? "prefix" : f == CN_FIM_SUF ? "suffix" : "middle");
+                            f == CN_FIM_PRE   ? "prefix"
+                            : f == CN_FIM_SUF ? "suffix"
+                                              : "middle",
+                            f == CN_FIM_PRE   ? "pre"
+                            : f == CN_FIM_SUF ? "suf"
+                                              : "mid",
+                            f == CN_FIM_PRE   ? "prefix"
+                            : f == CN_FIM_SUF ? "suffix"
+                                              : "middle");
     json_t *np = json_object_get(body, "n_predict");
     if (np && !json_is_null(np) && !json_is_number(np))
         return val_bad(e, "n_predict", "'n_predict' must be an integer");
@@ -143,7 +161,8 @@ bool infill_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *a
     const cn_status st = cn_fim_prompt(c->tok, &fp, &ids, &n_ids, &err);
     free(extra);
     if (st == CN_STATUS_NO_MEMORY) return oai_fail(e, 503, "server_error", NULL, NULL, "%s", err.msg);
-    if (st != CN_STATUS_OK) return oai_fail(e, 400, "invalid_request_error", err.param[0] ? err.param : NULL, NULL, "%s", err.msg);
+    if (st != CN_STATUS_OK)
+        return oai_fail(e, 400, "invalid_request_error", err.param[0] ? err.param : NULL, NULL, "%s", err.msg);
     json_t *b = completions_body(body, ids, n_ids, e);
     free(ids);
     if (!b) return false;
@@ -174,22 +193,25 @@ json_t *infill_timings_json(const cn_gen_timings *t) {
     /* prefill_ms ends at the first token, decode_ms runs from there to the last */
     const double dec_ms = t->decode_ms;
     const int32_t n_dec = t->n_generated_tokens > 1 ? t->n_generated_tokens - 1 : 0;
-    return json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f}", "cache_n", t->n_cached_tokens, "prompt_n", n_eval,
-                     "prompt_ms", t->prefill_ms, "prompt_per_token_ms", n_eval > 0 ? t->prefill_ms / n_eval : 0.0,
-                     "prompt_per_second", t->prefill_ms > 0 ? 1e3 * n_eval / t->prefill_ms : 0.0, "predicted_n",
-                     t->n_generated_tokens, "predicted_ms", dec_ms, "predicted_per_token_ms",
-                     n_dec > 0 ? dec_ms / n_dec : 0.0, "predicted_per_second", n_dec > 0 && dec_ms > 0 ? 1e3 * n_dec / dec_ms : 0.0,
-                     "ttft_ms", t->ttft_ms, "queue_ms", t->queue_ms);
+    return json_pack(
+        "{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f}", "cache_n", t->n_cached_tokens, "prompt_n", n_eval, "prompt_ms",
+        t->prefill_ms, "prompt_per_token_ms", n_eval > 0 ? t->prefill_ms / n_eval : 0.0, "prompt_per_second",
+        t->prefill_ms > 0 ? 1e3 * n_eval / t->prefill_ms : 0.0, "predicted_n", t->n_generated_tokens, "predicted_ms",
+        dec_ms, "predicted_per_token_ms", n_dec > 0 ? dec_ms / n_dec : 0.0, "predicted_per_second",
+        n_dec > 0 && dec_ms > 0 ? 1e3 * n_dec / dec_ms : 0.0, "ttft_ms", t->ttft_ms, "queue_ms", t->queue_ms);
 }
 
 json_t *infill_json(const infill_out *o) {
     json_t *content = json_stringn(o->content ? o->content : "", o->n_content);
-    json_t *res = json_pack("{s:i,s:o,s:[],s:i,s:b,s:s,s:i,s:i}", "index", 0, "content", content ? content : json_string(""),
-                            "tokens", "id_slot", 0, "stop", o->done, "model", o->model, "tokens_predicted",
-                            o->n_predicted, "tokens_evaluated", o->n_prompt);
+    json_t *res = json_pack("{s:i,s:o,s:[],s:i,s:b,s:s,s:i,s:i}", "index", 0, "content",
+                            content ? content : json_string(""), "tokens", "id_slot", 0, "stop", o->done, "model",
+                            o->model, "tokens_predicted", o->n_predicted, "tokens_evaluated", o->n_prompt);
     if (!res || !o->done) return res;
     const bool word = o->finish == CN_FINISH_STOP && o->stop_index >= 0;
-    const char *type = o->finish == CN_FINISH_LENGTH ? "limit" : word ? "word" : o->finish == CN_FINISH_STOP ? "eos" : "none";
+    const char *type = o->finish == CN_FINISH_LENGTH ? "limit"
+                       : word                        ? "word"
+                       : o->finish == CN_FINISH_STOP ? "eos"
+                                                     : "none";
     json_object_set_new(res, "stop_type", json_string(type));
     json_object_set_new(res, "stopping_word", json_string(word ? o->ar->stops[o->stop_index] : ""));
     json_object_set_new(res, "truncated", json_false());

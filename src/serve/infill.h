@@ -24,10 +24,10 @@ bool infill_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *a
 /* What the response needs of a finished (or running) completion. */
 typedef struct {
     const char *model;
-    const char *content;           /* the text (streaming: this chunk's) */
+    const char *content; /* the text (streaming: this chunk's) */
     size_t n_content;
-    int32_t n_prompt;              /* tokens evaluated (the whole prompt) */
-    bool done;                     /* the final object (stop: true) */
+    int32_t n_prompt; /* tokens evaluated (the whole prompt) */
+    bool done;        /* the final object (stop: true) */
     cn_finish_reason finish;
     int32_t stop_index;            /* the stop string that ended it, or -1 */
     const api_request *ar;         /* its stop strings */

@@ -20,10 +20,21 @@
 #define N_STATUS 16
 #define MAX_BUCKETS 24
 
-static const char *const ENDPOINTS[N_ENDPOINTS] = {
-    "/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-    "/v1/models", "/health", "/metrics",
-    "/tokenize", "/detokenize", "/", "/infill", "/v1/embeddings", "other", NULL};
+static const char *const ENDPOINTS[N_ENDPOINTS] = {"/v1/chat/completions",
+                                                   "/v1/completions",
+                                                   "/v1/messages",
+                                                   "/v1/messages/count_tokens",
+                                                   "/v1/responses",
+                                                   "/v1/models",
+                                                   "/health",
+                                                   "/metrics",
+                                                   "/tokenize",
+                                                   "/detokenize",
+                                                   "/",
+                                                   "/infill",
+                                                   "/v1/embeddings",
+                                                   "other",
+                                                   NULL};
 
 typedef struct {
     const char *name, *help;
@@ -34,19 +45,19 @@ typedef struct {
     double sum;
 } histogram;
 
-static const double LAT_BUCKETS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-                                     0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+static const double LAT_BUCKETS[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
+                                     0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 static const double ITL_BUCKETS[] = {0.001, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
-                                     0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5};
+                                     0.1,   0.15,  0.2,  0.3,   0.4,  0.5,   0.75, 1.0,  2.5};
 
 enum { H_TTFT, H_ITL, H_E2E, H_QUEUE, H_PREFILL, H_DECODE, N_HIST };
 
 struct cn_metrics_series {
     char *model;
-    char *label;               /* model as a label value (\\, \" and \n escaped) */
+    char *label;                              /* model as a label value (\\, \" and \n escaped) */
     uint64_t requests[N_ENDPOINTS][N_STATUS]; /* status by the index in status_code */
     uint64_t prompt_tokens, generation_tokens, cached_tokens;
-    uint64_t finished[4];      /* by cn_finish_reason */
+    uint64_t finished[4]; /* by cn_finish_reason */
     uint64_t disconnects;
     uint64_t loads, load_failures, unloads;
     double load_s_sum;
@@ -105,18 +116,17 @@ static cn_metrics_series *series_new(const char *model) {
     *o = 0;
     x->model = name;
     x->label = label;
-    const int nl = (int)(sizeof LAT_BUCKETS / sizeof *LAT_BUCKETS), ni = (int)(sizeof ITL_BUCKETS / sizeof *ITL_BUCKETS);
-    hist_init(&x->h[H_TTFT], "cinder:time_to_first_token_seconds", "Time from arrival to the first token.",
-              LAT_BUCKETS, nl);
-    hist_init(&x->h[H_ITL], "cinder:inter_token_latency_seconds", "Time between consecutive tokens.",
-              ITL_BUCKETS, ni);
+    const int nl = (int)(sizeof LAT_BUCKETS / sizeof *LAT_BUCKETS),
+              ni = (int)(sizeof ITL_BUCKETS / sizeof *ITL_BUCKETS);
+    hist_init(&x->h[H_TTFT], "cinder:time_to_first_token_seconds", "Time from arrival to the first token.", LAT_BUCKETS,
+              nl);
+    hist_init(&x->h[H_ITL], "cinder:inter_token_latency_seconds", "Time between consecutive tokens.", ITL_BUCKETS, ni);
     hist_init(&x->h[H_E2E], "cinder:e2e_request_latency_seconds", "Time from arrival to finish.", LAT_BUCKETS, nl);
-    hist_init(&x->h[H_QUEUE], "cinder:request_queue_time_seconds", "Time from arrival to prefill start.",
-              LAT_BUCKETS, nl);
+    hist_init(&x->h[H_QUEUE], "cinder:request_queue_time_seconds", "Time from arrival to prefill start.", LAT_BUCKETS,
+              nl);
     hist_init(&x->h[H_PREFILL], "cinder:request_prefill_time_seconds", "Time from prefill start to first token.",
               LAT_BUCKETS, nl);
-    hist_init(&x->h[H_DECODE], "cinder:request_decode_time_seconds", "Time from first to last token.",
-              LAT_BUCKETS, nl);
+    hist_init(&x->h[H_DECODE], "cinder:request_decode_time_seconds", "Time from first to last token.", LAT_BUCKETS, nl);
     return x;
 }
 
@@ -206,21 +216,19 @@ void cn_metrics_model_unload(cn_metrics *m, cn_metrics_series *ms) {
 /* ---- rendering ---- */
 
 /* The family's header, then one sample per model: value(i) of models[i]. */
-#define FAMILY(b, kind, name, help, n, line)                                                  \
-    do {                                                                                      \
-        cn_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind);              \
-        for (int i = 0; i < (n); i++) line;                                                   \
+#define FAMILY(b, kind, name, help, n, line)                                      \
+    do {                                                                          \
+        cn_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind); \
+        for (int i = 0; i < (n); i++) line;                                       \
     } while (0)
 
-#define COUNTER(b, name, help, models, n, field)                                              \
-    FAMILY(b, "counter", name, help, n,                                                       \
-           cn_buf_printf(b, "%s{model_name=\"%s\"} %llu\n", name, (models)[i].ms->label,      \
-                         (unsigned long long)(field)))
+#define COUNTER(b, name, help, models, n, field) \
+    FAMILY(b, "counter", name, help, n,          \
+           cn_buf_printf(b, "%s{model_name=\"%s\"} %llu\n", name, (models)[i].ms->label, (unsigned long long)(field)))
 
-#define GAUGE(b, name, help, models, n, field)                                                \
-    FAMILY(b, "gauge", name, help, n,                                                         \
-           cn_buf_printf(b, "%s{model_name=\"%s\"} %.17g\n", name, (models)[i].ms->label,     \
-                         (double)(field)))
+#define GAUGE(b, name, help, models, n, field) \
+    FAMILY(b, "gauge", name, help, n,          \
+           cn_buf_printf(b, "%s{model_name=\"%s\"} %.17g\n", name, (models)[i].ms->label, (double)(field)))
 
 char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, bool multi, const gcache_stats *gs,
                         const char *label) {
@@ -233,7 +241,7 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
         if (all[i].ms) md[n++] = all[i];
     pthread_mutex_lock(&m->mu);
     cn_buf_printf(&b, "# HELP cinder:http_requests_total HTTP requests answered, by endpoint and status.\n"
-            "# TYPE cinder:http_requests_total counter\n");
+                      "# TYPE cinder:http_requests_total counter\n");
     for (int x = 0; x < m->n_series; x++)
         for (int e = 0; ENDPOINTS[e]; e++)
             for (int s = 0; s < N_STATUS && m->status_code[s]; s++)
@@ -242,14 +250,13 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
                                   "cinder:http_requests_total{model_name=\"%s\",endpoint=\"%s\",status=\"%d\"} %llu\n",
                                   m->series[x]->label, ENDPOINTS[e], m->status_code[s],
                                   (unsigned long long)m->series[x]->requests[e][s]);
-    COUNTER(&b, "cinder:prompt_tokens_total", "Prompt tokens of finished completions.", md, n,
-            md[i].ms->prompt_tokens);
+    COUNTER(&b, "cinder:prompt_tokens_total", "Prompt tokens of finished completions.", md, n, md[i].ms->prompt_tokens);
     COUNTER(&b, "cinder:prompt_tokens_cached_total", "Of them, reused from the prefix cache.", md, n,
             md[i].ms->cached_tokens);
     COUNTER(&b, "cinder:generation_tokens_total", "Generated tokens of finished completions.", md, n,
             md[i].ms->generation_tokens);
     cn_buf_printf(&b, "# HELP cinder:request_success_total Finished completions, by finish reason.\n"
-            "# TYPE cinder:request_success_total counter\n");
+                      "# TYPE cinder:request_success_total counter\n");
     static const char *const REASON[4] = {"none", "stop", "length", "cancelled"};
     for (int i = 0; i < n; i++)
         for (int r = 1; r < 4; r++)
@@ -268,20 +275,22 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
             for (int k = 0; k < x->n_buckets; k++) {
                 cum += x->count[k];
                 cn_buf_printf(&b, "%s_bucket{model_name=\"%s\",le=\"%g\"} %llu\n", x->name, model, x->le[k],
-                    (unsigned long long)cum);
+                              (unsigned long long)cum);
             }
-            cn_buf_printf(&b, "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model_name=\"%s\"} %.17g\n"
-                    "%s_count{model_name=\"%s\"} %llu\n",
-                x->name, model, (unsigned long long)x->n, x->name, model, x->sum, x->name, model,
-                (unsigned long long)x->n);
+            cn_buf_printf(&b,
+                          "%s_bucket{model_name=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model_name=\"%s\"} %.17g\n"
+                          "%s_count{model_name=\"%s\"} %llu\n",
+                          x->name, model, (unsigned long long)x->n, x->name, model, x->sum, x->name, model,
+                          (unsigned long long)x->n);
         }
     }
     if (multi) {
         int n_loaded = 0;
         for (int i = 0; i < n; i++) n_loaded += md[i].loaded;
-        cn_buf_printf(&b, "# HELP cinder:models_loaded Models loaded now.\n# TYPE cinder:models_loaded gauge\n"
-                "cinder:models_loaded %d\n",
-            n_loaded);
+        cn_buf_printf(&b,
+                      "# HELP cinder:models_loaded Models loaded now.\n# TYPE cinder:models_loaded gauge\n"
+                      "cinder:models_loaded %d\n",
+                      n_loaded);
         GAUGE(&b, "cinder:model_loaded", "1 while the model is loaded.", md, n, md[i].loaded);
         COUNTER(&b, "cinder:model_loads_total", "Loads of the model (on a request for it).", md, n, md[i].ms->loads);
         COUNTER(&b, "cinder:model_load_failures_total", "Loads that failed (a corrupt or unsupported file).", md, n,
@@ -289,11 +298,12 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
         COUNTER(&b, "cinder:model_unloads_total", "Unloads of the model (least recently used, idle).", md, n,
                 md[i].ms->unloads);
         cn_buf_printf(&b, "# HELP cinder:model_load_seconds Time spent loading models.\n"
-                "# TYPE cinder:model_load_seconds summary\n");
+                          "# TYPE cinder:model_load_seconds summary\n");
         for (int i = 0; i < n; i++)
-            cn_buf_printf(&b, "cinder:model_load_seconds_sum{model_name=\"%s\"} %.17g\n"
-                    "cinder:model_load_seconds_count{model_name=\"%s\"} %llu\n",
-                md[i].ms->label, md[i].ms->load_s_sum, md[i].ms->label, (unsigned long long)md[i].ms->loads);
+            cn_buf_printf(&b,
+                          "cinder:model_load_seconds_sum{model_name=\"%s\"} %.17g\n"
+                          "cinder:model_load_seconds_count{model_name=\"%s\"} %llu\n",
+                          md[i].ms->label, md[i].ms->load_s_sum, md[i].ms->label, (unsigned long long)md[i].ms->loads);
     }
     pthread_mutex_unlock(&m->mu);
     /* engine gauges: the loaded models */
@@ -324,23 +334,25 @@ char *cn_metrics_render(cn_metrics *m, const cn_metrics_model *all, int n_all, b
     }
     free(md);
     if (gs) {
-#define GC(name, help, v)                                                                                 \
+#define GC(name, help, v)                                                                                             \
     cn_buf_printf(&b, "# HELP %s %s\n# TYPE %s counter\n%s{model_name=\"%s\"} %llu\n", name, help, name, name, label, \
-        (unsigned long long)(v))
+                  (unsigned long long)(v))
         GC("cinder:grammar_cache_hits_total", "Structured-output grammars found compiled in the cache.", gs->hits);
-        GC("cinder:grammar_cache_misses_total", "Structured-output grammars compiled (not in the cache).",
-           gs->misses);
+        GC("cinder:grammar_cache_misses_total", "Structured-output grammars compiled (not in the cache).", gs->misses);
         GC("cinder:grammar_compile_errors_total", "Grammars that failed to compile (400s).", gs->errors);
         GC("cinder:grammar_cache_evictions_total", "Compiled grammars evicted from the cache.", gs->evictions);
 #undef GC
-        cn_buf_printf(&b, "# HELP cinder:grammar_cache_entries Compiled grammars in the cache.\n"
-                "# TYPE cinder:grammar_cache_entries gauge\ncinder:grammar_cache_entries{model_name=\"%s\"} %.17g\n",
+        cn_buf_printf(
+            &b,
+            "# HELP cinder:grammar_cache_entries Compiled grammars in the cache.\n"
+            "# TYPE cinder:grammar_cache_entries gauge\ncinder:grammar_cache_entries{model_name=\"%s\"} %.17g\n",
             label, (double)gs->n_entries);
-        cn_buf_printf(&b, "# HELP cinder:grammar_compile_seconds Time spent compiling grammars.\n"
-                "# TYPE cinder:grammar_compile_seconds summary\n"
-                "cinder:grammar_compile_seconds_sum{model_name=\"%s\"} %.17g\n"
-                "cinder:grammar_compile_seconds_count{model_name=\"%s\"} %llu\n",
-            label, gs->compile_s_sum, label, (unsigned long long)gs->n_compiles);
+        cn_buf_printf(&b,
+                      "# HELP cinder:grammar_compile_seconds Time spent compiling grammars.\n"
+                      "# TYPE cinder:grammar_compile_seconds summary\n"
+                      "cinder:grammar_compile_seconds_sum{model_name=\"%s\"} %.17g\n"
+                      "cinder:grammar_compile_seconds_count{model_name=\"%s\"} %llu\n",
+                      label, gs->compile_s_sum, label, (unsigned long long)gs->n_compiles);
     }
     return cn_buf_take(&b, NULL);
 }

@@ -36,7 +36,7 @@ typedef struct {
 
 struct models {
     pthread_mutex_t mu;
-    pthread_cond_t cv;         /* an entry changed state, or a hold was released */
+    pthread_cond_t cv; /* an entry changed state, or a hold was released */
     bool multi, draining;
     char *dir;
     int max_loaded;
@@ -168,7 +168,7 @@ static bool id_of(const char *name, char *id, size_t n) {
 static void rescan(models *r) {
     DIR *d = opendir(r->dir);
     if (!d) return;
-    char (*names)[256] = NULL;
+    char(*names)[256] = NULL;
     int n = 0;
     size_t cap = 0;
     struct dirent *de;
@@ -219,7 +219,7 @@ cn_status models_new_dir(const cn_server_params *p, const oai_ctx *base, cn_metr
     DIR *d = opendir(p->models_dir);
     if (!d)
         return serve_err(err, CN_STATUS_IO, "cannot read the models folder '%.300s': %s", p->models_dir,
-                       strerror(errno));
+                         strerror(errno));
     closedir(d);
     models *r = table_new(base, mx);
     const size_t n_dir = strlen(p->models_dir) + 1;
@@ -257,7 +257,7 @@ cn_status models_new_dir(const cn_server_params *p, const oai_ctx *base, cn_metr
         if (!al->to) {
             models_free(r);
             return serve_err(err, CN_STATUS_INVALID_ARG, "alias '%.200s': no model '%.200s' in %.300s", a, eq + 1,
-                           p->models_dir);
+                             p->models_dir);
         }
         if (find(r, al->name)) {
             serve_err(err, CN_STATUS_INVALID_ARG, "alias '%.200s': the name '%.200s' is already served", a, al->name);
@@ -386,11 +386,11 @@ static bool retry_failed(models *r, const smodel *sm) {
 
 static int load_failed(const smodel *sm, oai_error *e) {
     if (sm->fail_status == CN_STATUS_NO_MEMORY)
-        oai_fail(e, 503, "server_error", "model", "model_load_failed",
-                 "the model '%.200s' could not be loaded: %s", sm->id, sm->fail_msg);
+        oai_fail(e, 503, "server_error", "model", "model_load_failed", "the model '%.200s' could not be loaded: %s",
+                 sm->id, sm->fail_msg);
     else
-        oai_fail(e, 500, "server_error", "model", "model_load_failed",
-                 "the model '%.200s' could not be loaded: %s", sm->id, sm->fail_msg);
+        oai_fail(e, 500, "server_error", "model", "model_load_failed", "the model '%.200s' could not be loaded: %s",
+                 sm->id, sm->fail_msg);
     return 0;
 }
 

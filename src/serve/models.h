@@ -39,20 +39,20 @@ typedef enum { SM_UNLOADED, SM_LOADING, SM_LOADED, SM_UNLOADING, SM_FAILED } smo
 /* One served model. The fields a request reads (e, oc, ms) are stable while it holds
  * the model. */
 typedef struct smodel {
-    char id[256];              /* the served name: the file name without .gguf */
-    char file[256];            /* the file in the folder; "" for the model handed in */
+    char id[256];   /* the served name: the file name without .gguf */
+    char file[256]; /* the file in the folder; "" for the model handed in */
     smodel_state state;
-    cn_model *m;               /* loaded from the folder (NULL for the model handed in) */
-    cn_engine *e;              /* while loaded */
-    cn_embedder *emb;          /* while loaded: /v1/embeddings (NULL: 503) */
-    oai_ctx oc;                /* while loaded: what its requests are parsed against */
-    cn_metrics_series *ms;     /* its metrics (NULL: no memory for them) */
-    int n_holds;               /* requests using it: never unloaded while > 0 */
-    uint64_t used;             /* recency stamp (the table's clock) */
-    bool gone;                 /* the file left the folder */
-    cn_status fail_status;     /* the last load's failure (state SM_FAILED) */
+    cn_model *m;           /* loaded from the folder (NULL for the model handed in) */
+    cn_engine *e;          /* while loaded */
+    cn_embedder *emb;      /* while loaded: /v1/embeddings (NULL: 503) */
+    oai_ctx oc;            /* while loaded: what its requests are parsed against */
+    cn_metrics_series *ms; /* its metrics (NULL: no memory for them) */
+    int n_holds;           /* requests using it: never unloaded while > 0 */
+    uint64_t used;         /* recency stamp (the table's clock) */
+    bool gone;             /* the file left the folder */
+    cn_status fail_status; /* the last load's failure (state SM_FAILED) */
     char fail_msg[400];
-    off_t fail_size;           /* the file as it was when it failed */
+    off_t fail_size; /* the file as it was when it failed */
     int64_t fail_mtime_ns;
 } smodel;
 

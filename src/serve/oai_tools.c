@@ -40,7 +40,8 @@ static bool parse_tool_choice(const oai_dialect *d, json_t *choice, json_t *tool
     size_t i;
     json_t *t;
     if (have)
-        json_array_foreach(tools, i, t) found |= json_equal(json_object_get(json_object_get(t, "function"), "name"), nm);
+        json_array_foreach(tools, i, t)
+            found |= json_equal(json_object_get(json_object_get(t, "function"), "name"), nm);
     if (!found) return val_bad(e, f, "%s names '%.100s', which is not among the tools", f, json_string_value(nm));
     r->tool_choice = CN_TOOL_CHOICE_NAMED;
     r->tool_name = strdup(json_string_value(nm));
@@ -88,11 +89,11 @@ bool oai_render_chat(const oai_ctx *c, const oai_dialect *d, json_t *msgs, json_
     char *ms = json_dumps(msgs, JSON_COMPACT | JSON_ENCODE_ANY);
     char *ts = r->tools ? json_dumps(r->tools, JSON_COMPACT) : NULL;
     char *vs = vars ? json_dumps(vars, JSON_COMPACT) : NULL;
-    cn_error err = { 0 };
+    cn_error err = {0};
     cn_chat_turn_info info;
     cn_status st = CN_STATUS_NO_MEMORY;
     if (ms && (!r->tools || ts) && (!vars || vs)) {
-        cn_chat_turn turn = { ms, ts, vs };
+        cn_chat_turn turn = {ms, ts, vs};
         st = cn_chat_turn_prepare(c->chat, &turn, prompt, len, &info, &err);
     }
     free(ms);
@@ -134,7 +135,7 @@ bool oai_tools_grammar(const oai_ctx *c, const oai_dialect *d, oai_request *r, o
     }
     snprintf(key, kl, "tools %d %d %d %s\n%s", r->tool_format, (int)r->tool_choice, r->parallel_tool_calls,
              r->tool_name ? r->tool_name : "", src);
-    cn_error err = { 0 };
+    cn_error err = {0};
     cn_status st = gcache_get(c->grammars, c->tok, &p, key, strlen(key), &r->grammar, &r->grammar_cached, &err);
     free(src);
     free(key);
@@ -155,7 +156,7 @@ bool oai_reply_init(oai_reply *rp, const oai_request *r, oai_error *e) {
     memset(rp, 0, sizeof *rp);
     bool tools = r->tools && !r->tools_none && r->tool_format != CN_TOOL_FORMAT_NONE;
     if (!tools && !r->think) return true;
-    cn_error err = { 0 };
+    cn_error err = {0};
     if (cn_tool_reader_new(tools ? (cn_tool_format)r->tool_format : CN_TOOL_FORMAT_NONE, r->think, r->in_think, &rp->rd,
                            &err) != CN_STATUS_OK)
         return val_oom(e);
@@ -179,7 +180,8 @@ void oai_reply_free(oai_reply *rp) {
  * unique within a conversation). */
 static void call_id(char out[32]) {
     static uint64_t state;
-    uint64_t s = __atomic_add_fetch(&state, 0x9E3779B97F4A7C15ull, __ATOMIC_RELAXED) ^ (uint64_t)time(NULL) * 0xBF58476D1CE4E5B9ull;
+    uint64_t s = __atomic_add_fetch(&state, 0x9E3779B97F4A7C15ull, __ATOMIC_RELAXED) ^
+                 (uint64_t)time(NULL) * 0xBF58476D1CE4E5B9ull;
     static const char al[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     memcpy(out, "call_", 5);
     for (int i = 0; i < 24; i++) {
@@ -207,7 +209,7 @@ static json_t *tool_delta(int32_t index, const char *id, const char *name, const
 bool oai_reply_feed(oai_reply *rp, const char *text, size_t n, bool final, json_t *deltas) {
     const cn_tool_event *ev;
     size_t n_ev;
-    cn_error err = { 0 };
+    cn_error err = {0};
     if (cn_tool_reader_feed(rp->rd, text, n, final, &ev, &n_ev, &err) != CN_STATUS_OK) return false;
     for (size_t i = 0; i < n_ev; i++) {
         const cn_tool_event *x = &ev[i];
@@ -263,16 +265,16 @@ json_t *oai_reply_message(const oai_reply *rp) {
     /* with calls, text that is only whitespace around them is no content */
     if (rp->content.n && !(n && oai_blank(rp->content.p, rp->content.n)))
         json_object_set_new(m, "content", json_stringn(rp->content.p, rp->content.n));
-    else
-        json_object_set_new(m, "content", n ? json_null() : json_string(""));
+    else json_object_set_new(m, "content", n ? json_null() : json_string(""));
     if (rp->reasoning.n) json_object_set_new(m, "reasoning_content", json_stringn(rp->reasoning.p, rp->reasoning.n));
     if (n) {
         json_t *a = json_array();
         for (int32_t i = 0; i < rp->n_calls; i++) {
             const oai_call *cl = &rp->calls[i];
             if (cl->broken) continue;
-            json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s%}}", "id", cl->id, "type", "function", "function", "name",
-                                               cl->name, "arguments", cl->args.p ? cl->args.p : "", cl->args.n));
+            json_array_append_new(a,
+                                  json_pack("{s:s,s:s,s:{s:s,s:s%}}", "id", cl->id, "type", "function", "function",
+                                            "name", cl->name, "arguments", cl->args.p ? cl->args.p : "", cl->args.n));
         }
         json_object_set_new(m, "tool_calls", a);
     }

@@ -23,14 +23,14 @@
 static void utf8_trim_cut(char *s) {
     size_t n = strlen(s), i = n;
     while (i > 0 && n - i < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--; /* continuation bytes */
-    if (i == 0 || (unsigned char)s[i - 1] < 0xC0) return;                     /* ends in ASCII or a stray byte */
+    if (i == 0 || (unsigned char)s[i - 1] < 0xC0) return;                       /* ends in ASCII or a stray byte */
     const unsigned char c = (unsigned char)s[i - 1];
     const size_t len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
     if (n - (i - 1) < len) s[i - 1] = 0;
 }
 
-bool oai_fail(oai_error *e, int http_status, const char *type, const char *param, const char *code,
-              const char *fmt, ...) {
+bool oai_fail(oai_error *e, int http_status, const char *type, const char *param, const char *code, const char *fmt,
+              ...) {
     e->http_status = http_status;
     e->type = type;
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
@@ -58,8 +58,9 @@ static size_t utf8_clean_into(const char *s, size_t n, char *o) {
             ok = (d & 0xC0) == 0x80;
             cp = cp << 6 | (d & 0x3Fu);
         }
-        if (ok) ok = !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) && !(len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) &&
-                     !(cp >= 0xD800 && cp <= 0xDFFF);
+        if (ok)
+            ok = !(len == 2 && cp < 0x80) && !(len == 3 && cp < 0x800) &&
+                 !(len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) && !(cp >= 0xD800 && cp <= 0xDFFF);
         if (ok) {
             memcpy(o + k, s + i, len);
             k += len;
@@ -255,12 +256,13 @@ static int get_bool(const oai_dialect *d, json_t *o, const char *k, bool *v, oai
 
 static const char *const COMMON_FIELDS[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "typical_p", "repetition_penalty",
-    "presence_penalty", "frequency_penalty", "logit_bias", "seed", "n", "stop", "stream", "stream_options",
-    "logprobs", "ignore_eos", "user", "speculative",
+    "presence_penalty", "frequency_penalty", "logit_bias", "seed", "n", "stop", "stream", "stream_options", "logprobs",
+    "ignore_eos", "user", "speculative",
     /* structured output: OpenAI's, llama-server's (json_schema, grammar), vLLM's (guided_*) */
     "response_format", "json_schema", "grammar", "guided_json", "guided_regex", "guided_choice", "guided_grammar"};
-static const char *const CHAT_FIELDS[] = {"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                                          "parallel_tool_calls", "chat_template_kwargs", "reasoning_format"};
+static const char *const CHAT_FIELDS[] = {
+    "messages",    "max_completion_tokens", "top_logprobs",         "tools",
+    "tool_choice", "parallel_tool_calls",   "chat_template_kwargs", "reasoning_format"};
 static const char *const COMPLETION_FIELDS[] = {"prompt", "echo", "suffix", "best_of"};
 
 /* Unknown fields, and known ones at a value we cannot honour, are refused by name. */
@@ -500,10 +502,16 @@ static bool parse_sampling(const oai_ctx *c, const oai_dialect *d, json_t *body,
     double x;
     int64_t v;
     int k;
-    struct { const char *name; float *dst; } floats[] = {
-        {"temperature", &sp->temperature}, {"top_p", &sp->top_p}, {"min_p", &sp->min_p},
-        {"typical_p", &sp->typical_p}, {"repetition_penalty", &sp->repetition_penalty},
-        {"presence_penalty", &sp->presence_penalty}, {"frequency_penalty", &sp->frequency_penalty}};
+    struct {
+        const char *name;
+        float *dst;
+    } floats[] = {{"temperature", &sp->temperature},
+                  {"top_p", &sp->top_p},
+                  {"min_p", &sp->min_p},
+                  {"typical_p", &sp->typical_p},
+                  {"repetition_penalty", &sp->repetition_penalty},
+                  {"presence_penalty", &sp->presence_penalty},
+                  {"frequency_penalty", &sp->frequency_penalty}};
     for (size_t i = 0; i < ARRAY_LEN(floats); i++) {
         if ((k = get_num(d, body, floats[i].name, &x, e)) < 0) return false;
         if (k) *floats[i].dst = (float)x;
@@ -593,13 +601,13 @@ static bool parse_speculative(const oai_ctx *c, const oai_dialect *d, json_t *bo
  * spacing and escapes do not matter, property order does (it orders the output). */
 
 typedef struct {
-    const char *field;           /* the request field */
+    const char *field; /* the request field */
     cn_grammar_kind kind;
-    json_t *schema;              /* borrowed or owned (schema_owned): JSON Schema kinds */
+    json_t *schema; /* borrowed or owned (schema_owned): JSON Schema kinds */
     bool schema_owned;
-    const char *text;            /* GBNF / regex source, borrowed from the body */
+    const char *text; /* GBNF / regex source, borrowed from the body */
     size_t text_len;
-    json_t *choices;             /* borrowed: an array of strings */
+    json_t *choices; /* borrowed: an array of strings */
 } grammar_req;
 
 static bool is_schema_value(json_t *v) { return json_is_object(v) || json_is_boolean(v); }
@@ -727,8 +735,8 @@ static int choice_field(const oai_dialect *d, json_t *v, grammar_req *g, oai_err
 /* Which constraint body asks for: 0 none, 1 one (in g), -1 error (two given, or a bad
  * value). g->schema may be owned even on error (the caller frees it). */
 static int find_grammar(const oai_dialect *d, json_t *body, grammar_req *g, oai_error *e) {
-    static const char *const FIELDS[] = {"response_format", "json_schema", "grammar", "guided_json",
-                                         "guided_regex", "guided_choice", "guided_grammar"};
+    static const char *const FIELDS[] = {"response_format", "json_schema",   "grammar",       "guided_json",
+                                         "guided_regex",    "guided_choice", "guided_grammar"};
     const char *given = NULL;
     int found = 0;
     for (size_t i = 0; i < ARRAY_LEN(FIELDS); i++) {
@@ -776,7 +784,7 @@ static bool parse_grammar(const oai_ctx *c, const oai_dialect *d, json_t *body, 
     p.max_states = c->grammar_max_states;
     p.max_compile_ms = c->grammar_max_compile_ms;
     p.flexible_whitespace = g.kind == CN_GRAMMAR_JSON_SCHEMA || g.kind == CN_GRAMMAR_JSON_OBJECT;
-    char *key = NULL;          /* owned canonical text (schema, choices), or NULL */
+    char *key = NULL; /* owned canonical text (schema, choices), or NULL */
     const char **choices = NULL;
     const char *src = "";
     size_t src_len = 0;
@@ -946,17 +954,16 @@ static json_t *piece_bytes(const cn_tokenizer *tok, int32_t id) {
     return a;
 }
 
-static json_t *logprob_value(float lp) {
-    return json_real(isfinite(lp) ? lp : -9999.0);
-}
+static json_t *logprob_value(float lp) { return json_real(isfinite(lp) ? lp : -9999.0); }
 
 json_t *oai_chat_logprob(const cn_tokenizer *tok, const cn_gen_token *t) {
     json_t *top = json_array();
     for (int32_t i = 0; i < t->n_top; i++)
-        json_array_append_new(top, json_pack("{s:o,s:o,s:o}", "token", oai_piece(tok, t->top[i].id), "logprob",
-                                             logprob_value(t->top[i].logprob), "bytes", piece_bytes(tok, t->top[i].id)));
-    return json_pack("{s:o,s:o,s:o,s:o}", "token", oai_piece(tok, t->id), "logprob", logprob_value(t->logprob),
-                     "bytes", piece_bytes(tok, t->id), "top_logprobs", top);
+        json_array_append_new(top,
+                              json_pack("{s:o,s:o,s:o}", "token", oai_piece(tok, t->top[i].id), "logprob",
+                                        logprob_value(t->top[i].logprob), "bytes", piece_bytes(tok, t->top[i].id)));
+    return json_pack("{s:o,s:o,s:o,s:o}", "token", oai_piece(tok, t->id), "logprob", logprob_value(t->logprob), "bytes",
+                     piece_bytes(tok, t->id), "top_logprobs", top);
 }
 
 json_t *oai_timings_json(const cn_gen_timings *t) {

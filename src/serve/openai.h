@@ -12,21 +12,21 @@
 #include "core/buf.h"
 #include "serve/gcache.h"
 
-#define OAI_MAX_PROMPTS 16     /* prompts in one completions request (array form) */
-#define OAI_MAX_MESSAGES 1024  /* messages in one chat request */
+#define OAI_MAX_PROMPTS 16    /* prompts in one completions request (array form) */
+#define OAI_MAX_MESSAGES 1024 /* messages in one chat request */
 
 /* An error as OpenAI returns it: HTTP status and {"error": {message, type, param, code}}. */
 typedef struct {
-    int http_status;           /* 400, 401, 404, 405, 413, 429, 503, 504 */
-    const char *type;          /* "invalid_request_error", "authentication_error", ... */
-    char param[64];            /* the field at fault, "" if none */
-    const char *code;          /* "model_not_found", "context_length_exceeded", or NULL */
+    int http_status;  /* 400, 401, 404, 405, 413, 429, 503, 504 */
+    const char *type; /* "invalid_request_error", "authentication_error", ... */
+    char param[64];   /* the field at fault, "" if none */
+    const char *code; /* "model_not_found", "context_length_exceeded", or NULL */
     char message[512];
 } oai_error;
 
 /* Fills e and returns false, for `return oai_fail(e, ...)`. */
-bool oai_fail(oai_error *e, int http_status, const char *type, const char *param, const char *code,
-              const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+bool oai_fail(oai_error *e, int http_status, const char *type, const char *param, const char *code, const char *fmt,
+              ...) __attribute__((format(printf, 6, 7)));
 /* {"error": {...}}; caller json_decref's. */
 json_t *oai_error_json(const oai_error *e);
 
@@ -42,14 +42,14 @@ typedef enum { OAI_CHAT, OAI_COMPLETION } oai_kind;
  * that it holds, cut at a '.' ("response_format.json_schema.schema" is
  * "text.format.schema" in the Responses API), and otherwise as OpenAI spells it. */
 typedef struct {
-    const char *openai;        /* "max_tokens", "response_format.json_schema", "tools[].function" */
-    const char *client;        /* "max_output_tokens", "text.format", "tools[]" */
+    const char *openai; /* "max_tokens", "response_format.json_schema", "tools[].function" */
+    const char *client; /* "max_output_tokens", "text.format", "tools[]" */
 } oai_name;
 
 typedef struct {
-    oai_kind kind;             /* the OpenAI request the body becomes */
-    const char *endpoint;      /* named in "unsupported field '...' for ENDPOINT" */
-    const oai_name *names;     /* the fields and paths it spells otherwise */
+    oai_kind kind;         /* the OpenAI request the body becomes */
+    const char *endpoint;  /* named in "unsupported field '...' for ENDPOINT" */
+    const oai_name *names; /* the fields and paths it spells otherwise */
     size_t n_names;
 } oai_dialect;
 
@@ -66,14 +66,14 @@ bool oai_lib_fail(const oai_dialect *d, oai_error *e, int http_status, const cha
 
 /* What the server needs to map a request: the engine's parts (cn_engine_tokenizer, ...). */
 typedef struct {
-    const cn_tokenizer *tok;       /* borrowed */
-    const cn_chat_template *chat;  /* borrowed; NULL: chat requests get 400 */
-    const char *eot_stop;          /* a chat reply's end-of-turn stop string, or NULL
-                                      (cn_engine_end_of_turn_stop) */
-    const char *model_id;          /* the served name */
-    bool routed;                   /* the server chose the model by the request's "model"
-                                      already (several models): it is not compared here */
-    int32_t n_ctx;                 /* positions per sequence */
+    const cn_tokenizer *tok;      /* borrowed */
+    const cn_chat_template *chat; /* borrowed; NULL: chat requests get 400 */
+    const char *eot_stop;         /* a chat reply's end-of-turn stop string, or NULL
+                                     (cn_engine_end_of_turn_stop) */
+    const char *model_id;         /* the served name */
+    bool routed;                  /* the server chose the model by the request's "model"
+                                     already (several models): it is not compared here */
+    int32_t n_ctx;                /* positions per sequence */
     int32_t n_vocab;
     int32_t max_n;                 /* the most completions per request (0: CN_ENGINE_MAX_N) */
     int32_t lookup_n, max_draft;   /* the server's speculation default (0: off) */
@@ -88,29 +88,29 @@ typedef struct {
 typedef struct {
     oai_kind kind;
     int32_t n_prompts;
-    int32_t *prompt[OAI_MAX_PROMPTS];    /* token ids (BOS as the model's rule says) */
+    int32_t *prompt[OAI_MAX_PROMPTS]; /* token ids (BOS as the model's rule says) */
     int32_t n_prompt[OAI_MAX_PROMPTS];
-    char *echo_text[OAI_MAX_PROMPTS];    /* the prompt text when echo (completions) */
+    char *echo_text[OAI_MAX_PROMPTS]; /* the prompt text when echo (completions) */
     int32_t n;
-    cn_gen_params gen;                   /* sampling, max_tokens, stops (owned copies) */
+    cn_gen_params gen; /* sampling, max_tokens, stops (owned copies) */
     char *stops[CN_GEN_MAX_STOP];
     cn_logit_bias *bias;
     bool stream, include_usage, echo;
-    int32_t n_logprobs;                  /* -1 none; chat: top_logprobs; completions: logprobs */
+    int32_t n_logprobs; /* -1 none; chat: top_logprobs; completions: logprobs */
     bool max_tokens_given;
-    int32_t lookup_n, max_draft;         /* speculation (cn_engine_request's fields) */
+    int32_t lookup_n, max_draft; /* speculation (cn_engine_request's fields) */
     bool draft;
-    cn_grammar *grammar;                 /* structured output (gen.grammar): a reference, or NULL */
-    const char *grammar_field;           /* the field it came from ("response_format", ...) */
-    bool grammar_cached;                 /* it came from c->grammars without compiling */
+    cn_grammar *grammar;       /* structured output (gen.grammar): a reference, or NULL */
+    const char *grammar_field; /* the field it came from ("response_format", ...) */
+    bool grammar_cached;       /* it came from c->grammars without compiling */
     /* tools (oai_tools.c) */
-    json_t *tools;                       /* the request's tools array (a reference), or NULL */
-    bool tools_none;                     /* tool_choice "none": tools shown, never called */
+    json_t *tools;   /* the request's tools array (a reference), or NULL */
+    bool tools_none; /* tool_choice "none": tools shown, never called */
     cn_tool_choice tool_choice;
-    char *tool_name;                     /* CN_TOOL_CHOICE_NAMED */
+    char *tool_name; /* CN_TOOL_CHOICE_NAMED */
     bool parallel_tool_calls;
-    int tool_format;                     /* the format the reply is read in */
-    bool think, in_think;                /* the reply is read for <think> (and starts inside one) */
+    int tool_format;      /* the format the reply is read in */
+    bool think, in_think; /* the reply is read for <think> (and starts inside one) */
 } oai_request;
 
 /* Parses and validates body for kind, cn_gen_validate included (against c->n_vocab): the
@@ -142,8 +142,8 @@ bool oai_tools_grammar(const oai_ctx *c, const oai_dialect *d, oai_request *r, o
 typedef struct {
     char id[32];
     char *name;
-    cn_buf args;          /* the arguments' JSON text, as the model wrote it */
-    bool broken;          /* the reply ended inside it: its text went to content */
+    cn_buf args; /* the arguments' JSON text, as the model wrote it */
+    bool broken; /* the reply ended inside it: its text went to content */
 } oai_call;
 
 typedef struct {

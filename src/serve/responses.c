@@ -26,10 +26,8 @@
 /* The OpenAI fields the Responses API names otherwise (openai.h: errors are spelled from
  * it). */
 static const oai_name RESP_NAMES[] = {
-    {"max_tokens", "max_output_tokens"},
-    {"messages", "input"},
-    {"response_format", "text.format"},
-    {"response_format.json_schema", "text.format"},
+    {"max_tokens", "max_output_tokens"}, {"messages", "input"},
+    {"response_format", "text.format"},  {"response_format.json_schema", "text.format"},
     {"tools[].function", "tools[]"},
 };
 const oai_dialect RESP_API = {OAI_CHAT, "/v1/responses", RESP_NAMES, ARRAY_LEN(RESP_NAMES)};
@@ -79,10 +77,10 @@ static json_t *assistant_for_calls(json_t *out) {
 
 /* What the items of input make, as they are read in order. */
 typedef struct {
-    json_t *out;               /* the OpenAI messages */
-    json_t *calls;             /* the function_call ids so far */
-    cn_buf reasoning;          /* a reasoning item's text, for the next assistant turn */
-    json_t *added;             /* the assistant message the last item made or joined, or NULL */
+    json_t *out;      /* the OpenAI messages */
+    json_t *calls;    /* the function_call ids so far */
+    cn_buf reasoning; /* a reasoning item's text, for the next assistant turn */
+    json_t *added;    /* the assistant message the last item made or joined, or NULL */
 } input_state;
 
 static bool item_message(json_t *it, const char *p, input_state *st, oai_error *e) {
@@ -261,11 +259,13 @@ static bool map_tool_choice(json_t *tc, json_t *out, oai_error *e) {
     if (json_is_object(tc) && !strcmp(val_str(tc, "type"), "function") && json_is_string(json_object_get(tc, "name"))) {
         static const char *const keys[] = {"type", "name"};
         if (!val_only_keys(tc, "tool_choice", keys, ARRAY_LEN(keys), e)) return false;
-        json_object_set_new(out, "tool_choice",
-                            json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", json_object_get(tc, "name")));
+        json_object_set_new(
+            out, "tool_choice",
+            json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", json_object_get(tc, "name")));
         return true;
     }
-    return val_bad(e, "tool_choice", "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}",
+    return val_bad(e, "tool_choice",
+                   "'%s' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}",
                    "tool_choice");
 }
 
@@ -334,10 +334,28 @@ bool resp_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *ar,
     memset(ar, 0, sizeof *ar);
     ar->kind = API_RESPONSES;
     if (!json_is_object(body)) return val_bad(e, "body", "the %s must be a JSON object", "body");
-    static const char *const keys[] = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls",
-                                       "max_output_tokens", "temperature", "top_p", "stream", "store",
-                                       "previous_response_id", "conversation", "background", "include", "truncation",
-                                       "reasoning", "metadata", "user", "safety_identifier", "prompt_cache_key", "text"};
+    static const char *const keys[] = {"model",
+                                       "input",
+                                       "instructions",
+                                       "tools",
+                                       "tool_choice",
+                                       "parallel_tool_calls",
+                                       "max_output_tokens",
+                                       "temperature",
+                                       "top_p",
+                                       "stream",
+                                       "store",
+                                       "previous_response_id",
+                                       "conversation",
+                                       "background",
+                                       "include",
+                                       "truncation",
+                                       "reasoning",
+                                       "metadata",
+                                       "user",
+                                       "safety_identifier",
+                                       "prompt_cache_key",
+                                       "text"};
     if (!val_only_keys(body, "", keys, ARRAY_LEN(keys), e) || !refuse_state(body, e)) return false;
     json_t *out = json_object();
     if (!out) return val_oom(e);
@@ -349,7 +367,8 @@ bool resp_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *ar,
     json_t *mt = json_object_get(body, "max_output_tokens");
     if (mt) json_object_set(out, "max_tokens", mt);
     json_t *msgs = json_array();
-    bool ok = msgs ? map_input(json_object_get(body, "input"), json_object_get(body, "instructions"), msgs, e) : val_oom(e);
+    bool ok = msgs ? map_input(json_object_get(body, "input"), json_object_get(body, "instructions"), msgs, e)
+                   : val_oom(e);
     json_object_set_new(out, "messages", msgs ? msgs : json_null());
     json_t *tools = json_object_get(body, "tools"), *tc = json_object_get(body, "tool_choice"),
            *text = json_object_get(body, "text");
@@ -377,8 +396,8 @@ bool resp_parse(const oai_ctx *c, json_t *body, oai_request *r, api_request *ar,
     json_object_set_new(x, "top_p", json_real(r->gen.sampling.top_p));
     json_object_set(x, "max_output_tokens", mt ? mt : json_null());
     json_object_set_new(x, "metadata", md && !json_is_null(md) ? json_incref(md) : json_object());
-    json_object_set_new(x, "text", text && !json_is_null(text) ? json_incref(text)
-                                                               : json_pack("{s:{s:s}}", "format", "type", "text"));
+    json_object_set_new(
+        x, "text", text && !json_is_null(text) ? json_incref(text) : json_pack("{s:{s:s}}", "format", "type", "text"));
     json_object_set_new(x, "truncation", json_string("disabled"));
     json_object_set_new(x, "previous_response_id", json_null());
     json_object_set_new(x, "reasoning", json_null());
@@ -394,8 +413,7 @@ static void item_id(const api_meta *m, const api_item *it, int32_t i, char out[6
     const char *hex = !strncmp(m->id, "resp_", 5) ? m->id + 5 : m->id;
     if (it->kind == API_ITEM_CALL)
         snprintf(out, 64, "fc_%s", !strncmp(it->call_id, "call_", 5) ? it->call_id + 5 : it->call_id);
-    else
-        snprintf(out, 64, "%s_%.40s_%d", it->kind == API_ITEM_TEXT ? "msg" : "rs", hex, (int)i);
+    else snprintf(out, 64, "%s_%.40s_%d", it->kind == API_ITEM_TEXT ? "msg" : "rs", hex, (int)i);
 }
 
 static const char *item_status(const api_writer *w, const api_meta *m, int32_t i, bool done) {
@@ -419,14 +437,15 @@ static json_t *item_json(const api_writer *w, const api_meta *m, int32_t i, bool
     const char *st = item_status(w, m, i, done);
     switch (it->kind) {
     case API_ITEM_TEXT:
-        return json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "message", "id", id, "status", st, "role", "assistant", "content",
-                         done ? json_pack("[o]", text_part(it, true)) : json_array());
+        return json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "message", "id", id, "status", st, "role", "assistant",
+                         "content", done ? json_pack("[o]", text_part(it, true)) : json_array());
     case API_ITEM_REASONING:
         return json_pack("{s:s,s:s,s:[],s:o,s:s}", "type", "reasoning", "id", id, "summary", "content",
                          done ? json_pack("[o]", text_part(it, true)) : json_array(), "status", st);
     default:
-        return json_pack("{s:s,s:s,s:s,s:s,s:s%,s:s}", "type", "function_call", "id", id, "call_id", it->call_id, "name",
-                         it->name, "arguments", done && it->text.p ? it->text.p : "", done ? it->text.n : 0, "status", st);
+        return json_pack("{s:s,s:s,s:s,s:s,s:s%,s:s}", "type", "function_call", "id", id, "call_id", it->call_id,
+                         "name", it->name, "arguments", done && it->text.p ? it->text.p : "", done ? it->text.n : 0,
+                         "status", st);
     }
 }
 
@@ -438,7 +457,8 @@ static int32_t reasoning_tokens(const api_writer *w, const api_meta *m) {
         int32_t *ids = NULL;
         size_t cnt = 0;
         cn_error err = {0};
-        if (cn_tokenize_alloc(m->tok, w->items[i].text.p, w->items[i].text.n, false, false, &ids, &cnt, &err) == CN_STATUS_OK)
+        if (cn_tokenize_alloc(m->tok, w->items[i].text.p, w->items[i].text.n, false, false, &ids, &cnt, &err) ==
+            CN_STATUS_OK)
             n += (int32_t)cnt;
         free(ids);
     }
@@ -453,17 +473,16 @@ static json_t *response_json(const api_writer *w, const api_meta *m, bool done) 
                           (json_int_t)m->created, "status", status, "model", m->model, "output", out, "error");
     if (!r) return NULL;
     json_object_update(r, w->ar->echo);
-    json_object_set_new(r, "incomplete_details", !strcmp(status, "incomplete")
-                                                     ? json_pack("{s:s}", "reason", "max_output_tokens")
-                                                     : json_null());
+    json_object_set_new(r, "incomplete_details",
+                        !strcmp(status, "incomplete") ? json_pack("{s:s}", "reason", "max_output_tokens")
+                                                      : json_null());
     if (done)
-        json_object_set_new(r, "usage", json_pack("{s:i,s:{s:i,s:i},s:i,s:{s:i},s:i}", "input_tokens", m->n_prompt,
-                                                  "input_tokens_details", "cached_tokens", m->n_cached,
-                                                  "cache_write_tokens", 0, "output_tokens",
-                                                  m->n_generated, "output_tokens_details", "reasoning_tokens",
-                                                  reasoning_tokens(w, m), "total_tokens", m->n_prompt + m->n_generated));
-    else
-        json_object_set_new(r, "usage", json_null());
+        json_object_set_new(r, "usage",
+                            json_pack("{s:i,s:{s:i,s:i},s:i,s:{s:i},s:i}", "input_tokens", m->n_prompt,
+                                      "input_tokens_details", "cached_tokens", m->n_cached, "cache_write_tokens", 0,
+                                      "output_tokens", m->n_generated, "output_tokens_details", "reasoning_tokens",
+                                      reasoning_tokens(w, m), "total_tokens", m->n_prompt + m->n_generated));
+    else json_object_set_new(r, "usage", json_null());
     return r;
 }
 
@@ -478,53 +497,64 @@ void resp_open(api_writer *w, const api_meta *m, json_t *events) {
     emit(w, events, json_pack("{s:s,s:o}", "type", "response.in_progress", "response", response_json(w, m, false)));
 }
 
-void resp_item(api_writer *w, const api_meta *m, api_item_ev ev, int32_t i, const char *text, size_t n, json_t *events) {
+void resp_item(api_writer *w, const api_meta *m, api_item_ev ev, int32_t i, const char *text, size_t n,
+               json_t *events) {
     if (!events) return;
     const api_item *it = &w->items[i];
     char id[64];
     item_id(m, it, i, id);
     const bool call = it->kind == API_ITEM_CALL, reasoning = it->kind == API_ITEM_REASONING;
     if (ev == API_ITEM_BEGIN) {
-        emit(w, events, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.added", "output_index", i, "item",
-                                  item_json(w, m, i, false)));
+        emit(w, events,
+             json_pack("{s:s,s:i,s:o}", "type", "response.output_item.added", "output_index", i, "item",
+                       item_json(w, m, i, false)));
         if (!call)
-            emit(w, events, json_pack("{s:s,s:s,s:i,s:i,s:o}", "type", "response.content_part.added", "item_id", id,
-                                      "output_index", i, "content_index", 0, "part", text_part(it, false)));
+            emit(w, events,
+                 json_pack("{s:s,s:s,s:i,s:i,s:o}", "type", "response.content_part.added", "item_id", id,
+                           "output_index", i, "content_index", 0, "part", text_part(it, false)));
     } else if (ev == API_ITEM_GROW) {
         if (call)
-            emit(w, events, json_pack("{s:s,s:s,s:i,s:s%}", "type", "response.function_call_arguments.delta", "item_id", id,
-                                      "output_index", i, "delta", text, n));
+            emit(w, events,
+                 json_pack("{s:s,s:s,s:i,s:s%}", "type", "response.function_call_arguments.delta", "item_id", id,
+                           "output_index", i, "delta", text, n));
         else if (reasoning)
-            emit(w, events, json_pack("{s:s,s:s,s:i,s:i,s:s%}", "type", "response.reasoning_text.delta", "item_id", id,
-                                      "output_index", i, "content_index", 0, "delta", text, n));
+            emit(w, events,
+                 json_pack("{s:s,s:s,s:i,s:i,s:s%}", "type", "response.reasoning_text.delta", "item_id", id,
+                           "output_index", i, "content_index", 0, "delta", text, n));
         else
-            emit(w, events, json_pack("{s:s,s:s,s:i,s:i,s:s%,s:[]}", "type", "response.output_text.delta", "item_id", id,
-                                      "output_index", i, "content_index", 0, "delta", text, n, "logprobs"));
+            emit(w, events,
+                 json_pack("{s:s,s:s,s:i,s:i,s:s%,s:[]}", "type", "response.output_text.delta", "item_id", id,
+                           "output_index", i, "content_index", 0, "delta", text, n, "logprobs"));
     } else {
         const char *all = it->text.p ? it->text.p : "";
         if (call) {
-            emit(w, events, json_pack("{s:s,s:s,s:i,s:s,s:s%}", "type", "response.function_call_arguments.done", "item_id",
-                                      id, "output_index", i, "name", it->name, "arguments", all, it->text.n));
+            emit(w, events,
+                 json_pack("{s:s,s:s,s:i,s:s,s:s%}", "type", "response.function_call_arguments.done", "item_id", id,
+                           "output_index", i, "name", it->name, "arguments", all, it->text.n));
         } else {
-            json_t *done = reasoning ? json_pack("{s:s,s:s,s:i,s:i,s:s%}", "type", "response.reasoning_text.done",
-                                                 "item_id", id, "output_index", i, "content_index", 0, "text", all, it->text.n)
-                                     : json_pack("{s:s,s:s,s:i,s:i,s:s%,s:[]}", "type", "response.output_text.done",
-                                                 "item_id", id, "output_index", i, "content_index", 0, "text", all, it->text.n,
-                                                 "logprobs");
+            json_t *done = reasoning
+                               ? json_pack("{s:s,s:s,s:i,s:i,s:s%}", "type", "response.reasoning_text.done", "item_id",
+                                           id, "output_index", i, "content_index", 0, "text", all, it->text.n)
+                               : json_pack("{s:s,s:s,s:i,s:i,s:s%,s:[]}", "type", "response.output_text.done",
+                                           "item_id", id, "output_index", i, "content_index", 0, "text", all,
+                                           it->text.n, "logprobs");
             emit(w, events, done);
-            emit(w, events, json_pack("{s:s,s:s,s:i,s:i,s:o}", "type", "response.content_part.done", "item_id", id,
-                                      "output_index", i, "content_index", 0, "part", text_part(it, true)));
+            emit(w, events,
+                 json_pack("{s:s,s:s,s:i,s:i,s:o}", "type", "response.content_part.done", "item_id", id, "output_index",
+                           i, "content_index", 0, "part", text_part(it, true)));
         }
-        emit(w, events, json_pack("{s:s,s:i,s:o}", "type", "response.output_item.done", "output_index", i, "item",
-                                  item_json(w, m, i, true)));
+        emit(w, events,
+             json_pack("{s:s,s:i,s:o}", "type", "response.output_item.done", "output_index", i, "item",
+                       item_json(w, m, i, true)));
     }
 }
 
 void resp_close(api_writer *w, const api_meta *m, json_t *events) {
     if (!events || m->finish == CN_FINISH_CANCELLED) return; /* the stream ends with an error event instead */
     json_t *r = response_json(w, m, true);
-    emit(w, events, json_pack("{s:s,s:o}", "type",
-                              m->finish == CN_FINISH_LENGTH ? "response.incomplete" : "response.completed", "response", r));
+    emit(w, events,
+         json_pack("{s:s,s:o}", "type", m->finish == CN_FINISH_LENGTH ? "response.incomplete" : "response.completed",
+                   "response", r));
 }
 
 json_t *resp_response(api_writer *w, const api_meta *m) { return response_json(w, m, true); }

@@ -61,9 +61,15 @@
 #define WAKE_MS 50
 
 cn_server_params cn_server_default_params(void) {
-    return (cn_server_params){.host = "127.0.0.1", .port = 8080, .request_timeout_s = 600, .idle_timeout_s = 30,
-                              .max_body_bytes = 8u << 20, .max_connections = 256, .max_draft = 8,
-                              .grammar_cache_entries = GCACHE_DEFAULT_ENTRIES, .grammar_compile_ms = 5000};
+    return (cn_server_params){.host = "127.0.0.1",
+                              .port = 8080,
+                              .request_timeout_s = 600,
+                              .idle_timeout_s = 30,
+                              .max_body_bytes = 8u << 20,
+                              .max_connections = 256,
+                              .max_draft = 8,
+                              .grammar_cache_entries = GCACHE_DEFAULT_ENTRIES,
+                              .grammar_compile_ms = 5000};
 }
 
 typedef struct job job;
@@ -73,21 +79,20 @@ struct cn_server {
     cn_server_params p;
     int port;
     cn_metrics *metrics;
-    gcache *grammars;          /* compiled grammars shared by requests (gcache.h) */
-    pthread_mutex_t mu;        /* ready, draining, the job list */
-    pthread_cond_t idle_cv;    /* a job left the list */
-    models *models;            /* what requests are routed to (models.h) */
+    gcache *grammars;       /* compiled grammars shared by requests (gcache.h) */
+    pthread_mutex_t mu;     /* ready, draining, the job list */
+    pthread_cond_t idle_cv; /* a job left the list */
+    models *models;         /* what requests are routed to (models.h) */
     bool ready, draining;
     job *jobs;
     int n_jobs;
     uint64_t next_id;
-    int n_conns;               /* open connections (atomic): over p.max_connections get 503 */
+    int n_conns; /* open connections (atomic): over p.max_connections get 503 */
 };
 
 /* MHD itself drops connections at accept past this many beyond max_connections; up to
  * there, the extra ones get a 503 that says why. */
 #define CONN_MARGIN 64
-
 
 /* jansson's allocations go through json_mem (json_mem.h): a failure marks the thread. */
 static bool json_failed(void) { return json_mem_failed(); }
@@ -96,47 +101,47 @@ static bool json_failed(void) { return json_mem_failed(); }
 
 typedef struct {
     job *j;
-    int32_t prompt;            /* which prompt of the job */
-    uint64_t id;               /* the engine's request id; 0 until submitted */
+    int32_t prompt; /* which prompt of the job */
+    uint64_t id;    /* the engine's request id; 0 until submitted */
     bool submitted;
 } job_sub;
 
 typedef struct {
-    cn_buf text;               /* final text so far */
-    cn_gen_token *toks;        /* (n_toks) for logprobs */
+    cn_buf text;        /* final text so far */
+    cn_gen_token *toks; /* (n_toks) for logprobs */
     int32_t n_toks, n_toks_sent;
     size_t cap_toks;
     cn_finish_reason finish;
     cn_gen_timings timings;
     double t_last_token;
-    oai_reply reply;           /* read for tool calls and reasoning (reply.rd NULL: not) */
-    api_writer w;              /* Anthropic / Responses: the reply as items */
-    cn_buf tok_text;           /* Anthropic with stop_sequences: the tokens' text */
-    int32_t stop_index;        /* the stop sequence that ended it, or -1 */
-    int32_t n_gen;             /* tokens generated so far (/infill's chunks count them) */
+    oai_reply reply;    /* read for tool calls and reasoning (reply.rd NULL: not) */
+    api_writer w;       /* Anthropic / Responses: the reply as items */
+    cn_buf tok_text;    /* Anthropic with stop_sequences: the tokens' text */
+    int32_t stop_index; /* the stop sequence that ended it, or -1 */
+    int32_t n_gen;      /* tokens generated so far (/infill's chunks count them) */
 } job_choice;
 
 struct job {
     cn_server *s;
-    smodel *m;                 /* the model it runs on (held while the job lives) */
+    smodel *m; /* the model it runs on (held while the job lives) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    api_kind api;              /* the dialect its output is written in */
+    api_kind api; /* the dialect its output is written in */
     oai_request r;
-    api_request ar;            /* Anthropic / Responses: what the request keeps besides r */
+    api_request ar; /* Anthropic / Responses: what the request keeps besides r */
     job_sub subs[OAI_MAX_PROMPTS];
-    job_choice *ch;            /* (n_prompts * n) */
+    job_choice *ch; /* (n_prompts * n) */
     int32_t n_choices, n_open;
-    bool oom;                  /* a buffer could not grow: the job is cancelled */
-    bool cancelling;           /* the server cancelled it (client gone, timeout, oom, shutdown) */
-    bool engine_failed;        /* a completion ended "cancelled" when the server had not asked */
-    cn_buf out;                /* streaming: SSE bytes not yet written */
+    bool oom;           /* a buffer could not grow: the job is cancelled */
+    bool cancelling;    /* the server cancelled it (client gone, timeout, oom, shutdown) */
+    bool engine_failed; /* a completion ended "cancelled" when the server had not asked */
+    cn_buf out;         /* streaming: SSE bytes not yet written */
     size_t out_sent;
-    bool stream_done;          /* out is all there is; then the tail (sse_tail) */
-    size_t tail_sent;          /* bytes of that tail sent */
-    char tail[320];            /* a tail made for this job (Responses' error event) */
-    bool gone;                 /* the reader saw the client go (counted once) */
-    int fd;                    /* the client's socket, to notice a disconnect */
+    bool stream_done; /* out is all there is; then the tail (sse_tail) */
+    size_t tail_sent; /* bytes of that tail sent */
+    char tail[320];   /* a tail made for this job (Responses' error event) */
+    bool gone;        /* the reader saw the client go (counted once) */
+    int fd;           /* the client's socket, to notice a disconnect */
     double t_deadline;
     char id[48];
     long long created;
@@ -259,18 +264,17 @@ static const char *sse_tail(job *j, size_t *n) {
     if (j->api == API_ANTHROPIC) {
         t = j->oom ? ANT_OOM : j->engine_failed ? ANT_FAILED : cancelled ? ANT_CANCELLED : "";
     } else if (j->api == API_RESPONSES) {
-        const char *msg = j->oom            ? "out of memory: the reply is incomplete"
+        const char *msg = j->oom             ? "out of memory: the reply is incomplete"
                           : j->engine_failed ? "the engine could not finish the request (see the server log)"
-                          : cancelled        ? "the request was cancelled: it ran past the server's request timeout, or "
-                                               "the server is shutting down"
-                                             : NULL;
+                          : cancelled ? "the request was cancelled: it ran past the server's request timeout, or "
+                                        "the server is shutting down"
+                                      : NULL;
         if (msg)
             snprintf(j->tail, sizeof j->tail,
                      "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"%s\","
                      "\"param\":null,\"sequence_number\":%lld}\n\n",
                      msg, (long long)j->ch[0].w.seq);
-        else
-            j->tail[0] = 0;
+        else j->tail[0] = 0;
         t = j->tail;
     } else {
         t = j->oom ? SSE_OOM_DONE : j->engine_failed ? SSE_FAILED_DONE : SSE_DONE;
@@ -311,8 +315,8 @@ static json_t *pending_logprobs(job *j, job_choice *c) {
             json_array_append_new(top, m);
             json_array_append_new(off, json_integer(0));
         }
-        lp = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", tlp, "top_logprobs", top,
-                       "text_offset", off);
+        lp = json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", tlp, "top_logprobs", top, "text_offset",
+                       off);
     }
     c->n_toks_sent = c->n_toks;
     return lp;
@@ -331,8 +335,8 @@ static void stream_delta(job *j, int32_t idx, const char *text, size_t n, bool r
         choice = json_pack("{s:i,s:o,s:o,s:s?}", "index", idx, "delta", delta, "logprobs",
                            role ? json_null() : pending_logprobs(j, c), "finish_reason", finish);
     } else {
-        choice = json_pack("{s:i,s:o,s:o,s:s?}", "index", idx, "text", content, "logprobs",
-                           pending_logprobs(j, c), "finish_reason", finish);
+        choice = json_pack("{s:i,s:o,s:o,s:s?}", "index", idx, "text", content, "logprobs", pending_logprobs(j, c),
+                           "finish_reason", finish);
     }
     if (finish) json_object_set_new(choice, "timings", oai_timings_json(&c->timings));
     json_object_set_new(chunk, "choices", json_pack("[o]", choice));
@@ -364,9 +368,15 @@ static void reply_feed(job *j, int32_t idx, const char *text, size_t n, bool fin
 
 /* What the Anthropic and Responses writers know of choice c. */
 static api_meta job_meta(const job *j, const job_choice *c) {
-    return (api_meta){.id = j->id, .model = j->m->oc.model_id, .created = j->created, .n_prompt = j->r.n_prompt[0],
-                      .n_cached = c->timings.n_cached_tokens, .n_generated = c->timings.n_generated_tokens,
-                      .finish = c->finish, .stop_index = c->stop_index, .tok = j->m->oc.tok};
+    return (api_meta){.id = j->id,
+                      .model = j->m->oc.model_id,
+                      .created = j->created,
+                      .n_prompt = j->r.n_prompt[0],
+                      .n_cached = c->timings.n_cached_tokens,
+                      .n_generated = c->timings.n_generated_tokens,
+                      .finish = c->finish,
+                      .stop_index = c->stop_index,
+                      .tok = j->m->oc.tok};
 }
 
 /* Anthropic / Responses: text of choice idx read (for calls and reasoning when the reply
@@ -406,9 +416,9 @@ static json_t *usage_json(const job *j) {
         cached += j->ch[p * j->r.n].timings.n_cached_tokens;
     }
     for (int32_t i = 0; i < j->n_choices; i++) gen += j->ch[i].timings.n_generated_tokens;
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
-                     (json_int_t)gen, "total_tokens", (json_int_t)(prompt + gen), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)cached);
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens", (json_int_t)gen,
+                     "total_tokens", (json_int_t)(prompt + gen), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)cached);
 }
 
 /* /infill's object for choice idx: a streamed chunk (text) or, once it finished, the
@@ -417,10 +427,16 @@ static json_t *infill_of(job *j, int32_t idx, const char *text, size_t n) {
     const job_choice *c = &j->ch[idx];
     const bool done = c->finish != CN_FINISH_NONE;
     const bool whole = done && !j->r.stream;
-    const infill_out o = {.model = j->m->oc.model_id, .content = whole ? c->text.p : text,
-                          .n_content = whole ? c->text.n : n, .n_prompt = j->r.n_prompt[0], .done = done,
-                          .finish = c->finish, .stop_index = c->stop_index, .ar = &j->ar,
-                          .timings = done ? &c->timings : NULL, .n_predicted = c->n_gen};
+    const infill_out o = {.model = j->m->oc.model_id,
+                          .content = whole ? c->text.p : text,
+                          .n_content = whole ? c->text.n : n,
+                          .n_prompt = j->r.n_prompt[0],
+                          .done = done,
+                          .finish = c->finish,
+                          .stop_index = c->stop_index,
+                          .ar = &j->ar,
+                          .timings = done ? &c->timings : NULL,
+                          .n_predicted = c->n_gen};
     return infill_json(&o);
 }
 
@@ -525,9 +541,19 @@ static api_kind api_of_url(const char *url) {
 }
 
 static const char *endpoint_of(const char *url) {
-    static const char *const known[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages",
-                                        "/v1/messages/count_tokens", "/v1/responses", "/v1/models", "/health",
-                                        "/metrics", "/tokenize", "/detokenize", "/", "/infill", "/v1/embeddings"};
+    static const char *const known[] = {"/v1/chat/completions",
+                                        "/v1/completions",
+                                        "/v1/messages",
+                                        "/v1/messages/count_tokens",
+                                        "/v1/responses",
+                                        "/v1/models",
+                                        "/health",
+                                        "/metrics",
+                                        "/tokenize",
+                                        "/detokenize",
+                                        "/",
+                                        "/infill",
+                                        "/v1/embeddings"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(url, known[i])) return known[i];
     return "other";
@@ -567,11 +593,11 @@ static enum MHD_Result send_json(cn_server *s, struct MHD_Connection *conn, cons
         static const char ant_oom[] =
             "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"out of memory\"}}";
         const bool ant = api_of_url(url) == API_ANTHROPIC;
-        return send_bytes(s, conn, url, 503, "application/json", ant ? ant_oom : oom, ant ? sizeof ant_oom - 1 : sizeof oom - 1,
-                          "Retry-After", "1");
+        return send_bytes(s, conn, url, 503, "application/json", ant ? ant_oom : oom,
+                          ant ? sizeof ant_oom - 1 : sizeof oom - 1, "Retry-After", "1");
     }
-    const enum MHD_Result r =
-        send_bytes(s, conn, url, status, "application/json", body, strlen(body), extra_hdr, extra_val);
+    const enum MHD_Result r = send_bytes(s, conn, url, status, "application/json", body, strlen(body), extra_hdr,
+                                         extra_val);
     free(body);
     return r;
 }
@@ -611,7 +637,6 @@ static bool client_gone(int fd) {
     return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
-
 /* The whole non-streaming response of a finished job. */
 static json_t *completion_json(job *j) {
     if (j->api == API_INFILL) return infill_of(j, 0, NULL, 0);
@@ -641,8 +666,8 @@ static json_t *completion_json(job *j) {
             choice = json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message", oai_reply_message(&c->reply), "logprobs", lp,
                                "finish_reason", finish_of(c));
         } else if (j->r.kind == OAI_CHAT)
-            choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message", "role", "assistant", "content",
-                               text, "logprobs", lp, "finish_reason", oai_finish_str(c->finish));
+            choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", i, "message", "role", "assistant", "content", text,
+                               "logprobs", lp, "finish_reason", oai_finish_str(c->finish));
         else
             choice = json_pack("{s:i,s:o,s:o,s:s}", "index", i, "text", text, "logprobs", lp, "finish_reason",
                                oai_finish_str(c->finish));
@@ -650,9 +675,9 @@ static json_t *completion_json(job *j) {
         json_array_append_new(choices, choice);
     }
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", j->id, "object",
-                     j->r.kind == OAI_CHAT ? "chat.completion" : "text_completion", "created",
-                     (json_int_t)j->created, "model", j->m->oc.model_id, "system_fingerprint", "cinder-" CN_VERSION,
-                     "choices", choices, "usage", usage_json(j));
+                     j->r.kind == OAI_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)j->created,
+                     "model", j->m->oc.model_id, "system_fingerprint", "cinder-" CN_VERSION, "choices", choices,
+                     "usage", usage_json(j));
 }
 
 /* Streaming: MHD asks for bytes; wait for them (see DESIGN). */
@@ -735,7 +760,8 @@ static bool authorized(cn_server *s, struct MHD_Connection *conn) {
     const char *want = s->p.api_key;
     const size_t nk = strlen(k), nw = strlen(want);
     unsigned diff = (unsigned)(nk != nw);
-    for (size_t i = 0; i < nw; i++) diff |= (unsigned)(unsigned char)want[i] ^ (unsigned)(unsigned char)(i < nk ? k[i] : 0);
+    for (size_t i = 0; i < nw; i++)
+        diff |= (unsigned)(unsigned char)want[i] ^ (unsigned)(unsigned char)(i < nk ? k[i] : 0);
     return diff == 0;
 }
 
@@ -746,8 +772,8 @@ static bool authorized(cn_server *s, struct MHD_Connection *conn) {
 
 /* Parse: a job for body, registered, its stream opened (role or echo chunks); NULL with
  * *oe filled. */
-static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, json_t *body, api_kind api,
-                      uint64_t seq, oai_error *oe) {
+static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, json_t *body, api_kind api, uint64_t seq,
+                      oai_error *oe) {
     job *j = calloc(1, sizeof *j);
     if (!j) return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
     pthread_mutex_init(&j->mu, NULL);
@@ -759,8 +785,9 @@ static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, jso
     const oai_ctx *oc = &sm->oc;
     const bool ok = api == API_INFILL      ? infill_parse(oc, body, &j->r, &j->ar, oe)
                     : api == API_ANTHROPIC ? ant_parse(oc, body, false, &j->r, &j->ar, oe)
-                    : api == API_RESPONSES ? resp_parse(oc, body, &j->r, &j->ar, oe)
-                                           : oai_parse(oc, api == API_CHAT ? OAI_CHAT : OAI_COMPLETION, body, &j->r, oe);
+                    : api == API_RESPONSES
+                        ? resp_parse(oc, body, &j->r, &j->ar, oe)
+                        : oai_parse(oc, api == API_CHAT ? OAI_CHAT : OAI_COMPLETION, body, &j->r, oe);
     if (ok && json_failed()) { /* the mapping's JSON may have lost a field */
         job_free(j);
         return oai_fail(oe, 503, "server_error", NULL, NULL, "out of memory"), NULL;
@@ -786,7 +813,8 @@ static job *job_parse(cn_server *s, smodel *sm, struct MHD_Connection *conn, jso
     }
     static const char *const prefix[] = {"chatcmpl-", "cmpl-", "msg_", "resp_", "cmpl-"};
     snprintf(j->id, sizeof j->id, "%s%016llx%08llx", prefix[api],
-             (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j, (unsigned long long)seq);
+             (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)(uintptr_t)j,
+             (unsigned long long)seq);
     j->created = (long long)time(NULL);
     j->t_deadline = serve_now_s() + s->p.request_timeout_s;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -831,10 +859,8 @@ static void submit_error(const job *j, cn_status st, const cn_error *err, oai_er
         oai_fail(oe, 400, "invalid_request_error",
                  oai_field(api_dialect(j->api), j->r.kind == OAI_CHAT ? "messages" : "prompt"),
                  "context_length_exceeded", "%s", err->msg);
-    else if (st == CN_STATUS_NO_MEMORY)
-        oai_fail(oe, 503, "server_error", NULL, NULL, "%s", err->msg);
-    else
-        oai_fail(oe, 400, "invalid_request_error", NULL, NULL, "%s", err->msg);
+    else if (st == CN_STATUS_NO_MEMORY) oai_fail(oe, 503, "server_error", NULL, NULL, "%s", err->msg);
+    else oai_fail(oe, 400, "invalid_request_error", NULL, NULL, "%s", err->msg);
 }
 
 /* Submit: one engine request per prompt. False with *oe filled after cancelling what was
@@ -942,7 +968,7 @@ static enum MHD_Result handle_completion(cn_server *s, smodel *sm, struct MHD_Co
 
 /* Anthropic's count_tokens: the prompt the same /v1/messages body would make. */
 static enum MHD_Result handle_count_tokens(cn_server *s, smodel *sm, struct MHD_Connection *conn, const char *url,
-                                          json_t *body) {
+                                           json_t *body) {
     oai_request r;
     api_request ar;
     oai_error oe = {0};
@@ -956,7 +982,7 @@ static enum MHD_Result handle_count_tokens(cn_server *s, smodel *sm, struct MHD_
 }
 
 static enum MHD_Result handle_tokenize(cn_server *s, smodel *sm, struct MHD_Connection *conn, const char *url,
-                                      json_t *body) {
+                                       json_t *body) {
     json_t *content = json_object_get(body, "content");
     if (!content) content = json_object_get(body, "prompt");
     if (!json_is_string(content))
@@ -976,8 +1002,9 @@ static enum MHD_Result handle_tokenize(cn_server *s, smodel *sm, struct MHD_Conn
     if (st != CN_STATUS_OK) return fail(s, conn, url, 400, "invalid_request_error", "content", NULL, "%s", err.msg);
     json_t *arr = json_array();
     for (size_t i = 0; i < cnt; i++)
-        json_array_append_new(arr, with_pieces ? json_pack("{s:i,s:o}", "id", ids[i], "piece", oai_piece(sm->oc.tok, ids[i]))
-                                               : json_integer(ids[i]));
+        json_array_append_new(arr, with_pieces
+                                       ? json_pack("{s:i,s:o}", "id", ids[i], "piece", oai_piece(sm->oc.tok, ids[i]))
+                                       : json_integer(ids[i]));
     free(ids);
     return send_json(s, conn, url, 200,
                      json_pack("{s:o,s:I,s:i}", "tokens", arr, "count", (json_int_t)cnt, "max_model_len", sm->oc.n_ctx),
@@ -985,10 +1012,11 @@ static enum MHD_Result handle_tokenize(cn_server *s, smodel *sm, struct MHD_Conn
 }
 
 static enum MHD_Result handle_detokenize(cn_server *s, smodel *sm, struct MHD_Connection *conn, const char *url,
-                                        json_t *body) {
+                                         json_t *body) {
     json_t *toks = json_object_get(body, "tokens");
     if (!json_is_array(toks))
-        return fail(s, conn, url, 400, "invalid_request_error", "tokens", NULL, "'tokens' must be an array of token ids");
+        return fail(s, conn, url, 400, "invalid_request_error", "tokens", NULL,
+                    "'tokens' must be an array of token ids");
     const size_t n_ids = json_array_size(toks);
     int32_t *ids = malloc((n_ids ? n_ids : 1) * sizeof *ids);
     if (!ids) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
@@ -1080,23 +1108,35 @@ static char *render_metrics(cn_server *s) {
 
 typedef struct {
     cn_buf body;
-    bool oom;                  /* the body could not be kept: 503 */
+    bool oom; /* the body could not be kept: 503 */
     bool too_large;
 } conn_state;
 
 static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const char *url, const char *method,
                              conn_state *cs) {
     const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
-    struct { const char *path; bool post; } routes[] = {
-        {"/v1/chat/completions", true}, {"/v1/completions", true}, {"/v1/messages", true},
-        {"/v1/messages/count_tokens", true}, {"/v1/responses", true}, {"/tokenize", true}, {"/detokenize", true},
-        {"/infill", true}, {"/v1/embeddings", true},
-        {"/v1/models", false},          {"/health", false},        {"/metrics", false},
-        {"/", false}};
+    struct {
+        const char *path;
+        bool post;
+    } routes[] = {{"/v1/chat/completions", true},
+                  {"/v1/completions", true},
+                  {"/v1/messages", true},
+                  {"/v1/messages/count_tokens", true},
+                  {"/v1/responses", true},
+                  {"/tokenize", true},
+                  {"/detokenize", true},
+                  {"/infill", true},
+                  {"/v1/embeddings", true},
+                  {"/v1/models", false},
+                  {"/health", false},
+                  {"/metrics", false},
+                  {"/", false}};
     int r = -1;
     for (int i = 0; i < (int)(sizeof routes / sizeof routes[0]); i++)
         if (!strcmp(url, routes[i].path)) r = i;
-    if (r < 0) return fail(s, conn, url, 404, "invalid_request_error", NULL, "not_found", "no route %.200s %.200s", method, url);
+    if (r < 0)
+        return fail(s, conn, url, 404, "invalid_request_error", NULL, "not_found", "no route %.200s %.200s", method,
+                    url);
     if ((routes[r].post && !post) || (!routes[r].post && !get)) {
         oai_error e = {0};
         oai_fail(&e, 405, "invalid_request_error", NULL, "method_not_allowed", "%s does not accept %s (use %s)", url,
@@ -1129,8 +1169,8 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     if (!strcmp(url, "/metrics")) {
         char *text = render_metrics(s);
         if (!text) return fail(s, conn, url, 503, "server_error", NULL, NULL, "out of memory");
-        const enum MHD_Result res =
-            send_bytes(s, conn, url, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text), NULL, NULL);
+        const enum MHD_Result res = send_bytes(s, conn, url, 200, "text/plain; version=0.0.4; charset=utf-8", text,
+                                               strlen(text), NULL, NULL);
         free(text);
         return res;
     }
@@ -1173,8 +1213,8 @@ static enum MHD_Result route(cn_server *s, struct MHD_Connection *conn, const ch
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? ci->connect_fd : -1;
     cn_metrics_series *ms = NULL;
-    const int got = models_acquire(s->models, json_string_value(mj), serve_now_s() + s->p.request_timeout_s, fd_gone, &fd,
-                                   &sm, &ms, &oe);
+    const int got = models_acquire(s->models, json_string_value(mj), serve_now_s() + s->p.request_timeout_s, fd_gone,
+                                   &fd, &sm, &ms, &oe);
     tl_series = ms;
     tl_routed = true;
     if (got <= 0) {
@@ -1223,8 +1263,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         if (__atomic_load_n(&s->n_conns, __ATOMIC_RELAXED) > s->p.max_connections) {
             MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
             return fail(s, conn, url, 503, "server_error", NULL, "too_many_connections",
-                        "the server has %d connections open (--max-connections): retry later",
-                        s->p.max_connections);
+                        "the server has %d connections open (--max-connections): retry later", s->p.max_connections);
         }
         /* a declared length over the limit is refused before its body is read */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -1281,7 +1320,9 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
     s->grammars = gcache_new((size_t)p->grammar_cache_entries, 0);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
-    const oai_ctx base = {.lookup_n = p->lookup_n, .max_draft = p->max_draft, .grammars = s->grammars,
+    const oai_ctx base = {.lookup_n = p->lookup_n,
+                          .max_draft = p->max_draft,
+                          .grammars = s->grammars,
                           .grammar_max_compile_ms = p->grammar_compile_ms};
     if (!s->metrics || !s->grammars) {
         cn_server_free(s);
@@ -1308,7 +1349,7 @@ cn_status cn_server_start(const cn_server_params *p, cn_server **out, cn_error *
         const int port = p->port;
         cn_server_free(s);
         return serve_err(err, CN_STATUS_IO, "server: cannot listen on %s:%d (in use, or not an address here)",
-                      p->host ? p->host : "127.0.0.1", port);
+                         p->host ? p->host : "127.0.0.1", port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : p->port;
@@ -1347,7 +1388,7 @@ void cn_server_drain(cn_server *s, double deadline_s) {
 void cn_server_free(cn_server *s) {
     if (!s) return;
     if (s->d) MHD_stop_daemon(s->d);
-    models_free(s->models); /* after the jobs: the engines it loaded */
+    models_free(s->models);   /* after the jobs: the engines it loaded */
     gcache_free(s->grammars); /* after the jobs (their references) are gone */
     cn_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);

@@ -45,8 +45,8 @@ typedef struct {
     const char *models_dir;
     cn_server_load_fn load;
     void *load_user;
-    int models_max;            /* at most this many loaded at once (0, default: no limit);
-                                  the least recently used idle one is unloaded first */
+    int models_max;             /* at most this many loaded at once (0, default: no limit);
+                                   the least recently used idle one is unloaded first */
     const char *const *aliases; /* "NAME=FILE": NAME also serves FILE (a file name of the
                                   folder, with or without .gguf) */
     int n_aliases;

@@ -30,10 +30,8 @@ float cn_f16_to_f32(uint16_t h) {
     uint32_t mant = h & 0x3ffu;
     if (exp == 0x1f) /* Inf, NaN: payload moves up unchanged */
         return bits_f32(sign | 0x7f800000u | mant << 13);
-    if (exp != 0)
-        return bits_f32(sign | (exp + 112) << 23 | mant << 13);
-    if (mant == 0)
-        return bits_f32(sign);
+    if (exp != 0) return bits_f32(sign | (exp + 112) << 23 | mant << 13);
+    if (mant == 0) return bits_f32(sign);
     /* subnormal: mant * 2^-24; normalise so the leading 1 lands on bit 10 */
     uint32_t e = 113;
     while (!(mant & 0x400u)) {
@@ -54,27 +52,23 @@ uint16_t cn_f32_to_f16(float f) {
     if (ax >= 0x38800000u) { /* a normal half: rebias, then round 13 dropped bits */
         uint32_t h = (ax >> 13) - (112u << 10);
         uint32_t rem = ax & 0x1fffu;
-        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-            h++; /* a carry into the exponent is the right answer */
+        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is the right answer */
         return (uint16_t)(sign | h);
     }
     /* below 2^-14: a subnormal half m * 2^-24, m = round(value * 2^24) */
     uint32_t exp = ax >> 23;
     if (exp < 102) /* value < 2^-25 (float subnormals included): rounds to zero */
         return sign;
-    uint32_t mant = (ax & 0x7fffffu) | 0x800000u;   /* value = mant * 2^(exp - 150) */
-    uint32_t shift = 126 - exp;                     /* 14 .. 24 */
+    uint32_t mant = (ax & 0x7fffffu) | 0x800000u; /* value = mant * 2^(exp - 150) */
+    uint32_t shift = 126 - exp;                   /* 14 .. 24 */
     uint32_t m = mant >> shift;
     uint32_t rem = mant & ((1u << shift) - 1);
     uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (m & 1u)))
-        m++; /* m == 0x400 is the smallest normal half, encoded the same way */
+    if (rem > half || (rem == half && (m & 1u))) m++; /* m == 0x400 is the smallest normal half, encoded the same way */
     return (uint16_t)(sign | m);
 }
 
-float cn_bf16_to_f32(uint16_t h) {
-    return bits_f32((uint32_t)h << 16);
-}
+float cn_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
 uint16_t cn_f32_to_bf16(float f) {
     uint32_t x = f32_bits(f);

@@ -23,51 +23,51 @@
 #define CN_QK5_1 32
 #define CN_QK8_0 32
 #define CN_QK8_1 32
-#define CN_QK_K 256            /* elements per K-quant super-block */
-#define CN_K_SCALE_SIZE 12     /* packed 6-bit scales+mins of Q4_K / Q5_K */
+#define CN_QK_K 256        /* elements per K-quant super-block */
+#define CN_K_SCALE_SIZE 12 /* packed 6-bit scales+mins of Q4_K / Q5_K */
 
 /* Q4_0: 32 elements; x[j] = d * (q[j] - 8), q in [0, 15].
  * qs[j] holds element j in its low nibble and element j + 16 in its high nibble. */
 typedef struct {
-    uint16_t d;                  /* f16 scale */
-    uint8_t qs[CN_QK4_0 / 2];    /* (16) nibbles */
+    uint16_t d;               /* f16 scale */
+    uint8_t qs[CN_QK4_0 / 2]; /* (16) nibbles */
 } cn_block_q4_0;
 
 /* Q4_1: 32 elements; x[j] = d * q[j] + m, q in [0, 15]; nibbles as Q4_0. */
 typedef struct {
-    uint16_t d;                  /* f16 scale */
-    uint16_t m;                  /* f16 offset (the block minimum) */
-    uint8_t qs[CN_QK4_1 / 2];    /* (16) nibbles */
+    uint16_t d;               /* f16 scale */
+    uint16_t m;               /* f16 offset (the block minimum) */
+    uint8_t qs[CN_QK4_1 / 2]; /* (16) nibbles */
 } cn_block_q4_1;
 
 /* Q5_0: 32 elements; x[j] = d * (q[j] - 16), q in [0, 31]. Low 4 bits as Q4_0; bit 4 of
  * element j is bit j of qh read as a little-endian uint32. */
 typedef struct {
-    uint16_t d;                  /* f16 scale */
-    uint8_t qh[4];               /* (32 bits) fifth bits */
-    uint8_t qs[CN_QK5_0 / 2];    /* (16) low nibbles */
+    uint16_t d;               /* f16 scale */
+    uint8_t qh[4];            /* (32 bits) fifth bits */
+    uint8_t qs[CN_QK5_0 / 2]; /* (16) low nibbles */
 } cn_block_q5_0;
 
 /* Q5_1: 32 elements; x[j] = d * q[j] + m, q in [0, 31]; bits as Q5_0. */
 typedef struct {
-    uint16_t d;                  /* f16 scale */
-    uint16_t m;                  /* f16 offset */
-    uint8_t qh[4];               /* (32 bits) fifth bits */
-    uint8_t qs[CN_QK5_1 / 2];    /* (16) low nibbles */
+    uint16_t d;               /* f16 scale */
+    uint16_t m;               /* f16 offset */
+    uint8_t qh[4];            /* (32 bits) fifth bits */
+    uint8_t qs[CN_QK5_1 / 2]; /* (16) low nibbles */
 } cn_block_q5_1;
 
 /* Q8_0: 32 elements; x[j] = d * qs[j]. */
 typedef struct {
-    uint16_t d;                  /* f16 scale */
-    int8_t qs[CN_QK8_0];         /* (32) */
+    uint16_t d;          /* f16 scale */
+    int8_t qs[CN_QK8_0]; /* (32) */
 } cn_block_q8_0;
 
 /* Q8_1: 32 elements; x[j] = d * qs[j]; s = d * sum(qs) (f16), used by dot products
  * against _1 formats. */
 typedef struct {
-    uint16_t d;                  /* f16 scale */
-    uint16_t s;                  /* f16 d * sum(qs) */
-    int8_t qs[CN_QK8_1];         /* (32) */
+    uint16_t d;          /* f16 scale */
+    uint16_t s;          /* f16 d * sum(qs) */
+    int8_t qs[CN_QK8_1]; /* (32) */
 } cn_block_q8_1;
 
 /* Q2_K: 256 elements in 16 sub-blocks of 16; x = d * sc * q - dmin * m, q in [0, 3],
@@ -75,10 +75,10 @@ typedef struct {
  * Element e: half h = e / 128, r = e % 128, k = r / 32, l = r % 32;
  * q = (qs[h * 32 + l] >> (2 * k)) & 3. */
 typedef struct {
-    uint8_t scales[CN_QK_K / 16];   /* (16) 4-bit scale | 4-bit min << 4 */
-    uint8_t qs[CN_QK_K / 4];        /* (64) 2-bit quants */
-    uint16_t d;                     /* f16 super-block scale of the scales */
-    uint16_t dmin;                  /* f16 super-block scale of the mins */
+    uint8_t scales[CN_QK_K / 16]; /* (16) 4-bit scale | 4-bit min << 4 */
+    uint8_t qs[CN_QK_K / 4];      /* (64) 2-bit quants */
+    uint16_t d;                   /* f16 super-block scale of the scales */
+    uint16_t dmin;                /* f16 super-block scale of the mins */
 } cn_block_q2_K;
 
 /* Q3_K: 256 elements in 16 sub-blocks of 16; x = d * (sc - 32) * q, q in [-4, 3].
@@ -87,10 +87,10 @@ typedef struct {
  * 6-bit sc of sub-block s: low 4 bits are the low nibble of scales[s] (s < 8) or the
  * high nibble of scales[s - 8] (s >= 8); high 2 bits are (scales[8 + s % 4] >> (2 * (s / 4))) & 3. */
 typedef struct {
-    uint8_t hmask[CN_QK_K / 8];     /* (32) high bits, see above */
-    uint8_t qs[CN_QK_K / 4];        /* (64) low 2 bits */
-    uint8_t scales[12];             /* 16 packed 6-bit scales */
-    uint16_t d;                     /* f16 super-block scale */
+    uint8_t hmask[CN_QK_K / 8]; /* (32) high bits, see above */
+    uint8_t qs[CN_QK_K / 4];    /* (64) low 2 bits */
+    uint8_t scales[12];         /* 16 packed 6-bit scales */
+    uint16_t d;                 /* f16 super-block scale */
 } cn_block_q3_K;
 
 /* Q4_K: 256 elements in 8 sub-blocks of 32; x = d * sc * q - dmin * m, q in [0, 15].
@@ -100,10 +100,10 @@ typedef struct {
  * s >= 4: sc = (scales[s + 4] & 15) | (scales[s - 4] >> 6) << 4,
  *         m  = (scales[s + 4] >> 4) | (scales[s] >> 6) << 4. */
 typedef struct {
-    uint16_t d;                         /* f16 super-block scale of the scales */
-    uint16_t dmin;                      /* f16 super-block scale of the mins */
-    uint8_t scales[CN_K_SCALE_SIZE];    /* 8 packed (sc, m) pairs */
-    uint8_t qs[CN_QK_K / 2];            /* (128) nibbles */
+    uint16_t d;                      /* f16 super-block scale of the scales */
+    uint16_t dmin;                   /* f16 super-block scale of the mins */
+    uint8_t scales[CN_K_SCALE_SIZE]; /* 8 packed (sc, m) pairs */
+    uint8_t qs[CN_QK_K / 2];         /* (128) nibbles */
 } cn_block_q4_K;
 
 /* Q5_K: as Q4_K with q in [0, 31]; bit 4 of element e is bit (e / 32) of qh[e % 32]. */
@@ -111,8 +111,8 @@ typedef struct {
     uint16_t d;
     uint16_t dmin;
     uint8_t scales[CN_K_SCALE_SIZE];
-    uint8_t qh[CN_QK_K / 8];            /* (32) fifth bits */
-    uint8_t qs[CN_QK_K / 2];            /* (128) low nibbles */
+    uint8_t qh[CN_QK_K / 8]; /* (32) fifth bits */
+    uint8_t qs[CN_QK_K / 2]; /* (128) low nibbles */
 } cn_block_q5_K;
 
 /* Q6_K: 256 elements in 16 sub-blocks of 16; x = d * scales[e / 16] * (q - 32), q in
@@ -120,18 +120,18 @@ typedef struct {
  * low 4 bits: ql[h * 64 + l + 32 * (k & 1)], low nibble for k < 2, high for k >= 2;
  * high 2 bits: (qh[h * 32 + l] >> (2 * k)) & 3. */
 typedef struct {
-    uint8_t ql[CN_QK_K / 2];        /* (128) low 4 bits */
-    uint8_t qh[CN_QK_K / 4];        /* (64) high 2 bits */
-    int8_t scales[CN_QK_K / 16];    /* (16) signed 8-bit sub-block scales */
-    uint16_t d;                     /* f16 super-block scale */
+    uint8_t ql[CN_QK_K / 2];     /* (128) low 4 bits */
+    uint8_t qh[CN_QK_K / 4];     /* (64) high 2 bits */
+    int8_t scales[CN_QK_K / 16]; /* (16) signed 8-bit sub-block scales */
+    uint16_t d;                  /* f16 super-block scale */
 } cn_block_q6_K;
 
 /* Q8_K: 256 elements; x[j] = d * qs[j]; bsums[i] = sum of qs[16 i .. 16 i + 15].
  * The activation format for K-quant dot products; d is a plain float. */
 typedef struct {
     float d;
-    int8_t qs[CN_QK_K];             /* (256) */
-    int16_t bsums[CN_QK_K / 16];    /* (16) */
+    int8_t qs[CN_QK_K];          /* (256) */
+    int16_t bsums[CN_QK_K / 16]; /* (16) */
 } cn_block_q8_K;
 
 _Static_assert(sizeof(cn_block_q4_0) == 18, "q4_0 block");

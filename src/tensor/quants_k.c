@@ -39,42 +39,34 @@
 
 /* The smallest finite f16 >= v, for v >= 0 (saturates at 65504; NaN gives 0). */
 static uint16_t f16_ceil(float v) {
-    if (!(v > 0.0f))
-        return 0;
+    if (!(v > 0.0f)) return 0;
     uint16_t h = cn_f32_to_f16(v);
-    if (h >= 0x7c00u)
-        return 0x7bffu;
-    if (cn_f16_to_f32(h) < v && h < 0x7bffu)
-        h++;
+    if (h >= 0x7c00u) return 0x7bffu;
+    if (cn_f16_to_f32(h) < v && h < 0x7bffu) h++;
     return h;
 }
 
 /* The smallest k in [0, hi] with unit * k >= target (unit > 0), or hi. */
 static int ceil_multiple(float target, float unit, int hi) {
     float v = target / unit;
-    if (!(v > 0.0f))
-        return 0;
-    if (v >= (float)hi)
-        return hi;
+    if (!(v > 0.0f)) return 0;
+    if (v >= (float)hi) return hi;
     int k = (int)ceilf(v);
-    while (k < hi && unit * (float)k < target)
-        k++;
+    while (k < hi && unit * (float)k < target) k++;
     return k;
 }
 
 /* Round to nearest (ties to even), clamped to [lo, hi]; NaN gives lo. */
 static int nearest_clamp(float v, int lo, int hi) {
-    if (!(v > (float)lo))
-        return lo;
-    if (v >= (float)hi)
-        return hi;
+    if (!(v > (float)lo)) return lo;
+    if (v >= (float)hi) return hi;
     return (int)rintf(v);
 }
 
 /* One asymmetric super-block: n_sub sub-blocks of sub_len elements (n_sub <= 16).
  * Out: f16 d and dmin, per sub-block sc[s], m[s] in [0, smax], q[e] in [0, qmax]. */
-static void quant_asym(const float *x, int n_sub, int sub_len, int qmax, int smax,
-                       uint16_t *d_out, uint16_t *dmin_out, uint8_t *sc, uint8_t *m, uint8_t *q) {
+static void quant_asym(const float *x, int n_sub, int sub_len, int qmax, int smax, uint16_t *d_out, uint16_t *dmin_out,
+                       uint8_t *sc, uint8_t *m, uint8_t *q) {
     float hi[16], mneed[16], step[16];
     float mneed_max = 0.0f, step_max = 0.0f;
     for (int s = 0; s < n_sub; s++) {
@@ -110,8 +102,7 @@ static void quant_asym(const float *x, int n_sub, int sub_len, int qmax, int sma
 }
 
 /* One symmetric super-block: q[e] in [-qmax-1, qmax], sc[s] in [-smax, smax]. */
-static void quant_sym(const float *x, int n_sub, int sub_len, int qmax, int smax,
-                      uint16_t *d_out, int *sc, int *q) {
+static void quant_sym(const float *x, int n_sub, int sub_len, int qmax, int smax, uint16_t *d_out, int *sc, int *q) {
     float step[16]; /* (n_sub) signed ideal step: -extreme / (qmax + 1) */
     float step_max = 0.0f;
     for (int s = 0; s < n_sub; s++) {
@@ -163,8 +154,7 @@ void cn_quant_row_q2_K(const float *src, void *dst, int64_t n_elem) {
     for (int64_t i = 0; i < n_elem / CN_QK_K; i++, src += CN_QK_K) {
         uint8_t sc[16], m[16], q[CN_QK_K];
         quant_asym(src, 16, 16, 3, 15, &b[i].d, &b[i].dmin, sc, m, q);
-        for (int s = 0; s < 16; s++)
-            b[i].scales[s] = (uint8_t)(sc[s] | m[s] << 4);
+        for (int s = 0; s < 16; s++) b[i].scales[s] = (uint8_t)(sc[s] | m[s] << 4);
         memset(b[i].qs, 0, sizeof b[i].qs);
         for (int e = 0; e < CN_QK_K; e++) {
             int h = e / 128, k = e % 128 / 32, l = e % 32;
@@ -249,8 +239,7 @@ void cn_quant_row_q4_K(const float *src, void *dst, int64_t n_elem) {
         quant_asym(src, 8, 32, 15, 63, &b[i].d, &b[i].dmin, sc, m, q);
         pack_k4_scales(sc, m, b[i].scales);
         for (int p = 0; p < 4; p++)
-            for (int l = 0; l < 32; l++)
-                b[i].qs[p * 32 + l] = (uint8_t)(q[p * 64 + l] | q[p * 64 + 32 + l] << 4);
+            for (int l = 0; l < 32; l++) b[i].qs[p * 32 + l] = (uint8_t)(q[p * 64 + l] | q[p * 64 + 32 + l] << 4);
     }
 }
 
@@ -310,8 +299,7 @@ void cn_quant_row_q6_K(const float *src, void *dst, int64_t n_elem) {
     for (int64_t i = 0; i < n_elem / CN_QK_K; i++, src += CN_QK_K) {
         int sc[16], q[CN_QK_K];
         quant_sym(src, 16, 16, 31, 127, &b[i].d, sc, q);
-        for (int s = 0; s < 16; s++)
-            b[i].scales[s] = (int8_t)sc[s];
+        for (int s = 0; s < 16; s++) b[i].scales[s] = (int8_t)sc[s];
         memset(b[i].ql, 0, sizeof b[i].ql);
         memset(b[i].qh, 0, sizeof b[i].qh);
         for (int e = 0; e < CN_QK_K; e++) {
@@ -328,8 +316,7 @@ void cn_quant_row_q6_K(const float *src, void *dst, int64_t n_elem) {
 void cn_dequant_row_q8_K(const void *src, float *dst, int64_t n_elem) {
     const cn_block_q8_K *b = src;
     for (int64_t i = 0; i < n_elem / CN_QK_K; i++, dst += CN_QK_K)
-        for (int j = 0; j < CN_QK_K; j++)
-            dst[j] = b[i].d * (float)b[i].qs[j];
+        for (int j = 0; j < CN_QK_K; j++) dst[j] = b[i].d * (float)b[i].qs[j];
 }
 
 void cn_quant_row_q8_K(const float *src, void *dst, int64_t n_elem) {

@@ -17,10 +17,8 @@
 
 /* (int)v for v in [0, hi], saturating: ggml's MIN(hi, (int8_t)v) where v >= 0. */
 static int trunc_sat(float v, int hi) {
-    if (!(v >= 0.0f))
-        return 0;
-    if (v >= (float)hi)
-        return hi;
+    if (!(v >= 0.0f)) return 0;
+    if (v >= (float)hi) return hi;
     return (int)v;
 }
 
@@ -29,18 +27,13 @@ static int trunc_sat(float v, int hi) {
  * result for every float, without a libm call per element (quantizing a 1.5B model to
  * Q8_0 spends its time here). */
 static int8_t round_i8(float v) {
-    if (v != v)
-        return 0;
-    if (v <= -128.0f)
-        return -128;
-    if (v >= 127.0f)
-        return 127;
+    if (v != v) return 0;
+    if (v <= -128.0f) return -128;
+    if (v >= 127.0f) return 127;
     int i = (int)v;
     const float frac = v - (float)i; /* exact: |v| < 2^7 */
-    if (frac >= 0.5f)
-        i++;
-    else if (frac <= -0.5f)
-        i--;
+    if (frac >= 0.5f) i++;
+    else if (frac <= -0.5f) i--;
     return (int8_t)i;
 }
 
@@ -59,10 +52,8 @@ static float signed_absmax(const float *x, int n) {
 static void min_max(const float *x, int n, float *mn, float *mx) {
     float lo = FLT_MAX, hi = -FLT_MAX;
     for (int j = 0; j < n; j++) {
-        if (x[j] < lo)
-            lo = x[j];
-        if (x[j] > hi)
-            hi = x[j];
+        if (x[j] < lo) lo = x[j];
+        if (x[j] > hi) hi = x[j];
     }
     *mn = lo;
     *mx = hi;
@@ -219,15 +210,13 @@ void cn_dequant_row_q8_0(const void *src, float *dst, int64_t n_elem) {
     const cn_block_q8_0 *b = src;
     for (int64_t i = 0; i < n_elem / CN_QK8_0; i++, dst += CN_QK8_0) {
         const float d = cn_f16_to_f32(b[i].d);
-        for (int j = 0; j < CN_QK8_0; j++)
-            dst[j] = (float)b[i].qs[j] * d;
+        for (int j = 0; j < CN_QK8_0; j++) dst[j] = (float)b[i].qs[j] * d;
     }
 }
 
 static float absmax(const float *x, int n) {
     float amax = 0.0f;
-    for (int j = 0; j < n; j++)
-        amax = CN_MAX(amax, fabsf(x[j]));
+    for (int j = 0; j < n; j++) amax = CN_MAX(amax, fabsf(x[j]));
     return amax;
 }
 
@@ -242,8 +231,7 @@ static int8_t round_small(float v) {
 
 static bool all_finite(const float *x, int n) {
     bool ok = true;
-    for (int j = 0; j < n; j++)
-        ok &= fabsf(x[j]) <= FLT_MAX; /* false for NaN and Inf */
+    for (int j = 0; j < n; j++) ok &= fabsf(x[j]) <= FLT_MAX; /* false for NaN and Inf */
     return ok;
 }
 
@@ -256,11 +244,9 @@ void cn_quant_row_q8_0(const float *src, void *dst, int64_t n_elem) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = cn_f32_to_f16(d);
         if (all_finite(src, CN_QK8_0)) {
-            for (int j = 0; j < CN_QK8_0; j++)
-                b[i].qs[j] = round_small(src[j] * id);
+            for (int j = 0; j < CN_QK8_0; j++) b[i].qs[j] = round_small(src[j] * id);
         } else {
-            for (int j = 0; j < CN_QK8_0; j++)
-                b[i].qs[j] = round_i8(src[j] * id);
+            for (int j = 0; j < CN_QK8_0; j++) b[i].qs[j] = round_i8(src[j] * id);
         }
     }
 }
@@ -269,8 +255,7 @@ void cn_dequant_row_q8_1(const void *src, float *dst, int64_t n_elem) {
     const cn_block_q8_1 *b = src;
     for (int64_t i = 0; i < n_elem / CN_QK8_1; i++, dst += CN_QK8_1) {
         const float d = cn_f16_to_f32(b[i].d);
-        for (int j = 0; j < CN_QK8_1; j++)
-            dst[j] = (float)b[i].qs[j] * d;
+        for (int j = 0; j < CN_QK8_1; j++) dst[j] = (float)b[i].qs[j] * d;
     }
 }
 

@@ -44,13 +44,12 @@ static int round_nearest(float v) {
 
 static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-static void k4_reround(const float *x, int nmax, uint16_t d16, uint16_t dmin16, const uint8_t *packed,
-                       uint8_t *q);
+static void k4_reround(const float *x, int nmax, uint16_t d16, uint16_t dmin16, const uint8_t *packed, uint8_t *q);
 
 /* Asymmetric fit of n values to q in [0, nmax]: returns the scale, *neg_min the offset
  * to subtract (x ~ scale * q - *neg_min). q gets the chosen levels; scratch is n bytes. */
-static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *q,
-                           float *neg_min, uint8_t *scratch, float rmin, float rdelta, int nstep) {
+static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *q, float *neg_min,
+                           uint8_t *scratch, float rmin, float rdelta, int nstep) {
     float lo = x[0], hi = x[0];
     float sum_w = w[0];
     float sum_x = sum_w * x[0];
@@ -87,8 +86,7 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
             sum_xl += wl * x[i];
         }
         float det = sum_w * sum_l2 - sum_l * sum_l;
-        if (!(det > 0))
-            continue;
+        if (!(det > 0)) continue;
         float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
         float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
         if (this_min > 0) {
@@ -137,8 +135,7 @@ static float fit_scale_sym(int n, int nmax, const float *x, int8_t *q, const flo
     float scale = sum_l2 != 0 ? sum_xl / sum_l2 : 0.0f;
     float best = scale * sum_xl;
     for (int k = -9; k <= 9; k++) {
-        if (k == 0)
-            continue;
+        if (k == 0) continue;
         iscale = -((float)nmax + 0.1f * (float)k) / ext;
         sum_xl = sum_l2 = 0;
         for (int i = 0; i < n; i++) {
@@ -159,19 +156,17 @@ static float fit_scale_sym(int n, int nmax, const float *x, int8_t *q, const flo
 
 /* Q4_K and Q5_K share everything but nmax and the search range; q (256) gets the levels,
  * scales (12) the packed 6-bit pairs. */
-static void quant_k4_block(const float *x, int nmax, float rmin, int nstep, uint16_t *d_out,
-                           uint16_t *dmin_out, uint8_t *packed, uint8_t *q) {
+static void quant_k4_block(const float *x, int nmax, float rmin, int nstep, uint16_t *d_out, uint16_t *dmin_out,
+                           uint8_t *packed, uint8_t *q) {
     float scales[8], mins[8], w[32];
     uint8_t scratch[32];
     float max_scale = 0, max_min = 0;
     for (int s = 0; s < 8; s++) {
         const float *xs = x + 32 * s;
         float sum_x2 = 0;
-        for (int l = 0; l < 32; l++)
-            sum_x2 += xs[l] * xs[l];
+        for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
         float rms = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; l++)
-            w[l] = rms + fabsf(xs[l]);
+        for (int l = 0; l < 32; l++) w[l] = rms + fabsf(xs[l]);
         scales[s] = fit_scale_min(32, nmax, xs, w, q + 32 * s, &mins[s], scratch, rmin, 0.1f, nstep);
         if (scales[s] > max_scale) max_scale = scales[s];
         if (mins[s] > max_min) max_min = mins[s];
@@ -197,15 +192,13 @@ static void quant_k4_block(const float *x, int nmax, float rmin, int nstep, uint
 }
 
 /* Every element re-rounded to the grid the stored (f16 d, dmin; 6-bit scale, min) give. */
-static void k4_reround(const float *x, int nmax, uint16_t d16, uint16_t dmin16, const uint8_t *packed,
-                       uint8_t *q) {
+static void k4_reround(const float *x, int nmax, uint16_t d16, uint16_t dmin16, const uint8_t *packed, uint8_t *q) {
     const float d_all = cn_f16_to_f32(d16), dmin_all = cn_f16_to_f32(dmin16);
     for (int s = 0; s < 8; s++) {
         uint8_t ss, ms;
         cn_k4_scale_min(packed, s, &ss, &ms);
         const float d = d_all * (float)ss;
-        if (d == 0)
-            continue; /* the fit's levels stay, as ggml leaves them */
+        if (d == 0) continue; /* the fit's levels stay, as ggml leaves them */
         const float dm = dmin_all * (float)ms;
         for (int l = 0; l < 32; l++)
             q[32 * s + l] = (uint8_t)clamp_int(round_nearest((x[32 * s + l] + dm) / d), 0, nmax);
@@ -218,8 +211,7 @@ void cn_quant_row_q4_K_search(const float *src, void *dst, int64_t n_elem) {
         uint8_t q[CN_QK_K];
         quant_k4_block(src, 15, -1.0f, 20, &b[i].d, &b[i].dmin, b[i].scales, q);
         for (int p = 0; p < 4; p++)
-            for (int l = 0; l < 32; l++)
-                b[i].qs[p * 32 + l] = (uint8_t)(q[p * 64 + l] | q[p * 64 + 32 + l] << 4);
+            for (int l = 0; l < 32; l++) b[i].qs[p * 32 + l] = (uint8_t)(q[p * 64 + l] | q[p * 64 + 32 + l] << 4);
     }
 }
 
@@ -266,8 +258,7 @@ static void q6_K_row(const float *src, void *dst, int64_t n_elem, const float *q
         const float d_all = cn_f16_to_f32(b[i].d);
         for (int s = 0; s < 16; s++) {
             const float d = d_all * (float)b[i].scales[s];
-            if (d == 0)
-                continue;
+            if (d == 0) continue;
             for (int l = 0; l < 16; l++)
                 q[16 * s + l] = (int8_t)(clamp_int(round_nearest(src[16 * s + l] / d), -32, 31) + 32);
         }
@@ -293,15 +284,13 @@ void cn_quant_row_q6_K_search(const float *src, void *dst, int64_t n_elem) { q6_
  * Returns the scale. ggml's make_qp_quants. */
 static float fit_scale_pos(int n, int nmax, const float *x, uint8_t *q, const float *w) {
     float max = 0;
-    for (int i = 0; i < n; i++)
-        max = max > x[i] ? max : x[i];
+    for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
     if (max < ALL_ZERO_EPS) {
         memset(q, 0, (size_t)n);
         return 0.0f;
     }
     float iscale = (float)nmax / max;
-    for (int i = 0; i < n; i++)
-        q[i] = (uint8_t)round_nearest(iscale * x[i]);
+    for (int i = 0; i < n; i++) q[i] = (uint8_t)round_nearest(iscale * x[i]);
     float scale = 1 / iscale;
     float best = 0;
     for (int i = 0; i < n; i++) {
@@ -309,8 +298,7 @@ static float fit_scale_pos(int n, int nmax, const float *x, uint8_t *q, const fl
         best += w[i] * diff * diff;
     }
     for (int k = -4; k <= 4; k++) {
-        if (k == 0)
-            continue;
+        if (k == 0) continue;
         float iscale_k = (0.1f * (float)k + (float)nmax) / max;
         float scale_k = 1 / iscale_k;
         float err = 0;
@@ -338,12 +326,10 @@ static float fit_scale_pos(int n, int nmax, const float *x, uint8_t *q, const fl
         for (int i = 0; i < n; i++) {
             float slx = sum_lx - w[i] * x[i] * (float)q[i];
             float sl2 = sum_l2 - w[i] * (float)q[i] * (float)q[i];
-            if (!(slx > 0 && sl2 > 0))
-                continue;
+            if (!(slx > 0 && sl2 > 0)) continue;
             int l = round_nearest(x[i] * sl2 / slx);
             l = l < nmax ? l : nmax;
-            if (l == q[i])
-                continue;
+            if (l == q[i]) continue;
             slx += w[i] * x[i] * (float)l;
             sl2 += w[i] * (float)l * (float)l;
             /* the fit's gain sum_lx^2 / sum_l2 grows: take the move */
@@ -354,8 +340,7 @@ static float fit_scale_pos(int n, int nmax, const float *x, uint8_t *q, const fl
                 n_changed++;
             }
         }
-        if (!n_changed)
-            break;
+        if (!n_changed) break;
     }
     return sum_l2 > 0.0f ? sum_lx / sum_l2 : 0.0f;
 }
@@ -369,16 +354,13 @@ static void quant_k4_block_w(const float *x, const float *qw, int nmax, uint16_t
     float scales[8], mins[8], sw[8], w[32];
     uint8_t scratch[32], ls[8], lm[8];
     float sum_x2 = 0;
-    for (int l = 0; l < CN_QK_K; l++)
-        sum_x2 += x[l] * x[l];
+    for (int l = 0; l < CN_QK_K; l++) sum_x2 += x[l] * x[l];
     const float sigma2 = 2 * sum_x2 / CN_QK_K;
     for (int s = 0; s < 8; s++) {
         const float *xs = x + 32 * s;
-        for (int l = 0; l < 32; l++)
-            w[l] = qw[32 * s + l] * sqrtf(sigma2 + xs[l] * xs[l]);
+        for (int l = 0; l < 32; l++) w[l] = qw[32 * s + l] * sqrtf(sigma2 + xs[l] * xs[l]);
         float sum_w = 0;
-        for (int l = 0; l < 32; l++)
-            sum_w += w[l];
+        for (int l = 0; l < 32; l++) sum_w += w[l];
         sw[s] = sum_w;
         scales[s] = fit_scale_min(32, nmax, xs, w, q + 32 * s, &mins[s], scratch, -0.9f, 0.05f, 36);
     }
@@ -404,8 +386,7 @@ static void q4_K_row_w(const float *src, void *dst, int64_t n_elem, const float 
         uint8_t q[CN_QK_K];
         quant_k4_block_w(src, qw, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
         for (int p = 0; p < 4; p++)
-            for (int l = 0; l < 32; l++)
-                b[i].qs[p * 32 + l] = (uint8_t)(q[p * 64 + l] | q[p * 64 + 32 + l] << 4);
+            for (int l = 0; l < 32; l++) b[i].qs[p * 32 + l] = (uint8_t)(q[p * 64 + l] | q[p * 64 + 32 + l] << 4);
     }
 }
 
@@ -425,21 +406,17 @@ static void q5_K_row_w(const float *src, void *dst, int64_t n_elem, const float 
 }
 
 /* Q6_K takes the imatrix's weights as they are, in place of x^2. */
-static void q6_K_row_w(const float *src, void *dst, int64_t n_elem, const float *qw) {
-    q6_K_row(src, dst, n_elem, qw);
-}
+static void q6_K_row_w(const float *src, void *dst, int64_t n_elem, const float *qw) { q6_K_row(src, dst, n_elem, qw); }
 
 /* The 32-blocks: w = qw * sqrt(sigma2 + x^2), sigma2 the whole row's mean square. */
 static float row_sigma2(const float *x, int64_t n) {
     float sum_x2 = 0;
-    for (int64_t j = 0; j < n; j++)
-        sum_x2 += x[j] * x[j];
+    for (int64_t j = 0; j < n; j++) sum_x2 += x[j] * x[j];
     return sum_x2 / (float)n;
 }
 
 static void block_weights(const float *xb, const float *qw, float sigma2, float *w) {
-    for (int j = 0; j < 32; j++)
-        w[j] = qw[j] * sqrtf(sigma2 + xb[j] * xb[j]);
+    for (int j = 0; j < 32; j++) w[j] = qw[j] * sqrtf(sigma2 + xb[j] * xb[j]);
 }
 
 static void q4_0_row_w(const float *src, void *dst, int64_t n_elem, const float *qw) {
@@ -450,8 +427,7 @@ static void q4_0_row_w(const float *src, void *dst, int64_t n_elem, const float 
         int8_t q[32];
         block_weights(src + 32 * i, qw + 32 * i, sigma2, w);
         b[i].d = cn_f32_to_f16(fit_scale_sym(32, 8, src + 32 * i, q, w));
-        for (int j = 0; j < 16; j++)
-            b[i].qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
     }
 }
 
@@ -482,8 +458,7 @@ static void q4_1_row_w(const float *src, void *dst, int64_t n_elem, const float 
         const float d = fit_scale_min(32, 15, src + 32 * i, w, q, &neg_min, scratch, -0.9f, 0.05f, 36);
         b[i].d = cn_f32_to_f16(d);
         b[i].m = cn_f32_to_f16(-neg_min);
-        for (int j = 0; j < 16; j++)
-            b[i].qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)(q[j] | q[j + 16] << 4);
     }
 }
 

@@ -28,8 +28,7 @@ static const cn_type_traits k_traits[CN_TYPE_COUNT] = {
 };
 
 const cn_type_traits *cn_type_traits_get(uint32_t type) {
-    if (type >= CN_TYPE_COUNT || k_traits[type].name == NULL)
-        return NULL;
+    if (type >= CN_TYPE_COUNT || k_traits[type].name == NULL) return NULL;
     return &k_traits[type];
 }
 
@@ -40,17 +39,14 @@ const char *cn_type_name(cn_type t) {
 
 uint64_t cn_type_row_bytes(uint32_t type, int64_t n_elem) {
     const cn_type_traits *t = cn_type_traits_get(type);
-    if (t == NULL || n_elem < 0 || n_elem % t->block_size != 0)
-        return 0;
+    if (t == NULL || n_elem < 0 || n_elem % t->block_size != 0) return 0;
     uint64_t n_bytes;
-    if (!cn_mul_ok((uint64_t)(n_elem / t->block_size), t->type_size, &n_bytes))
-        return 0;
+    if (!cn_mul_ok((uint64_t)(n_elem / t->block_size), t->type_size, &n_bytes)) return 0;
     return n_bytes;
 }
 
 bool cn_type_from_name(const char *name, uint32_t *out) {
-    if (name == NULL)
-        return false;
+    if (name == NULL) return false;
     for (uint32_t i = 0; i < CN_TYPE_COUNT; i++) {
         if (k_traits[i].name != NULL && strcasecmp(k_traits[i].name, name) == 0) {
             *out = i;
@@ -64,9 +60,7 @@ void cn_dequant_row_f32(const void *src, float *dst, int64_t n_elem) {
     memcpy(dst, src, (size_t)n_elem * sizeof(float));
 }
 
-void cn_quant_row_f32(const float *src, void *dst, int64_t n_elem) {
-    memcpy(dst, src, (size_t)n_elem * sizeof(float));
-}
+void cn_quant_row_f32(const float *src, void *dst, int64_t n_elem) { memcpy(dst, src, (size_t)n_elem * sizeof(float)); }
 
 /* The half rows go through memcpy per element: a row inside a mapped file need not be
  * 2-byte aligned. */

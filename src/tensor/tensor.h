@@ -11,10 +11,10 @@ typedef void (*cn_to_float_fn)(const void *src, float *dst, int64_t n_elem);
 typedef void (*cn_from_float_fn)(const float *src, void *dst, int64_t n_elem);
 
 typedef struct {
-    const char *name;          /* "q4_K", as GGUF tools spell it */
-    int64_t block_size;        /* elements per block (1 for F32/F16/BF16) */
-    size_t type_size;          /* bytes per block */
-    cn_to_float_fn to_float;   /* n_elem a multiple of block_size */
+    const char *name;                /* "q4_K", as GGUF tools spell it */
+    int64_t block_size;              /* elements per block (1 for F32/F16/BF16) */
+    size_t type_size;                /* bytes per block */
+    cn_to_float_fn to_float;         /* n_elem a multiple of block_size */
     cn_from_float_fn from_float_ref; /* reference quantizer; NULL if not provided */
 } cn_type_traits;
 
@@ -39,10 +39,10 @@ typedef void (*cn_from_float_w_fn)(const float *src, void *dst, int64_t n_elem, 
 cn_from_float_w_fn cn_type_quantizer_weighted(uint32_t type);
 
 float cn_f16_to_f32(uint16_t h);
-uint16_t cn_f32_to_f16(float f);   /* round to nearest even, as numpy's astype(float16) */
+uint16_t cn_f32_to_f16(float f); /* round to nearest even, as numpy's astype(float16) */
 /* h[i] = cn_f32_to_f16(x[i]), the same bits; F16C where the CPU has it. */
 void cn_f32_to_f16_row(const float *x, uint16_t *h, int64_t n);
 float cn_bf16_to_f32(uint16_t h);
-uint16_t cn_f32_to_bf16(float f);  /* round to nearest even; NaN stays NaN */
+uint16_t cn_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
 
 #endif

@@ -42,8 +42,7 @@ struct cn_chat_template {
 static const char *const FAMILY_NAME[] = {"chatml", "gemma", "llama3"};
 static const char *const END_OF_TURN[] = {"<|im_end|>", "<end_of_turn>", "<|eot_id|>"};
 
-static cn_status make(cn_chat_family family, const char *sys, size_t sys_len,
-                      cn_chat_template **out, cn_error *err) {
+static cn_status make(cn_chat_family family, const char *sys, size_t sys_len, cn_chat_template **out, cn_error *err) {
     cn_chat_template *t = calloc(1, sizeof *t);
     if (!t) return cn_err(err, CN_STATUS_NO_MEMORY, "chat template: out of memory");
     t->family = family;
@@ -87,8 +86,7 @@ static bool chatml_default_system(const char *j, size_t len, const char **sys, s
         const char *e = memmem(q, (size_t)(end - q), close, n_close);
         if (!e || e == q || e - q > CN_CHAT_MAX_SYSTEM_BYTES) continue;
         bool literal = true;
-        for (const char *c = q; c < e && literal; c++)
-            literal = !strchr("'\"{}\\", *c);
+        for (const char *c = q; c < e && literal; c++) literal = !strchr("'\"{}\\", *c);
         if (!literal) continue;
         *sys = q;
         *sys_len = (size_t)(e - q);
@@ -97,14 +95,14 @@ static bool chatml_default_system(const char *j, size_t len, const char **sys, s
     return false;
 }
 
-cn_status cn_chat_template_detect(const char *jinja, size_t len, cn_chat_template **out,
-                                  cn_error *err) {
+cn_status cn_chat_template_detect(const char *jinja, size_t len, cn_chat_template **out, cn_error *err) {
     if (out) *out = NULL;
     if (!out) return cn_err(err, CN_STATUS_INVALID_ARG, "chat template: NULL argument");
     if (!jinja || len == 0)
         return cn_err(err, CN_STATUS_UNSUPPORTED,
                       "the model has no chat template (tokenizer.chat_template); "
-                      "pass --chat-template NAME, one of: %s", CN_CHAT_TEMPLATE_NAMES);
+                      "pass --chat-template NAME, one of: %s",
+                      CN_CHAT_TEMPLATE_NAMES);
     if (memmem(jinja, len, "<|im_start|>", 12)) {
         const char *sys = NULL;
         size_t sys_len = 0;
@@ -112,11 +110,11 @@ cn_status cn_chat_template_detect(const char *jinja, size_t len, cn_chat_templat
         return make(CN_CHAT_CHATML, sys, sys_len, out, err);
     }
     if (memmem(jinja, len, "<start_of_turn>", 15)) return make(CN_CHAT_GEMMA, NULL, 0, out, err);
-    if (memmem(jinja, len, "<|start_header_id|>", 19))
-        return make(CN_CHAT_LLAMA3, NULL, 0, out, err);
+    if (memmem(jinja, len, "<|start_header_id|>", 19)) return make(CN_CHAT_LLAMA3, NULL, 0, out, err);
     return cn_err(err, CN_STATUS_UNSUPPORTED,
                   "unrecognized chat template in the model (not ChatML, Gemma or Llama-3); "
-                  "pass --chat-template NAME, one of: %s", CN_CHAT_TEMPLATE_NAMES);
+                  "pass --chat-template NAME, one of: %s",
+                  CN_CHAT_TEMPLATE_NAMES);
 }
 
 void cn_chat_template_free(cn_chat_template *t) {
@@ -142,9 +140,7 @@ const char *cn_chat_end_of_turn_stop(const cn_chat_template *t, const cn_tokeniz
     const int32_t id = cn_tokenizer_find(tok, eot);
     return id >= 0 && cn_tokenizer_is_eog(tok, id) ? NULL : eot;
 }
-const char *cn_chat_template_default_system(const cn_chat_template *t) {
-    return t->default_system;
-}
+const char *cn_chat_template_default_system(const cn_chat_template *t) { return t->default_system; }
 bool cn_chat_template_bos_in_template(const cn_chat_template *t) {
     if (t->jinja) return strstr(t->source, "bos_token") != NULL;
     return t->family != CN_CHAT_CHATML;
@@ -186,8 +182,13 @@ static cn_status make_jinja(const char *src, size_t n, const char *bos, const ch
     const char *eot = t->eos;
     t->family = CN_CHAT_CHATML;
     if (memmem(src, n, "<|im_start|>", 12)) eot = END_OF_TURN[CN_CHAT_CHATML];
-    else if (memmem(src, n, "<start_of_turn>", 15)) { t->family = CN_CHAT_GEMMA; eot = END_OF_TURN[CN_CHAT_GEMMA]; }
-    else if (memmem(src, n, "<|start_header_id|>", 19)) { t->family = CN_CHAT_LLAMA3; eot = END_OF_TURN[CN_CHAT_LLAMA3]; }
+    else if (memmem(src, n, "<start_of_turn>", 15)) {
+        t->family = CN_CHAT_GEMMA;
+        eot = END_OF_TURN[CN_CHAT_GEMMA];
+    } else if (memmem(src, n, "<|start_header_id|>", 19)) {
+        t->family = CN_CHAT_LLAMA3;
+        eot = END_OF_TURN[CN_CHAT_LLAMA3];
+    }
     t->eot = eot ? dup_n(eot, strlen(eot)) : NULL;
     if (!t->source || !t->bos || !t->eos || !t->eot) {
         cn_chat_template_free(t);
@@ -208,12 +209,12 @@ static const char *token_text(const cn_tokenizer *tok, int32_t id) {
     return tok && id >= 0 ? cn_tokenizer_token_text(tok, id, NULL) : NULL;
 }
 
-cn_status cn_chat_template_for_model(const cn_gguf *g, const cn_tokenizer *tok, cn_chat_template **out,
-                                     cn_error *err) {
+cn_status cn_chat_template_for_model(const cn_gguf *g, const cn_tokenizer *tok, cn_chat_template **out, cn_error *err) {
     if (out) *out = NULL;
     if (!out || !g) return cn_err(err, CN_STATUS_INVALID_ARG, "chat template: NULL argument");
     cn_gguf_str js = {0};
-    if (!cn_gguf_get_str(g, "tokenizer.chat_template", &js) || js.len == 0) return cn_chat_template_detect(NULL, 0, out, err);
+    if (!cn_gguf_get_str(g, "tokenizer.chat_template", &js) || js.len == 0)
+        return cn_chat_template_detect(NULL, 0, out, err);
     cn_error why = {0};
     const cn_status st = make_jinja(js.ptr, js.len, token_text(tok, tok ? cn_tokenizer_bos(tok) : -1),
                                     token_text(tok, tok ? cn_tokenizer_eos(tok) : -1), tok && cn_tokenizer_add_bos(tok),
@@ -228,16 +229,17 @@ cn_status cn_chat_template_for_model(const cn_gguf *g, const cn_tokenizer *tok, 
                FAMILY_NAME[(*out)->family]);
         return CN_STATUS_OK;
     }
-    return cn_err(err, CN_STATUS_UNSUPPORTED, "the model's chat template does not parse (%s); pass --chat-template NAME, one of: %s",
-                  why.msg, CN_CHAT_TEMPLATE_NAMES);
+    return cn_err(err, CN_STATUS_UNSUPPORTED,
+                  "the model's chat template does not parse (%s); pass --chat-template NAME, one of: %s", why.msg,
+                  CN_CHAT_TEMPLATE_NAMES);
 }
 
 /* --- trimming as Python's str.strip() (what Jinja's trim filter calls) --- */
 
 static bool py_space(uint32_t cp) {
-    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
-           cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
 }
 
 static void trim(const char **s, size_t *n) {
@@ -279,8 +281,8 @@ static void puts_(out_text *o, const char *s) { put(o, s, strlen(s)); }
 typedef enum { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT } role;
 
 /* Content lengths are measured once, in validate, and passed in. */
-static void render_chatml(const cn_chat_template *t, const cn_chat_msg *m, const role *roles,
-                          const size_t *lens, size_t n, bool gen, out_text *o) {
+static void render_chatml(const cn_chat_template *t, const cn_chat_msg *m, const role *roles, const size_t *lens,
+                          size_t n, bool gen, out_text *o) {
     if (t->default_system && roles[0] != ROLE_SYSTEM) {
         puts_(o, "<|im_start|>system\n");
         puts_(o, t->default_system);
@@ -296,8 +298,7 @@ static void render_chatml(const cn_chat_template *t, const cn_chat_msg *m, const
     if (gen) puts_(o, "<|im_start|>assistant\n");
 }
 
-static void render_gemma(const cn_chat_msg *m, const role *roles, const size_t *lens, size_t n,
-                         bool gen, out_text *o) {
+static void render_gemma(const cn_chat_msg *m, const role *roles, const size_t *lens, size_t n, bool gen, out_text *o) {
     size_t first = roles[0] == ROLE_SYSTEM ? 1 : 0;
     for (size_t i = first; i < n; i++) {
         puts_(o, "<start_of_turn>");
@@ -316,8 +317,7 @@ static void render_gemma(const cn_chat_msg *m, const role *roles, const size_t *
     if (gen) puts_(o, "<start_of_turn>model\n");
 }
 
-static void render_llama3(const cn_chat_msg *m, const size_t *lens, size_t n, bool gen,
-                          out_text *o) {
+static void render_llama3(const cn_chat_msg *m, const size_t *lens, size_t n, bool gen, out_text *o) {
     for (size_t i = 0; i < n; i++) {
         puts_(o, "<|start_header_id|>");
         puts_(o, m[i].role);
@@ -331,8 +331,8 @@ static void render_llama3(const cn_chat_msg *m, const size_t *lens, size_t n, bo
     if (gen) puts_(o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-static void render(const cn_chat_template *t, const cn_chat_msg *m, const role *roles,
-                   const size_t *lens, size_t n, bool gen, out_text *o) {
+static void render(const cn_chat_template *t, const cn_chat_msg *m, const role *roles, const size_t *lens, size_t n,
+                   bool gen, out_text *o) {
     switch (t->family) {
     case CN_CHAT_CHATML: render_chatml(t, m, roles, lens, n, gen, o); break;
     case CN_CHAT_GEMMA: render_gemma(m, roles, lens, n, gen, o); break;
@@ -341,19 +341,17 @@ static void render(const cn_chat_template *t, const cn_chat_msg *m, const role *
 }
 
 /* Checks every message and fills roles[] and lens[]. */
-static cn_status validate(const cn_chat_template *t, const cn_chat_msg *m, size_t n,
-                          role *roles, size_t *lens, cn_error *err) {
+static cn_status validate(const cn_chat_template *t, const cn_chat_msg *m, size_t n, role *roles, size_t *lens,
+                          cn_error *err) {
     for (size_t i = 0; i < n; i++) {
         if (!m[i].role) return cn_err(err, CN_STATUS_INVALID_ARG, "message %zu: NULL role", i);
-        if (!m[i].content)
-            return cn_err(err, CN_STATUS_INVALID_ARG, "message %zu: NULL content", i);
+        if (!m[i].content) return cn_err(err, CN_STATUS_INVALID_ARG, "message %zu: NULL content", i);
         if (strcmp(m[i].role, "system") == 0) roles[i] = ROLE_SYSTEM;
         else if (strcmp(m[i].role, "user") == 0) roles[i] = ROLE_USER;
         else if (strcmp(m[i].role, "assistant") == 0) roles[i] = ROLE_ASSISTANT;
         else
             return cn_err(err, CN_STATUS_INVALID_ARG,
-                          "message %zu: unknown role '%.32s' (expected system, user or assistant)",
-                          i, m[i].role);
+                          "message %zu: unknown role '%.32s' (expected system, user or assistant)", i, m[i].role);
         lens[i] = strnlen(m[i].content, (size_t)CN_CHAT_MAX_PROMPT_BYTES + 1);
         if (lens[i] > CN_CHAT_MAX_PROMPT_BYTES)
             return cn_err(err, CN_STATUS_LIMIT, "message %zu: content longer than %u bytes", i,
@@ -367,17 +365,18 @@ static cn_status validate(const cn_chat_template *t, const cn_chat_msg *m, size_
             if ((roles[i] == ROLE_USER) != ((i - first) % 2 == 0))
                 return cn_err(err, CN_STATUS_INVALID_ARG,
                               "message %zu (%s): the gemma template needs turns that alternate "
-                              "user/assistant, starting with user", i, m[i].role);
+                              "user/assistant, starting with user",
+                              i, m[i].role);
     }
     return CN_STATUS_OK;
 }
 
-static cn_status render_jinja(const cn_chat_template *t, json_t *messages, json_t *tools, bool gen,
-                              json_t *extra, char **out, size_t *out_len, cn_error *err);
+static cn_status render_jinja(const cn_chat_template *t, json_t *messages, json_t *tools, bool gen, json_t *extra,
+                              char **out, size_t *out_len, cn_error *err);
 
 /* role/content messages as the JSON messages a Jinja template gets. */
-static cn_status render_msgs_jinja(const cn_chat_template *t, const cn_chat_msg *msgs, size_t n, bool gen,
-                                   char **out, size_t *out_len, cn_error *err) {
+static cn_status render_msgs_jinja(const cn_chat_template *t, const cn_chat_msg *msgs, size_t n, bool gen, char **out,
+                                   size_t *out_len, cn_error *err) {
     json_t *arr = json_array();
     if (!arr) return cn_err(err, CN_STATUS_NO_MEMORY, "chat render: out of memory");
     for (size_t i = 0; i < n; i++) {
@@ -392,7 +391,8 @@ static cn_status render_msgs_jinja(const cn_chat_template *t, const cn_chat_msg 
         const size_t len = strnlen(msgs[i].content, (size_t)CN_CHAT_MAX_PROMPT_BYTES + 1);
         if (len > CN_CHAT_MAX_PROMPT_BYTES) {
             json_decref(arr);
-            return cn_err(err, CN_STATUS_LIMIT, "message %zu: content longer than %u bytes", i, CN_CHAT_MAX_PROMPT_BYTES);
+            return cn_err(err, CN_STATUS_LIMIT, "message %zu: content longer than %u bytes", i,
+                          CN_CHAT_MAX_PROMPT_BYTES);
         }
         /* json_pack refuses text that is not UTF-8 (jinja2 works on str) */
         json_t *m = json_pack("{s:s, s:s%}", "role", msgs[i].role, "content", msgs[i].content, len);
@@ -410,17 +410,14 @@ static cn_status render_msgs_jinja(const cn_chat_template *t, const cn_chat_msg 
     return st;
 }
 
-cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *msgs, size_t n_msgs,
-                         bool add_generation_prompt, char **out, size_t *out_len,
-                         cn_error *err) {
+cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *msgs, size_t n_msgs, bool add_generation_prompt,
+                         char **out, size_t *out_len, cn_error *err) {
     if (out) *out = NULL;
     if (out_len) *out_len = 0;
-    if (!t || !out || (n_msgs > 0 && !msgs))
-        return cn_err(err, CN_STATUS_INVALID_ARG, "chat render: NULL argument");
+    if (!t || !out || (n_msgs > 0 && !msgs)) return cn_err(err, CN_STATUS_INVALID_ARG, "chat render: NULL argument");
     if (n_msgs == 0) return cn_err(err, CN_STATUS_INVALID_ARG, "chat render: no messages");
     if (n_msgs > CN_CHAT_MAX_MESSAGES)
-        return cn_err(err, CN_STATUS_LIMIT, "chat render: %zu messages (at most %d)", n_msgs,
-                      CN_CHAT_MAX_MESSAGES);
+        return cn_err(err, CN_STATUS_LIMIT, "chat render: %zu messages (at most %d)", n_msgs, CN_CHAT_MAX_MESSAGES);
     if (t->jinja) return render_msgs_jinja(t, msgs, n_msgs, add_generation_prompt, out, out_len, err);
 
     out_text o = {NULL, 0};
@@ -438,8 +435,8 @@ cn_status cn_chat_render(const cn_chat_template *t, const cn_chat_msg *msgs, siz
      * them, so the count cannot overflow 64 bits. */
     render(t, msgs, roles, lens, n_msgs, add_generation_prompt, &o);
     if (o.len > CN_CHAT_MAX_PROMPT_BYTES) {
-        st = cn_err(err, CN_STATUS_LIMIT, "chat render: prompt of %llu bytes (at most %u)",
-                    (unsigned long long)o.len, CN_CHAT_MAX_PROMPT_BYTES);
+        st = cn_err(err, CN_STATUS_LIMIT, "chat render: prompt of %llu bytes (at most %u)", (unsigned long long)o.len,
+                    CN_CHAT_MAX_PROMPT_BYTES);
         goto done;
     }
     o.buf = malloc((size_t)o.len + 1);
@@ -468,7 +465,8 @@ static cn_status field_error(cn_error *err, const char *fmt, size_t i, const cha
  * objects (a text that is not a JSON object stays as it is). */
 static cn_status normalize_message(json_t *m, size_t i, cn_error *err) {
     if (!json_is_object(m)) return field_error(err, "messages[%zu]: %s", i, "expected an object");
-    if (!json_is_string(json_object_get(m, "role"))) return field_error(err, "messages[%zu].role: %s", i, "expected a string");
+    if (!json_is_string(json_object_get(m, "role")))
+        return field_error(err, "messages[%zu].role: %s", i, "expected a string");
     json_t *content = json_object_get(m, "content");
     if (content && !json_is_string(content) && !json_is_null(content)) {
         if (!json_is_array(content))
@@ -481,8 +479,8 @@ static cn_status normalize_message(json_t *m, size_t i, cn_error *err) {
                                     "messages[%zu].content[%zu]: expected an object with a \"type\"", i, k);
             if (!strcmp(json_string_value(json_object_get(part, "type")), "text") &&
                 !json_is_string(json_object_get(part, "text")))
-                return cn_err_param(err, CN_STATUS_INVALID_ARG, "messages", "messages[%zu].content[%zu].text: expected a string",
-                                    i, k);
+                return cn_err_param(err, CN_STATUS_INVALID_ARG, "messages",
+                                    "messages[%zu].content[%zu].text: expected a string", i, k);
         }
     }
     json_t *calls = json_object_get(m, "tool_calls");
@@ -493,8 +491,9 @@ static cn_status normalize_message(json_t *m, size_t i, cn_error *err) {
     json_array_foreach(calls, k, call) {
         json_t *fn = json_is_object(call) ? json_object_get(call, "function") : NULL;
         if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
-            return cn_err_param(err, CN_STATUS_INVALID_ARG, "messages",
-                                "messages[%zu].tool_calls[%zu]: expected an object with a function {\"name\", \"arguments\"}", i, k);
+            return cn_err_param(
+                err, CN_STATUS_INVALID_ARG, "messages",
+                "messages[%zu].tool_calls[%zu]: expected an object with a function {\"name\", \"arguments\"}", i, k);
         json_t *args = json_object_get(fn, "arguments");
         if (json_is_string(args)) {
             json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
@@ -506,14 +505,15 @@ static cn_status normalize_message(json_t *m, size_t i, cn_error *err) {
             }
         } else if (args && !json_is_object(args) && !json_is_null(args)) {
             return cn_err_param(err, CN_STATUS_INVALID_ARG, "messages",
-                                "messages[%zu].tool_calls[%zu].function.arguments: expected a JSON string or an object", i, k);
+                                "messages[%zu].tool_calls[%zu].function.arguments: expected a JSON string or an object",
+                                i, k);
         }
     }
     return CN_STATUS_OK;
 }
 
-static cn_status render_jinja(const cn_chat_template *t, json_t *messages, json_t *tools, bool gen,
-                              json_t *extra, char **out, size_t *out_len, cn_error *err) {
+static cn_status render_jinja(const cn_chat_template *t, json_t *messages, json_t *tools, bool gen, json_t *extra,
+                              char **out, size_t *out_len, cn_error *err) {
     json_t *vars = json_object();
     if (!vars || json_object_set(vars, "messages", messages) ||
         json_object_set_new(vars, "tools", tools ? json_incref(tools) : json_null()) ||
@@ -552,7 +552,8 @@ static cn_status render_json_by_hand(const cn_chat_template *t, json_t *messages
     const char *name = FAMILY_NAME[t->family];
     if (tools && json_array_size(tools) > 0)
         return cn_err(err, CN_STATUS_UNSUPPORTED,
-                      "the %s template renders roles and contents only; tools need the model's own (Jinja) template", name);
+                      "the %s template renders roles and contents only; tools need the model's own (Jinja) template",
+                      name);
     const size_t n = json_array_size(messages);
     cn_chat_msg *msgs = calloc(n ? n : 1, sizeof *msgs);
     char **owned = calloc(n ? n : 1, sizeof *owned);
@@ -564,7 +565,8 @@ static cn_status render_json_by_hand(const cn_chat_template *t, json_t *messages
         if (!strcmp(msgs[i].role, "tool") || (calls && json_array_size(calls) > 0)) {
             st = cn_err(err, CN_STATUS_UNSUPPORTED,
                         "messages[%zu]: the %s template renders roles and contents only; tool calls and results need "
-                        "the model's own (Jinja) template", i, name);
+                        "the model's own (Jinja) template",
+                        i, name);
             break;
         }
         if (json_is_string(content)) {
@@ -575,8 +577,8 @@ static cn_status render_json_by_hand(const cn_chat_template *t, json_t *messages
         json_t *part;
         json_array_foreach(content, k, part) {
             if (strcmp(json_string_value(json_object_get(part, "type")), "text") != 0) {
-                st = cn_err(err, CN_STATUS_UNSUPPORTED, "messages[%zu].content[%zu]: the %s template renders text only", i, k,
-                            name);
+                st = cn_err(err, CN_STATUS_UNSUPPORTED, "messages[%zu].content[%zu]: the %s template renders text only",
+                            i, k, name);
                 break;
             }
             len += json_string_length(json_object_get(part, "text"));
@@ -612,8 +614,8 @@ cn_status cn_chat_render_json(const cn_chat_template *t, const char *messages_js
     json_t *messages = json_loads(messages_json, JSON_ALLOW_NUL, &je), *tools = NULL, *vars = NULL;
     cn_status st = CN_STATUS_OK;
     if (!messages) {
-        st = cn_err_param(err, CN_STATUS_INVALID_ARG, "messages", "messages: invalid JSON at line %d, column %d: %s", je.line,
-                          je.column, je.text);
+        st = cn_err_param(err, CN_STATUS_INVALID_ARG, "messages", "messages: invalid JSON at line %d, column %d: %s",
+                          je.line, je.column, je.text);
         goto done;
     }
     if (!json_is_array(messages)) {
@@ -635,8 +637,8 @@ cn_status cn_chat_render_json(const cn_chat_template *t, const char *messages_js
     if (tools_json) {
         tools = json_loads(tools_json, JSON_ALLOW_NUL, &je);
         if (!tools) {
-            st = cn_err_param(err, CN_STATUS_INVALID_ARG, "tools", "tools: invalid JSON at line %d, column %d: %s", je.line,
-                              je.column, je.text);
+            st = cn_err_param(err, CN_STATUS_INVALID_ARG, "tools", "tools: invalid JSON at line %d, column %d: %s",
+                              je.line, je.column, je.text);
             goto done;
         }
         if (!json_is_array(tools)) {

@@ -21,10 +21,10 @@
 
 #include "gguf/gguf.h"
 
-#define CN_CHAT_MAX_MESSAGES      4096         /* messages per conversation */
-#define CN_CHAT_MAX_PROMPT_BYTES  (64u << 20)  /* rendered prompt, and each content */
-#define CN_CHAT_MAX_SYSTEM_BYTES  4096         /* a default system prompt in a template */
-#define CN_CHAT_TEMPLATE_NAMES    "chatml, gemma, llama3"
+#define CN_CHAT_MAX_MESSAGES 4096            /* messages per conversation */
+#define CN_CHAT_MAX_PROMPT_BYTES (64u << 20) /* rendered prompt, and each content */
+#define CN_CHAT_MAX_SYSTEM_BYTES 4096        /* a default system prompt in a template */
+#define CN_CHAT_TEMPLATE_NAMES "chatml, gemma, llama3"
 
 typedef enum {
     CN_CHAT_CHATML = 0, /* <|im_start|>role\n...<|im_end|>\n (SmolLM2, Qwen) */
@@ -52,8 +52,7 @@ cn_status cn_chat_template_for_model(const cn_gguf *g, const struct cn_tokenizer
  * turn ('<|im_start|>system\n...<|im_end|>', as SmolLM2's and Qwen2.5's do) keeps that
  * text and renders it when the conversation does not start with a system message.
  * Anything else: CN_STATUS_UNSUPPORTED, suggesting --chat-template NAME. */
-cn_status cn_chat_template_detect(const char *jinja, size_t len, cn_chat_template **out,
-                                  cn_error *err);
+cn_status cn_chat_template_detect(const char *jinja, size_t len, cn_chat_template **out, cn_error *err);
 
 /* The hand-written family, or for a Jinja template the family its markers show (what
  * end_of_turn follows); CN_CHAT_CHATML when it shows none. */

@@ -36,8 +36,8 @@ static cn_status text_content(json_t *ct, const char *param, bool nullable, cn_e
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0 ||
             !json_is_string(text))
-            return bad(err, param, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported in '%s'",
-                       param);
+            return bad(err, param,
+                       "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported in '%s'", param);
     }
     return CN_STATUS_OK;
 }
@@ -61,12 +61,14 @@ static cn_status check_messages(json_t *msgs, bool *uses_tools, cn_error *err) {
         bool sys = !strcmp(rs, "system") || !strcmp(rs, "developer"), user = !strcmp(rs, "user"),
              asst = !strcmp(rs, "assistant"), tool = !strcmp(rs, "tool");
         if (!sys && !user && !asst && !tool)
-            return bad(err, param, "'%s' must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"", param);
+            return bad(err, param, "'%s' must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"",
+                       param);
         const char *k;
         json_t *v;
         json_object_foreach(m, k, v) {
             bool ok = !strcmp(k, "role") || !strcmp(k, "content") || !strcmp(k, "name") ||
-                      (asst && (!strcmp(k, "tool_calls") || !strcmp(k, "reasoning_content") || !strcmp(k, "refusal"))) ||
+                      (asst &&
+                       (!strcmp(k, "tool_calls") || !strcmp(k, "reasoning_content") || !strcmp(k, "refusal"))) ||
                       (tool && !strcmp(k, "tool_call_id"));
             if (!ok) {
                 snprintf(param, sizeof param, "messages[%zu].%.40s", i, k);
@@ -85,10 +87,13 @@ static cn_status check_messages(json_t *msgs, bool *uses_tools, cn_error *err) {
             json_t *tc;
             json_array_foreach(calls, j, tc) {
                 json_t *fn = json_object_get(tc, "function");
-                json_t *id = json_object_get(tc, "id"), *nm = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+                json_t *id = json_object_get(tc, "id"), *nm = json_object_get(fn, "name"),
+                       *args = json_object_get(fn, "arguments");
                 snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, j);
-                if (!json_is_object(tc) || !json_is_string(id) || !json_is_string(nm) || !(json_is_string(args) || json_is_object(args)))
-                    return bad(err, param, "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                if (!json_is_object(tc) || !json_is_string(id) || !json_is_string(nm) ||
+                    !(json_is_string(args) || json_is_object(args)))
+                    return bad(err, param,
+                               "'%s' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
                                param);
             }
             *uses_tools |= has_calls;
@@ -153,9 +158,11 @@ static cn_status check_tools(json_t *tools, cn_error *err) {
             if (json_equal(json_object_get(json_object_get(json_array_get(tools, j), "function"), "name"), nm))
                 return bad(err, param, "two tools are called '%s'", json_string_value(nm));
         snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
-        if (ps && !json_is_null(ps) && !json_is_object(ps)) return bad(err, param, "'%s' must be a JSON Schema object", param);
+        if (ps && !json_is_null(ps) && !json_is_object(ps))
+            return bad(err, param, "'%s' must be a JSON Schema object", param);
         snprintf(param, sizeof param, "tools[%zu].function.description", i);
-        if (desc && !json_is_null(desc) && !json_is_string(desc)) return bad(err, param, "'%s' must be a string", param);
+        if (desc && !json_is_null(desc) && !json_is_string(desc))
+            return bad(err, param, "'%s' must be a string", param);
     }
     return CN_STATUS_OK;
 }
@@ -206,8 +213,9 @@ static json_t *plain_turn(json_t *m, const char *role) {
         else n += (size_t)sprintf(s, "%s", text);
         if (json_is_array(calls)) json_array_foreach(calls, j, tc) {
                 json_t *fn = json_object_get(tc, "function");
-                n += (size_t)sprintf(s + n, "%s<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>", n ? "\n" : "",
-                                     json_string_value(json_object_get(fn, "name")), args[j] ? args[j] : "{}");
+                n += (size_t)sprintf(s + n, "%s<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
+                                     n ? "\n" : "", json_string_value(json_object_get(fn, "name")),
+                                     args[j] ? args[j] : "{}");
             }
         out = json_pack("{s:s,s:s}", "role", !strcmp(role, "tool") ? "user" : role, "content", s);
     }
@@ -243,7 +251,8 @@ static json_t *template_messages(json_t *msgs, bool plain) {
                 json_t *fn = json_object_get(tc, "function"), *args = json_object_get(fn, "arguments");
                 if (!json_object_get(tc, "type")) json_object_set_new(tc, "type", json_string("function"));
                 if (json_is_string(args)) {
-                    json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, NULL);
+                    json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY,
+                                                NULL);
                     if (parsed) json_object_set_new(fn, "arguments", parsed);
                 }
             }
@@ -263,9 +272,8 @@ static json_t *template_messages(json_t *msgs, bool plain) {
 
 /* The system note that describes the tools to a template that renders none. */
 static char *generic_note(json_t *tools) {
-    static const char head[] =
-        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    static const char head[] = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
     static const char tail[] =
         "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
         "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
@@ -334,7 +342,8 @@ cn_status cn_chat_turn_prepare(const cn_chat_template *t, const cn_chat_turn *tu
     *prompt = NULL;
     if (len) *len = 0;
     memset(info, 0, sizeof *info);
-    if (!t || !turn || !turn->messages_json) return cn_err(err, CN_STATUS_INVALID_ARG, "a chat turn needs a template and messages");
+    if (!t || !turn || !turn->messages_json)
+        return cn_err(err, CN_STATUS_INVALID_ARG, "a chat turn needs a template and messages");
     const char *src = cn_chat_template_source(t);
     json_error_t je;
     json_t *msgs = json_loads(turn->messages_json, JSON_DECODE_ANY, &je);
@@ -367,8 +376,9 @@ cn_status cn_chat_turn_prepare(const cn_chat_template *t, const cn_chat_turn *tu
         ms = json_dumps(tm, JSON_COMPACT);
         ts = has_tools ? json_dumps(tools, JSON_COMPACT) : NULL;
         vs = vars ? json_dumps(vars, JSON_COMPACT) : NULL;
-        st = ms && (!has_tools || ts) && (!vars || vs) ? cn_chat_render_json(t, ms, ts, true, vs, prompt, &n_out, err)
-                                                       : cn_err(err, CN_STATUS_NO_MEMORY, "out of memory rendering the chat");
+        st = ms && (!has_tools || ts) && (!vars || vs)
+                 ? cn_chat_render_json(t, ms, ts, true, vs, prompt, &n_out, err)
+                 : cn_err(err, CN_STATUS_NO_MEMORY, "out of memory rendering the chat");
     }
     if (st != CN_STATUS_OK) goto out;
     /* thinking: a template that writes <think> has its reply read for one, and the reply

@@ -14,9 +14,7 @@ int32_t cn_tokenizer_fim(const cn_tokenizer *t, cn_fim_token which) {
     return t->fim[which];
 }
 
-cn_fim_params cn_fim_default_params(void) {
-    return (cn_fim_params){.n_batch = 2048, .n_extra_max = -1};
-}
+cn_fim_params cn_fim_default_params(void) { return (cn_fim_params){.n_batch = 2048, .n_extra_max = -1}; }
 
 /* Appends text's tokens (no BOS/EOS) to v. */
 static cn_status push_text(const cn_tokenizer *t, cn_tok_vec *v, const char *text, size_t n, bool parse_special,
@@ -73,8 +71,7 @@ static cn_status extra_tokens(const cn_tokenizer *t, const cn_fim_params *p, cn_
     return st;
 }
 
-cn_status cn_fim_prompt(const cn_tokenizer *t, const cn_fim_params *p, int32_t **ids, size_t *n_ids,
-                        cn_error *err) {
+cn_status cn_fim_prompt(const cn_tokenizer *t, const cn_fim_params *p, int32_t **ids, size_t *n_ids, cn_error *err) {
     *ids = NULL;
     *n_ids = 0;
     if (!t || !p) return cn_err(err, CN_STATUS_INVALID_ARG, "no tokenizer or parameters");
@@ -110,7 +107,8 @@ cn_status cn_fim_prompt(const cn_tokenizer *t, const cn_fim_params *p, int32_t *
     if (st == CN_STATUS_OK && cn_tokenizer_add_bos(t)) st = push_id(&out, t->bos, err);
     for (int part = 0; part < 2 && st == CN_STATUS_OK; part++) {
         if ((part == 0) != p->spm) { /* PRE prefix prompt */
-            if ((st = push_id(&out, pre, err)) == CN_STATUS_OK && (st = push_ids(&out, pre_ids, n_pre, err)) == CN_STATUS_OK)
+            if ((st = push_id(&out, pre, err)) == CN_STATUS_OK &&
+                (st = push_ids(&out, pre_ids, n_pre, err)) == CN_STATUS_OK)
                 st = push_ids(&out, prompt.v, prompt.n, err);
         } else { /* SUF suffix */
             if ((st = push_id(&out, suf, err)) == CN_STATUS_OK) st = push_ids(&out, suffix.v, n_suf, err);

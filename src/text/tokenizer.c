@@ -26,8 +26,7 @@ static void hash_insert(cn_tokenizer *t, int32_t id) {
         int32_t o = t->hash[i];
         if (o < 0) break;
         if (t->text_len[o] == n && !memcmp(cn_tok_text(t, o), s, n)) {
-            cn_log(CN_LOG_WARN, "tokenizer: tokens %d and %d have the same text; using %d", o, id,
-                   id);
+            cn_log(CN_LOG_WARN, "tokenizer: tokens %d and %d have the same text; using %d", o, id, id);
             break;
         }
     }
@@ -152,8 +151,8 @@ static cn_status load_tokens(cn_tokenizer *t, const cn_gguf *g, cn_error *err) {
         return cn_err(err, CN_STATUS_CORRUPT, "%s is not an array of strings", key);
     if (a.n == 0) return cn_err(err, CN_STATUS_CORRUPT, "%s is empty", key);
     if (a.n > CN_TOK_MAX_VOCAB)
-        return cn_err(err, CN_STATUS_LIMIT, "%s has %llu entries (limit %d)", key,
-                      (unsigned long long)a.n, CN_TOK_MAX_VOCAB);
+        return cn_err(err, CN_STATUS_LIMIT, "%s has %llu entries (limit %d)", key, (unsigned long long)a.n,
+                      CN_TOK_MAX_VOCAB);
     int32_t n = (int32_t)a.n;
     t->n_vocab = n;
     uint64_t total = 0;
@@ -161,8 +160,7 @@ static cn_status load_tokens(cn_tokenizer *t, const cn_gguf *g, cn_error *err) {
         cn_gguf_str s = cn_gguf_arr_str(&a, (uint64_t)i);
         if (!s.ptr && s.len) return cn_err(err, CN_STATUS_CORRUPT, "%s[%d] is unreadable", key, i);
         total += s.len + 1;
-        if (total >= UINT32_MAX)
-            return cn_err(err, CN_STATUS_LIMIT, "%s holds more than 4 GiB of text", key);
+        if (total >= UINT32_MAX) return cn_err(err, CN_STATUS_LIMIT, "%s holds more than 4 GiB of text", key);
     }
     t->pool = malloc((size_t)total);
     t->text_off = malloc((size_t)n * sizeof *t->text_off);
@@ -194,8 +192,8 @@ static cn_status load_tokens(cn_tokenizer *t, const cn_gguf *g, cn_error *err) {
         if (!cn_gguf_kv_arr(g, ki, &a) || (a.type != CN_GGUF_FLOAT32 && a.type != CN_GGUF_FLOAT64))
             return cn_err(err, CN_STATUS_CORRUPT, "%s is not an array of floats", key);
         if (a.n != (uint64_t)n)
-            return cn_err(err, CN_STATUS_CORRUPT, "%s has %llu entries but there are %d tokens",
-                          key, (unsigned long long)a.n, n);
+            return cn_err(err, CN_STATUS_CORRUPT, "%s has %llu entries but there are %d tokens", key,
+                          (unsigned long long)a.n, n);
         for (int32_t i = 0; i < n; i++) t->score[i] = (float)cn_gguf_arr_f64(&a, (uint64_t)i);
     }
     key = "tokenizer.ggml.token_type";
@@ -204,10 +202,9 @@ static cn_status load_tokens(cn_tokenizer *t, const cn_gguf *g, cn_error *err) {
         if (!cn_gguf_kv_arr(g, ki, &a) || !vtype_is_int(a.type))
             return cn_err(err, CN_STATUS_CORRUPT, "%s is not an array of integers", key);
         if (a.n != (uint64_t)n)
-            return cn_err(err, CN_STATUS_CORRUPT, "%s has %llu entries but there are %d tokens",
-                          key, (unsigned long long)a.n, n);
-        for (int32_t i = 0; i < n; i++)
-            t->attr[i] = attr_from_type(cn_gguf_arr_i64(&a, (uint64_t)i));
+            return cn_err(err, CN_STATUS_CORRUPT, "%s has %llu entries but there are %d tokens", key,
+                          (unsigned long long)a.n, n);
+        for (int32_t i = 0; i < n; i++) t->attr[i] = attr_from_type(cn_gguf_arr_i64(&a, (uint64_t)i));
     }
     /* Empty texts never match anything (llama.cpp renames them "[EMPTY_i]"). */
     for (int32_t i = 0; i < n; i++)
@@ -220,8 +217,7 @@ static void read_id(const cn_tokenizer *t, const cn_gguf *g, const char *key, in
     if (cn_gguf_find_key(g, key) < 0) return;
     uint32_t v;
     if (!cn_gguf_get_u32(g, key, &v) || v >= (uint32_t)t->n_vocab) {
-        cn_log(CN_LOG_WARN, "tokenizer: bad %s (not a token id below %d); ignoring it", key,
-               t->n_vocab);
+        cn_log(CN_LOG_WARN, "tokenizer: bad %s (not a token id below %d); ignoring it", key, t->n_vocab);
         return;
     }
     *id = (int32_t)v;
@@ -229,8 +225,7 @@ static void read_id(const cn_tokenizer *t, const cn_gguf *g, const char *key, in
 
 static void read_flag(const cn_gguf *g, const char *key, bool *flag) {
     if (cn_gguf_find_key(g, key) < 0) return;
-    if (!cn_gguf_get_bool(g, key, flag))
-        cn_log(CN_LOG_WARN, "tokenizer: %s is not a bool; ignoring it", key);
+    if (!cn_gguf_get_bool(g, key, flag)) cn_log(CN_LOG_WARN, "tokenizer: %s is not a bool; ignoring it", key);
 }
 
 /* A token found by its text becomes control (llama.cpp overrides the type of these). */
@@ -305,8 +300,7 @@ static void set_eog(cn_tokenizer *t) {
 
 static void set_fim_ids(cn_tokenizer *t, const cn_gguf *g) {
     /* fim pad/rep/sep given by id also end generation. */
-    static const char *const keys[] = {"tokenizer.ggml.fim_pad_token_id",
-                                       "tokenizer.ggml.fim_rep_token_id",
+    static const char *const keys[] = {"tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
                                        "tokenizer.ggml.fim_sep_token_id"};
     for (size_t i = 0; i < CN_ARRAY_LEN(keys); i++) {
         int32_t id = -1;
@@ -359,8 +353,7 @@ static void set_strip_attrs(cn_tokenizer *t, const cn_gguf *g) {
         for (size_t i = 0; i < n; i++) name[i] = (char)tolower((unsigned char)s.ptr[i]);
         name[n] = 0;
     }
-    if (strstr(t->pre_name, "jina-v2-de") || strstr(t->pre_name, "jina-v2-es") ||
-        strstr(t->pre_name, "jina-v2-code")) {
+    if (strstr(t->pre_name, "jina-v2-de") || strstr(t->pre_name, "jina-v2-es") || strstr(t->pre_name, "jina-v2-code")) {
         int32_t id = cn_tok_lookup(t, "<mask>", 6);
         if (id >= 0) t->attr[id] |= CN_TA_LSTRIP;
     } else if (strstr(name, "phi-3") || strstr(name, "phi3")) {
@@ -385,13 +378,10 @@ cn_status cn_tokenizer_load(const cn_gguf *g, cn_tokenizer **out, cn_error *err)
     if (!cn_gguf_get_str(g, "tokenizer.ggml.model", &model))
         return cn_err(err, CN_STATUS_CORRUPT, "tokenizer.ggml.model is not a string");
     cn_tok_kind kind;
-    if (cn_gguf_str_eq(model, "llama"))
-        kind = CN_TOK_SPM;
-    else if (cn_gguf_str_eq(model, "gpt2"))
-        kind = CN_TOK_BPE;
+    if (cn_gguf_str_eq(model, "llama")) kind = CN_TOK_SPM;
+    else if (cn_gguf_str_eq(model, "gpt2")) kind = CN_TOK_BPE;
     else
-        return cn_err(err, CN_STATUS_UNSUPPORTED,
-                      "tokenizer model '%.*s' is not supported (only 'llama' and 'gpt2')",
+        return cn_err(err, CN_STATUS_UNSUPPORTED, "tokenizer model '%.*s' is not supported (only 'llama' and 'gpt2')",
                       (int)CN_MIN(model.len, 40), model.ptr);
 
     cn_tokenizer *t = calloc(1, sizeof *t);
@@ -482,14 +472,10 @@ int32_t cn_tokenizer_eos(const cn_tokenizer *t) { return t->eos; }
 int32_t cn_tokenizer_eot(const cn_tokenizer *t) { return t->eot; }
 bool cn_tokenizer_add_bos(const cn_tokenizer *t) { return t->add_bos && t->bos >= 0; }
 bool cn_tokenizer_add_eos(const cn_tokenizer *t) { return t->add_eos && t->eos >= 0; }
-const char *cn_tokenizer_model(const cn_tokenizer *t) {
-    return t->kind == CN_TOK_SPM ? "llama" : "gpt2";
-}
+const char *cn_tokenizer_model(const cn_tokenizer *t) { return t->kind == CN_TOK_SPM ? "llama" : "gpt2"; }
 const char *cn_tokenizer_pre(const cn_tokenizer *t) { return t->pre_name; }
 
-bool cn_tokenizer_is_eog(const cn_tokenizer *t, int32_t id) {
-    return id >= 0 && id < t->n_vocab && t->eog[id];
-}
+bool cn_tokenizer_is_eog(const cn_tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->eog[id]; }
 
 int32_t cn_tokenizer_find(const cn_tokenizer *t, const char *text) {
     if (!text || !*text) return -1;
@@ -552,8 +538,7 @@ static int cmp_match_pos(const void *a, const void *b) {
 /* Cuts text into raw fragments and special tokens. Equivalent to llama.cpp's
  * tokenizer_st_partition: each special token, longest first, takes its leftmost
  * non-overlapping occurrences inside the still-raw text. */
-static cn_status partition(const cn_tokenizer *t, const char *text, size_t len, bool parse_special,
-                           frag_vec *out) {
+static cn_status partition(const cn_tokenizer *t, const char *text, size_t len, bool parse_special, frag_vec *out) {
     const uint8_t *s = (const uint8_t *)text;
     st_match *m = NULL;
     size_t n_m = 0, cap_m = 0;
@@ -589,8 +574,7 @@ static cn_status partition(const cn_tokenizer *t, const char *text, size_t len, 
         memset(state + p, 1, e - p);
         uint16_t a = t->attr[m[i].id];
         if (a & CN_TA_LSTRIP)
-            for (size_t j = p; j > 0 && state[j - 1] == 0 && isspace(s[j - 1]); j--)
-                state[j - 1] = 2;
+            for (size_t j = p; j > 0 && state[j - 1] == 0 && isspace(s[j - 1]); j--) state[j - 1] = 2;
         if (a & CN_TA_RSTRIP)
             for (size_t j = e; j < len && state[j] == 0 && isspace(s[j]); j++) state[j] = 2;
         m[n_acc++] = m[i];
@@ -616,8 +600,8 @@ done:
 }
 
 /* Every id of text into *out (which the caller frees, also on error). */
-static cn_status tokenize_vec(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                              bool parse_special, cn_tok_vec *out_vec, cn_error *err) {
+static cn_status tokenize_vec(const cn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                              cn_tok_vec *out_vec, cn_error *err) {
     cn_tok_vec out = {0};
     frag_vec frags = {0};
     cn_status st = CN_STATUS_OK;
@@ -635,10 +619,8 @@ static cn_status tokenize_vec(const cn_tokenizer *t, const char *text, size_t le
             continue;
         }
         if (t->kind == CN_TOK_SPM)
-            st = cn_spm_tokenize(t, text + f->off, f->len, t->add_space_prefix && prev_special,
-                                 &out, err);
-        else
-            st = cn_bpe_tokenize(t, text + f->off, f->len, &out, err);
+            st = cn_spm_tokenize(t, text + f->off, f->len, t->add_space_prefix && prev_special, &out, err);
+        else st = cn_bpe_tokenize(t, text + f->off, f->len, &out, err);
         prev_special = false;
     }
     if (st != CN_STATUS_OK) goto fail;
@@ -652,8 +634,8 @@ fail:
     return st;
 }
 
-cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                      bool parse_special, int32_t *ids, size_t cap, size_t *n_out, cn_error *err) {
+cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                      int32_t *ids, size_t cap, size_t *n_out, cn_error *err) {
     if (n_out) *n_out = 0;
     if (!t || !n_out || (!text && len) || (!ids && cap))
         return cn_err(err, CN_STATUS_INVALID_ARG, "cn_tokenize: missing argument");
@@ -667,8 +649,8 @@ cn_status cn_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool 
     return st;
 }
 
-cn_status cn_tokenize_alloc(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                            bool parse_special, int32_t **ids, size_t *n_ids, cn_error *err) {
+cn_status cn_tokenize_alloc(const cn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                            int32_t **ids, size_t *n_ids, cn_error *err) {
     if (ids) *ids = NULL;
     if (n_ids) *n_ids = 0;
     if (!t || !ids || !n_ids || (!text && len))
@@ -691,8 +673,7 @@ static void put(char *buf, size_t cap, size_t *k, const char *p, size_t n) {
     *k += n;
 }
 
-size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_special, char *buf,
-                         size_t cap) {
+size_t cn_token_to_piece(const cn_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap) {
     if (!t || id < 0 || id >= t->n_vocab) return 0;
     if (!buf) cap = 0;
     uint16_t a = t->attr[id];
@@ -800,10 +781,8 @@ static bool feed(cn_detok *d, const uint8_t *p, size_t n) {
                 continue;
             }
             size_t bad;
-            if (cn_utf8_check(&b, 1, &bad) == 0)
-                out_put(d, fffd, 3);
-            else
-                d->pend[d->n_pend++] = b;
+            if (cn_utf8_check(&b, 1, &bad) == 0) out_put(d, fffd, 3);
+            else d->pend[d->n_pend++] = b;
             continue;
         }
         d->pend[d->n_pend] = b;
@@ -890,7 +869,8 @@ cn_status cn_detokenize(const cn_tokenizer *t, const int32_t *ids, size_t n, boo
     char *buf = st == CN_STATUS_OK ? cn_buf_take(&b, &used) : NULL;
     cn_buf_free(&b);
     if (st == CN_STATUS_OK && !buf) st = CN_STATUS_NO_MEMORY;
-    if (st != CN_STATUS_OK) return cn_err(err, st, "detokenize: %s", st == CN_STATUS_NO_MEMORY ? "out of memory" : "failed");
+    if (st != CN_STATUS_OK)
+        return cn_err(err, st, "detokenize: %s", st == CN_STATUS_NO_MEMORY ? "out of memory" : "failed");
     *out = buf;
     if (n_out) *n_out = used;
     return CN_STATUS_OK;

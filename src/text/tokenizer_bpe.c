@@ -177,8 +177,7 @@ static cn_status compile_pre(const pre_family *f, cn_bpe_pre **out, cn_error *er
             pcre2_get_error_message(ec, msg, sizeof msg);
             for (int j = 0; j < i; j++) pcre2_code_free(p->re[j]);
             free(p);
-            return cn_err(err, CN_STATUS_UNSUPPORTED,
-                          "pre-tokenizer '%s' regex %d does not compile at offset %zu: %s",
+            return cn_err(err, CN_STATUS_UNSUPPORTED, "pre-tokenizer '%s' regex %d does not compile at offset %zu: %s",
                           f->family, i, (size_t)eo, (const char *)msg);
         }
         p->n = i + 1;
@@ -221,16 +220,15 @@ static cn_status load_merges(cn_tokenizer *t, const cn_gguf *g, cn_error *err) {
     if (!cn_gguf_kv_arr(g, ki, &a) || a.type != CN_GGUF_STRING)
         return cn_err(err, CN_STATUS_CORRUPT, "%s is not an array of strings", key);
     if (a.n > CN_TOK_MAX_MERGES)
-        return cn_err(err, CN_STATUS_LIMIT, "%s has %llu entries (limit %d)", key,
-                      (unsigned long long)a.n, CN_TOK_MAX_MERGES);
+        return cn_err(err, CN_STATUS_LIMIT, "%s has %llu entries (limit %d)", key, (unsigned long long)a.n,
+                      CN_TOK_MAX_MERGES);
     uint32_t cap = 16;
     while (cap < 2 * a.n) cap *= 2;
     t->merge_key = malloc(cap * sizeof *t->merge_key);
     t->merge_rank = malloc(cap * sizeof *t->merge_rank);
     t->merge_out = malloc(cap * sizeof *t->merge_out);
     if (!t->merge_key || !t->merge_rank || !t->merge_out)
-        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for %llu merges",
-                      (unsigned long long)a.n);
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory for %llu merges", (unsigned long long)a.n);
     memset(t->merge_key, 0xFF, cap * sizeof *t->merge_key);
     t->merge_mask = cap - 1;
     char *buf = NULL;
@@ -239,23 +237,20 @@ static cn_status load_merges(cn_tokenizer *t, const cn_gguf *g, cn_error *err) {
     for (uint64_t j = 0; j < a.n; j++) {
         cn_gguf_str s = cn_gguf_arr_str(&a, j);
         if (!s.ptr) {
-            st = cn_err(err, CN_STATUS_CORRUPT, "%s[%llu] is unreadable", key,
-                        (unsigned long long)j);
+            st = cn_err(err, CN_STATUS_CORRUPT, "%s[%llu] is unreadable", key, (unsigned long long)j);
             break;
         }
         /* "left right": split at the first space after the first byte. */
         const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
         if (!sp) {
-            st = cn_err(err, CN_STATUS_CORRUPT,
-                        "%s[%llu] '%.*s' is not two tokens separated by a space", key,
+            st = cn_err(err, CN_STATUS_CORRUPT, "%s[%llu] '%.*s' is not two tokens separated by a space", key,
                         (unsigned long long)j, (int)CN_MIN(s.len, 40), s.ptr);
             break;
         }
         size_t nl = (size_t)(sp - s.ptr), nr = s.len - nl - 1;
         int32_t l = cn_tok_lookup(t, s.ptr, nl), r = cn_tok_lookup(t, sp + 1, nr);
         if (l < 0 || r < 0) {
-            st = cn_err(err, CN_STATUS_CORRUPT,
-                        "%s[%llu] '%.*s' names a token not in the vocabulary", key,
+            st = cn_err(err, CN_STATUS_CORRUPT, "%s[%llu] '%.*s' names a token not in the vocabulary", key,
                         (unsigned long long)j, (int)CN_MIN(s.len, 40), s.ptr);
             break;
         }
@@ -272,8 +267,7 @@ static cn_status load_merges(cn_tokenizer *t, const cn_gguf *g, cn_error *err) {
         memcpy(buf + nl, sp + 1, nr);
         int32_t res = cn_tok_lookup(t, buf, nl + nr);
         if (res < 0) {
-            st = cn_err(err, CN_STATUS_CORRUPT,
-                        "%s[%llu] '%.*s' merges into a token not in the vocabulary", key,
+            st = cn_err(err, CN_STATUS_CORRUPT, "%s[%llu] '%.*s' merges into a token not in the vocabulary", key,
                         (unsigned long long)j, (int)CN_MIN(s.len, 40), s.ptr);
             break;
         }
@@ -290,8 +284,8 @@ static cn_status load_merges(cn_tokenizer *t, const cn_gguf *g, cn_error *err) {
     return st;
 }
 
-cn_status cn_bpe_load(cn_tokenizer *t, const cn_gguf *g, const char *pre_name,
-                      bool *add_bos_default, bool *bos_none, cn_error *err) {
+cn_status cn_bpe_load(cn_tokenizer *t, const cn_gguf *g, const char *pre_name, bool *add_bos_default, bool *bos_none,
+                      cn_error *err) {
     cn_status st = load_merges(t, g, err);
     if (st != CN_STATUS_OK) return st;
 
@@ -304,8 +298,7 @@ cn_status cn_bpe_load(cn_tokenizer *t, const cn_gguf *g, const char *pre_name,
         for (size_t i = 0; i < CN_ARRAY_LEN(pre_names); i++)
             if (!strcmp(pre_names[i].name, pre_name)) fam = pre_names[i].family;
         if (!fam) {
-            cn_log(CN_LOG_WARN, "tokenizer: unknown pre-tokenizer '%s'; using the gpt-2 regex",
-                   pre_name);
+            cn_log(CN_LOG_WARN, "tokenizer: unknown pre-tokenizer '%s'; using the gpt-2 regex", pre_name);
             fam = "gpt-2";
         }
     }
@@ -350,8 +343,7 @@ static bool span_push(span_vec *a, size_t s, size_t e) {
 }
 
 /* Splits clean[0..len) (valid UTF-8) into pre-tokens. */
-static cn_status pretokenize(const cn_bpe_pre *p, const char *clean, size_t len, span_vec *out,
-                             cn_error *err) {
+static cn_status pretokenize(const cn_bpe_pre *p, const char *clean, size_t len, span_vec *out, cn_error *err) {
     span_vec cur = {0}, next = {0};
     cn_status st = CN_STATUS_OK;
     pcre2_match_data *md = NULL;
@@ -373,14 +365,12 @@ static cn_status pretokenize(const cn_bpe_pre *p, const char *clean, size_t len,
             const char *subj = clean + cur.v[f];
             size_t n = cur.v[f + 1] - cur.v[f], pos = 0, gap = 0;
             while (pos < n) {
-                int rc =
-                    pcre2_match(p->re[r], (PCRE2_SPTR)subj, n, pos, PCRE2_NO_UTF_CHECK, md, mc);
+                int rc = pcre2_match(p->re[r], (PCRE2_SPTR)subj, n, pos, PCRE2_NO_UTF_CHECK, md, mc);
                 if (rc == PCRE2_ERROR_NOMATCH) break;
                 if (rc < 0) {
                     PCRE2_UCHAR msg[128];
                     pcre2_get_error_message(rc, msg, sizeof msg);
-                    st = cn_err(err, CN_STATUS_LIMIT, "pre-tokenizer regex failed: %s",
-                                (const char *)msg);
+                    st = cn_err(err, CN_STATUS_LIMIT, "pre-tokenizer regex failed: %s", (const char *)msg);
                     goto fail;
                 }
                 PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -416,11 +406,10 @@ fail:
     return st;
 }
 
-cn_status cn_bpe_pretokenize(const cn_tokenizer *t, const char *text, size_t len, char **clean,
-                             size_t **offs, size_t *n_words, cn_error *err) {
+cn_status cn_bpe_pretokenize(const cn_tokenizer *t, const char *text, size_t len, char **clean, size_t **offs,
+                             size_t *n_words, cn_error *err) {
     size_t n_clean;
-    if (!cn_utf8_sanitize(text, len, clean, &n_clean))
-        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
+    if (!cn_utf8_sanitize(text, len, clean, &n_clean)) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
     span_vec w = {0};
     cn_status st = pretokenize(t->pre, *clean, n_clean, &w, err);
     if (st != CN_STATUS_OK) {
@@ -440,8 +429,7 @@ typedef struct {
     uint32_t n;             /* bytes covered; 0 once merged into its left neighbour */
 } bpe_sym;
 
-static bool add_bigram(const cn_tokenizer *t, const bpe_sym *sym, int32_t l, int32_t r,
-                       cn_merge_heap *h) {
+static bool add_bigram(const cn_tokenizer *t, const bpe_sym *sym, int32_t l, int32_t r, cn_merge_heap *h) {
     if (l < 0 || r < 0) return true;
     int32_t rank, res;
     if (!merge_find(t, sym[l].id, sym[r].id, &rank, &res)) return true;
@@ -450,8 +438,8 @@ static bool add_bigram(const cn_tokenizer *t, const bpe_sym *sym, int32_t l, int
 }
 
 /* Emits the tokens of one pre-token word[0..n) (raw bytes). sym/h are scratch. */
-static bool bpe_word(const cn_tokenizer *t, const uint8_t *word, size_t n, bpe_sym *sym,
-                     cn_merge_heap *h, char *enc, cn_tok_vec *out) {
+static bool bpe_word(const cn_tokenizer *t, const uint8_t *word, size_t n, bpe_sym *sym, cn_merge_heap *h, char *enc,
+                     cn_tok_vec *out) {
     if (t->ignore_merges) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++) k += cn_utf8_encode(cn_bpe_byte_to_cp(word[i]), enc + k);
@@ -460,8 +448,7 @@ static bool bpe_word(const cn_tokenizer *t, const uint8_t *word, size_t n, bpe_s
     }
     /* One symbol per byte: each byte is one character of the byte-encoded word. */
     for (size_t i = 0; i < n; i++)
-        sym[i] = (bpe_sym){(int32_t)i - 1, i + 1 == n ? -1 : (int32_t)i + 1,
-                           t->bpe_byte_tok[word[i]], 1};
+        sym[i] = (bpe_sym){(int32_t)i - 1, i + 1 == n ? -1 : (int32_t)i + 1, t->bpe_byte_tok[word[i]], 1};
     h->n = 0;
     for (size_t i = 1; i < n; i++)
         if (!add_bigram(t, sym, (int32_t)i - 1, (int32_t)i, h)) return false;
@@ -497,8 +484,7 @@ static bool bpe_word(const cn_tokenizer *t, const uint8_t *word, size_t n, bpe_s
     return true;
 }
 
-cn_status cn_bpe_tokenize(const cn_tokenizer *t, const char *text, size_t len, cn_tok_vec *out,
-                          cn_error *err) {
+cn_status cn_bpe_tokenize(const cn_tokenizer *t, const char *text, size_t len, cn_tok_vec *out, cn_error *err) {
     char *clean = NULL;
     size_t *offs = NULL, n_words = 0;
     cn_status st = cn_bpe_pretokenize(t, text, len, &clean, &offs, &n_words, err);
@@ -512,8 +498,7 @@ cn_status cn_bpe_tokenize(const cn_tokenizer *t, const char *text, size_t len, c
     if (!sym || !enc) st = CN_STATUS_NO_MEMORY;
     for (size_t w = 0; w < n_words && st == CN_STATUS_OK; w++) {
         const uint8_t *word = (const uint8_t *)clean + offs[2 * w];
-        if (!bpe_word(t, word, offs[2 * w + 1] - offs[2 * w], sym, &h, enc, out))
-            st = CN_STATUS_NO_MEMORY;
+        if (!bpe_word(t, word, offs[2 * w + 1] - offs[2 * w], sym, &h, enc, out)) st = CN_STATUS_NO_MEMORY;
     }
     free(sym);
     free(enc);

@@ -104,9 +104,7 @@ struct cn_tokenizer {
     char pre_name[64];
 };
 
-static inline const char *cn_tok_text(const cn_tokenizer *t, int32_t id) {
-    return t->pool + t->text_off[id];
-}
+static inline const char *cn_tok_text(const cn_tokenizer *t, int32_t id) { return t->pool + t->text_off[id]; }
 
 /* The hash of a token text in t->hash (tokenizer.c fills the table with it). */
 static inline uint64_t cn_tok_hash(const char *s, size_t n) {
@@ -130,8 +128,8 @@ static inline int32_t cn_tok_lookup(const cn_tokenizer *t, const char *s, size_t
 /* --- SentencePiece merge (tokenizer_spm.c) --- */
 /* Tokenizes one raw fragment (no special tokens in it). prefix_space: add the leading
  * space (add_space_prefix after the start of text or a special token). */
-cn_status cn_spm_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool prefix_space,
-                          cn_tok_vec *out, cn_error *err);
+cn_status cn_spm_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool prefix_space, cn_tok_vec *out,
+                          cn_error *err);
 
 /* --- byte-level BPE (tokenizer_bpe.c) --- */
 /* Byte-to-unicode table of GPT-2: the code point standing for each byte, and back
@@ -140,14 +138,13 @@ uint32_t cn_bpe_byte_to_cp(uint8_t b);
 int cn_bpe_cp_to_byte(uint32_t cp);
 /* Reads tokenizer.ggml.merges and builds the pre-tokenizer for pre_name (NULL: none
  * given). Sets t->merge_*, t->pre, t->ignore_merges; may change *add_bos_default. */
-cn_status cn_bpe_load(cn_tokenizer *t, const cn_gguf *g, const char *pre_name,
-                      bool *add_bos_default, bool *bos_none, cn_error *err);
+cn_status cn_bpe_load(cn_tokenizer *t, const cn_gguf *g, const char *pre_name, bool *add_bos_default, bool *bos_none,
+                      cn_error *err);
 void cn_bpe_free(cn_tokenizer *t);
-cn_status cn_bpe_tokenize(const cn_tokenizer *t, const char *text, size_t len, cn_tok_vec *out,
-                          cn_error *err);
+cn_status cn_bpe_tokenize(const cn_tokenizer *t, const char *text, size_t len, cn_tok_vec *out, cn_error *err);
 /* Splits text into pre-tokens with t's regex list; *offs gets pairs (start, end) in
  * bytes of the sanitized text *clean (both malloc'd). For tests. */
-cn_status cn_bpe_pretokenize(const cn_tokenizer *t, const char *text, size_t len, char **clean,
-                             size_t **offs, size_t *n_words, cn_error *err);
+cn_status cn_bpe_pretokenize(const cn_tokenizer *t, const char *text, size_t len, char **clean, size_t **offs,
+                             size_t *n_words, cn_error *err);
 
 #endif

@@ -17,8 +17,8 @@ typedef struct {
     uint32_t off, n;    /* bytes [off, off + n) of the escaped text; n == 0: merged away */
 } spm_sym;
 
-static bool try_bigram(const cn_tokenizer *t, const char *s, const spm_sym *sym, int32_t l,
-                       int32_t r, cn_merge_heap *h) {
+static bool try_bigram(const cn_tokenizer *t, const char *s, const spm_sym *sym, int32_t l, int32_t r,
+                       cn_merge_heap *h) {
     if (l < 0 || r < 0) return true;
     uint32_t size = sym[l].n + sym[r].n; /* the two are adjacent in s */
     int32_t id = cn_tok_lookup(t, s + sym[l].off, size);
@@ -43,14 +43,13 @@ static bool emit_symbol(const cn_tokenizer *t, const char *s, const spm_sym *y, 
     return true;
 }
 
-cn_status cn_spm_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool prefix_space,
-                          cn_tok_vec *out, cn_error *err) {
+cn_status cn_spm_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool prefix_space, cn_tok_vec *out,
+                          cn_error *err) {
     /* Escape: ' ' -> "▁" (3 bytes), plus the optional leading one. */
     size_t n_sp = 0;
     for (size_t i = 0; i < len; i++) n_sp += text[i] == ' ';
     uint64_t cap;
-    if (!cn_mul_ok(n_sp, 2, &cap) || !cn_add_ok(cap, len + (prefix_space ? 3 : 0), &cap) ||
-        cap >= UINT32_MAX)
+    if (!cn_mul_ok(n_sp, 2, &cap) || !cn_add_ok(cap, len + (prefix_space ? 3 : 0), &cap) || cap >= UINT32_MAX)
         return cn_err(err, CN_STATUS_LIMIT, "text of %zu bytes is too long to tokenize", len);
     if (cap == 0) return CN_STATUS_OK;
     char *s = malloc((size_t)cap);
@@ -81,8 +80,7 @@ cn_status cn_spm_tokenize(const cn_tokenizer *t, const char *text, size_t len, b
         size_t bad;
         int r = cn_utf8_check((const uint8_t *)s + off, k - off, &bad);
         size_t n = r > 0 ? (size_t)r : 1;
-        sym[n_sym] =
-            (spm_sym){n_sym - 1, off + n == k ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)n};
+        sym[n_sym] = (spm_sym){n_sym - 1, off + n == k ? -1 : n_sym + 1, (uint32_t)off, (uint32_t)n};
         n_sym++;
         off += n;
     }

@@ -64,12 +64,11 @@ cn_tool_format cn_tool_format_detect(const char *src) {
 enum { M_TEXT, M_THINK, M_CALL };
 /* inside a call: where the scanner is */
 enum {
-    C_OPEN,     /* after the trigger: whitespace, then '{' (or '[' for an array) */
-    C_ARRAY,    /* in an array of calls: whitespace, '{', ',' or ']' */
-    C_OBJECT,   /* inside a call object */
-    C_CLOSE,    /* after the object (or array): whitespace, then the close text */
+    C_OPEN,   /* after the trigger: whitespace, then '{' (or '[' for an array) */
+    C_ARRAY,  /* in an array of calls: whitespace, '{', ',' or ']' */
+    C_OBJECT, /* inside a call object */
+    C_CLOSE,  /* after the object (or array): whitespace, then the close text */
 };
-
 
 typedef struct {
     cn_tool_event_kind kind;
@@ -82,32 +81,32 @@ struct cn_tool_reader {
     const cn_tool_spec *spec;
     bool think;
     int mode;
-    bool at_start;        /* nothing but whitespace in the reply so far (or since </think>) */
-    cn_buf hold;          /* text (or thought) not yet given out */
+    bool at_start; /* nothing but whitespace in the reply so far (or since </think>) */
+    cn_buf hold;   /* text (or thought) not yet given out */
     /* the call being read */
     const cn_tool_trigger *trig;
     cn_buf call;          /* its text from the trigger on */
     size_t call_open_len; /* the trigger's bytes at the start of call */
     int phase;
-    int depth;            /* JSON nesting inside the call object (1: its top level) */
+    int depth; /* JSON nesting inside the call object (1: its top level) */
     bool in_str, esc;
-    bool in_array;        /* the trigger opened an array of calls */
-    int key_state;        /* top level: 0 expect key, 1 in key, 2 expect ':', 3 expect value, 4 in value, 5 after */
-    size_t key_at;        /* the key's text in call (after the quote) */
-    char key[32];         /* the last top-level key, cut to 31 bytes */
-    int val_kind;         /* 1 name, 2 arguments, 0 other */
-    size_t val_at;        /* the value's first byte in call */
-    size_t obj_at;        /* the call object's '{' in call */
-    size_t close_at;      /* bytes of close matched */
-    bool named;           /* CALL sent for this object */
-    bool args_streamed;   /* ARGS sent for this object (streaming as it came) */
+    bool in_array;      /* the trigger opened an array of calls */
+    int key_state;      /* top level: 0 expect key, 1 in key, 2 expect ':', 3 expect value, 4 in value, 5 after */
+    size_t key_at;      /* the key's text in call (after the quote) */
+    char key[32];       /* the last top-level key, cut to 31 bytes */
+    int val_kind;       /* 1 name, 2 arguments, 0 other */
+    size_t val_at;      /* the value's first byte in call */
+    size_t obj_at;      /* the call object's '{' in call */
+    size_t close_at;    /* bytes of close matched */
+    bool named;         /* CALL sent for this object */
+    bool args_streamed; /* ARGS sent for this object (streaming as it came) */
     bool args_seen;
     size_t args_at, args_len; /* the arguments' span in call, once whole */
-    size_t args_sent;     /* bytes of arguments sent so far */
-    int32_t index;        /* this call's number */
-    int32_t n_calls;      /* calls whose object closed */
-    int32_t first_call;   /* n_calls when this trigger was read */
-    char *name;           /* the current call's decoded name */
+    size_t args_sent;         /* bytes of arguments sent so far */
+    int32_t index;            /* this call's number */
+    int32_t n_calls;          /* calls whose object closed */
+    int32_t first_call;       /* n_calls when this trigger was read */
+    char *name;               /* the current call's decoded name */
     /* events of the current feed */
     pending_ev *ev;
     size_t n_ev, cap_ev;
@@ -160,7 +159,7 @@ static void emit(cn_tool_reader *r, cn_tool_event_kind k, int32_t index, const c
         r->oom = true;
         return;
     }
-    pending_ev e = { k, index, SIZE_MAX, 0, 0 };
+    pending_ev e = {k, index, SIZE_MAX, 0, 0};
     if (name) {
         e.name_at = r->arena.n;
         if (!cn_buf_put(&r->arena, name, strlen(name) + 1)) r->oom = true;
@@ -217,8 +216,10 @@ static int32_t hex4(const char *s) {
     int32_t v = 0;
     for (int j = 0; j < 4; j++) {
         const char h = s[j];
-        const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                    : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        const int d = h >= '0' && h <= '9'   ? h - '0'
+                      : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                      : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                             : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
     }
@@ -498,9 +499,7 @@ static void call_byte(cn_tool_reader *r, char c) {
         }
         give_back(r);
         return;
-    case C_OBJECT:
-        object_byte(r, c);
-        return;
+    case C_OBJECT: object_byte(r, c); return;
     case C_CLOSE: {
         /* after a call, another may follow (as the grammar lets calls follow calls): the
          * reply is at a start again */
@@ -670,11 +669,12 @@ cn_status cn_tool_reader_feed(cn_tool_reader *r, const char *text, size_t n, boo
         }
     }
     if (r->oom) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading tool calls");
-    if (!CN_GROW(r->out, r->cap_out, r->n_ev)) return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading tool calls");
+    if (!CN_GROW(r->out, r->cap_out, r->n_ev))
+        return cn_err(err, CN_STATUS_NO_MEMORY, "out of memory reading tool calls");
     for (size_t i = 0; i < r->n_ev; i++) {
         const pending_ev *p = &r->ev[i];
-        r->out[i] = (cn_tool_event){ p->kind, p->index, p->name_at == SIZE_MAX ? NULL : r->arena.p + p->name_at,
-                                     r->arena.p ? r->arena.p + p->at : "", p->len };
+        r->out[i] = (cn_tool_event){p->kind, p->index, p->name_at == SIZE_MAX ? NULL : r->arena.p + p->name_at,
+                                    r->arena.p ? r->arena.p + p->at : "", p->len};
     }
     *ev = r->out;
     *n_ev = r->n_ev;

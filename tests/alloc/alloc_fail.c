@@ -58,9 +58,9 @@ char *__real_strdup(const char *s);
 char *__real_strndup(const char *s, size_t n);
 void *__real_aligned_alloc(size_t align, size_t n);
 
-static long g_count;        /* allocations since inject_arm (atomic) */
-static long g_fail_at;      /* 0: off; else the allocation that fails */
-static int g_failed;        /* it happened */
+static long g_count;   /* allocations since inject_arm (atomic) */
+static long g_fail_at; /* 0: off; else the allocation that fails */
+static int g_failed;   /* it happened */
 
 static bool should_fail(void) {
     if (!__atomic_load_n(&g_fail_at, __ATOMIC_RELAXED)) return false;
@@ -216,7 +216,9 @@ static bool run_tokenizer_load(void *ctx) {
 }
 
 static void tokenizer_sweeps(void) {
-    static const struct { const char *file, *name; } vocabs[] = {
+    static const struct {
+        const char *file, *name;
+    } vocabs[] = {
         {"tokenizer/ggml-vocab-llama-spm.gguf", "tokenizer: SentencePiece (llama-spm)"},
         {"tokenizer/ggml-vocab-gpt-2.gguf", "tokenizer: byte-level BPE (gpt-2)"},
     };
@@ -316,7 +318,7 @@ static cn_engine_request make_request(int k) {
 typedef struct {
     const cn_model *m;
     collect ref;
-    cn_engine *e;  /* the engine for the submit/step scenario (created without injection) */
+    cn_engine *e; /* the engine for the submit/step scenario (created without injection) */
 } engine_case;
 
 /* Submits both requests and steps to the end. Injection may hit any of it; afterwards
@@ -497,22 +499,26 @@ static bool run_context(void *ctx) {
 
 typedef struct {
     int port;
-    int which;             /* the request of HTTP_BODIES that the sweep runs */
+    int which; /* the request of HTTP_BODIES that the sweep runs */
     char ref[N_HTTP][8192];
 } http_case;
 
 /* path, body, and for a stream the start of the error event that may end it */
 static const char *const HTTP_BODIES[N_HTTP][3] = {
-    {"/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 6, \"temperature\": 0, \"n\": 2, "
-                        "\"logprobs\": 2, \"stop\": [\"park\"]}", NULL},
+    {"/v1/completions",
+     "{\"prompt\": \"Once upon a time\", \"max_tokens\": 6, \"temperature\": 0, \"n\": 2, "
+     "\"logprobs\": 2, \"stop\": [\"park\"]}",
+     NULL},
     {"/v1/completions", "{\"prompt\": \"Once upon a time\", \"max_tokens\": 6, \"temperature\": 0, \"stream\": true}",
      "data: {\"error\":{\"message\":"},
     {"/tokenize", "{\"content\": \"Once upon a time\", \"with_pieces\": true}", NULL},
-    {"/v1/messages", "{\"max_tokens\": 6, \"temperature\": 0, \"stream\": true, \"stop_sequences\": [\"park\"],"
-                     " \"system\": \"Tell a story.\", \"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}]}",
+    {"/v1/messages",
+     "{\"max_tokens\": 6, \"temperature\": 0, \"stream\": true, \"stop_sequences\": [\"park\"],"
+     " \"system\": \"Tell a story.\", \"messages\": [{\"role\": \"user\", \"content\": \"Once upon a time\"}]}",
      "event: error\ndata: {\"type\":\"error\",\"error\":{"},
     {"/v1/responses", "{\"max_output_tokens\": 6, \"temperature\": 0, \"input\": \"Once upon a time\"}", NULL},
-    {"/v1/responses", "{\"max_output_tokens\": 6, \"temperature\": 0, \"stream\": true, \"input\": \"Once upon a time\"}",
+    {"/v1/responses",
+     "{\"max_output_tokens\": 6, \"temperature\": 0, \"stream\": true, \"input\": \"Once upon a time\"}",
      "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\""},
 };
 
@@ -590,8 +596,8 @@ static int http_post(int port, const char *path, const char *body, char *out, si
 static void essence(const char *resp, char *out, size_t cap) {
     size_t used = 0;
     out[0] = 0;
-    const char *keys[] = {"\"text\":", "\"tokens\":", "\"finish_reason\":", "\"stop_reason\":", "\"stop_sequence\":",
-                          "\"status\":"};
+    const char *keys[] = {
+        "\"text\":", "\"tokens\":", "\"finish_reason\":", "\"stop_reason\":", "\"stop_sequence\":", "\"status\":"};
     for (const char *p = resp; *p; p++) {
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
             const size_t kl = strlen(keys[k]);
@@ -680,7 +686,8 @@ static bool run_multi(void *ctx) {
     const int st = http_post(c->port, "/v1/completions", MULTI_A, resp, sizeof resp);
     if (st == 200) {
         essence(resp, ess, sizeof ess);
-        if (strcmp(ess, c->ref)) bad("several models: a 200 that is not the reference:\n  got  %s\n  want %s", ess, c->ref);
+        if (strcmp(ess, c->ref))
+            bad("several models: a 200 that is not the reference:\n  got  %s\n  want %s", ess, c->ref);
     } else if (st != 503 || (!strstr(resp, "out of memory") && !strstr(resp, "could not"))) {
         bad("several models: status %d: %.300s", st, resp);
     }
@@ -834,9 +841,9 @@ int main(int argc, char **argv) {
         }
         essence(resp, hc.ref[w], sizeof hc.ref[w]);
     }
-    static const char *const names[N_HTTP] = {"HTTP: completions (n = 2, logprobs)", "HTTP: completions, streamed",
-                                              "HTTP: /tokenize", "HTTP: /v1/messages, streamed, stop_sequences",
-                                              "HTTP: /v1/responses", "HTTP: /v1/responses, streamed"};
+    static const char *const names[N_HTTP] = {
+        "HTTP: completions (n = 2, logprobs)",          "HTTP: completions, streamed", "HTTP: /tokenize",
+        "HTTP: /v1/messages, streamed, stop_sequences", "HTTP: /v1/responses",         "HTTP: /v1/responses, streamed"};
     for (hc.which = 0; hc.which < N_HTTP; hc.which++) sweep(names[hc.which], run_http, &hc, 100000);
     cn_server_drain(srv, 5);
     cn_server_free(srv);

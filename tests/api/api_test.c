@@ -21,14 +21,14 @@
 
 static int g_fail;
 
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            fprintf(stderr, "api_test:%d: ", __LINE__);    \
-            fprintf(stderr, __VA_ARGS__);                  \
-            fputc('\n', stderr);                           \
-            g_fail++;                                      \
-        }                                                  \
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            fprintf(stderr, "api_test:%d: ", __LINE__); \
+            fprintf(stderr, __VA_ARGS__);               \
+            fputc('\n', stderr);                        \
+            g_fail++;                                   \
+        }                                               \
     } while (0)
 
 /* The integers of the JSON array after "key": in the first case of the golden file. */
@@ -113,7 +113,8 @@ static void test_chat_template(void) {
     char *out = NULL;
     size_t n = 0;
     CHECK(cn_chat_render(t, msgs, 2, true, &out, &n, &err) == CN_STATUS_OK, "%s", err.msg);
-    const char *want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n";
+    const char *want =
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n";
     CHECK(out && !strcmp(out, want) && n == strlen(want), "rendered '%s'", out ? out : "(null)");
     CHECK(!strcmp(cn_chat_template_name(t), "chatml") && !strcmp(cn_chat_template_end_of_turn(t), "<|im_end|>"),
           "name %s", cn_chat_template_name(t));
@@ -121,8 +122,8 @@ static void test_chat_template(void) {
     const cn_chat_msg bad[] = {{"wizard", "x"}};
     CHECK(cn_chat_render(t, bad, 1, true, &out, &n, &err) == CN_STATUS_INVALID_ARG, "a bad role rendered");
     cn_chat_template_free(t);
-    CHECK(cn_chat_template_from_name("nope", &t, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "chatml"),
-          "%s", err.msg);
+    CHECK(cn_chat_template_from_name("nope", &t, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "chatml"), "%s",
+          err.msg);
 }
 
 typedef struct {
@@ -333,8 +334,8 @@ static void test_model(const char *dir, const char *golden_path) {
     gp.beam.n_beams = 2;
     gp.max_tokens = 16;
     memset(&st, 0, sizeof st);
-    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK && r.n_tokens > 0 && r.beam_score < 0,
-          "beam: %s", err.msg);
+    CHECK(cn_context_generate(c, &pr, &gp, &r, &err) == CN_STATUS_OK && r.n_tokens > 0 && r.beam_score < 0, "beam: %s",
+          err.msg);
     CHECK(r.beam_sum_logprob < 0 && r.beam_n_finished >= 0 && r.beam_n_finished <= 2, "beam figures");
     cn_result_free(&r);
     gp.beam.n_beams = 1;
@@ -372,8 +373,8 @@ static void test_model(const char *dir, const char *golden_path) {
 
     /* bad requests: clear errors, nothing kept */
     cn_prompt two = {.text = "x", .tokens = want_prompt, .n_tokens = 5};
-    CHECK(cn_context_generate(c, &two, &gp, &r, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "exactly one"),
-          "%s", err.msg);
+    CHECK(cn_context_generate(c, &two, &gp, &r, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "exactly one"), "%s",
+          err.msg);
     cn_prompt chat = {.messages = (const cn_chat_msg[]){{"user", "hi"}}, .n_messages = 1};
     CHECK(cn_context_generate(c, &chat, &gp, &r, &err) == CN_STATUS_INVALID_ARG && strstr(err.msg, "chat template"),
           "%s", err.msg);
@@ -429,8 +430,7 @@ static void test_model(const char *dir, const char *golden_path) {
         uint64_t id;
         CHECK(cn_engine_submit(e, &q, &cb, &id, &err) == CN_STATUS_OK, "%s", err.msg);
         int32_t rows = 1;
-        while (rows > 0 && cn_engine_step(e, &rows, &err) == CN_STATUS_OK) {
-        }
+        while (rows > 0 && cn_engine_step(e, &rows, &err) == CN_STATUS_OK) {}
         CHECK(!strcmp(es.text, greedy), "engine '%s' vs context '%s'", es.text, greedy);
         cn_engine_free(e);
     }

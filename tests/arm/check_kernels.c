@@ -66,9 +66,8 @@ static bool diff_f32(const float *ref, const float *got, int64_t n, char *msg, s
 
 /* ---------------------------------------------------------------- matmul */
 
-static const uint32_t k_types[] = {CN_TYPE_F32,  CN_TYPE_F16,  CN_TYPE_BF16, CN_TYPE_Q4_0,
-                                   CN_TYPE_Q4_1, CN_TYPE_Q5_0, CN_TYPE_Q5_1, CN_TYPE_Q8_0,
-                                   CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
+static const uint32_t k_types[] = {CN_TYPE_F32,  CN_TYPE_F16,  CN_TYPE_BF16, CN_TYPE_Q4_0, CN_TYPE_Q4_1, CN_TYPE_Q5_0,
+                                   CN_TYPE_Q5_1, CN_TYPE_Q8_0, CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
 
 /* Random code bytes with finite random f16 scales (and mins) in their fields. */
 static void fill_weights(uint32_t type, uint8_t *w, int64_t n_rows, int64_t k) {
@@ -120,15 +119,24 @@ static void check_matmul(const cn_kernels *N, uint32_t type, int64_t k) {
             for (int64_t i = 0; i < n_tok * k; i++) x[i] = frnd() * (1.0f + (float)(i % 5));
             if (n_tok > 1) memset(x + k, 0, (size_t)CN_MIN(k, 256) * 4); /* token 1 opens with a zero block */
             R->quantize_rows(at, x, k, n_tok, xq, arb, 0, 1);
-            cn_matmul_args a = {.w_type = type, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
-                                .y = y0, .ldy = ldy, .n_out = n_out, .k = k, .n_tok = n_tok};
+            cn_matmul_args a = {.w_type = type,
+                                .w = w,
+                                .w_row_bytes = wrb,
+                                .xq = xq,
+                                .xq_row_bytes = arb,
+                                .y = y0,
+                                .ldy = ldy,
+                                .n_out = n_out,
+                                .k = k,
+                                .n_tok = n_tok};
             for (int64_t i = 0; i < n_tok * ldy; i++) y0[i] = -7.5f;
             R->matmul(&a, 0, 1);
             for (size_t in = 0; in < 2; in++) {
                 a.y = y1;
                 for (int64_t i = 0; i < n_tok * ldy; i++) y1[i] = -7.5f;
                 for (int ith = nths[in] - 1; ith >= 0; ith--) N->matmul(&a, ith, nths[in]);
-                snprintf(ctx, sizeof ctx, "n_out=%lld n_tok=%lld nth=%d y", (long long)n_out, (long long)n_tok, nths[in]);
+                snprintf(ctx, sizeof ctx, "n_out=%lld n_tok=%lld nth=%d y", (long long)n_out, (long long)n_tok,
+                         nths[in]);
                 cases++;
                 if (!*bad) diff_f32(y0, y1, n_tok * ldy, bad, sizeof bad, ctx);
             }
@@ -153,7 +161,8 @@ static void check_quant(const cn_kernels *N, uint32_t at, const float *x, int64_
         memset(q1, 0x5A, n);
         for (int ith = 0; ith < nth; ith++) N->quantize_rows(at, x, k, n_rows, q1, rb, ith, nth);
         for (size_t i = 0; i < n && !*bad; i++)
-            if (q0[i] != q1[i]) snprintf(bad, sizeof bad, "nth=%d: byte %zu (row %zu) is %u, ref %u", nth, i, i / rb, q1[i], q0[i]);
+            if (q0[i] != q1[i])
+                snprintf(bad, sizeof bad, "nth=%d: byte %zu (row %zu) is %u, ref %u", nth, i, i / rb, q1[i], q0[i]);
     }
     char what[96];
     snprintf(what, sizeof what, "quantize_rows to %-4s k=%lld rows=%lld", cn_type_traits_get(at)->name, (long long)k,
@@ -166,10 +175,10 @@ static void check_quantize(const cn_kernels *N) {
     enum { K = 1024, ROWS = 5 };
     static float x[ROWS * K];
     for (int i = 0; i < ROWS * K; i++) x[i] = frnd() * (i % 3 ? 1.0f : 30.0f);
-    for (int i = 0; i < 256; i++) x[K + i] = 0.0f;                   /* row 1 opens with zero blocks */
+    for (int i = 0; i < 256; i++) x[K + i] = 0.0f;                    /* row 1 opens with zero blocks */
     x[2 * K + 5] = 4.0f, x[2 * K + 9] = -4.0f, x[2 * K + 200] = 4.0f; /* magnitude ties of both signs */
     x[2 * K + 300] = -5.0f, x[2 * K + 301] = 5.0f;
-    for (int i = 0; i < 32; i++) x[3 * K + i] = (float)(i - 16) * 0.5f; /* codes land on .5 ties */
+    for (int i = 0; i < 32; i++) x[3 * K + i] = (float)(i - 16) * 0.5f;           /* codes land on .5 ties */
     x[4 * K + 3] = 1e-30f, x[4 * K + 300] = 70000.0f, x[4 * K + 301] = -65519.0f; /* tiny, past f16 */
     const uint32_t acts[] = {CN_TYPE_F32, CN_TYPE_F16, CN_TYPE_BF16, CN_TYPE_Q8_0, CN_TYPE_Q8_1, CN_TYPE_Q8_K};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
@@ -218,7 +227,8 @@ static void check_gated_act(const cn_kernels *N) {
         diff_f32(r, o, NN, bad, sizeof bad, "whole array out");
         if (!*bad) { /* in pieces of odd lengths, in place over gate: the same bits */
             memcpy(o, g, sizeof o);
-            for (int i = 0, len = 1; i < NN; i += len, len = len % 23 + 2) N->gated_act(act, o + i, u + i, o + i, CN_MIN(len, NN - i));
+            for (int i = 0, len = 1; i < NN; i += len, len = len % 23 + 2)
+                N->gated_act(act, o + i, u + i, o + i, CN_MIN(len, NN - i));
             diff_f32(r, o, NN, bad, sizeof bad, "in pieces, in place out");
         }
         report(a ? "gated_act gelu-tanh" : "gated_act silu", 2, *bad ? bad : NULL);
@@ -255,7 +265,8 @@ static void check_attn(const cn_kernels *N, attn_case c) {
     const size_t on = (size_t)c.n_rows * (size_t)qd;
     float *q = xmalloc(on * 4), *o0 = xmalloc(on * 4), *o1 = xmalloc(on * 4);
     int32_t *lo = xmalloc((size_t)c.n_rows * 4), *hi = xmalloc((size_t)c.n_rows * 4);
-    const void *const **kr = xmalloc((size_t)c.n_rows * sizeof *kr), *const **vr = xmalloc((size_t)c.n_rows * sizeof *vr);
+    const void *const **kr = xmalloc((size_t)c.n_rows * sizeof *kr), *const **vr = xmalloc((size_t)c.n_rows *
+                                                                                           sizeof *vr);
     for (int32_t r = 0; r < c.n_rows; r++) {
         hi[r] = c.n_pos - 1 - (int32_t)(rnd() % (uint32_t)CN_MIN(c.n_pos, 5));
         lo[r] = r % 3 == 2 ? (int32_t)(rnd() % (uint32_t)(hi[r] + 1)) : 0; /* some sliding windows */
@@ -264,10 +275,21 @@ static void check_attn(const cn_kernels *N, attn_case c) {
     }
     for (size_t i = 0; i < on; i++) q[i] = frnd() * 1.5f;
     float *scratch = xmalloc((size_t)3 * (size_t)CN_ATTN_SCRATCH(c.n_pos) * 4); /* nth <= 3 */
-    cn_attn_args a = {.n_rows = c.n_rows, .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
-                      .q = q, .out = o0, .pos_lo = lo, .pos_hi = hi, .k_blocks = kr, .v_blocks = vr,
-                      .block_tokens = c.block_tokens, .kv_dim = kvd, .kv_type = c.kv_type,
-                      .scale = 1.0f / sqrtf((float)c.head_dim), .scratch = scratch,
+    cn_attn_args a = {.n_rows = c.n_rows,
+                      .n_head = c.n_head,
+                      .n_head_kv = c.n_head_kv,
+                      .head_dim = c.head_dim,
+                      .q = q,
+                      .out = o0,
+                      .pos_lo = lo,
+                      .pos_hi = hi,
+                      .k_blocks = kr,
+                      .v_blocks = vr,
+                      .block_tokens = c.block_tokens,
+                      .kv_dim = kvd,
+                      .kv_type = c.kv_type,
+                      .scale = 1.0f / sqrtf((float)c.head_dim),
+                      .scratch = scratch,
                       .scratch_stride = CN_ATTN_SCRATCH(c.n_pos)};
     R->attention(&a, 0, 1);
     char bad[256] = "", ctx[32];
@@ -296,8 +318,7 @@ static void check_attention(const cn_kernels *N) {
         {2, 14, 2, 64, 5, 50, CN_TYPE_Q8_0}, /* 7 heads per KV head */
         {6, 2, 1, 32, 4, 1, CN_TYPE_F16},    /* a single position */
         {2, 6, 2, 64, 16, 6, CN_TYPE_Q8_0},  /* fewer positions than a vector's 4 twice over */
-        {1, 9, 3, 64, 16, 300, CN_TYPE_Q8_0},
-        {3, 6, 3, 128, 16, 130, CN_TYPE_F32},
+        {1, 9, 3, 64, 16, 300, CN_TYPE_Q8_0}, {3, 6, 3, 128, 16, 130, CN_TYPE_F32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attn(N, cases[i]);
 }
@@ -319,8 +340,8 @@ int main(int argc, char **argv) {
     } else if (argc == 1) {
         check_dispatch("neon");
         const cn_kernels *N = cn_kernels_neon();
-        const bool full = N->rmsnorm && N->rope_cache && N->rope && N->softmax && N->gated_act &&
-                          N->quantize_rows && N->matmul && N->attention && !N->packed_size && !N->pack;
+        const bool full = N->rmsnorm && N->rope_cache && N->rope && N->softmax && N->gated_act && N->quantize_rows &&
+                          N->matmul && N->attention && !N->packed_size && !N->pack;
         report("neon table complete (no packed layout)", 1, full ? NULL : "a missing entry");
         for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++) {
             const uint32_t type = k_types[i];

@@ -80,8 +80,8 @@ int fuzz_chat_one(const uint8_t *data, size_t size) {
             for (size_t k = 0; k < b; k++)
                 plain &= (c[k] >= 0x20 && c[k] < 0x7f) || c[k] == '\t' || c[k] == '\n' || c[k] == '\r';
             /* Gemma folds a leading system message into the first user turn: alone, it is dropped */
-            if (!plain || (cn_chat_template_family(t) == CN_CHAT_GEMMA && i == 0 && n == 1 &&
-                           !strcmp(msgs[i].role, "system")))
+            if (!plain ||
+                (cn_chat_template_family(t) == CN_CHAT_GEMMA && i == 0 && n == 1 && !strcmp(msgs[i].role, "system")))
                 continue;
             while (a < b && (c[a] == ' ' || c[a] == '\n' || c[a] == '\t' || c[a] == '\r')) a++;
             while (b > a && (c[b - 1] == ' ' || c[b - 1] == '\n' || c[b - 1] == '\t' || c[b - 1] == '\r')) b--;

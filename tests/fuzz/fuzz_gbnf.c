@@ -41,13 +41,14 @@ int fuzz_gbnf_one(const uint8_t *data, size_t size) {
     if (root < 0) {
         if (be->status == CN_STATUS_OK || !be->msg[0]) abort();
         /* every GBNF error but the missing start rule and memory points into the text */
-        if (be->status == CN_STATUS_INVALID_ARG && !strstr(be->msg, "line ") && !strstr(be->msg, "no rule named")) abort();
+        if (be->status == CN_STATUS_INVALID_ARG && !strstr(be->msg, "line ") && !strstr(be->msg, "no rule named"))
+            abort();
         gr_builder_free(b);
         return -1;
     }
     gr_grammar *g = NULL;
-    cn_error err = { 0 };
-    const gr_limits lim = { .max_states = 2000, .max_compile_ms = 10 };
+    cn_error err = {0};
+    const gr_limits lim = {.max_states = 2000, .max_compile_ms = 10};
     const cn_status st = gr_compile(b, root, &lim, &g, &err);
     gr_builder_free(b);
     if (st != CN_STATUS_OK) {

@@ -45,9 +45,13 @@ static const oai_ctx *fuzz_oai_ctx(void) {
         abort();
     }
     /* the end-of-turn stop as an engine decides it (cn_engine_end_of_turn_stop) */
-    fuzz_oai = (oai_ctx){.tok = fuzz_oai_tok, .chat = fuzz_oai_chat, .model_id = "stories260K", .n_ctx = 256,
+    fuzz_oai = (oai_ctx){.tok = fuzz_oai_tok,
+                         .chat = fuzz_oai_chat,
+                         .model_id = "stories260K",
+                         .n_ctx = 256,
                          .eot_stop = cn_chat_end_of_turn_stop(fuzz_oai_chat, fuzz_oai_tok),
-                         .n_vocab = cn_tokenizer_n_vocab(fuzz_oai_tok), .max_draft = 8};
+                         .n_vocab = cn_tokenizer_n_vocab(fuzz_oai_tok),
+                         .max_draft = 8};
     return &fuzz_oai;
 }
 

@@ -42,7 +42,8 @@ int fuzz_regex_one(const uint8_t *data, size_t size) {
     gr_builder *b = gr_builder_new();
     if (!b) return -1;
     const int32_t root = gr_rule(b, "root");
-    const int32_t e = json ? gr_regex_expr_unanchored(b, (const char *)re, re_n) : gr_regex_expr(b, (const char *)re, re_n);
+    const int32_t e = json ? gr_regex_expr_unanchored(b, (const char *)re, re_n)
+                           : gr_regex_expr(b, (const char *)re, re_n);
     gr_rule_define(b, root, e);
     const cn_error *be = gr_builder_error(b);
     if (e < 0) {
@@ -51,8 +52,8 @@ int fuzz_regex_one(const uint8_t *data, size_t size) {
         return -1;
     }
     gr_grammar *g = NULL;
-    cn_error err = { 0 };
-    const gr_limits lim = { .max_states = 2000, .max_compile_ms = 10 };
+    cn_error err = {0};
+    const gr_limits lim = {.max_states = 2000, .max_compile_ms = 10};
     const cn_status st = gr_compile(b, root, &lim, &g, &err);
     gr_builder_free(b);
     if (st != CN_STATUS_OK) {

@@ -13,7 +13,7 @@
 int fuzz_schema_one(const uint8_t *data, size_t size);
 
 int fuzz_schema_one(const uint8_t *data, size_t size) {
-    static const char *const docs[] = { "{}", "[]", "null", "0", "\"a\"", "{\"a\": [1, 2.5, true]}" };
+    static const char *const docs[] = {"{}", "[]", "null", "0", "\"a\"", "{\"a\": [1, 2.5, true]}"};
     int compiled = 0;
     for (int flex = 0; flex < 2; flex++) {
         gr_builder *b = gr_builder_new();
@@ -25,15 +25,14 @@ int fuzz_schema_one(const uint8_t *data, size_t size) {
             gr_builder_free(b);
             continue;
         }
-        gr_limits lim = { .max_states = 5000, .max_compile_ms = 20 };
+        gr_limits lim = {.max_states = 5000, .max_compile_ms = 20};
         gr_grammar *g = NULL;
-        cn_error err = { 0 };
+        cn_error err = {0};
         if (gr_compile(b, root, &lim, &g, &err) == CN_STATUS_OK) {
             for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) (void)gr_matches(g, docs[i], strlen(docs[i]));
             gr_grammar_free(g);
             compiled = 1;
-        } else if (err.msg[0] == 0)
-            abort();
+        } else if (err.msg[0] == 0) abort();
         gr_builder_free(b);
     }
     return compiled ? 0 : -1;

@@ -25,11 +25,11 @@ static inline void fuzz_buf_add(fuzz_buf *b, const char *s, size_t n) {
 }
 
 #ifndef CN_FUZZ_NO_ENTRY
-#define FUZZ_ENTRY(one)                                                                                      \
-    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);                                            \
-    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {                                           \
-        one(data, size);                                                                                     \
-        return 0;                                                                                            \
+#define FUZZ_ENTRY(one)                                            \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);  \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { \
+        one(data, size);                                           \
+        return 0;                                                  \
     }
 #else
 #define FUZZ_ENTRY(one)

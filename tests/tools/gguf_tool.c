@@ -122,8 +122,8 @@ static int dump(const char *path) {
 
 static uint8_t pattern(size_t i, unsigned salt) { return (uint8_t)(i * 37u + salt * 11u + 5u); }
 
-static cn_status add_pattern_tensor(cn_gguf_writer *w, const char *name, uint32_t type,
-                                    uint32_t n_dims, const int64_t *ne, unsigned salt) {
+static cn_status add_pattern_tensor(cn_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                    const int64_t *ne, unsigned salt) {
     uint64_t n;
     if (!cn_gguf_tensor_bytes(type, n_dims, ne, &n)) return CN_STATUS_INVALID_ARG;
     uint8_t *p = malloc(n ? n : 1);
@@ -147,7 +147,10 @@ static int write_all(const char *path) {
     if (!w) return 1;
     int rc = 1;
     cn_status s = CN_STATUS_OK;
-#define TRY(x) do { if (!s) s = (x); } while (0)
+#define TRY(x)           \
+    do {                 \
+        if (!s) s = (x); \
+    } while (0)
     TRY(cn_gguf_writer_set_str(w, "general.architecture", "llama"));
     uint8_t u8 = 250;
     int8_t i8 = -120;
@@ -230,8 +233,8 @@ static int write_all(const char *path) {
     cn_gguf_warr *all[] = {mixed, s_ab, ints, deep, d0, d1, sx, syz, sw, fl, f0, f1};
     for (size_t i = 0; i < CN_ARRAY_LEN(all); i++) cn_gguf_warr_free(all[i]);
 
-    int64_t ne_f32[] = {3, 2}, ne_f16[] = {4}, ne_q8[] = {64, 2}, ne_q4k[] = {256, 1, 2},
-            ne_bf16[] = {2, 2, 2, 2}, ne_i32[] = {5};
+    int64_t ne_f32[] = {3, 2}, ne_f16[] = {4}, ne_q8[] = {64, 2}, ne_q4k[] = {256, 1, 2}, ne_bf16[] = {2, 2, 2, 2},
+            ne_i32[] = {5};
     TRY(add_pattern_tensor(w, "t.f32", CN_TYPE_F32, 2, ne_f32, 1));
     TRY(add_pattern_tensor(w, "t.f16", CN_TYPE_F16, 1, ne_f16, 2));
     TRY(add_pattern_tensor(w, "blk.0.q8_0", CN_TYPE_Q8_0, 2, ne_q8, 3));

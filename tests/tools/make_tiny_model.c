@@ -26,13 +26,13 @@
 
 #include "gguf/gguf.h"
 
-#define N_EMBD   64
-#define N_HEAD   4
+#define N_EMBD 64
+#define N_HEAD 4
 #define N_HEAD_KV 2
 #define HEAD_DIM 16
-#define N_FF     128
-#define N_LAYER  2
-#define N_CTX    256
+#define N_FF 128
+#define N_LAYER 2
+#define N_CTX 256
 
 typedef struct {
     const char *arch;
@@ -98,19 +98,16 @@ typedef struct {
 } builder;
 
 /* Adds a tensor of ne[0] x ne[1] values uniform in [center - a, center + a). */
-static cn_status add(builder *b, const char *name, int64_t ne0, int64_t ne1, float center,
-                     float a, cn_type type) {
+static cn_status add(builder *b, const char *name, int64_t ne0, int64_t ne1, float center, float a, cn_type type) {
     int64_t n = ne0 * ne1;
     for (int64_t i = 0; i < n; i++) b->buf[i] = center + uniform(&b->rng, a);
     int64_t ne[2] = {ne0, ne1};
     uint32_t n_dims = ne1 == 1 ? 1 : 2;
     if (type == CN_TYPE_F16) {
         for (int64_t i = 0; i < n; i++) b->hbuf[i] = to_f16(b->buf[i]);
-        return cn_gguf_writer_add_tensor(b->w, name, type, n_dims, ne, b->hbuf,
-                                         (uint64_t)n * 2, b->err);
+        return cn_gguf_writer_add_tensor(b->w, name, type, n_dims, ne, b->hbuf, (uint64_t)n * 2, b->err);
     }
-    return cn_gguf_writer_add_tensor(b->w, name, CN_TYPE_F32, n_dims, ne, b->buf,
-                                     (uint64_t)n * 4, b->err);
+    return cn_gguf_writer_add_tensor(b->w, name, CN_TYPE_F32, n_dims, ne, b->buf, (uint64_t)n * 4, b->err);
 }
 
 /* A matrix with fan_in inputs: uniform with variance 1/fan_in (unit-size outputs). */
@@ -149,8 +146,7 @@ static cn_status add_layer(builder *b, const tiny_spec *sp, int il) {
     return st;
 }
 
-static cn_status copy_tokenizer(cn_gguf_writer *w, const char *path, uint32_t *n_vocab,
-                                cn_error *err) {
+static cn_status copy_tokenizer(cn_gguf_writer *w, const char *path, uint32_t *n_vocab, cn_error *err) {
     cn_gguf *g = NULL;
     cn_status st = cn_gguf_open(path, &g, err);
     if (st) return st;
@@ -204,11 +200,9 @@ static cn_status build(const tiny_spec *sp, const char *tok_path, const char *ou
         if (!b.buf || !b.hbuf) st = cn_err(err, CN_STATUS_NO_MEMORY, "out of memory");
     }
     /* Embeddings and output at +-0.5: with unit-RMS normed states, logits of std ~2. */
-    if (!st) st = add(&b, "token_embd.weight", N_EMBD, n_vocab, 0.0f, 0.5f,
-                      sp->embd_f16 ? CN_TYPE_F16 : CN_TYPE_F32);
+    if (!st) st = add(&b, "token_embd.weight", N_EMBD, n_vocab, 0.0f, 0.5f, sp->embd_f16 ? CN_TYPE_F16 : CN_TYPE_F32);
     if (!st) st = add_norm(&b, "output_norm.weight", N_EMBD);
-    if (!st && !sp->tied_output)
-        st = add(&b, "output.weight", N_EMBD, n_vocab, 0.0f, 0.5f, CN_TYPE_F32);
+    if (!st && !sp->tied_output) st = add(&b, "output.weight", N_EMBD, n_vocab, 0.0f, 0.5f, CN_TYPE_F32);
     for (int il = 0; il < N_LAYER && !st; il++) st = add_layer(&b, sp, il);
     if (!st) st = cn_gguf_writer_write_file(b.w, out, err);
     if (st && err && err->status == CN_STATUS_OK) cn_err(err, st, "building %s failed", out);

@@ -22,14 +22,12 @@ static int fail(const char *msg, const char *what) {
 /* Reads a whole file into a malloc'ed buffer (at least 1 byte allocated). */
 static unsigned char *read_all(const char *path, size_t *n_out) {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     size_t cap = 1 << 16, n = 0;
     unsigned char *buf = malloc(cap);
     while (buf) {
         n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
+        if (n < cap) break;
         unsigned char *grown = realloc(buf, cap * 2);
         if (!grown) {
             free(buf);
@@ -50,31 +48,26 @@ static unsigned char *read_all(const char *path, size_t *n_out) {
 
 static int write_all(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
+    if (!f) return -1;
     size_t w = fwrite(data, 1, n, f);
     int rc = fclose(f);
     return (w == n && rc == 0) ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5 || (strcmp(argv[1], "dequant") != 0 && strcmp(argv[1], "quant") != 0 &&
-                      strcmp(argv[1], "file") != 0))
+    if (argc != 5 || (strcmp(argv[1], "dequant") != 0 && strcmp(argv[1], "quant") != 0 && strcmp(argv[1], "file") != 0))
         return fail("usage: quant_tool dequant|quant|file TYPE IN OUT", NULL);
     const int dequant = strcmp(argv[1], "dequant") == 0;
     cn_from_float_fn quant = NULL;
     uint32_t type;
-    if (!cn_type_from_name(argv[2], &type))
-        return fail("unknown type", argv[2]);
+    if (!cn_type_from_name(argv[2], &type)) return fail("unknown type", argv[2]);
     const cn_type_traits *t = cn_type_traits_get(type);
     quant = strcmp(argv[1], "file") == 0 ? cn_type_quantizer(type) : t->from_float_ref;
-    if (!dequant && !quant)
-        return fail("no quantizer for type", argv[2]);
+    if (!dequant && !quant) return fail("no quantizer for type", argv[2]);
 
     size_t n_in;
     unsigned char *in = read_all(argv[3], &n_in);
-    if (!in)
-        return fail("cannot read", argv[3]);
+    if (!in) return fail("cannot read", argv[3]);
 
     const size_t unit = dequant ? t->type_size : (size_t)t->block_size * sizeof(float);
     if (n_in % unit != 0) {
@@ -91,12 +84,9 @@ int main(int argc, char **argv) {
         rc = fail("out of memory", NULL);
     } else {
         memcpy(src, in, n_in);
-        if (dequant)
-            t->to_float(src, dst, n_elem);
-        else
-            quant(src, dst, n_elem);
-        if (write_all(argv[4], dst, n_out) != 0)
-            rc = fail("cannot write", argv[4]);
+        if (dequant) t->to_float(src, dst, n_elem);
+        else quant(src, dst, n_elem);
+        if (write_all(argv[4], dst, n_out) != 0) rc = fail("cannot write", argv[4]);
     }
     cn_free_aligned(src);
     cn_free_aligned(dst);

@@ -89,7 +89,7 @@ static void sb_utf8(sb_buf *o, unsigned c) {
 /* A JSON string at s[i] (the quote) decoded and re-spelled into o; returns the index
  * after it, or 0 on malformed input. */
 static size_t sb_string(const char *s, size_t n, size_t i, sb_buf *o) {
-    sb_buf raw = { 0 };
+    sb_buf raw = {0};
     i++;
     while (i < n && s[i] != '"') {
         if (s[i] != '\\') {
@@ -134,7 +134,7 @@ bad:
 /* The value at s[i] re-serialized into o (o NULL: only skipped); returns the index after
  * it, 0 on malformed input. */
 static size_t sb_value(const char *s, size_t n, size_t i, sb_buf *o, int depth) {
-    sb_buf sink = { 0 };
+    sb_buf sink = {0};
     sb_buf *out = o ? o : &sink;
     size_t r = 0;
     if (depth > 512) return 0;
@@ -224,13 +224,13 @@ static void sb_file_free(sb_file *f) {
 
 /* Reads a MaskBench file's text: 0, or -1 when it is not one. */
 static int sb_parse(const char *s, size_t n, sb_file *f) {
-    *f = (sb_file){ 0 };
+    *f = (sb_file){0};
     size_t i = sb_ws(s, n, 0);
     if (i >= n || s[i] != '{') return -1;
     i = sb_ws(s, n, i + 1);
     while (i < n && s[i] != '}') {
         if (s[i] == ',') i = sb_ws(s, n, i + 1);
-        sb_buf key = { 0 };
+        sb_buf key = {0};
         i = sb_string(s, n, i, &key);
         if (!i) return -1;
         i = sb_ws(s, n, i);
@@ -249,17 +249,17 @@ static int sb_parse(const char *s, size_t n, sb_file *f) {
             while (i && i < n && s[i] != ']') {
                 if (s[i] == ',') i = sb_ws(s, n, i + 1);
                 if (s[i] != '{') return -1;
-                sb_test t = { 0 };
+                sb_test t = {0};
                 i = sb_ws(s, n, i + 1);
                 while (i && i < n && s[i] != '}') {
                     if (s[i] == ',') i = sb_ws(s, n, i + 1);
-                    sb_buf k2 = { 0 };
+                    sb_buf k2 = {0};
                     i = sb_string(s, n, i, &k2);
                     if (!i) return -1;
                     i = sb_ws(s, n, i);
                     i = sb_ws(s, n, i + 1); /* the ':' */
                     if (k2.p && strcmp(k2.p, "\"data\"") == 0) {
-                        sb_buf d = { 0 };
+                        sb_buf d = {0};
                         i = sb_value(s, n, i, &d, 0);
                         t.text = d.p ? d.p : strdup("");
                         t.len = d.n;
@@ -310,7 +310,7 @@ static int sb_check_text(const char *text, size_t n, sb_stats *st, char *msg, si
     gr_builder *b = gr_builder_new();
     int32_t root = b ? gr_json_schema(b, f.schema, f.schema_len, true) : -1;
     gr_grammar *g = NULL;
-    cn_error err = { 0 };
+    cn_error err = {0};
     if (root < 0) {
         snprintf(msg, cap, "compile: %s", b ? gr_builder_error(b)->msg : "no memory");
     } else if (gr_compile(b, root, NULL, &g, &err) != CN_STATUS_OK) {
@@ -401,7 +401,8 @@ static void one(const char *path, bool verbose, bool dump, sb_stats *st) {
     if (dump) {
         sb_file f;
         if (sb_parse(t, n, &f) == 0)
-            for (size_t i = 0; i < f.n_tests; i++) printf("%s\t%zu\t%s\n", strrchr(path, '/') ? strrchr(path, '/') + 1 : path, i, f.tests[i].text);
+            for (size_t i = 0; i < f.n_tests; i++)
+                printf("%s\t%zu\t%s\n", strrchr(path, '/') ? strrchr(path, '/') + 1 : path, i, f.tests[i].text);
         sb_file_free(&f);
         free(t);
         return;
@@ -414,7 +415,7 @@ static void one(const char *path, bool verbose, bool dump, sb_stats *st) {
 
 int main(int argc, char **argv) {
     bool verbose = false, dump = false;
-    sb_stats st = { 0 };
+    sb_stats st = {0};
     for (int a = 1; a < argc; a++) {
         if (strcmp(argv[a], "-v") == 0) {
             verbose = true;
@@ -433,8 +434,7 @@ int main(int argc, char **argv) {
                 free(v[i]);
             }
             free(v);
-        } else
-            one(argv[a], verbose, dump, &st);
+        } else one(argv[a], verbose, dump, &st);
     }
     if (!dump)
         printf("files %d passed %d compile_errors %d wrong_acceptance_files %d (instances %d) "

@@ -53,7 +53,8 @@ static void emu_check(int i) {
 static void emu_loadd(int i, const void *base, long stride) {
     emu_check(i);
     memset(g_emu.t[i], 0, sizeof g_emu.t[i]);
-    for (int r = 0; r < g_emu.rows[i]; r++) memcpy(g_emu.t[i][r], (const uint8_t *)base + (long)r * stride, g_emu.colsb[i]);
+    for (int r = 0; r < g_emu.rows[i]; r++)
+        memcpy(g_emu.t[i][r], (const uint8_t *)base + (long)r * stride, g_emu.colsb[i]);
 }
 
 static void emu_stored(int i, void *base, long stride) {

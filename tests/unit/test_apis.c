@@ -35,9 +35,14 @@ static void setup(void) {
     cn_error err = {0};
     cr_assert_eq(cn_engine_create(model, &p, &engine, &err), CN_STATUS_OK, "%s", err.msg);
     const cn_chat_template *chat = cn_engine_chat_template(engine);
-    ctx = (oai_ctx){.tok = cn_engine_tokenizer(engine), .chat = chat, .eot_stop = cn_engine_end_of_turn_stop(engine),
-                    .model_id = "stories", .n_ctx = cn_engine_n_ctx(engine), .n_vocab = cn_engine_n_vocab(engine),
-                    .max_n = 2, .max_draft = 8};
+    ctx = (oai_ctx){.tok = cn_engine_tokenizer(engine),
+                    .chat = chat,
+                    .eot_stop = cn_engine_end_of_turn_stop(engine),
+                    .model_id = "stories",
+                    .n_ctx = cn_engine_n_ctx(engine),
+                    .n_vocab = cn_engine_n_vocab(engine),
+                    .max_n = 2,
+                    .max_draft = 8};
 }
 
 static void teardown(void) {
@@ -80,37 +85,40 @@ static void same_request(const oai_request *a, const oai_request *b) {
     cr_assert_eq(a->parallel_tool_calls, b->parallel_tool_calls);
 }
 
-#define WEATHER_SCHEMA "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}"
+#define WEATHER_SCHEMA \
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}"
 
 Test(apis, anthropic_is_the_same_conversation_in_openai_shape) {
-    json_t *b = load("{\"model\": \"stories\", \"max_tokens\": 20, \"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": 7,"
-                     " \"stop_sequences\": [\"END\"], \"stream\": true, \"metadata\": {\"user_id\": \"u\"},"
-                     " \"system\": [{\"type\": \"text\", \"text\": \"Be brief.\", \"cache_control\": {\"type\": \"ephemeral\"}}],"
-                     " \"tools\": [{\"name\": \"get_weather\", \"description\": \"Weather\", \"input_schema\": " WEATHER_SCHEMA "}],"
-                     " \"tool_choice\": {\"type\": \"any\", \"disable_parallel_tool_use\": true},"
-                     " \"messages\": ["
-                     "  {\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
-                     "  {\"role\": \"assistant\", \"content\": [{\"type\": \"thinking\", \"thinking\": \"hm\", \"signature\": \"\"},"
-                     "    {\"type\": \"text\", \"text\": \"Let me look.\"},"
-                     "    {\"type\": \"tool_use\", \"id\": \"toolu_1\", \"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}]},"
-                     "  {\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", \"tool_use_id\": \"toolu_1\","
-                     "    \"content\": [{\"type\": \"text\", \"text\": \"21 C\"}]}, {\"type\": \"text\", \"text\": \"Thanks!\"}]}]}");
+    json_t *b = load(
+        "{\"model\": \"stories\", \"max_tokens\": 20, \"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": 7,"
+        " \"stop_sequences\": [\"END\"], \"stream\": true, \"metadata\": {\"user_id\": \"u\"},"
+        " \"system\": [{\"type\": \"text\", \"text\": \"Be brief.\", \"cache_control\": {\"type\": \"ephemeral\"}}],"
+        " \"tools\": [{\"name\": \"get_weather\", \"description\": \"Weather\", \"input_schema\": " WEATHER_SCHEMA "}],"
+        " \"tool_choice\": {\"type\": \"any\", \"disable_parallel_tool_use\": true},"
+        " \"messages\": ["
+        "  {\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
+        "  {\"role\": \"assistant\", \"content\": [{\"type\": \"thinking\", \"thinking\": \"hm\", \"signature\": \"\"},"
+        "    {\"type\": \"text\", \"text\": \"Let me look.\"},"
+        "    {\"type\": \"tool_use\", \"id\": \"toolu_1\", \"name\": \"get_weather\", \"input\": {\"city\": \"Paris\"}}]},"
+        "  {\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", \"tool_use_id\": \"toolu_1\","
+        "    \"content\": [{\"type\": \"text\", \"text\": \"21 C\"}]}, {\"type\": \"text\", \"text\": \"Thanks!\"}]}]}");
     oai_request r, want;
     api_request ar;
     oai_error e = {0};
     cr_assert(ant_parse(&ctx, b, false, &r, &ar, &e), "%s (%s)", e.message, e.param);
-    openai_of("{\"max_tokens\": 20, \"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": 7, \"stop\": [\"END\"], \"stream\": true,"
-              " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather\","
-              "   \"parameters\": " WEATHER_SCHEMA "}}],"
-              " \"tool_choice\": \"required\", \"parallel_tool_calls\": false,"
-              " \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
-              "  {\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
-              "  {\"role\": \"assistant\", \"content\": \"Let me look.\", \"reasoning_content\": \"hm\","
-              "   \"tool_calls\": [{\"id\": \"toolu_1\", \"type\": \"function\","
-              "     \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
-              "  {\"role\": \"tool\", \"tool_call_id\": \"toolu_1\", \"content\": \"21 C\"},"
-              "  {\"role\": \"user\", \"content\": \"Thanks!\"}]}",
-              &want);
+    openai_of(
+        "{\"max_tokens\": 20, \"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": 7, \"stop\": [\"END\"], \"stream\": true,"
+        " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather\","
+        "   \"parameters\": " WEATHER_SCHEMA "}}],"
+        " \"tool_choice\": \"required\", \"parallel_tool_calls\": false,"
+        " \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+        "  {\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
+        "  {\"role\": \"assistant\", \"content\": \"Let me look.\", \"reasoning_content\": \"hm\","
+        "   \"tool_calls\": [{\"id\": \"toolu_1\", \"type\": \"function\","
+        "     \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
+        "  {\"role\": \"tool\", \"tool_call_id\": \"toolu_1\", \"content\": \"21 C\"},"
+        "  {\"role\": \"user\", \"content\": \"Thanks!\"}]}",
+        &want);
     same_request(&r, &want);
     cr_assert_eq(ar.kind, API_ANTHROPIC);
     cr_assert_eq(ar.n_stops, 1);
@@ -131,31 +139,34 @@ Test(apis, anthropic_is_the_same_conversation_in_openai_shape) {
 }
 
 Test(apis, responses_is_the_same_conversation_in_openai_shape) {
-    json_t *b = load("{\"model\": \"stories\", \"max_output_tokens\": 30, \"temperature\": 0.25, \"store\": false,"
-                     " \"instructions\": \"Be brief.\", \"metadata\": {\"k\": \"v\"}, \"user\": \"me\","
-                     " \"tools\": [{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": " WEATHER_SCHEMA ","
-                     "   \"strict\": true}],"
-                     " \"tool_choice\": {\"type\": \"function\", \"name\": \"get_weather\"},"
-                     " \"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"Weather in Paris?\"}]},"
-                     "  {\"type\": \"reasoning\", \"id\": \"rs_1\", \"summary\": [], \"content\": [{\"type\": \"reasoning_text\", \"text\": \"hm\"}]},"
-                     "  {\"type\": \"function_call\", \"call_id\": \"call_1\", \"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"},"
-                     "  {\"type\": \"function_call_output\", \"call_id\": \"call_1\", \"output\": \"21 C\"},"
-                     "  {\"type\": \"message\", \"role\": \"user\", \"content\": \"Thanks!\"}]}");
+    json_t *b = load(
+        "{\"model\": \"stories\", \"max_output_tokens\": 30, \"temperature\": 0.25, \"store\": false,"
+        " \"instructions\": \"Be brief.\", \"metadata\": {\"k\": \"v\"}, \"user\": \"me\","
+        " \"tools\": [{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": " WEATHER_SCHEMA ","
+        "   \"strict\": true}],"
+        " \"tool_choice\": {\"type\": \"function\", \"name\": \"get_weather\"},"
+        " \"input\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_text\", \"text\": \"Weather in Paris?\"}]},"
+        "  {\"type\": \"reasoning\", \"id\": \"rs_1\", \"summary\": [], \"content\": [{\"type\": \"reasoning_text\", \"text\": \"hm\"}]},"
+        "  {\"type\": \"function_call\", \"call_id\": \"call_1\", \"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"},"
+        "  {\"type\": \"function_call_output\", \"call_id\": \"call_1\", \"output\": \"21 C\"},"
+        "  {\"type\": \"message\", \"role\": \"user\", \"content\": \"Thanks!\"}]}");
     oai_request r, want;
     api_request ar;
     oai_error e = {0};
     cr_assert(resp_parse(&ctx, b, &r, &ar, &e), "%s (%s)", e.message, e.param);
-    openai_of("{\"max_tokens\": 30, \"temperature\": 0.25,"
-              " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": " WEATHER_SCHEMA "}}],"
-              " \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}},"
-              " \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
-              "  {\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
-              "  {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"hm\","
-              "   \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\","
-              "     \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
-              "  {\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"21 C\"},"
-              "  {\"role\": \"user\", \"content\": \"Thanks!\"}]}",
-              &want);
+    openai_of(
+        "{\"max_tokens\": 30, \"temperature\": 0.25,"
+        " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": " WEATHER_SCHEMA
+        "}}],"
+        " \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}},"
+        " \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+        "  {\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
+        "  {\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"hm\","
+        "   \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\","
+        "     \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
+        "  {\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"21 C\"},"
+        "  {\"role\": \"user\", \"content\": \"Thanks!\"}]}",
+        &want);
     same_request(&r, &want);
     cr_assert_eq(ar.kind, API_RESPONSES);
     cr_assert_eq(ar.max_tokens, 30);
@@ -206,20 +217,27 @@ Test(apis, errors_name_the_field_in_the_request_api) {
     refused(A, "{\"max_tokens\": 5, \"n\": 2, " HI "}", 400, "n", "unsupported");
     refused(A, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400, "messages[0].role",
             "user");
-    refused(A, "{\"max_tokens\": 5, \"tools\": [{\"name\": \"a b\", \"input_schema\": {}}], " HI "}", 400, "tools[0].name",
-            "tools[0].name");
-    refused(A, "{\"max_tokens\": 5, \"tools\": [{\"name\": \"f\", \"input_schema\": {}}, {\"name\": \"f\", \"input_schema\": {}}], " HI "}",
-            400, "tools[1].name", "f");
+    refused(A, "{\"max_tokens\": 5, \"tools\": [{\"name\": \"a b\", \"input_schema\": {}}], " HI "}", 400,
+            "tools[0].name", "tools[0].name");
+    refused(
+        A,
+        "{\"max_tokens\": 5, \"tools\": [{\"name\": \"f\", \"input_schema\": {}}, {\"name\": \"f\", \"input_schema\": {}}], " HI
+        "}",
+        400, "tools[1].name", "f");
     refused(A, "{\"max_tokens\": 5, \"tools\": [{\"name\": \"f\"}], " HI "}", 400, "tools[0].input_schema", "required");
     refused(A, "{\"max_tokens\": 5, \"tools\": [{\"type\": \"bash_20250124\", \"name\": \"bash\"}], " HI "}", 400,
             "tools[0]", "bash_20250124");
     refused(A, "{\"max_tokens\": 5, \"tool_choice\": {\"type\": \"some\"}, " HI "}", 400, "tool_choice", "auto");
-    refused(A, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", \"tool_use_id\": \"t\"}]}]}",
-            400, "messages[0].content[0].tool_use_id", "no tool_use");
+    refused(
+        A,
+        "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"tool_result\", \"tool_use_id\": \"t\"}]}]}",
+        400, "messages[0].content[0].tool_use_id", "no tool_use");
     refused(A, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": []}]}", 400, "messages[0].content",
             "non-empty");
-    refused(A, "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}",
-            400, "messages[1]", "prefill");
+    refused(
+        A,
+        "{\"max_tokens\": 5, \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}",
+        400, "messages[1]", "prefill");
     refused(A, "{\"max_tokens\": 5, \"thinking\": {\"type\": \"enabled\", \"budget_tokens\": 0}, " HI "}", 400,
             "thinking.budget_tokens", "positive");
     refused(R, "{\"input\": \"hi\", \"max_output_tokens\": 0}", 400, "max_output_tokens", "max_output_tokens");
@@ -241,8 +259,9 @@ Test(apis, errors_name_the_field_in_the_request_api) {
 
 /* The OpenAI names an Anthropic / a Responses error must never hold (in param or
  * message): the fields each API spells otherwise. */
-static const char *const ANT_FORBIDDEN[] = {"'stop'", ".function", "/function/", "parameters", "parallel_tool_calls",
-                                            "chat_template_kwargs", "response_format"};
+static const char *const ANT_FORBIDDEN[] = {"'stop'",         ".function",           "/function/",
+                                            "parameters",     "parallel_tool_calls", "chat_template_kwargs",
+                                            "response_format"};
 static const char *const RESP_FORBIDDEN[] = {"max_tokens", ".function", "/function/", "response_format", "'messages'"};
 
 static void names_no_openai_field(api_kind kind, const oai_error *e, const char *body) {
@@ -259,8 +278,8 @@ static void names_no_openai_field(api_kind kind, const oai_error *e, const char 
 typedef struct {
     api_kind kind;
     const char *body;
-    const char *param;         /* as the client's API names the field */
-    const char *mentions;      /* in the message */
+    const char *param;    /* as the client's API names the field */
+    const char *mentions; /* in the message */
 } named_error;
 
 #define TOOL_A(x) "\"tools\": [{\"name\": \"f\", \"input_schema\": {}" x "}]"
@@ -290,8 +309,8 @@ static const named_error NAMED_ERRORS[] = {
     {API_ANTHROPIC, "{\"max_tokens\": 5, " TOOL_A(", \"x\": 1") ", " HI "}", "tools[0].x",
      "unsupported field 'tools[0].x'"},
     {API_ANTHROPIC,
-     "{\"max_tokens\": 5, \"tools\": [{\"name\": \"f\", \"input_schema\": {\"type\": \"strin\"}}], " HI "}",
-     "tools", "at /tools/0/input_schema"},
+     "{\"max_tokens\": 5, \"tools\": [{\"name\": \"f\", \"input_schema\": {\"type\": \"strin\"}}], " HI "}", "tools",
+     "at /tools/0/input_schema"},
     {API_ANTHROPIC,
      "{\"max_tokens\": 5, \"tools\": [{\"name\": \"f\","
      " \"input_schema\": {\"properties\": {\"a\": {\"type\": \"strin\"}}}}], " HI "}",
@@ -363,8 +382,8 @@ Test(apis, every_mapped_error_names_the_field_as_the_client_sent_it) {
         oai_request r;
         api_request ar;
         oai_error e = {0};
-        const bool ok =
-            x->kind == API_ANTHROPIC ? ant_parse(&ctx, b, false, &r, &ar, &e) : resp_parse(&ctx, b, &r, &ar, &e);
+        const bool ok = x->kind == API_ANTHROPIC ? ant_parse(&ctx, b, false, &r, &ar, &e)
+                                                 : resp_parse(&ctx, b, &r, &ar, &e);
         cr_expect_not(ok, "accepted: %s", x->body);
         if (!ok) {
             cr_expect_str_eq(e.param, x->param, "%s: param '%s' (%s)", x->body, e.param, e.message);
@@ -457,20 +476,28 @@ typedef struct {
  * pieces of 3 bytes; finish ends it with n_generated tokens. */
 static void run_reply(reply_run *x, api_kind kind, const char *text, cn_finish_reason finish, int32_t n_generated) {
     memset(x, 0, sizeof *x);
-    json_t *b = kind == API_ANTHROPIC
-                    ? load("{\"max_tokens\": 50, \"tools\": [{\"name\": \"get_weather\", \"input_schema\": " WEATHER_SCHEMA "}], " HI "}")
-                    : load("{\"max_output_tokens\": 50, \"input\": \"hi\","
-                           " \"tools\": [{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": " WEATHER_SCHEMA "}]}");
+    json_t *b =
+        kind == API_ANTHROPIC
+            ? load("{\"max_tokens\": 50, \"tools\": [{\"name\": \"get_weather\", \"input_schema\": " WEATHER_SCHEMA
+                   "}], " HI "}")
+            : load("{\"max_output_tokens\": 50, \"input\": \"hi\","
+                   " \"tools\": [{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": " WEATHER_SCHEMA
+                   "}]}");
     oai_error e = {0};
-    const bool ok = kind == API_ANTHROPIC ? ant_parse(&ctx, b, false, &x->r, &x->ar, &e) : resp_parse(&ctx, b, &x->r, &x->ar, &e);
+    const bool ok = kind == API_ANTHROPIC ? ant_parse(&ctx, b, false, &x->r, &x->ar, &e)
+                                          : resp_parse(&ctx, b, &x->r, &x->ar, &e);
     cr_assert(ok, "%s", e.message);
     json_decref(b);
     x->r.tool_format = CN_TOOL_FORMAT_HERMES;
     x->r.think = true;
     cr_assert(oai_reply_init(&x->rp, &x->r, &e));
     api_writer_init(&x->w, &x->ar);
-    x->m = (api_meta){.id = kind == API_ANTHROPIC ? "msg_0123" : "resp_0123", .model = "stories", .created = 1700000000,
-                      .n_prompt = x->r.n_prompt[0], .stop_index = -1, .tok = ctx.tok};
+    x->m = (api_meta){.id = kind == API_ANTHROPIC ? "msg_0123" : "resp_0123",
+                      .model = "stories",
+                      .created = 1700000000,
+                      .n_prompt = x->r.n_prompt[0],
+                      .stop_index = -1,
+                      .tok = ctx.tok};
     x->events = json_array();
     api_writer_open(&x->w, &x->m, x->events);
     const size_t n = strlen(text);
@@ -502,15 +529,16 @@ static const char *ev_type(json_t *events, size_t i) {
     return json_string_value(json_object_get(json_array_get(events, i), "type"));
 }
 
-#define THINK_AND_CALL                                                                                             \
+#define THINK_AND_CALL                                                                                              \
     "<think>The user wants weather.</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": " \
     "\"Paris\"}}\n</tool_call>"
 
 Test(apis, anthropic_stream_and_message_of_a_reply_that_thinks_and_calls) {
     reply_run x;
     run_reply(&x, API_ANTHROPIC, THINK_AND_CALL, CN_FINISH_STOP, 30);
-    const char *order[] = {"message_start", "content_block_start", "ping", "content_block_delta", "content_block_stop",
-                           "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+    const char *order[] = {"message_start",       "content_block_start", "ping",
+                           "content_block_delta", "content_block_stop",  "content_block_start",
+                           "content_block_delta", "content_block_stop",  "message_delta",
                            "message_stop"};
     /* deltas repeat: compare the sequence with runs of deltas collapsed */
     size_t k = 0;
@@ -619,8 +647,9 @@ Test(apis, a_call_the_reply_ended_inside_stays_a_call) {
 
 Test(apis, responses_stream_and_object_of_a_reply_that_thinks_and_calls) {
     reply_run x;
-    run_reply(&x, API_RESPONSES, "<think>Weather.</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", "
-                                 "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+    run_reply(&x, API_RESPONSES,
+              "<think>Weather.</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", "
+              "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
               CN_FINISH_STOP, 20);
     const char *order[] = {"response.created", "response.in_progress",
                            /* reasoning */
@@ -674,9 +703,16 @@ Test(apis, responses_stream_and_object_of_a_reply_that_thinks_and_calls) {
 }
 
 Test(apis, error_types_follow_the_status) {
-    const struct { int status; const char *type; } want[] = {
-        {400, "invalid_request_error"}, {401, "authentication_error"}, {404, "not_found_error"},
-        {413, "request_too_large"}, {429, "rate_limit_error"}, {503, "overloaded_error"}, {504, "api_error"}};
+    const struct {
+        int status;
+        const char *type;
+    } want[] = {{400, "invalid_request_error"},
+                {401, "authentication_error"},
+                {404, "not_found_error"},
+                {413, "request_too_large"},
+                {429, "rate_limit_error"},
+                {503, "overloaded_error"},
+                {504, "api_error"}};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         oai_error e = {0};
         oai_fail(&e, want[i].status, "x", NULL, NULL, "bad \xff byte");

@@ -103,8 +103,7 @@ static double seq_logprob(gt_env *e, int scratch, const int32_t *prompt, int np,
     cn_batch b;
     cn_error err = {0};
     cr_assert_eq(cn_batch_init(&b, total, &err), CN_STATUS_OK);
-    for (int i = 0; i < total; i++)
-        cn_batch_add(&b, i < np ? prompt[i] : seq[i - np], i, scratch, i >= np - 1);
+    for (int i = 0; i < total; i++) cn_batch_add(&b, i < np ? prompt[i] : seq[i - np], i, scratch, i >= np - 1);
     float *lg = malloc((size_t)(n + 1) * (size_t)e->n_vocab * sizeof *lg);
     cn_kv_seq_free(e->kv, scratch);
     cr_assert_eq(cn_forward(e->model, e->fwd, &b, e->kv, lg, &err), CN_STATUS_OK, "%s", err.msg);
@@ -336,8 +335,8 @@ Test(beam, enough_beams_are_exhaustive_search) {
             cn_gen *g = beam_run(&t.e, &p, prompt, 2, &res);
             int32_t n;
             const int32_t *bt = cn_gen_tokens(g, &n);
-            cr_assert_float_eq(res.score, want.score, 1e-6, "seed %u lp %g: beam %g, exhaustive %g", seed,
-                               lps[li], res.score, want.score);
+            cr_assert_float_eq(res.score, want.score, 1e-6, "seed %u lp %g: beam %g, exhaustive %g", seed, lps[li],
+                               res.score, want.score);
             cr_assert_eq(n, want.len, "seed %u lp %g", seed, lps[li]);
             cr_assert_arr_eq(bt, want.tok, (size_t)n * sizeof *bt);
             cr_assert_eq(res.finish, want.eos ? CN_FINISH_STOP : CN_FINISH_LENGTH);
@@ -444,8 +443,7 @@ Test(beam, four_beams_at_least_greedy_on_stories260k) {
         cn_beam_result res;
         cn_gen *gb = beam_run(&e, &p, prompt, np, &res);
         /* 4-token blocks: a prompt of np tokens has np / 4 full blocks that all beams share */
-        cr_assert_geq(w.max_shared, np / 4, "'%s': at most %lld blocks shared", prompts[pi],
-                      (long long)w.max_shared);
+        cr_assert_geq(w.max_shared, np / 4, "'%s': at most %lld blocks shared", prompts[pi], (long long)w.max_shared);
         cr_assert_lt(w.max_used, 4 * ((np + 16 + 3) / 4), "beams copied their prefix");
         int32_t nb;
         const int32_t *bt = cn_gen_tokens(gb, &nb);
@@ -454,8 +452,8 @@ Test(beam, four_beams_at_least_greedy_on_stories260k) {
         const double beam_ref = seq_logprob(&e, 4, prompt, np, bt, nb, false);
         cr_assert_float_eq(res.sum_logprob, beam_ref, 1e-3, "'%s': beam says %g, recomputed %g", prompts[pi],
                            res.sum_logprob, beam_ref);
-        cr_assert_geq(res.sum_logprob, greedy_sum - 1e-6, "'%s': beams %g < greedy %g", prompts[pi],
-                      res.sum_logprob, greedy_sum);
+        cr_assert_geq(res.sum_logprob, greedy_sum - 1e-6, "'%s': beams %g < greedy %g", prompts[pi], res.sum_logprob,
+                      greedy_sum);
         cn_gen_free(gg);
         cn_gen_free(gb);
         free(prompt);

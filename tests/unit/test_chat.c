@@ -79,15 +79,13 @@ static const char LLAMA3_TEMPLATE[] =
 /* Conversations rendered by every family. */
 static const cn_chat_msg USER_ONLY[] = {{"user", "Hello!"}};
 static const cn_chat_msg SYSTEM_USER[] = {{"system", "You are terse."}, {"user", "What is 2+2?"}};
-static const cn_chat_msg MULTI_TURN[] = {{"system", "Be kind."}, {"user", "Hi"},
-                                         {"assistant", "Hello! How can I help?"},
-                                         {"user", "Tell me a joke."}};
+static const cn_chat_msg MULTI_TURN[] = {
+    {"system", "Be kind."}, {"user", "Hi"}, {"assistant", "Hello! How can I help?"}, {"user", "Tell me a joke."}};
 static const cn_chat_msg NO_GEN_PROMPT[] = {{"user", "Hi"}, {"assistant", "Hey."}};
 /* Leading/trailing ASCII and Unicode whitespace (U+3000, U+00A0, U+2003), inner newlines. */
-static const cn_chat_msg WHITESPACE[] = {
-    {"system", "  sys\n"},
-    {"user", " \343\200\200 café 日本\n\nline2 \302\240\t\n"},
-    {"assistant", "\n ok \342\200\203"}};
+static const cn_chat_msg WHITESPACE[] = {{"system", "  sys\n"},
+                                         {"user", " \343\200\200 café 日本\n\nline2 \302\240\t\n"},
+                                         {"assistant", "\n ok \342\200\203"}};
 static const cn_chat_msg SYSTEM_ONLY[] = {{"system", "Only system."}};
 static const cn_chat_msg EMPTY_CONTENT[] = {{"user", ""}};
 static const cn_chat_msg SYSTEM_MID[] = {{"user", "a"}, {"system", "b"}};
@@ -216,8 +214,7 @@ static const render_case GEMMA3_CASES[] = {
          "ok<end_of_turn>\n"
          "<start_of_turn>model\n"),
     /* The reference template drops a lone system message. */
-    CASE("system_only", SYSTEM_ONLY, true,
-         "<start_of_turn>model\n"),
+    CASE("system_only", SYSTEM_ONLY, true, "<start_of_turn>model\n"),
     CASE("empty_content", EMPTY_CONTENT, true,
          "<start_of_turn>user\n"
          "<end_of_turn>\n"
@@ -441,12 +438,12 @@ static void check_cases(const cn_chat_template *t, const render_case *cases, siz
         char *got = NULL;
         size_t len = 0;
         cn_error e;
-        cr_assert_eq(cn_chat_render(t, cases[i].msgs, cases[i].n, cases[i].gen, &got, &len, &e),
-                     CN_STATUS_OK, "%s: %s", cases[i].name, e.msg);
+        cr_assert_eq(cn_chat_render(t, cases[i].msgs, cases[i].n, cases[i].gen, &got, &len, &e), CN_STATUS_OK, "%s: %s",
+                     cases[i].name, e.msg);
         size_t k = 0;
         while (got[k] && got[k] == cases[i].want[k]) k++;
-        cr_assert_str_eq(got, cases[i].want, "%s/%s: first difference at byte %zu",
-                         cn_chat_template_name(t), cases[i].name, k);
+        cr_assert_str_eq(got, cases[i].want, "%s/%s: first difference at byte %zu", cn_chat_template_name(t),
+                         cases[i].name, k);
         cr_assert_eq(len, strlen(cases[i].want));
         free(got);
     }
@@ -500,8 +497,7 @@ Test(chat, by_name) {
     cr_assert_eq(cn_chat_template_from_name("chatml", &t, &e), CN_STATUS_OK);
     cr_assert_null(cn_chat_template_default_system(t));
     static const render_case plain[] = {
-        CASE("user_only", USER_ONLY, true,
-             "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n"),
+        CASE("user_only", USER_ONLY, true, "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n"),
         CASE("no_gen_prompt", NO_GEN_PROMPT, false,
              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHey.<|im_end|>\n"),
     };
@@ -551,16 +547,14 @@ Test(chat, chatml_default_system_from_escaped_literal) {
 }
 
 Test(chat, unknown_template_is_unsupported) {
-    static const char mistral[] =
-        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
-        "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + "
-        "eos_token }}{% endif %}{% endfor %}";
+    static const char mistral[] = "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+                                  "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}{{ message['content'] + "
+                                  "eos_token }}{% endif %}{% endfor %}";
     cn_chat_template *t = (cn_chat_template *)1;
     cn_error e;
     cr_assert_eq(cn_chat_template_detect(mistral, strlen(mistral), &t, &e), CN_STATUS_UNSUPPORTED);
     cr_assert_null(t);
-    cr_assert(strstr(e.msg, "--chat-template NAME") && strstr(e.msg, "chatml, gemma, llama3"),
-              "%s", e.msg);
+    cr_assert(strstr(e.msg, "--chat-template NAME") && strstr(e.msg, "chatml, gemma, llama3"), "%s", e.msg);
     cr_assert_eq(cn_chat_template_detect(NULL, 0, &t, &e), CN_STATUS_UNSUPPORTED);
     cr_assert(strstr(e.msg, "--chat-template"), "%s", e.msg);
     cr_assert_eq(cn_chat_template_detect("", 0, &t, &e), CN_STATUS_UNSUPPORTED);
@@ -569,8 +563,7 @@ Test(chat, unknown_template_is_unsupported) {
     cr_assert_eq(cn_chat_template_detect(mistral, 10, NULL, &e), CN_STATUS_INVALID_ARG);
 }
 
-static cn_status render_status(const cn_chat_template *t, const cn_chat_msg *m, size_t n,
-                               cn_error *e) {
+static cn_status render_status(const cn_chat_template *t, const cn_chat_msg *m, size_t n, cn_error *e) {
     char *out = (char *)1;
     size_t len = 7;
     cn_status st = cn_chat_render(t, m, n, true, &out, &len, e);
@@ -606,8 +599,7 @@ Test(chat, bad_messages) {
     cr_assert_eq(render_status(t, USER_ONLY, (size_t)CN_CHAT_MAX_MESSAGES + 1, &e), CN_STATUS_LIMIT);
     cr_assert_eq(render_status(t, USER_ONLY, SIZE_MAX, &e), CN_STATUS_LIMIT);
     cn_chat_msg *many = malloc(CN_CHAT_MAX_MESSAGES * sizeof *many);
-    for (size_t i = 0; i < CN_CHAT_MAX_MESSAGES; i++)
-        many[i] = (cn_chat_msg){i % 2 ? "assistant" : "user", "hi"};
+    for (size_t i = 0; i < CN_CHAT_MAX_MESSAGES; i++) many[i] = (cn_chat_msg){i % 2 ? "assistant" : "user", "hi"};
     char *out = NULL;
     size_t len = 0;
     cr_assert_eq(cn_chat_render(t, many, CN_CHAT_MAX_MESSAGES, false, &out, &len, &e), CN_STATUS_OK);
@@ -810,13 +802,15 @@ Test(chat_jinja, render_json) {
     cr_assert_eq(n, strlen(want));
     free(out);
     /* no tools, no variables: tools and enable_thinking are None / undefined */
-    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, false, NULL, &out, NULL, &e),
-                 CN_STATUS_OK, "%s", e.msg);
+    cr_assert_eq(
+        cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, false, NULL, &out, NULL, &e),
+        CN_STATUS_OK, "%s", e.msg);
     cr_assert_str_eq(out, "user:x\ntools=None gen=False think= docs=None bos=[] date=1971-01-01");
     free(out);
     /* variables override what the renderer sets */
-    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, false, "{\"bos_token\": \"B\"}",
-                                     &out, NULL, &e), CN_STATUS_OK, "%s", e.msg);
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", NULL, false,
+                                     "{\"bos_token\": \"B\"}", &out, NULL, &e),
+                 CN_STATUS_OK, "%s", e.msg);
     cr_assert(strstr(out, "bos=[B]"), "%s", out);
     free(out);
 
@@ -831,8 +825,8 @@ Test(chat_jinja, render_json) {
         {"[{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]", NULL, NULL, "messages[0].content[0].text"},
         {"[{\"role\": \"user\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"function\": {}}]}]", NULL, NULL,
          "messages[1].tool_calls[0]"},
-        {"[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": 3}}]}]", NULL, NULL,
-         "messages[0].tool_calls[0].function.arguments"},
+        {"[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": 3}}]}]", NULL,
+         NULL, "messages[0].tool_calls[0].function.arguments"},
         {"[]", NULL, NULL, "no messages"},
         {"[{\"role\": \"user\"", NULL, NULL, "messages: invalid JSON"},
         {"[{\"role\": \"user\"}]", "{}", NULL, "tools: expected a JSON array"},
@@ -854,19 +848,22 @@ Test(chat_jinja, render_json_by_hand) {
     cr_assert_eq(cn_chat_template_from_name("chatml", &t, &e), CN_STATUS_OK);
     char *out = NULL;
     /* a null content is empty text; text parts are joined */
-    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"system\", \"content\": null}, {\"role\": \"user\", \"content\": "
-                                        "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]",
+    cr_assert_eq(cn_chat_render_json(t,
+                                     "[{\"role\": \"system\", \"content\": null}, {\"role\": \"user\", \"content\": "
+                                     "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}]",
                                      "[]", true, NULL, &out, NULL, &e),
                  CN_STATUS_OK, "%s", e.msg);
     cr_assert_str_eq(out, "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n");
     free(out);
-    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", "[{\"type\": \"function\"}]", true,
-                                     NULL, &out, NULL, &e), CN_STATUS_UNSUPPORTED);
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": \"x\"}]", "[{\"type\": \"function\"}]",
+                                     true, NULL, &out, NULL, &e),
+                 CN_STATUS_UNSUPPORTED);
     cr_assert(strstr(e.msg, "tools"), "%s", e.msg);
     cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"tool\", \"content\": \"x\"}]", NULL, true, NULL, &out, NULL, &e),
                  CN_STATUS_UNSUPPORTED);
-    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": [{\"type\": \"image\"}]}]", NULL, true, NULL,
-                                     &out, NULL, &e), CN_STATUS_UNSUPPORTED);
+    cr_assert_eq(cn_chat_render_json(t, "[{\"role\": \"user\", \"content\": [{\"type\": \"image\"}]}]", NULL, true,
+                                     NULL, &out, NULL, &e),
+                 CN_STATUS_UNSUPPORTED);
     cr_assert_null(cn_chat_template_source(t));
     cn_chat_template_free(t);
 }

@@ -19,9 +19,24 @@ static uint32_t rnd(uint32_t n) {
 }
 
 static const char *const TEMPLATE_PARTS[] = {
-    "<|im_start|>", "<|im_start|>system", "<|im_start|>system\n", "<|im_start|>system\\n",
-    "<start_of_turn>", "<|start_header_id|>", "<|im_end|>", "Be nice.", "'", "{{", "}}", "\\",
-    "<|im_start", "<start_of", "x", "\n", "\xff", "\xe6\x97",
+    "<|im_start|>",
+    "<|im_start|>system",
+    "<|im_start|>system\n",
+    "<|im_start|>system\\n",
+    "<start_of_turn>",
+    "<|start_header_id|>",
+    "<|im_end|>",
+    "Be nice.",
+    "'",
+    "{{",
+    "}}",
+    "\\",
+    "<|im_start",
+    "<start_of",
+    "x",
+    "\n",
+    "\xff",
+    "\xe6\x97",
 };
 
 static char *random_template(size_t *len) {
@@ -80,27 +95,56 @@ Test(chat_fuzz, detection_matches_plain_search) {
 
 /* Content material: every Python whitespace width, its fragments, and plain bytes. */
 static const char *const CONTENT_PARTS[] = {
-    " ", "\t", "\n", "\r", "\v", "\f", "\x1c", "\x1f", "\xc2\x85", "\xc2\xa0", "\xe1\x9a\x80",
-    "\xe2\x80\x80", "\xe2\x80\x8a", "\xe2\x80\x8b" /* ZWSP: not whitespace */, "\xe2\x80\xa8",
-    "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80", "a", "é", "日", "🎉", "\x80", "\xe3\x80",
-    "\xc2", "\xff", "\xf0\x9f\x8e", "\xc0\xa0" /* overlong space: not whitespace */,
+    " ",
+    "\t",
+    "\n",
+    "\r",
+    "\v",
+    "\f",
+    "\x1c",
+    "\x1f",
+    "\xc2\x85",
+    "\xc2\xa0",
+    "\xe1\x9a\x80",
+    "\xe2\x80\x80",
+    "\xe2\x80\x8a",
+    "\xe2\x80\x8b" /* ZWSP: not whitespace */,
+    "\xe2\x80\xa8",
+    "\xe2\x80\xaf",
+    "\xe2\x81\x9f",
+    "\xe3\x80\x80",
+    "a",
+    "é",
+    "日",
+    "🎉",
+    "\x80",
+    "\xe3\x80",
+    "\xc2",
+    "\xff",
+    "\xf0\x9f\x8e",
+    "\xc0\xa0" /* overlong space: not whitespace */,
 };
 
 /* The reference: decode the whole content left to right into characters (an undecodable
  * byte is a character of its own that is not whitespace), then drop whitespace
  * characters at both ends. */
 static size_t decode_one(const unsigned char *s, size_t n, uint32_t *cp) {
-    static const struct { unsigned char mask, bits; size_t len; uint32_t min; } forms[] = {
-        {0xE0, 0xC0, 2, 0x80}, {0xF0, 0xE0, 3, 0x800}, {0xF8, 0xF0, 4, 0x10000}};
-    if (s[0] < 0x80) { *cp = s[0]; return 1; }
+    static const struct {
+        unsigned char mask, bits;
+        size_t len;
+        uint32_t min;
+    } forms[] = {{0xE0, 0xC0, 2, 0x80}, {0xF0, 0xE0, 3, 0x800}, {0xF8, 0xF0, 4, 0x10000}};
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
     for (size_t f = 0; f < 3; f++) {
         if ((s[0] & forms[f].mask) != forms[f].bits) continue;
         if (n < forms[f].len) break;
         uint32_t c = s[0] & (0x7F >> forms[f].len);
         size_t k = 1;
         for (; k < forms[f].len && (s[k] & 0xC0) == 0x80; k++) c = (c << 6) | (s[k] & 0x3F);
-        if (k < forms[f].len || c < forms[f].min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
-            break;
+        if (k < forms[f].len || c < forms[f].min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) break;
         *cp = c;
         return forms[f].len;
     }
@@ -109,10 +153,9 @@ static size_t decode_one(const unsigned char *s, size_t n, uint32_t *cp) {
 }
 
 static bool is_space(uint32_t c) { /* Python's str.isspace() set, as a table */
-    static const uint32_t sp[] = {9, 10, 11, 12, 13, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x85, 0xa0,
-                                  0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005,
-                                  0x2006, 0x2007, 0x2008, 0x2009, 0x200a, 0x2028, 0x2029,
-                                  0x202f, 0x205f, 0x3000};
+    static const uint32_t sp[] = {9,      10,     11,     12,     13,     0x1c,   0x1d,   0x1e,   0x1f,   0x20,
+                                  0x85,   0xa0,   0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006,
+                                  0x2007, 0x2008, 0x2009, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000};
     for (size_t i = 0; i < CN_ARRAY_LEN(sp); i++)
         if (sp[i] == c) return true;
     return false;
@@ -161,8 +204,8 @@ Test(chat_fuzz, trim_matches_forward_decoding_reference) {
         size_t len = 0;
         cr_assert_eq(cn_chat_render(t, &m, 1, false, &out, &len, NULL), CN_STATUS_OK);
         size_t want = strlen(head) + (to - from) + strlen(tail);
-        cr_assert_eq(len, want, "iter %d: trimmed to %zu bytes, want %zu (content %zu bytes)",
-                     iter, len - strlen(head) - strlen(tail), to - from, n);
+        cr_assert_eq(len, want, "iter %d: trimmed to %zu bytes, want %zu (content %zu bytes)", iter,
+                     len - strlen(head) - strlen(tail), to - from, n);
         cr_assert_eq(memcmp(out + strlen(head), content + from, to - from), 0, "iter %d", iter);
         free(out);
         free(content);

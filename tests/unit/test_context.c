@@ -25,11 +25,11 @@
 
 /* One case of the golden file. */
 typedef struct {
-    int32_t tokens[128];       /* the prompt, BOS first */
+    int32_t tokens[128]; /* the prompt, BOS first */
     int32_t n_tokens;
-    int32_t greedy[64];        /* llama.cpp's greedy continuation */
+    int32_t greedy[64]; /* llama.cpp's greedy continuation */
     int32_t n_greedy;
-    int32_t top_id[20];        /* its top-20 at the last prompt position */
+    int32_t top_id[20]; /* its top-20 at the last prompt position */
     float top_logit[20];
     int32_t n_top;
     char prompt[256];

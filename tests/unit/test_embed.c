@@ -46,7 +46,8 @@ Test(embed, pooling_matches_the_scalar_reference) {
     const cn_pooling pools[] = {CN_POOLING_MEAN, CN_POOLING_CLS, CN_POOLING_LAST};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int rows = shapes[s][0], E = shapes[s][1];
-        float *h = malloc((size_t)rows * E * sizeof *h), *got = malloc(E * sizeof *got), *want = malloc(E * sizeof *want);
+        float *h = malloc((size_t)rows * E * sizeof *h), *got = malloc(E * sizeof *got),
+              *want = malloc(E * sizeof *want);
         for (int i = 0; i < rows * E; i++) h[i] = frand() * 4;
         for (size_t p = 0; p < 3; p++)
             for (int norm = 0; norm < 2; norm++) {
@@ -269,8 +270,7 @@ Test(embed, engine_embedder_matches_standalone, .init = setup, .fini = teardown)
         cr_assert_eq(cn_embedder_n_embd(e), E);
         cr_assert_eq(cn_embedder_pooling(e), CN_POOLING_MEAN);
         memset(b, 0, (size_t)N_IN * E * sizeof *b);
-        cr_assert_eq(cn_embedder_embed(e, (const int32_t *const *)ids, n, N_IN, b, &err), CN_STATUS_OK, "%s",
-                     err.msg);
+        cr_assert_eq(cn_embedder_embed(e, (const int32_t *const *)ids, n, N_IN, b, &err), CN_STATUS_OK, "%s", err.msg);
         cr_assert(!memcmp(a, b, (size_t)N_IN * E * sizeof *a), "%d threads: the engine's vectors differ", threads[k]);
         cn_embedder_free(e);
         cn_engine_free(eng);
@@ -348,8 +348,7 @@ Test(embed, engine_embedder_while_the_engine_generates, .init = setup, .fini = t
     int while_open = 0;
     for (int round = 0; round < 1000 && !atomic_load(&s.done); round++) {
         memset(b, 0, (size_t)N_IN * E * sizeof *b);
-        cr_assert_eq(cn_embedder_embed(e, (const int32_t *const *)ids, n, N_IN, b, &err), CN_STATUS_OK, "%s",
-                     err.msg);
+        cr_assert_eq(cn_embedder_embed(e, (const int32_t *const *)ids, n, N_IN, b, &err), CN_STATUS_OK, "%s", err.msg);
         cr_assert(!memcmp(a, b, (size_t)N_IN * E * sizeof *a), "round %d: the vectors differ", round);
         while_open += !atomic_load(&s.done);
     }

@@ -135,7 +135,8 @@ Test(engine, preempted_and_recomputed) {
         cn_engine_stats st;
         cn_engine_get_stats(e, &st);
         cr_assert_gt(st.n_preemptions, 0, "the budget was meant to force preemption");
-        for (int i = 0; i < N_REQ; i++) te_expect_same(&out[i].r[0], &refs[i], pc ? "preempted, prefix cache" : "preempted");
+        for (int i = 0; i < N_REQ; i++)
+            te_expect_same(&out[i].r[0], &refs[i], pc ? "preempted, prefix cache" : "preempted");
         cr_assert_eq(st.kv_blocks_used, 0);
         cn_engine_free(e);
     }

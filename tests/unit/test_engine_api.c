@@ -109,7 +109,8 @@ Test(engine_api, bad_requests_rejected_at_submit) {
     /* a prompt the context cannot hold */
     static char long_text[8192];
     size_t n = 0;
-    while (n + 40 < sizeof long_text) n += (size_t)snprintf(long_text + n, sizeof long_text - n, "The cat sat on the mat. ");
+    while (n + 40 < sizeof long_text)
+        n += (size_t)snprintf(long_text + n, sizeof long_text - n, "The cat sat on the mat. ");
     r = story(long_text, 1, 1);
     cr_assert_eq(cn_engine_submit(e, &r, &cb, &id, &err), CN_STATUS_LIMIT);
     cr_assert(strstr(err.msg, "context"), "%s", err.msg);

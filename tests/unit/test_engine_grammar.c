@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 #include "test_engine_util.h"
 #include "test_generate_util.h"
 

@@ -97,7 +97,8 @@ static void run_stress(uint64_t seed, int n_ops, bool prefix_cache, int32_t n_th
             const bool was_done = te_req_done(&s->out);
             cn_status st = cn_engine_cancel(e, s->out.id, &err);
             if (was_done) {
-                cr_assert_eq(st, CN_STATUS_NOT_FOUND, "cancel of a finished request %d (id %llu): %d %s", (int)(s - rs), (unsigned long long)s->out.id, st, err.msg);
+                cr_assert_eq(st, CN_STATUS_NOT_FOUND, "cancel of a finished request %d (id %llu): %d %s", (int)(s - rs),
+                             (unsigned long long)s->out.id, st, err.msg);
             } else {
                 cr_assert_eq(st, CN_STATUS_OK, "%s", err.msg);
                 cr_assert(te_req_done(&s->out), "cancel returned before every on_finish");

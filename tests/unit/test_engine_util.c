@@ -96,8 +96,8 @@ static void ref_token(void *user, const cn_gen_token *tok) {
     r->tok[r->n_tok++] = *tok;
 }
 
-void te_reference(const cn_model *m, const cn_engine_request *r, int32_t choice, int32_t n_threads,
-                  cn_type kv_type, te_result *out) {
+void te_reference(const cn_model *m, const cn_engine_request *r, int32_t choice, int32_t n_threads, cn_type kv_type,
+                  te_result *out) {
     memset(out, 0, sizeof *out);
     cn_error err = {0};
     cn_tokenizer *tok = NULL;
@@ -156,8 +156,7 @@ void te_run(cn_engine *e, const cn_engine_request *reqs, te_req *out, int n) {
         te_req_init(&out[i], reqs[i].n);
         out[i].e = e;
         cn_engine_callbacks cb = te_callbacks(&out[i]);
-        cr_assert_eq(cn_engine_submit(e, &reqs[i], &cb, &out[i].id, &err), CN_STATUS_OK, "request %d: %s", i,
-                     err.msg);
+        cr_assert_eq(cn_engine_submit(e, &reqs[i], &cb, &out[i].id, &err), CN_STATUS_OK, "request %d: %s", i, err.msg);
     }
     for (int guard = 0;; guard++) {
         bool all = true;
@@ -184,8 +183,8 @@ void te_expect_same(const te_result *got, const te_result *want, const char *wha
         for (int32_t k = 0; k < a->n_top; k++)
             cr_assert(a->top[k].id == b->top[k].id &&
                           memcmp(&a->top[k].logprob, &b->top[k].logprob, sizeof(float)) == 0,
-                      "%s: token %d top %d differs: %d %.9g vs %d %.9g", what, i, k, a->top[k].id,
-                      a->top[k].logprob, b->top[k].id, b->top[k].logprob);
+                      "%s: token %d top %d differs: %d %.9g vs %d %.9g", what, i, k, a->top[k].id, a->top[k].logprob,
+                      b->top[k].id, b->top[k].logprob);
     }
     cr_assert_eq(got->n_tok, want->n_tok, "%s: %d tokens, alone %d", what, got->n_tok, want->n_tok);
     cr_assert_eq(got->n_text, want->n_text, "%s: %zu text bytes, alone %zu", what, got->n_text, want->n_text);

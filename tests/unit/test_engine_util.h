@@ -17,7 +17,7 @@ typedef struct {
     int32_t n_tok;
     char text[TE_MAX_TEXT];
     size_t n_text;
-    int n_finish;              /* on_finish calls (must end at 1) */
+    int n_finish; /* on_finish calls (must end at 1) */
     cn_finish_reason reason;
     cn_gen_timings t;
 } te_result;
@@ -25,9 +25,9 @@ typedef struct {
 typedef struct {
     te_result r[CN_ENGINE_MAX_N];
     uint64_t id;
-    int32_t n;                 /* completions expected */
-    int cancel_after;          /* on_token: cancel this request once completion 0 has this
-                                  many tokens (-1: never) */
+    int32_t n;        /* completions expected */
+    int cancel_after; /* on_token: cancel this request once completion 0 has this
+                         many tokens (-1: never) */
     cn_status cancel_status;
     cn_engine *e;
 } te_req;
@@ -42,8 +42,8 @@ cn_model *te_load_stories(void);
 cn_model *te_load_default(void);
 
 /* Completion `choice` of r, run alone through cn_generate (kv_type cache, n_threads). */
-void te_reference(const cn_model *m, const cn_engine_request *r, int32_t choice, int32_t n_threads,
-                  cn_type kv_type, te_result *out);
+void te_reference(const cn_model *m, const cn_engine_request *r, int32_t choice, int32_t n_threads, cn_type kv_type,
+                  te_result *out);
 /* Submits reqs[0..n) in order to e and steps until every one finished. */
 void te_run(cn_engine *e, const cn_engine_request *reqs, te_req *out, int n);
 /* Bit-exact: token ids, logprobs (and top lists), text, finish reason. */

@@ -108,13 +108,12 @@ static int replay(const char *name, fuzz_fn fn, int *n_accepted) {
     return n_files;
 }
 
-#define CORPUS_TEST(name, fn, min_files)                                                                     \
-    Test(fuzz_corpus, name, .timeout = 300) {                                                                \
-        int accepted = 0;                                                                                    \
-        const int n = replay(#name, fn, &accepted);                                                          \
-        cr_assert_geq(n, min_files, "the %s corpus has %d files", #name, n);                                 \
-        cr_assert_gt(accepted, 0, "no %s corpus file was accepted: the seeds test nothing past the checks", \
-                     #name);                                                                                 \
+#define CORPUS_TEST(name, fn, min_files)                                                                            \
+    Test(fuzz_corpus, name, .timeout = 300) {                                                                       \
+        int accepted = 0;                                                                                           \
+        const int n = replay(#name, fn, &accepted);                                                                 \
+        cr_assert_geq(n, min_files, "the %s corpus has %d files", #name, n);                                        \
+        cr_assert_gt(accepted, 0, "no %s corpus file was accepted: the seeds test nothing past the checks", #name); \
     }
 
 CORPUS_TEST(gguf, fuzz_gguf_one, 4)

@@ -21,7 +21,7 @@ static gr_grammar *gbnf_try(const char *src, cn_error *err) {
     int32_t root = gr_gbnf(b, src, strlen(src), "root");
     gr_grammar *g = NULL;
     memset(err, 0, sizeof *err);
-    gr_limits lim = { .max_states = 200000, .max_compile_ms = 5000 };
+    gr_limits lim = {.max_states = 200000, .max_compile_ms = 5000};
     cn_status st = gr_compile(b, root, &lim, &g, err);
     gr_builder_free(b);
     return st == CN_STATUS_OK ? g : NULL;
@@ -50,8 +50,8 @@ Test(grammar_gbnf, arithmetic) {
                             "ident ::= [a-z] [a-z0-9_]* ws\n"
                             "num   ::= [0-9]+ ws\n"
                             "ws    ::= [ \\t\\n]*\n");
-    must(g, (const char *[]){ "1+2=3\n", "x = 4\n", "(a+b)*c = d\ne=f\n", "( x1 )/2= 0\n", "a_b-7=x\n", NULL },
-         (const char *[]){ "", "1+2=3", "1+=3\n", "=3\n", "X=1\n", "1+2=3+4\n", "(a=b\n", NULL });
+    must(g, (const char *[]){"1+2=3\n", "x = 4\n", "(a+b)*c = d\ne=f\n", "( x1 )/2= 0\n", "a_b-7=x\n", NULL},
+         (const char *[]){"", "1+2=3", "1+=3\n", "=3\n", "X=1\n", "1+2=3+4\n", "(a=b\n", NULL});
     gr_grammar_free(g);
 }
 
@@ -60,57 +60,68 @@ Test(grammar_gbnf, list) {
                             "\n"
                             "# Excludes various line break characters\n"
                             "item ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\"\n");
-    must(g, (const char *[]){ "- a\n", "- milk\n- eggs and ham\n", "- caf\xc3\xa9\n", NULL },
-         (const char *[]){ "", "- \n", "-a\n", "- a", "- a\rb\n", "- a\xc2\x85\n", "- \xe2\x80\xa8\n", NULL });
+    must(g, (const char *[]){"- a\n", "- milk\n- eggs and ham\n", "- caf\xc3\xa9\n", NULL},
+         (const char *[]){"", "- \n", "-a\n", "- a", "- a\rb\n", "- a\xc2\x85\n", "- \xe2\x80\xa8\n", NULL});
     gr_grammar_free(g);
 }
 
 Test(grammar_gbnf, chess) {
-    gr_grammar *g = gbnf_ok("# Specifies chess moves as a list in algebraic notation, using PGN conventions\n"
-                            "\n"
-                            "# Force first move to \"1. \", then any 1-2 digit number after, relying on model to follow the pattern\n"
-                            "root    ::= \"1. \" move \" \" move \"\\n\" ([1-9] [0-9]? \". \" move \" \" move \"\\n\")+\n"
-                            "move    ::= (pawn | nonpawn | castle) [+#]?\n"
-                            "\n"
-                            "# piece type, optional file/rank, optional capture, dest file & rank\n"
-                            "nonpawn ::= [NBKQR] [a-h]? [1-8]? \"x\"? [a-h] [1-8]\n"
-                            "\n"
-                            "# optional file & capture, dest file & rank, optional promotion\n"
-                            "pawn    ::= ([a-h] \"x\")? [a-h] [1-8] (\"=\" [NBKQR])?\n"
-                            "\n"
-                            "castle  ::= \"O-O\" \"-O\"?\n");
-    must(g, (const char *[]){ "1. e4 e5\n2. Nf3 Nc6\n", "1. d4 d5\n2. c4 dxc4\n3. O-O-O Qxd8#\n", "1. e4 e5\n10. exd8=Q+ Kxd8\n", NULL },
-         (const char *[]){ "1. e4 e5\n", "1. e9 e5\n2. a1 a2\n", "1. e4 e5\n2. Pf3 Nc6\n", "2. e4 e5\n2. e4 e5\n", NULL });
+    gr_grammar *g = gbnf_ok(
+        "# Specifies chess moves as a list in algebraic notation, using PGN conventions\n"
+        "\n"
+        "# Force first move to \"1. \", then any 1-2 digit number after, relying on model to follow the pattern\n"
+        "root    ::= \"1. \" move \" \" move \"\\n\" ([1-9] [0-9]? \". \" move \" \" move \"\\n\")+\n"
+        "move    ::= (pawn | nonpawn | castle) [+#]?\n"
+        "\n"
+        "# piece type, optional file/rank, optional capture, dest file & rank\n"
+        "nonpawn ::= [NBKQR] [a-h]? [1-8]? \"x\"? [a-h] [1-8]\n"
+        "\n"
+        "# optional file & capture, dest file & rank, optional promotion\n"
+        "pawn    ::= ([a-h] \"x\")? [a-h] [1-8] (\"=\" [NBKQR])?\n"
+        "\n"
+        "castle  ::= \"O-O\" \"-O\"?\n");
+    must(
+        g,
+        (const char *[]){"1. e4 e5\n2. Nf3 Nc6\n", "1. d4 d5\n2. c4 dxc4\n3. O-O-O Qxd8#\n",
+                         "1. e4 e5\n10. exd8=Q+ Kxd8\n", NULL},
+        (const char *[]){"1. e4 e5\n", "1. e9 e5\n2. a1 a2\n", "1. e4 e5\n2. Pf3 Nc6\n", "2. e4 e5\n2. e4 e5\n", NULL});
     gr_grammar_free(g);
 }
 
 /* JSON, written from the JSON grammar (RFC 8259) in GBNF, the way llama.cpp's json.gbnf
  * is laid out: multi-line rules inside parentheses. */
-static const char *json_gbnf =
-    "root   ::= ws value ws\n"
-    "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\")\n"
-    "object ::=\n"
-    "  \"{\" ws (\n"
-    "            string ws \":\" ws value\n"
-    "    (ws \",\" ws string ws \":\" ws value)*\n"
-    "  ws)? \"}\"\n"
-    "array  ::=\n"
-    "  \"[\" ws (\n"
-    "            value\n"
-    "    (ws \",\" ws value)*   # elements\n"
-    "  ws)? \"]\"\n"
-    "string ::=\n"
-    "  \"\\\"\" (\n"
-    "    [^\"\\\\\\x00-\\x1f] |\n"
-    "    \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) # escapes\n"
-    "  )* \"\\\"\"\n"
-    "number ::= \"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?\n"
-    "ws     ::= [ \\t\\n\\r]*\n";
+static const char *json_gbnf = "root   ::= ws value ws\n"
+                               "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\")\n"
+                               "object ::=\n"
+                               "  \"{\" ws (\n"
+                               "            string ws \":\" ws value\n"
+                               "    (ws \",\" ws string ws \":\" ws value)*\n"
+                               "  ws)? \"}\"\n"
+                               "array  ::=\n"
+                               "  \"[\" ws (\n"
+                               "            value\n"
+                               "    (ws \",\" ws value)*   # elements\n"
+                               "  ws)? \"]\"\n"
+                               "string ::=\n"
+                               "  \"\\\"\" (\n"
+                               "    [^\"\\\\\\x00-\\x1f] |\n"
+                               "    \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) # escapes\n"
+                               "  )* \"\\\"\"\n"
+                               "number ::= \"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?\n"
+                               "ws     ::= [ \\t\\n\\r]*\n";
 
 static const char *const json_seeds[] = {
     "{\"a\": [1, 2.5, -3e2, true, false, null], \"b\": {\"c\": \"x\\n\\u00e9\"}}",
-    "[]", "{}", "[ {\"k\" : \"v\" } , [ [ ] ] ]", "\"str\\\"\\\\\\/\\b\\f\\r\\t\"", "-0.0E+1", "0", "123",
-    "  {\"caf\xc3\xa9\": \"\xe4\xb8\xad\"}\n", "[1,[2,[3,[4]]]]", "{\"a\":{\"b\":{\"c\":[]}}}",
+    "[]",
+    "{}",
+    "[ {\"k\" : \"v\" } , [ [ ] ] ]",
+    "\"str\\\"\\\\\\/\\b\\f\\r\\t\"",
+    "-0.0E+1",
+    "0",
+    "123",
+    "  {\"caf\xc3\xa9\": \"\xe4\xb8\xad\"}\n",
+    "[1,[2,[3,[4]]]]",
+    "{\"a\":{\"b\":{\"c\":[]}}}",
 };
 
 Test(grammar_gbnf, json_agrees_with_jansson, .timeout = 120) {
@@ -175,7 +186,10 @@ static uint32_t rnd(uint32_t n) {
     return (uint32_t)(rs % n);
 }
 
-typedef struct { char g[2048], r[2048]; size_t ng, nr; } two;
+typedef struct {
+    char g[2048], r[2048];
+    size_t ng, nr;
+} two;
 static void put(two *t, const char *g, const char *r) {
     size_t a = strlen(g), b = strlen(r);
     memcpy(t->g + t->ng, g, a);
@@ -193,7 +207,8 @@ static void gen(two *t, int depth) {
     case 3: put(t, "[^a] ", "[^a]"); break;
     case 4: put(t, ". ", "[\\s\\S]"); break;
     case 5: put(t, "\"\\n\" ", "\\n"); break;
-    case 6: case 7:
+    case 6:
+    case 7:
         gen(t, depth + 1);
         gen(t, depth + 1);
         break;
@@ -205,8 +220,8 @@ static void gen(two *t, int depth) {
         put(t, ") ", ")");
         break;
     default: {
-        static const char *q[] = { "*", "+", "?", "{2}", "{0,2}", "{1,3}", "{2,}", "{ 1 , }" };
-        static const char *qr[] = { "*", "+", "?", "{2}", "{0,2}", "{1,3}", "{2,}", "{1,}" };
+        static const char *q[] = {"*", "+", "?", "{2}", "{0,2}", "{1,3}", "{2,}", "{ 1 , }"};
+        static const char *qr[] = {"*", "+", "?", "{2}", "{0,2}", "{1,3}", "{2,}", "{1,}"};
         int i = (int)rnd(8);
         put(t, "(", "(?:");
         gen(t, depth + 1);
@@ -221,7 +236,7 @@ static void gen(two *t, int depth) {
 Test(grammar_gbnf, random_expressions_agree_with_pcre2, .timeout = 120) {
     long n = 0, pos = 0, mism = 0;
     for (int it = 0; it < 300; it++) {
-        two t = { .ng = 0 };
+        two t = {.ng = 0};
         put(&t, "root ::= x # start\nx ::= ", "");
         gen(&t, 0);
         put(&t, "\n", "");
@@ -232,8 +247,8 @@ Test(grammar_gbnf, random_expressions_agree_with_pcre2, .timeout = 120) {
         cr_assert(g || strstr(err.msg, "matches no text"), "%s\n%s", err.msg, t.g);
         int ec;
         PCRE2_SIZE eo;
-        pcre2_code *pc = pcre2_compile((PCRE2_SPTR)t.r, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED,
-                                       &ec, &eo, NULL);
+        pcre2_code *pc = pcre2_compile((PCRE2_SPTR)t.r, PCRE2_ZERO_TERMINATED,
+                                       PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED, &ec, &eo, NULL);
         cr_assert_not_null(pc, "PCRE2 refuses %s", t.r);
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(pc, NULL);
         char s[8];
@@ -265,14 +280,17 @@ Test(grammar_gbnf, random_expressions_agree_with_pcre2, .timeout = 120) {
 /* ---- the syntax, piece by piece ---- */
 
 Test(grammar_gbnf, escapes_classes_and_repeats) {
-    gr_grammar *g = gbnf_ok("root ::= \"\\x41\\u00e9\\U0001F600\\t\\\"\\\\\\[\\]\" [\\x30-\\x39\\u4e00] [^a-z\\n]? .{2} \"z\"{1,2}\n");
-    must(g, (const char *[]){ "A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]0..z", "A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]\xe4\xb8\x80Q\n\nzz", NULL },
-         (const char *[]){ "A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]0a..z", "A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]0..zzzz",
-                           "A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]0.z", NULL });
+    gr_grammar *g = gbnf_ok(
+        "root ::= \"\\x41\\u00e9\\U0001F600\\t\\\"\\\\\\[\\]\" [\\x30-\\x39\\u4e00] [^a-z\\n]? .{2} \"z\"{1,2}\n");
+    must(g,
+         (const char *[]){"A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]0..z",
+                          "A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]\xe4\xb8\x80Q\n\nzz", NULL},
+         (const char *[]){"A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]0a..z", "A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]0..zzzz",
+                          "A\xc3\xa9\xf0\x9f\x98\x80\t\"\\[]0.z", NULL});
     gr_grammar_free(g);
     /* {m}, {m,}, [-] at the ends, empty class, [^] */
     g = gbnf_ok("root ::= [-a]{2} [a-]{3,} x\nx ::= [^] | []\n");
-    must(g, (const char *[]){ "-aaa-\n", "aa---q", NULL }, (const char *[]){ "-aa-q", "-a---", NULL });
+    must(g, (const char *[]){"-aaa-\n", "aa---q", NULL}, (const char *[]){"-aa-q", "-a---", NULL});
     gr_grammar_free(g);
 }
 
@@ -286,10 +304,10 @@ Test(grammar_gbnf, layout_comments_and_continuations) {
                             "   \"x\" # newlines inside parentheses\n"
                             " )\r\n"
                             "c_d ::= \"z\" \"\"\n");
-    must(g, (const char *[]){ "xx", "y", "z", NULL }, (const char *[]){ "x", "xy", "", NULL });
+    must(g, (const char *[]){"xx", "y", "z", NULL}, (const char *[]){"x", "xy", "", NULL});
     gr_grammar_free(g);
     g = gbnf_ok("root ::=\n| \"a\"\n");
-    must(g, (const char *[]){ "", "a", NULL }, (const char *[]){ "b", NULL });
+    must(g, (const char *[]){"", "a", NULL}, (const char *[]){"b", NULL});
     gr_grammar_free(g);
 }
 
@@ -298,7 +316,7 @@ Test(grammar_gbnf, start_rule_by_name) {
     const char *src = "root ::= \"r\"\nother ::= \"o\"\n";
     int32_t r = gr_gbnf(b, src, strlen(src), "other");
     gr_grammar *g = NULL;
-    cn_error err = { 0 };
+    cn_error err = {0};
     cr_assert_eq(gr_compile(b, r, NULL, &g, &err), CN_STATUS_OK, "%s", err.msg);
     gr_builder_free(b);
     cr_assert(M(g, "o"));
@@ -365,27 +383,27 @@ static gr_grammar *choice(const char *const *c, size_t n) {
     gr_builder *b = gr_builder_new();
     int32_t r = gr_choice(b, c, n);
     gr_grammar *g = NULL;
-    cn_error err = { 0 };
+    cn_error err = {0};
     cr_assert_eq(gr_compile(b, r, NULL, &g, &err), CN_STATUS_OK, "%s", err.msg);
     gr_builder_free(b);
     return g;
 }
 
 Test(grammar_choice, exactly_one_of_the_strings) {
-    const char *c[] = { "yes", "no", "maybe", "may", "no", "caf\xc3\xa9" };
+    const char *c[] = {"yes", "no", "maybe", "may", "no", "caf\xc3\xa9"};
     gr_grammar *g = choice(c, 6);
-    must(g, (const char *[]){ "yes", "no", "maybe", "may", "caf\xc3\xa9", NULL },
-         (const char *[]){ "", "y", "ye", "yess", "mayb", "yesno", "caf", NULL });
+    must(g, (const char *[]){"yes", "no", "maybe", "may", "caf\xc3\xa9", NULL},
+         (const char *[]){"", "y", "ye", "yess", "mayb", "yesno", "caf", NULL});
     gr_grammar_free(g);
-    const char *e[] = { "", "a" };
+    const char *e[] = {"", "a"};
     g = choice(e, 2);
-    must(g, (const char *[]){ "", "a", NULL }, (const char *[]){ "aa", "b", NULL });
+    must(g, (const char *[]){"", "a", NULL}, (const char *[]){"aa", "b", NULL});
     gr_grammar_free(g);
 }
 
 Test(grammar_choice, many_choices) {
     enum { N = 5000 };
-    char (*s)[16] = malloc(N * sizeof *s);
+    char(*s)[16] = malloc(N * sizeof *s);
     const char **c = malloc(N * sizeof *c);
     for (int i = 0; i < N; i++) {
         snprintf(s[i], sizeof s[i], "w%d", i * 7);
@@ -407,7 +425,7 @@ Test(grammar_choice, errors) {
     cr_assert(strstr(gr_builder_error(b)->msg, "at least one"));
     gr_builder_free(b);
     b = gr_builder_new();
-    const char *c[] = { "a", NULL };
+    const char *c[] = {"a", NULL};
     cr_assert_lt(gr_choice(b, c, 2), 0);
     cr_assert(strstr(gr_builder_error(b)->msg, "choice 1 is NULL"));
     gr_builder_free(b);

@@ -444,8 +444,7 @@ Test(generate, temp0_equals_greedy_and_timings) {
     cr_assert_eq(n, nw);
     for (int i = 0; i < n; i++) cr_assert_eq(got[i], want[i], "token %d: %d vs greedy %d", i, got[i], want[i]);
     cr_assert_eq(cn_gen_finish_reason(g), nw == 40 ? CN_FINISH_LENGTH : CN_FINISH_STOP);
-    cr_assert(!strncmp(cn_gen_text(g, NULL), ", there was a little girl named Lily.", 37), "%s",
-              cn_gen_text(g, NULL));
+    cr_assert(!strncmp(cn_gen_text(g, NULL), ", there was a little girl named Lily.", 37), "%s", cn_gen_text(g, NULL));
     cr_assert_str_eq(r.text, cn_gen_text(g, NULL));
     cr_assert_eq(r.n_tokens, n);
     cr_assert_eq(cn_kv_seq_len(e.kv, 0), np + n - 1, "every token but the last is fed back");

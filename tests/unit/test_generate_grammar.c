@@ -20,7 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-
 #include "gen/sampling.h"
 #include "gen/spec.h"
 #include "test_generate_util.h"
@@ -201,8 +200,8 @@ static bool schema_valid(const char *text, size_t n, char *why, size_t cap) {
 
 /* ---- one request under a grammar ---- */
 
-static cn_grammar *compile(const cn_tokenizer *tok, cn_grammar_kind kind, const char *src,
-                           const char *const *choices, size_t n_choices) {
+static cn_grammar *compile(const cn_tokenizer *tok, cn_grammar_kind kind, const char *src, const char *const *choices,
+                           size_t n_choices) {
     cn_grammar_params p = cn_grammar_default_params();
     p.kind = kind;
     p.source = src;
@@ -338,7 +337,8 @@ Test(grammar_gen, choice_is_one_of_the_list, .timeout = 60) {
         int k = -1;
         for (int i = 0; i < 5; i++)
             if (strlen(ch[i]) == o.n_text && !memcmp(ch[i], o.text, o.n_text)) k = i;
-        cr_assert_geq(k, 0, "seed %llu: '%.*s' is none of the choices", (unsigned long long)seed, (int)o.n_text, o.text);
+        cr_assert_geq(k, 0, "seed %llu: '%.*s' is none of the choices", (unsigned long long)seed, (int)o.n_text,
+                      o.text);
         seen[k]++;
     }
     int distinct = 0;
@@ -388,8 +388,8 @@ static void same(const outcome *a, const outcome *b, const char *what) {
  * sampled, under grammar g; returns drafted and accepted summed. Greedy self-drafting
  * under the grammar must have every guess confirmed: the draft's guesses are masked by
  * the matcher advanced along the guesses before them, exactly as the verify rows are. */
-static void spec_same(gt_env *e, gt_env *d, cn_grammar *g, const char *name, bool lookup_must_draft,
-                      int64_t *drafted, int64_t *accepted) {
+static void spec_same(gt_env *e, gt_env *d, cn_grammar *g, const char *name, bool lookup_must_draft, int64_t *drafted,
+                      int64_t *accepted) {
     static const char prompt[] = "the cat and the dog then the ball";
     for (int drafter = 0; drafter < 2; drafter++)
         for (uint64_t seed = 1; seed <= 3; seed++) {

@@ -55,12 +55,12 @@ void gt_close(gt_env *e) {
 int32_t *gt_tokenize(const cn_tokenizer *t, const char *text, bool add_special, int32_t *n) {
     size_t cnt = 0, again = 0;
     cn_error err = {0};
-    cr_assert_eq(cn_tokenize(t, text, strlen(text), add_special, false, NULL, 0, &cnt, &err), CN_STATUS_OK,
-                 "%s", err.msg);
+    cr_assert_eq(cn_tokenize(t, text, strlen(text), add_special, false, NULL, 0, &cnt, &err), CN_STATUS_OK, "%s",
+                 err.msg);
     int32_t *ids = malloc((cnt + 1) * sizeof *ids);
     cr_assert(ids);
-    cr_assert_eq(cn_tokenize(t, text, strlen(text), add_special, false, ids, cnt, &again, &err),
-                 CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_tokenize(t, text, strlen(text), add_special, false, ids, cnt, &again, &err), CN_STATUS_OK, "%s",
+                 err.msg);
     *n = (int32_t)cnt;
     return ids;
 }

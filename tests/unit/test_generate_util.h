@@ -34,7 +34,7 @@ typedef struct {
     bool all_valid;
     int32_t tokens[1024];
     int n_tokens;
-    int cancel_after;  /* should_cancel returns true once this many tokens were seen (-1: never) */
+    int cancel_after; /* should_cancel returns true once this many tokens were seen (-1: never) */
     int n_cancel_asks;
 } gt_rec;
 void gt_rec_init(gt_rec *r);

@@ -28,8 +28,7 @@ static cn_gguf_writer *sample_writer(void) {
     const char *toks[] = {"<s>", "</s>", "a", ""};
     cr_assert_eq(cn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 4), CN_STATUS_OK);
     float scores[] = {0.f, -1.f, -2.5f, 3.f};
-    cr_assert_eq(cn_gguf_writer_set_arr(w, "tokenizer.ggml.scores", CN_GGUF_FLOAT32, scores, 4),
-                 CN_STATUS_OK);
+    cr_assert_eq(cn_gguf_writer_set_arr(w, "tokenizer.ggml.scores", CN_GGUF_FLOAT32, scores, 4), CN_STATUS_OK);
     /* [[ "x", "yz" ], [], [[1, 2]]] : an array of arrays of mixed element types */
     cn_gguf_warr *outer = cn_gguf_warr_new(CN_GGUF_ARRAY);
     cn_gguf_warr *a0 = cn_gguf_warr_new(CN_GGUF_STRING);
@@ -56,13 +55,13 @@ static cn_gguf_writer *sample_writer(void) {
     cn_error err;
     float wdata[6] = {1, 2, 3, 4, 5, 6};
     int64_t ne2[2] = {3, 2};
-    cr_assert_eq(cn_gguf_writer_add_tensor(w, "w", CN_TYPE_F32, 2, ne2, wdata, sizeof wdata, &err),
-                 CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_gguf_writer_add_tensor(w, "w", CN_TYPE_F32, 2, ne2, wdata, sizeof wdata, &err), CN_STATUS_OK, "%s",
+                 err.msg);
     uint8_t q8[34 * 2];
     for (size_t i = 0; i < sizeof q8; i++) q8[i] = (uint8_t)(i * 7);
     int64_t neq[1] = {64};
-    cr_assert_eq(cn_gguf_writer_add_tensor(w, "q", CN_TYPE_Q8_0, 1, neq, q8, sizeof q8, &err),
-                 CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_gguf_writer_add_tensor(w, "q", CN_TYPE_Q8_0, 1, neq, q8, sizeof q8, &err), CN_STATUS_OK, "%s",
+                 err.msg);
     return w;
 }
 
@@ -217,8 +216,7 @@ Test(gguf, write_file_replaces_only_on_success) {
     FILE *f = fopen(path, "wb");
     cr_assert(f && fputs("keep me", f) >= 0 && fclose(f) == 0);
     cn_gguf_writer *w = sample_writer();
-    cr_assert_eq(cn_gguf_writer_add_tensor(w, "no_data", CN_TYPE_F32, 1, (int64_t[]){4}, NULL, 16, NULL),
-                 CN_STATUS_OK);
+    cr_assert_eq(cn_gguf_writer_add_tensor(w, "no_data", CN_TYPE_F32, 1, (int64_t[]){4}, NULL, 16, NULL), CN_STATUS_OK);
     cn_error err;
     cr_assert_eq(cn_gguf_writer_write_file(w, path, &err), CN_STATUS_INVALID_ARG);
     cr_assert(strstr(err.msg, "no_data"), "%s", err.msg);
@@ -256,13 +254,13 @@ Test(gguf, version2_and_alignment) {
     cn_error err;
     cr_assert_eq(cn_gguf_writer_add_tensor(w, "a", CN_TYPE_F32, 1, ne, x, 12, &err), 0);
     cr_assert_eq(cn_gguf_writer_add_tensor(w, "b", CN_TYPE_F32, 1, ne, x, 12, &err), 0);
-    cr_assert_eq(cn_gguf_writer_add_tensor(w, "b", CN_TYPE_F32, 1, ne, x, 12, &err),
-                 CN_STATUS_INVALID_ARG, "duplicate tensor names are refused");
-    cr_assert_eq(cn_gguf_writer_add_tensor(w, "c", CN_TYPE_F32, 1, ne, x, 8, &err),
-                 CN_STATUS_INVALID_ARG, "wrong byte count is refused");
+    cr_assert_eq(cn_gguf_writer_add_tensor(w, "b", CN_TYPE_F32, 1, ne, x, 12, &err), CN_STATUS_INVALID_ARG,
+                 "duplicate tensor names are refused");
+    cr_assert_eq(cn_gguf_writer_add_tensor(w, "c", CN_TYPE_F32, 1, ne, x, 8, &err), CN_STATUS_INVALID_ARG,
+                 "wrong byte count is refused");
     int64_t neq[1] = {33};
-    cr_assert_eq(cn_gguf_writer_add_tensor(w, "c", CN_TYPE_Q8_0, 1, neq, x, 12, &err),
-                 CN_STATUS_INVALID_ARG, "a partial block is refused");
+    cr_assert_eq(cn_gguf_writer_add_tensor(w, "c", CN_TYPE_Q8_0, 1, neq, x, 12, &err), CN_STATUS_INVALID_ARG,
+                 "a partial block is refused");
     uint8_t *buf;
     size_t n;
     cr_assert_eq(cn_gguf_writer_write_mem(w, &buf, &n, &err), CN_STATUS_OK);

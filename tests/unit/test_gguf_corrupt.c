@@ -35,8 +35,7 @@ static void pad_to(buf *b, size_t align) {
     while (b->n % align) b->p[b->n++] = 0;
 }
 /* tensor info: name, dims, type, offset */
-static void tinfo(buf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
-                  uint64_t offset) {
+static void tinfo(buf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type, uint64_t offset) {
     str(b, name);
     u32(b, n_dims);
     for (uint32_t d = 0; d < n_dims; d++) u64(b, ne[d]);
@@ -254,8 +253,7 @@ Test(gguf_corrupt, alignment) {
 }
 
 /* One F32 tensor file with the given dims and offset; data section of data_bytes. */
-static void one_tensor(buf *b, uint32_t n_dims, const uint64_t *ne, uint32_t type, uint64_t offset,
-                       size_t data_bytes) {
+static void one_tensor(buf *b, uint32_t n_dims, const uint64_t *ne, uint32_t type, uint64_t offset, size_t data_bytes) {
     header(b, 3, 1, 0);
     tinfo(b, "blk.0.w", n_dims, ne, type, offset);
     pad_to(b, 32);

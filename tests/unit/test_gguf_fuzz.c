@@ -103,9 +103,9 @@ static void mutate(uint8_t *p, size_t n, uint64_t *rng) {
         case 1: p[at] = (uint8_t)rng_next(rng); break;
         case 2: p[at] = rng_next(rng) & 1 ? 0xff : 0; break;
         case 3: {
-            static const uint64_t vals[] = {0, 1, 2, 3, 7, 9, 13, 31, 33, 255, 1ull << 31,
-                                            1ull << 32, 1ull << 60, 1ull << 62, UINT64_MAX,
-                                            (uint64_t)INT64_MAX + 1};
+            static const uint64_t vals[] = {
+                0,  1,   2,          3,          7,          9,          13,         31,
+                33, 255, 1ull << 31, 1ull << 32, 1ull << 60, 1ull << 62, UINT64_MAX, (uint64_t)INT64_MAX + 1};
             uint64_t v = vals[rng_next(rng) % CN_ARRAY_LEN(vals)];
             size_t w = rng_next(rng) & 1 ? 8 : 4;
             if (at + w <= n) memcpy(p + at, &v, w);

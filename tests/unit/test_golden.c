@@ -84,8 +84,7 @@ static void sha256_block(uint32_t h[8], const uint8_t *p) {
 static bool sha256_file(const char *path, char hex[65]) {
     FILE *f = fopen(path, "rb");
     if (!f) return false;
-    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                     0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     uint8_t buf[64 * 1024 + 128];
     uint64_t total = 0;
     size_t n;
@@ -153,8 +152,8 @@ static void make_tiny(const char *arch, char *out, size_t cap) {
 /* ---- the check ---- */
 
 typedef struct {
-    const char *name;   /* tests/golden/<name>.json */
-    const char *where;  /* "testdata", "models" or a tiny arch ("tiny:qwen2") */
+    const char *name;  /* tests/golden/<name>.json */
+    const char *where; /* "testdata", "models" or a tiny arch ("tiny:qwen2") */
     const char *file;
     float bound;        /* max |Δlogit| over the reference top-20 */
     float near_tie;     /* a different argmax is accepted only where llama.cpp's top-2 gap < this */
@@ -188,8 +187,8 @@ static float compare_top(const float *lg, int V, json_t *top, float bound, const
         float ref = (float)json_number_value(json_array_get(pair, 1));
         cr_assert(id >= 0 && id < V, "%s %d: reference id %d outside the vocabulary", what, idx, id);
         float d = fabsf(lg[id] - ref);
-        cr_assert(d <= bound, "%s %d: token %d logit %.5f, llama.cpp %.5f (|d| %.5f > %.5f)", what, idx, id,
-                  lg[id], ref, d, bound);
+        cr_assert(d <= bound, "%s %d: token %d logit %.5f, llama.cpp %.5f (|d| %.5f > %.5f)", what, idx, id, lg[id],
+                  ref, d, bound);
         worst = fmaxf(worst, d);
     }
     return worst;
@@ -212,8 +211,8 @@ static void run_golden(const golden_spec *gs) {
                   want ? want : "none");
     } else {
         model_path(gs->where, gs->file, mpath, sizeof mpath);
-        cr_assert(access(mpath, R_OK) == 0,
-                  "model %s is missing: run scripts/setup.sh --all (or set CINDER_MODELS)", mpath);
+        cr_assert(access(mpath, R_OK) == 0, "model %s is missing: run scripts/setup.sh --all (or set CINDER_MODELS)",
+                  mpath);
     }
     const int n_ctx = (int)json_integer_value(json_object_get(root, "n_ctx"));
 
@@ -246,15 +245,14 @@ static void run_golden(const golden_spec *gs) {
         json_t *greedy = json_object_get(cs, "greedy"), *gtop = json_object_get(cs, "greedy_top");
         const int n = (int)json_array_size(toks);
         const int ng = (int)json_array_size(greedy);
-        cr_assert(n > 0 && n + ng <= n_ctx && (int)json_array_size(ptop) == n &&
-                      (int)json_array_size(gtop) == ng, "%s case %zu: malformed", gpath, ci);
+        cr_assert(n > 0 && n + ng <= n_ctx && (int)json_array_size(ptop) == n && (int)json_array_size(gtop) == ng,
+                  "%s case %zu: malformed", gpath, ci);
         char what[64];
         snprintf(what, sizeof what, "%s case %zu prompt pos", gs->name, ci);
 
         cn_kv_seq_free(kv, 0);
         cn_batch_clear(&b);
-        for (int i = 0; i < n; i++)
-            cn_batch_add(&b, (int32_t)json_integer_value(json_array_get(toks, i)), i, 0, true);
+        for (int i = 0; i < n; i++) cn_batch_add(&b, (int32_t)json_integer_value(json_array_get(toks, i)), i, 0, true);
         cr_assert_eq(cn_forward(m, c, &b, kv, lg, &err), CN_STATUS_OK, "%s", err.msg);
         for (int i = 0; i < n; i++) {
             json_t *top = json_array_get(ptop, i);
@@ -291,9 +289,11 @@ static void run_golden(const golden_spec *gs) {
             if (mine != ref) {
                 cr_assert(top_gap(top) < gs->near_tie,
                           "%s %d: first differing token: cinder %d (logit %.5f), llama.cpp %d (logit %.5f here; "
-                          "its top-2 gap %.4f)", what, i, mine, last[mine], ref, last[ref], top_gap(top));
+                          "its top-2 gap %.4f)",
+                          what, i, mine, last[mine], ref, last[ref], top_gap(top));
                 cr_log_info("%s %d: cinder %d, llama.cpp %d at a near-tie (llama.cpp's top-2 gap %.3g); "
-                            "decoding goes on with llama.cpp's token", what, i, mine, ref, top_gap(top));
+                            "decoding goes on with llama.cpp's token",
+                            what, i, mine, ref, top_gap(top));
                 n_flips++;
             }
             worst_greedy = fmaxf(worst_greedy, compare_top(last, V, top, gs->bound, what, i));
@@ -305,14 +305,18 @@ static void run_golden(const golden_spec *gs) {
     }
     cr_log_info("%s: max |dlogit| over llama.cpp's top-20: prompt %.4g, greedy %.4g (bound %.4g); "
                 "%d of %d argmaxes flipped at near-ties; %d of %zu cases (%d chat) identical for %d greedy tokens",
-                gs->name, worst_prompt, worst_greedy, gs->bound, n_flips, n_compared, n_exact,
-                json_array_size(cases), n_exact_chat, N_EXACT);
-    cr_assert(n_exact >= gs->min_exact, "%s: only %d cases have their first %d greedy tokens identical to "
-              "llama.cpp's, want %d", gs->name, n_exact, N_EXACT, gs->min_exact);
-    cr_assert(n_exact_chat >= gs->min_exact_chat, "%s: only %d chat prompts have their first %d greedy tokens "
-              "identical to llama.cpp's, want %d", gs->name, n_exact_chat, N_EXACT, gs->min_exact_chat);
-    cr_assert(n_flips * 16 <= n_compared, "%s: %d of %d argmaxes differ from llama.cpp's (near-ties or not)",
-              gs->name, n_flips, n_compared);
+                gs->name, worst_prompt, worst_greedy, gs->bound, n_flips, n_compared, n_exact, json_array_size(cases),
+                n_exact_chat, N_EXACT);
+    cr_assert(n_exact >= gs->min_exact,
+              "%s: only %d cases have their first %d greedy tokens identical to "
+              "llama.cpp's, want %d",
+              gs->name, n_exact, N_EXACT, gs->min_exact);
+    cr_assert(n_exact_chat >= gs->min_exact_chat,
+              "%s: only %d chat prompts have their first %d greedy tokens "
+              "identical to llama.cpp's, want %d",
+              gs->name, n_exact_chat, N_EXACT, gs->min_exact_chat);
+    cr_assert(n_flips * 16 <= n_compared, "%s: %d of %d argmaxes differ from llama.cpp's (near-ties or not)", gs->name,
+              n_flips, n_compared);
     free(lg);
     cn_batch_free(&b);
     cn_fwd_free(c);
@@ -355,13 +359,13 @@ Test(golden, gemma3_270m_q4_k_m) {
  * can run them where their size allows (the optimized build: 0.5B and 1.5B parameters
  * through ref or ASan kernels would take minutes each). */
 Test(golden_qwen, qwen25_coder_05b_instruct_q4_k_m) {
-    golden_spec gs = {"qwen2.5-coder-0.5b-instruct-q4_k_m", "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-                      4.0f, 0.5f, 4, 2};
+    golden_spec gs = {
+        "qwen2.5-coder-0.5b-instruct-q4_k_m", "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 4.0f, 0.5f, 4, 2};
     run_golden(&gs);
 }
 
 Test(golden_qwen, qwen25_coder_15b_instruct_q4_k_m) {
-    golden_spec gs = {"qwen2.5-coder-1.5b-instruct-q4_k_m", "models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-                      4.0f, 0.5f, 4, 2};
+    golden_spec gs = {
+        "qwen2.5-coder-1.5b-instruct-q4_k_m", "models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 4.0f, 0.5f, 4, 2};
     run_golden(&gs);
 }

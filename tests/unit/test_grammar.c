@@ -14,7 +14,7 @@
 
 static gr_grammar *compile_ok(gr_builder *b, int32_t root) {
     gr_grammar *g = NULL;
-    cn_error err = { 0 };
+    cn_error err = {0};
     cn_status st = gr_compile(b, root, NULL, &g, &err);
     cr_assert_eq(st, CN_STATUS_OK, "compile: %s", err.msg);
     gr_builder_free(b);
@@ -25,8 +25,8 @@ static gr_grammar *compile_ok(gr_builder *b, int32_t root) {
 static gr_grammar *brackets(void) {
     gr_builder *b = gr_builder_new();
     int32_t s = gr_rule(b, "S");
-    int32_t par = gr_seq(b, (int32_t[]){ gr_literal(b, "(", 1), gr_ref(b, s), gr_literal(b, ")", 1) }, 3);
-    int32_t sq = gr_seq(b, (int32_t[]){ gr_literal(b, "[", 1), gr_ref(b, s), gr_literal(b, "]", 1) }, 3);
+    int32_t par = gr_seq(b, (int32_t[]){gr_literal(b, "(", 1), gr_ref(b, s), gr_literal(b, ")", 1)}, 3);
+    int32_t sq = gr_seq(b, (int32_t[]){gr_literal(b, "[", 1), gr_ref(b, s), gr_literal(b, "]", 1)}, 3);
     gr_rule_define(b, s, gr_repeat(b, gr_alt2(b, par, sq), 0, GR_INF));
     return compile_ok(b, s);
 }
@@ -70,19 +70,34 @@ Test(grammar, codepoint_classes_follow_utf8) {
     gr_builder *b = gr_builder_new();
     int32_t r = gr_rule(b, "root");
     /* Greek lower case and CJK, negated: everything else that is a scalar value */
-    uint32_t ranges[] = { 0x3B1, 0x3C9, 0x4E00, 0x9FFF };
+    uint32_t ranges[] = {0x3B1, 0x3C9, 0x4E00, 0x9FFF};
     gr_rule_define(b, r, gr_codepoints(b, ranges, 2, true));
     gr_grammar *g = compile_ok(b, r);
-    uint32_t probes[] = { 0, 0x41, 0x7F, 0x80, 0x3B0, 0x3B1, 0x3C9, 0x3CA, 0x7FF, 0x800, 0x4DFF, 0x4E00,
-                          0x9FFF, 0xA000, 0xD7FF, 0xD800, 0xDFFF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF };
+    uint32_t probes[] = {0,      0x41,   0x7F,   0x80,   0x3B0,  0x3B1,  0x3C9,  0x3CA,  0x7FF,   0x800,   0x4DFF,
+                         0x4E00, 0x9FFF, 0xA000, 0xD7FF, 0xD800, 0xDFFF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF};
     for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         uint32_t c = probes[i];
         char u[4];
         size_t n;
-        if (c < 0x80) { u[0] = (char)c; n = 1; }
-        else if (c < 0x800) { u[0] = (char)(0xC0 | c >> 6); u[1] = (char)(0x80 | (c & 63)); n = 2; }
-        else if (c < 0x10000) { u[0] = (char)(0xE0 | c >> 12); u[1] = (char)(0x80 | ((c >> 6) & 63)); u[2] = (char)(0x80 | (c & 63)); n = 3; }
-        else { u[0] = (char)(0xF0 | c >> 18); u[1] = (char)(0x80 | ((c >> 12) & 63)); u[2] = (char)(0x80 | ((c >> 6) & 63)); u[3] = (char)(0x80 | (c & 63)); n = 4; }
+        if (c < 0x80) {
+            u[0] = (char)c;
+            n = 1;
+        } else if (c < 0x800) {
+            u[0] = (char)(0xC0 | c >> 6);
+            u[1] = (char)(0x80 | (c & 63));
+            n = 2;
+        } else if (c < 0x10000) {
+            u[0] = (char)(0xE0 | c >> 12);
+            u[1] = (char)(0x80 | ((c >> 6) & 63));
+            u[2] = (char)(0x80 | (c & 63));
+            n = 3;
+        } else {
+            u[0] = (char)(0xF0 | c >> 18);
+            u[1] = (char)(0x80 | ((c >> 12) & 63));
+            u[2] = (char)(0x80 | ((c >> 6) & 63));
+            u[3] = (char)(0x80 | (c & 63));
+            n = 4;
+        }
         bool in = (c >= 0x3B1 && c <= 0x3C9) || (c >= 0x4E00 && c <= 0x9FFF);
         bool surrogate = c >= 0xD800 && c <= 0xDFFF;
         cr_assert_eq(gr_matches(g, u, n), !in && !surrogate, "U+%04X", c);
@@ -101,17 +116,18 @@ Test(grammar, repeats_bounded_and_alternatives) {
     int32_t item = gr_alt2(b, gr_literal(b, "ab", 2), gr_literal(b, "a", 1));
     gr_rule_define(b, r, gr_seq2(b, gr_repeat(b, item, 2, 3), gr_repeat(b, gr_literal(b, "c", 1), 0, 1)));
     gr_grammar *g = compile_ok(b, r);
-    const char *yes[] = { "aa", "aba", "abab", "aab", "aaa", "ababab", "aac", "abababc", "aabac" };
-    const char *no[] = { "", "a", "ab", "c", "aaaa", "abababab", "aacc", "ba", "abb" };
-    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) cr_assert(gr_matches(g, yes[i], strlen(yes[i])), "%s", yes[i]);
+    const char *yes[] = {"aa", "aba", "abab", "aab", "aaa", "ababab", "aac", "abababc", "aabac"};
+    const char *no[] = {"", "a", "ab", "c", "aaaa", "abababab", "aacc", "ba", "abb"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        cr_assert(gr_matches(g, yes[i], strlen(yes[i])), "%s", yes[i]);
     for (size_t i = 0; i < sizeof no / sizeof *no; i++) cr_assert(!gr_matches(g, no[i], strlen(no[i])), "%s", no[i]);
     gr_grammar_free(g);
 }
 
 static void compile_fails(gr_builder *b, int32_t root, const char *needle) {
     gr_grammar *g = NULL;
-    cn_error err = { 0 };
-    gr_limits lim = { .max_states = 500 };
+    cn_error err = {0};
+    gr_limits lim = {.max_states = 500};
     cn_status st = gr_compile(b, root, &lim, &g, &err);
     cr_assert_neq(st, CN_STATUS_OK);
     cr_assert_null(g);
@@ -123,15 +139,18 @@ Test(grammar, compile_errors_name_the_problem) {
     gr_builder *b = gr_builder_new();
     int32_t e = gr_rule(b, "expr");
     /* expr ::= expr "+" "1" | "1": left recursive */
-    gr_rule_define(b, e, gr_alt2(b, gr_seq(b, (int32_t[]){ gr_ref(b, e), gr_literal(b, "+1", 2) }, 2), gr_literal(b, "1", 1)));
+    gr_rule_define(b, e,
+                   gr_alt2(b, gr_seq(b, (int32_t[]){gr_ref(b, e), gr_literal(b, "+1", 2)}, 2), gr_literal(b, "1", 1)));
     compile_fails(b, e, "left recursion: rule 'expr'");
 
     /* through a nullable prefix: a ::= b? a "x" | "y" */
     b = gr_builder_new();
     int32_t a = gr_rule(b, "a"), bb = gr_rule(b, "b");
     gr_rule_define(b, bb, gr_literal(b, "z", 1));
-    gr_rule_define(b, a, gr_alt2(b, gr_seq(b, (int32_t[]){ gr_repeat(b, gr_ref(b, bb), 0, 1), gr_ref(b, a), gr_literal(b, "x", 1) }, 3),
-                                 gr_literal(b, "y", 1)));
+    gr_rule_define(
+        b, a,
+        gr_alt2(b, gr_seq(b, (int32_t[]){gr_repeat(b, gr_ref(b, bb), 0, 1), gr_ref(b, a), gr_literal(b, "x", 1)}, 3),
+                gr_literal(b, "y", 1)));
     compile_fails(b, a, "left recursion: rule 'a'");
 
     b = gr_builder_new();
@@ -142,7 +161,7 @@ Test(grammar, compile_errors_name_the_problem) {
     /* x ::= "(" x ")": no base case */
     b = gr_builder_new();
     int32_t x = gr_rule(b, "x");
-    gr_rule_define(b, x, gr_seq(b, (int32_t[]){ gr_literal(b, "(", 1), gr_ref(b, x), gr_literal(b, ")", 1) }, 3));
+    gr_rule_define(b, x, gr_seq(b, (int32_t[]){gr_literal(b, "(", 1), gr_ref(b, x), gr_literal(b, ")", 1)}, 3));
     compile_fails(b, x, "matches no text");
 
     b = gr_builder_new();
@@ -150,8 +169,8 @@ Test(grammar, compile_errors_name_the_problem) {
     gr_rule_define(b, r, gr_repeat(b, gr_byte_range(b, 'a', 'z'), 0, 100000));
     {
         gr_grammar *g = NULL;
-        cn_error err = { 0 };
-        gr_limits lim = { .max_states = 500 };
+        cn_error err = {0};
+        gr_limits lim = {.max_states = 500};
         cr_assert_neq(gr_compile(b, r, &lim, &g, &err), CN_STATUS_OK);
         cr_assert(strstr(err.msg, "compile budget"), "%s", err.msg);
         cr_assert_null(g);
@@ -160,7 +179,7 @@ Test(grammar, compile_errors_name_the_problem) {
         cr_assert_eq(gr_compile(b, r, NULL, &g, &err), CN_STATUS_OK, "%s", err.msg);
         char *s = malloc(100001);
         memset(s, 'q', 100001);
-        const size_t yes[] = { 0, 1, 255, 256, 257, 99839, 99840, 99841, 99999, 100000 };
+        const size_t yes[] = {0, 1, 255, 256, 257, 99839, 99840, 99841, 99999, 100000};
         for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) cr_assert(gr_matches(g, s, yes[i]), "%zu", yes[i]);
         cr_assert(!gr_matches(g, s, 100001));
         free(s);
@@ -185,7 +204,7 @@ typedef struct {
 /* Every string of length 1-3 over alpha, plus a few longer ones: a vocabulary with deep
  * shared prefixes, as a real one has. Token ids are scrambled against trie order. */
 static toyvocab toy(const char *alpha) {
-    toyvocab v = { 0 };
+    toyvocab v = {0};
     size_t na = strlen(alpha);
     size_t cap = na + na * na + na * na * na + 16;
     v.tok = calloc(cap, sizeof *v.tok);
@@ -201,7 +220,7 @@ static toyvocab toy(const char *alpha) {
             v.n++;
         }
     }
-    const char *extra[] = { "(((())))", "[[]]", "()()()", "([])", "]]]]" };
+    const char *extra[] = {"(((())))", "[[]]", "()()()", "([])", "]]]]"};
     for (size_t i = 0; i < 5; i++) {
         v.tok[v.n] = strdup(extra[i]);
         v.len[v.n] = strlen(extra[i]);
@@ -212,8 +231,12 @@ static toyvocab toy(const char *alpha) {
     /* scramble ids */
     for (int32_t i = v.n - 1; i > 0; i--) {
         int32_t j = (int32_t)((uint32_t)(i * 2654435761u) % (uint32_t)(i + 1));
-        char *t = v.tok[i]; v.tok[i] = v.tok[j]; v.tok[j] = t;
-        size_t l = v.len[i]; v.len[i] = v.len[j]; v.len[j] = l;
+        char *t = v.tok[i];
+        v.tok[i] = v.tok[j];
+        v.tok[j] = t;
+        size_t l = v.len[i];
+        v.len[i] = v.len[j];
+        v.len[j] = l;
     }
     return v;
 }
@@ -241,8 +264,9 @@ static void brute_mask(gr_matcher *m, const toyvocab *tv, int32_t eog, uint32_t 
 
 static void check_masks_along_random_walks(gr_grammar *g, const toyvocab *tv, int32_t eog, int walks, int steps) {
     gr_vocab *v;
-    cn_error err = { 0 };
-    cr_assert_eq(gr_vocab_new(tv->n, (const char *const *)tv->tok, tv->len, &eog, 1, &v, &err), CN_STATUS_OK, "%s", err.msg);
+    cn_error err = {0};
+    cr_assert_eq(gr_vocab_new(tv->n, (const char *const *)tv->tok, tv->len, &eog, 1, &v, &err), CN_STATUS_OK, "%s",
+                 err.msg);
     gr_matcher *m;
     cr_assert_eq(gr_matcher_new(g, v, &m, &err), CN_STATUS_OK);
     if (walk_states_for_tests) gr_matcher_set_walk_states(m, walk_states_for_tests);
@@ -256,8 +280,8 @@ static void check_masks_along_random_walks(gr_grammar *g, const toyvocab *tv, in
             brute_mask(m, tv, eog, want);
             for (int32_t i = 0; i < tv->n; i++) {
                 bool a = (mask[i >> 5] >> (i & 31)) & 1, b = (want[i >> 5] >> (i & 31)) & 1;
-                cr_assert_eq(a, b, "walk %d step %d token %d '%.*s': mask %d, byte-level %d", w, s, i,
-                             (int)tv->len[i], tv->tok[i] ? tv->tok[i] : "", a, b);
+                cr_assert_eq(a, b, "walk %d step %d token %d '%.*s': mask %d, byte-level %d", w, s, i, (int)tv->len[i],
+                             tv->tok[i] ? tv->tok[i] : "", a, b);
             }
             /* pick a random allowed token (not EOG) */
             int32_t cand[4096];
@@ -289,10 +313,12 @@ Test(grammar, masks_equal_brute_force_brackets) {
 static gr_grammar *lists(void) {
     gr_builder *b = gr_builder_new();
     int32_t val = gr_rule(b, "value"), num = gr_rule(b, "number");
-    gr_rule_define(b, num, gr_seq2(b, gr_repeat(b, gr_literal(b, "-", 1), 0, 1), gr_repeat(b, gr_byte_range(b, '0', '9'), 1, GR_INF)));
+    gr_rule_define(
+        b, num,
+        gr_seq2(b, gr_repeat(b, gr_literal(b, "-", 1), 0, 1), gr_repeat(b, gr_byte_range(b, '0', '9'), 1, GR_INF)));
     int32_t more = gr_repeat(b, gr_seq2(b, gr_literal(b, ",", 1), gr_ref(b, val)), 0, GR_INF);
     int32_t inner = gr_repeat(b, gr_seq2(b, gr_ref(b, val), more), 0, 1);
-    int32_t list = gr_seq(b, (int32_t[]){ gr_literal(b, "[", 1), inner, gr_literal(b, "]", 1) }, 3);
+    int32_t list = gr_seq(b, (int32_t[]){gr_literal(b, "[", 1), inner, gr_literal(b, "]", 1)}, 3);
     gr_rule_define(b, val, gr_alt2(b, gr_ref(b, num), list));
     return compile_ok(b, val);
 }
@@ -332,7 +358,7 @@ Test(grammar, rollback_restores_masks_and_done) {
     cr_assert(!gr_matcher_is_complete(m));
     cr_assert_eq(gr_matcher_mask(m, m1, NULL), CN_STATUS_OK);
     cr_assert_eq(memcmp(m0, m1, nw * 4), 0);
-    cn_error err = { 0 };
+    cn_error err = {0};
     cr_assert_eq(gr_matcher_rollback(m, 2, &err), CN_STATUS_INVALID_ARG);
     /* a bare number is complete but not done: more digits may follow */
     gr_matcher_reset(m);
@@ -363,9 +389,8 @@ static gr_grammar *chunked(uint32_t min, uint32_t max, bool tail_c) {
 }
 
 Test(grammar, chunked_repeats_count_exactly) {
-    const uint32_t bounds[][2] = { { 0, 0 }, { 0, 1 }, { 0, 2 }, { 0, 3 }, { 0, 4 }, { 0, 5 }, { 0, 6 }, { 0, 7 },
-                                   { 1, 7 }, { 2, 9 }, { 3, 3 }, { 4, 4 }, { 5, 11 }, { 6, 6 }, { 7, 12 },
-                                   { 0, GR_INF }, { 4, GR_INF } };
+    const uint32_t bounds[][2] = {{0, 0}, {0, 1}, {0, 2}, {0, 3},  {0, 4}, {0, 5},  {0, 6},      {0, 7},     {1, 7},
+                                  {2, 9}, {3, 3}, {4, 4}, {5, 11}, {6, 6}, {7, 12}, {0, GR_INF}, {4, GR_INF}};
     for (size_t t = 0; t < sizeof bounds / sizeof *bounds; t++) {
         uint32_t lo = bounds[t][0], hi = bounds[t][1];
         gr_grammar *g = chunked(lo, hi, false);
@@ -375,8 +400,10 @@ Test(grammar, chunked_repeats_count_exactly) {
             for (uint32_t bits = 0; bits < (1u << n); bits += 1 + (n > 9) * 7) {
                 size_t len = 0;
                 for (uint32_t i = 0; i < n; i++) {
-                    if ((bits >> i) & 1) { s[len++] = 'b'; s[len++] = 'c'; }
-                    else s[len++] = 'a';
+                    if ((bits >> i) & 1) {
+                        s[len++] = 'b';
+                        s[len++] = 'c';
+                    } else s[len++] = 'a';
                 }
                 bool want = n >= lo && n <= hi;
                 cr_assert_eq(gr_matches(g, s, len), want, "{%u,%u} '%.*s' (%u items)", lo, hi, (int)len, s, n);
@@ -404,11 +431,40 @@ Test(grammar, masks_equal_brute_force_chunked_repeats) {
  * multi-byte and partial UTF-8, and slice-like tokens past the slice's length bound. */
 static toyvocab json_vocab(void) {
     toyvocab v = toy("\"\\{}:, ab1");
-    const char *extra[] = { "name", "nam", "e\"", "\": \"", "é", "中文", "😀", "\xC3", "\xA9", "\xE4\xB8",
-                            "\xAD", "aaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababab\"", " \"name\": \"", "\\u00e9",
-                            "\\n", "ab\\", "\x7F", "\t", "\"}", "\"},", "null", "true", "12", "-3", "e5", ".5",
-                            "aaaaaaaaaaaaa", "bbbbbbbbbbbbbb", "ab ab ab ab ab", "abababababababab",
-                            "中中中中中", "é1é1é1é1é1é", "aaaaaaaaaaaaaaaaa" };
+    const char *extra[] = {"name",
+                           "nam",
+                           "e\"",
+                           "\": \"",
+                           "é",
+                           "中文",
+                           "😀",
+                           "\xC3",
+                           "\xA9",
+                           "\xE4\xB8",
+                           "\xAD",
+                           "aaaaaaaaaaaaaaaaaaaaaaaa",
+                           "abababababababababab\"",
+                           " \"name\": \"",
+                           "\\u00e9",
+                           "\\n",
+                           "ab\\",
+                           "\x7F",
+                           "\t",
+                           "\"}",
+                           "\"},",
+                           "null",
+                           "true",
+                           "12",
+                           "-3",
+                           "e5",
+                           ".5",
+                           "aaaaaaaaaaaaa",
+                           "bbbbbbbbbbbbbb",
+                           "ab ab ab ab ab",
+                           "abababababababab",
+                           "中中中中中",
+                           "é1é1é1é1é1é",
+                           "aaaaaaaaaaaaaaaaa"};
     size_t ne = sizeof extra / sizeof *extra;
     char **t = realloc(v.tok, (v.n + ne + 1) * sizeof *t);
     size_t *l = realloc(v.len, (v.n + ne + 1) * sizeof *l);
@@ -436,9 +492,10 @@ static gr_grammar *schema_grammar(const char *schema) {
 }
 
 Test(grammar, masks_equal_brute_force_json_strings) {
-    const char *schema = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
-                         "\"nab\": {\"type\": \"string\", \"maxLength\": 5}, \"a1\": {\"type\": \"integer\"}}, "
-                         "\"required\": [\"name\"], \"additionalProperties\": {\"type\": \"string\", \"maxLength\": 20}}";
+    const char *schema =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, "
+        "\"nab\": {\"type\": \"string\", \"maxLength\": 5}, \"a1\": {\"type\": \"integer\"}}, "
+        "\"required\": [\"name\"], \"additionalProperties\": {\"type\": \"string\", \"maxLength\": 20}}";
     toyvocab tv = json_vocab();
     gr_grammar *g = schema_grammar(schema);
     check_masks_along_random_walks(g, &tv, tv.n - 1, 60, 24);
@@ -535,7 +592,8 @@ Test(grammar, masks_equal_brute_force_intersections) {
     int32_t body = gr_and(b, gr_repeat(b, gr_byte_range(b, 'a', 'c'), 1, 6), gr_not(b, gr_literal(b, "abc", 3)));
     gr_rule_define(b, word, body);
     int32_t more = gr_repeat(b, gr_seq2(b, gr_literal(b, ",", 1), gr_ref(b, word)), 0, GR_INF);
-    gr_rule_define(b, val, gr_seq(b, (int32_t[]){ gr_literal(b, "[", 1), gr_ref(b, word), more, gr_literal(b, "]", 1) }, 4));
+    gr_rule_define(b, val,
+                   gr_seq(b, (int32_t[]){gr_literal(b, "[", 1), gr_ref(b, word), more, gr_literal(b, "]", 1)}, 4));
     gr_grammar *g = compile_ok(b, val);
     toyvocab tv = toy("abc,[]");
     check_masks_along_random_walks(g, &tv, tv.n - 1, 30, 12);
@@ -557,23 +615,23 @@ static uint32_t states_of(const char *re) {
 }
 
 Test(grammar, minimized_state_counts) {
-    cr_assert_eq(states_of("xab|yab|zab"), 4);        /* start, mid, after a, accept */
-    cr_assert_eq(states_of("(a|b)*abb"), 4);          /* the dragon book's example */
+    cr_assert_eq(states_of("xab|yab|zab"), 4); /* start, mid, after a, accept */
+    cr_assert_eq(states_of("(a|b)*abb"), 4);   /* the dragon book's example */
     cr_assert_eq(states_of("a*|aa*"), 1);
-    cr_assert_eq(states_of("(a|b)*a(a|b)"), 4);       /* the second-to-last byte is a */
+    cr_assert_eq(states_of("(a|b)*a(a|b)"), 4); /* the second-to-last byte is a */
     cr_assert_eq(states_of("(ab|ab)(c|c)(dd|d{2})"), 6);
     /* a call is a symbol: the same call to the same return merges, another return does not */
     gr_builder *b = gr_builder_new();
     int32_t r = gr_rule(b, "root"), q = gr_rule(b, "q");
     gr_rule_define(b, q, gr_literal(b, "q", 1));
-    int32_t x = gr_seq(b, (int32_t[]){ gr_literal(b, "x", 1), gr_ref(b, q), gr_literal(b, "!", 1) }, 3);
-    int32_t y = gr_seq(b, (int32_t[]){ gr_literal(b, "y", 1), gr_ref(b, q), gr_literal(b, "!", 1) }, 3);
-    int32_t z = gr_seq(b, (int32_t[]){ gr_literal(b, "z", 1), gr_ref(b, q), gr_literal(b, "?", 1) }, 3);
-    gr_rule_define(b, r, gr_alt(b, (int32_t[]){ x, y, z }, 3));
+    int32_t x = gr_seq(b, (int32_t[]){gr_literal(b, "x", 1), gr_ref(b, q), gr_literal(b, "!", 1)}, 3);
+    int32_t y = gr_seq(b, (int32_t[]){gr_literal(b, "y", 1), gr_ref(b, q), gr_literal(b, "!", 1)}, 3);
+    int32_t z = gr_seq(b, (int32_t[]){gr_literal(b, "z", 1), gr_ref(b, q), gr_literal(b, "?", 1)}, 3);
+    gr_rule_define(b, r, gr_alt(b, (int32_t[]){x, y, z}, 3));
     gr_grammar *g = compile_ok(b, r);
     /* start; after x|y; after z; after x|y q; after z q; accept */
     cr_assert_eq(g->rules[g->root].n_states, 6);
-    const char *yes[] = { "xq!", "yq!", "zq?" }, *no[] = { "xq?", "zq!", "q!", "xq" };
+    const char *yes[] = {"xq!", "yq!", "zq?"}, *no[] = {"xq?", "zq!", "q!", "xq"};
     for (int i = 0; i < 3; i++) cr_assert(gr_matches(g, yes[i], 3), "%s", yes[i]);
     for (int i = 0; i < 4; i++) cr_assert(!gr_matches(g, no[i], strlen(no[i])), "%s", no[i]);
     gr_grammar_free(g);
@@ -583,8 +641,9 @@ Test(grammar, minimized_state_counts) {
  * trigger), calls after it; and a required call from the first byte. */
 Test(grammar, masks_equal_brute_force_tool_calls) {
     toyvocab tv = json_vocab();
-    const char *extra[] = { "<tool_call>", "</tool_call>", "<tool", "_call>", "</", "\"name\"", "\"arguments\"", "ab\"",
-                            "\": {\"", "\n", "<tool_call>\n{\"", "ping", "\"ping\"", "call>", "<" };
+    const char *extra[] = {"<tool_call>",      "</tool_call>",  "<tool",    "_call>",  "</",
+                           "\"name\"",         "\"arguments\"", "ab\"",     "\": {\"", "\n",
+                           "<tool_call>\n{\"", "ping",          "\"ping\"", "call>",   "<"};
     size_t ne = sizeof extra / sizeof *extra;
     tv.tok = realloc(tv.tok, (tv.n + ne) * sizeof *tv.tok);
     tv.len = realloc(tv.len, (tv.n + ne) * sizeof *tv.len);
@@ -597,9 +656,10 @@ Test(grammar, masks_equal_brute_force_tool_calls) {
     tv.n += (int32_t)ne;
     tv.tok[tv.n - 1] = ctl;
     tv.len[tv.n - 1] = ctl_len;
-    const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"ab\", \"parameters\": {\"type\": \"object\", "
-                        "\"properties\": {\"a\": {\"type\": \"string\", \"maxLength\": 3}, \"b\": {\"type\": \"integer\"}}}}},"
-                        " {\"type\": \"function\", \"function\": {\"name\": \"ping\"}}]";
+    const char *tools =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"ab\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"a\": {\"type\": \"string\", \"maxLength\": 3}, \"b\": {\"type\": \"integer\"}}}}},"
+        " {\"type\": \"function\", \"function\": {\"name\": \"ping\"}}]";
     for (int choice = 0; choice < 2; choice++) {
         gr_builder *b = gr_builder_new();
         int32_t root = gr_tools(b, CN_TOOL_FORMAT_HERMES, tools, strlen(tools), choice, NULL, true);
@@ -620,7 +680,7 @@ Test(grammar_mask, ambiguity_limit_is_an_error_not_a_hang, .timeout = 120) {
     gr_builder *b = gr_builder_new();
     const int32_t root = gr_gbnf(b, src, strlen(src), "root");
     gr_grammar *g = NULL;
-    cn_error err = { 0 };
+    cn_error err = {0};
     cr_assert_eq(gr_compile(b, root, NULL, &g, &err), CN_STATUS_OK, "%s", err.msg);
     gr_builder_free(b);
     toyvocab tv = toy("ab");

@@ -127,22 +127,24 @@ Test(jinja, comparisons_and_logic) {
 
 Test(jinja, for_loops) {
     check("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}"
-          "{{ loop.first }}{{ loop.last }}{{ loop.length }};{% endfor %}", XS,
-          "1032TrueFalse3;2121FalseFalse3;3210FalseTrue3;");
+          "{{ loop.first }}{{ loop.last }}{{ loop.length }};{% endfor %}",
+          XS, "1032TrueFalse3;2121FalseFalse3;3210FalseTrue3;");
     check("{% for x in xs %}{{ loop.previtem }}-{{ loop.nextitem }}|{% endfor %}", XS, "-2|1-3|2-|");
     check("{% for x in xs %}{{ loop.cycle('a', 'b') }}{% endfor %}", XS, "aba");
     check("{% for x in xs if x > 1 %}{{ x }}:{{ loop.index }}/{{ loop.length }} {% endfor %}", XS, "2:1/2 3:2/2 ");
     check("{% for x in [] %}a{% else %}empty{% endfor %}|{% for x in xs if x > 5 %}a{% else %}none{% endfor %}", XS,
           "empty|none");
-    check("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% if x == 3 %}{% break %}{% endif %}{% endfor %}",
-          XS, "13");
+    check(
+        "{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% if x == 3 %}{% break %}{% endif %}{% endfor %}",
+        XS, "13");
     check("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}", XS,
           "a=1;b=[1, 2];ab");
     check("{% for c in s %}[{{ c }}]{% endfor %}", XS, "[h][\xc3\xa9][l][l][o]");
-    check("{% for a in [[1, 2], [3]] %}{% for b in a %}{{ loop.index }}{% endfor %},{{ loop.index }};{% endfor %}", NULL,
-          "12,1;1,2;");
+    check("{% for a in [[1, 2], [3]] %}{% for b in a %}{{ loop.index }}{% endfor %},{{ loop.index }};{% endfor %}",
+          NULL, "12,1;1,2;");
     check("{% for x in [1, [2, [3]]] recursive %}{% if x is iterable %}{{ loop(x) }}{% else %}{{ x }}@{{ loop.depth }} "
-          "{% endif %}{% endfor %}", NULL, "1@1 2@2 3@3 ");
+          "{% endif %}{% endfor %}",
+          NULL, "1@1 2@2 3@3 ");
 }
 
 Test(jinja, scoping) {
@@ -151,9 +153,11 @@ Test(jinja, scoping) {
     check("{% set x = 1 %}{% if true %}{% set x = 2 %}{% endif %}{{ x }}", NULL, "2");
     /* a namespace carries state out of the loop */
     check("{% set ns = namespace(n=0, s='') %}{% for i in xs %}{% set ns.n = ns.n + i %}{% set ns.s = ns.s ~ i %}"
-          "{% endfor %}{{ ns.n }} {{ ns.s }} {{ ns.missing is defined }}", XS, "6 123 False");
-    check("{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set x %}A{{ a }}{% endset %}{{ x }}{% set y | upper %}b{% endset %}{{ y }}",
-          NULL, "12A1B");
+          "{% endfor %}{{ ns.n }} {{ ns.s }} {{ ns.missing is defined }}",
+          XS, "6 123 False");
+    check(
+        "{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set x %}A{{ a }}{% endset %}{{ x }}{% set y | upper %}b{% endset %}{{ y }}",
+        NULL, "12A1B");
     check("{% with a = 5 %}{{ a }}{% endwith %}{{ a is defined }}", NULL, "5False");
     check_error("{% set x = 1 %}{% set x.a = 2 %}", NULL, CN_STATUS_INVALID_ARG, "non-namespace", NULL);
     /* jinja2 compiles each frame's names statically: a name the template stores (before
@@ -165,8 +169,8 @@ Test(jinja, scoping) {
           "[[1, 2, 3]]3[1]");
     check("{% macro m() %}[{{ xs }}]{% endmacro %}{% if false %}{% set xs = 1 %}{% endif %}{{ m() }}", XS,
           "[[1, 2, 3]]");
-    check("{% for i in [1, 2] %}{% macro m() %}<{{ v }}>{% endmacro %}{{ m() }}{% set v = i %}{{ m() }}{% endfor %}", NULL,
-          "<><1><><2>");
+    check("{% for i in [1, 2] %}{% macro m() %}<{{ v }}>{% endmacro %}{{ m() }}{% set v = i %}{{ m() }}{% endfor %}",
+          NULL, "<><1><><2>");
 }
 
 /* One parsed template rendered from several threads at once gives every thread the
@@ -186,7 +190,8 @@ static void *render_many(void *arg) {
         char *out = NULL;
         size_t n = 0;
         cn_error e;
-        if (cn_jinja_render(t, THREADED_VARS, strlen(THREADED_VARS), NULL, &out, &n, &e) != CN_STATUS_OK) return (void *)1;
+        if (cn_jinja_render(t, THREADED_VARS, strlen(THREADED_VARS), NULL, &out, &n, &e) != CN_STATUS_OK)
+            return (void *)1;
         if (first && strcmp(first, out) != 0) return (void *)1;
         if (!first) first = out;
         else free(out);
@@ -221,8 +226,10 @@ Test(jinja, macros) {
     check("{% macro w(t) %}<{{ t }}>{{ caller(7) }}</{{ t }}>{% endmacro %}{% call(x) w('b') %}in{{ x }}{% endcall %}",
           NULL, "<b>in7</b>");
     check("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}", NULL, "321");
-    check_error("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", NULL, CN_STATUS_INVALID_ARG, "takes not more than 1", NULL);
-    check_error("{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", NULL, CN_STATUS_INVALID_ARG, "no keyword argument 'b'", NULL);
+    check_error("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", NULL, CN_STATUS_INVALID_ARG, "takes not more than 1",
+                NULL);
+    check_error("{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", NULL, CN_STATUS_INVALID_ARG, "no keyword argument 'b'",
+                NULL);
 }
 
 Test(jinja, string_filters) {
@@ -239,21 +246,23 @@ Test(jinja, string_filters) {
     check("{{ s|length }} {{ s|reverse }} {{ s[1] }} {{ s[1:3] }} {{ s[::-2] }} {{ s|first }} {{ s|last }}", XS,
           "5 oll\xc3\xa9h \xc3\xa9 \xc3\xa9l olh h o");
     check("{{ 3.7|int }} {{ '42'|int }} {{ '4.9'|int }} {{ 'x'|int(-1) }} {{ '0x1f'|int(0, 16) }} {{ '2.5'|float }} "
-          "{{ 'x'|float }} {{ 2|string ~ 'a' }}", NULL, "3 42 4 -1 31 2.5 0.0 2a");
+          "{{ 'x'|float }} {{ 2|string ~ 'a' }}",
+          NULL, "3 42 4 -1 31 2.5 0.0 2a");
     check("{{ 2.5|round }} {{ 3.5|round }} {{ 2.675|round(2) }} {{ 2.1|round(0, 'ceil') }} {{ -3|abs }} {{ 5|round }}",
           NULL, "2.0 4.0 2.67 3.0 3 5");
     check("{{ '%s=%s'|format('a', 1) }} {{ 'x' is string }} {{ 1|string is string }}", NULL, "a=1 True True");
     /* truncate: only past length + leeway (5); at a space unless killwords */
     check("{{ 'foo bar baz qux'|truncate(9) }}|{{ 'foo bar baz qux'|truncate(9, true) }}|"
-          "{{ 'foo bar baz qux'|truncate(11) }}|{{ 'foo bar baz qux'|truncate(11, false, '...', 0) }}", NULL,
-          "foo...|foo ba...|foo bar baz qux|foo bar...");
+          "{{ 'foo bar baz qux'|truncate(11) }}|{{ 'foo bar baz qux'|truncate(11, false, '...', 0) }}",
+          NULL, "foo...|foo ba...|foo bar baz qux|foo bar...");
 }
 
 Test(jinja, list_filters) {
     check("{{ xs|join(', ') }} {{ xs|first }} {{ xs|last }} {{ xs|length }} {{ xs|sum }} {{ xs|min }} {{ xs|max }}", XS,
           "1, 2, 3 1 3 3 6 1 3");
     check("{{ [3, 1, 2]|sort }} {{ [3, 1, 2]|sort(reverse=true) }} {{ ['b', 'A', 'a']|sort }} "
-          "{{ ['b', 'A', 'a']|sort(case_sensitive=true) }}", NULL, "[1, 2, 3] [3, 2, 1] ['A', 'a', 'b'] ['A', 'a', 'b']");
+          "{{ ['b', 'A', 'a']|sort(case_sensitive=true) }}",
+          NULL, "[1, 2, 3] [3, 2, 1] ['A', 'a', 'b'] ['A', 'a', 'b']");
     check("{{ ['b', 'A', 'a', 'B']|unique|list }} {{ xs|reverse|list }} {{ d|list }} {{ d|dictsort }}", XS,
           "['b', 'A'] [3, 2, 1] ['a', 'b'] [('a', 1), ('b', [1, 2])]");
     check("{{ xs|select('odd')|list }} {{ xs|reject('odd')|list }} {{ xs|map('string')|join('-') }}", XS,
@@ -265,19 +274,21 @@ Test(jinja, list_filters) {
     /* generators are true even when empty and have no length, as in Python */
     check("{% if []|select %}gen{% endif %} {{ none|select|list }}", NULL, "gen []");
     check_error("{{ xs|select('odd')|length }}", XS, CN_STATUS_INVALID_ARG, "has no len()", NULL);
-    check("{{ []|first }}|{{ xs|default('d') }} {{ nothing|default('d') }} {{ ''|default('d') }} {{ ''|default('d', true) }}",
-          XS, "|[1, 2, 3] d  d");
+    check(
+        "{{ []|first }}|{{ xs|default('d') }} {{ nothing|default('d') }} {{ ''|default('d') }} {{ ''|default('d', true) }}",
+        XS, "|[1, 2, 3] d  d");
 }
 
 Test(jinja, tests) {
     check("{{ x is defined }} {{ x is undefined }} {{ none is none }} {{ 1 is number }} {{ true is number }} "
-          "{{ true is boolean }} {{ 1 is integer }} {{ 1.0 is float }} {{ 'a' is string }}", NULL,
-          "False True True True True True True True True");
+          "{{ true is boolean }} {{ 1 is integer }} {{ 1.0 is float }} {{ 'a' is string }}",
+          NULL, "False True True True True True True True True");
     check("{{ {} is mapping }} {{ [] is sequence }} {{ 'a' is iterable }} {{ 1 is iterable }} {{ x is iterable }} "
-          "{{ x is sequence }} {{ none is iterable }}", NULL, "True True True False True True False");
+          "{{ x is sequence }} {{ none is iterable }}",
+          NULL, "True True True False True True False");
     check("{{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 2 is equalto 2 }} {{ 2 is in [1, 2] }} "
-          "{{ 'ab' is lower }} {{ 'Ab' is upper }} {{ true is true }} {{ 1 is true }}", NULL,
-          "True True True True True True False True False");
+          "{{ 'ab' is lower }} {{ 'Ab' is upper }} {{ true is true }} {{ 1 is true }}",
+          NULL, "True True True True True True False True False");
     check("{{ xs is not none }} {{ range is callable }} {{ 'upper' is filter }} {{ 'odd' is test }}", XS,
           "True True True True");
 }
@@ -289,11 +300,11 @@ Test(jinja, methods) {
           "{{ 'abc'.endswith('bc') }} {{ 'abcabc'.find('c') }} {{ 'abcabc'.rfind('c') }} {{ 'abcabc'.count('bc') }}",
           NULL, "x|a|a|True True 2 5 2");
     check("{{ 'ab'.replace('', '-') }} {{ '-'.join(['a', 'b']) }} {{ 'hi {}, {name}!'.format('you', name='x') }} "
-          "{{ '{:>4}|{:.1f}'.format('a', 2.25) }} {{ 'x'.upper() }}{{ 'A b'.title() }}", NULL,
-          "-a-b- a-b hi you, x!    a|2.2 XA B");
+          "{{ '{:>4}|{:.1f}'.format('a', 2.25) }} {{ 'x'.upper() }}{{ 'A b'.title() }}",
+          NULL, "-a-b- a-b hi you, x!    a|2.2 XA B");
     check("{{ d.get('a') }} {{ d.get('z') }} {{ d.get('z', 9) }} {{ d.keys()|list }} {{ d.values()|list }} "
-          "{{ d.items()|list }} {{ xs.index(2) }} {{ xs.count(1) }}", XS,
-          "1 None 9 ['a', 'b'] [1, [1, 2]] [('a', 1), ('b', [1, 2])] 1 1");
+          "{{ d.items()|list }} {{ xs.index(2) }} {{ xs.count(1) }}",
+          XS, "1 None 9 ['a', 'b'] [1, [1, 2]] [('a', 1), ('b', [1, 2])] 1 1");
     /* dict.items is the method, d['items'] the key, for a dict that has both */
     check("{% set o = {'items': 'key'} %}{{ o['items'] }} {{ o.items()|list }}", NULL, "key [('items', 'key')]");
 }
@@ -305,8 +316,8 @@ Test(jinja, tojson_is_hf_json_dumps) {
           "{\"a\": 1, \"b\": [1, 2]}|[1.0, 1e+100, \"é\\n\\\"\", null, true, 2]");
     check("{{ d|tojson(indent=2) }}", XS, "{\n  \"a\": 1,\n  \"b\": [\n    1,\n    2\n  ]\n}");
     check("{{ {'b': 1, 'a': {}}|tojson(sort_keys=true) }} {{ 'é'|tojson(ensure_ascii=true) }} "
-          "{{ {'a': [1, 2]}|tojson(separators=(',', ':')) }} {{ [[]]|tojson(indent=0) }} {{ '<&>'|tojson }}", NULL,
-          "{\"a\": {}, \"b\": 1} \"\\u00e9\" {\"a\":[1,2]} [\n[]\n] \"<&>\"");
+          "{{ {'a': [1, 2]}|tojson(separators=(',', ':')) }} {{ [[]]|tojson(indent=0) }} {{ '<&>'|tojson }}",
+          NULL, "{\"a\": {}, \"b\": 1} \"\\u00e9\" {\"a\":[1,2]} [\n[]\n] \"<&>\"");
     check("{{ {1: 'a', none: 'b', true: 'c'}|tojson }} {{ '\\x01\\x7f'|tojson }}", NULL,
           "{\"1\": \"c\", \"null\": \"b\"} \"\\u0001\x7f\"");
     check_error("{{ nothing|tojson }}", NULL, CN_STATUS_INVALID_ARG, "Undefined is not JSON serializable", NULL);
@@ -320,8 +331,8 @@ Test(jinja, undefined_and_sandbox) {
     check_error("{{ x.y }}", NULL, CN_STATUS_INVALID_ARG, "'x' is undefined", NULL);
     /* the immutable sandbox: mutating methods are refused when called */
     check("[{{ xs.append }}]", XS, "[]");
-    check_error("{{ xs.append(4) }}", XS, CN_STATUS_INVALID_ARG, "access to attribute 'append' of 'list' object is unsafe",
-                NULL);
+    check_error("{{ xs.append(4) }}", XS, CN_STATUS_INVALID_ARG,
+                "access to attribute 'append' of 'list' object is unsafe", NULL);
     check_error("{{ d.pop('a') }}", XS, CN_STATUS_INVALID_ARG, "'pop' of 'dict' object is unsafe", NULL);
     check_error("{{ range(100001)|length }}", NULL, CN_STATUS_INVALID_ARG, "Range too big", NULL);
 }
@@ -375,7 +386,8 @@ Test(jinja, budgets) {
     lim = test_limits();
     lim.max_output_bytes = 1 << 20;
     out = render_lim("{% set ns = namespace(s='ab') %}{% for i in range(100) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
-                     "{{ ns.s|length }}", NULL, &lim, &st, &e);
+                     "{{ ns.s|length }}",
+                     NULL, &lim, &st, &e);
     cr_assert_null(out);
     cr_assert_eq(st, CN_STATUS_LIMIT, "%s", e.msg);
     cr_assert(strstr(e.msg, "output budget"), "%s", e.msg);
@@ -398,9 +410,26 @@ Test(jinja, budgets) {
 Test(jinja, bad_input_never_crashes) {
     /* unbalanced and truncated pieces: each a clean error */
     static const char *const bad[] = {
-        "{{", "{%", "{#", "{{ }}", "{% if %}", "{{ (((( }}", "{{ [1, }}", "{{ {1: }}", "{% for in x %}{% endfor %}",
-        "{% set %}", "{% macro %}{% endmacro %}", "{{ a.  }}", "{{ a[ }}", "{% raw %}x", "{{ 'a\\x4' }}", "{{ 1 ]}}",
-        "{% endif %}", "{% if 1 %}{% else %}{% else %}{% endif %}", "{{ x | }}", "{{ 99999999999999999999 }}",
+        "{{",
+        "{%",
+        "{#",
+        "{{ }}",
+        "{% if %}",
+        "{{ (((( }}",
+        "{{ [1, }}",
+        "{{ {1: }}",
+        "{% for in x %}{% endfor %}",
+        "{% set %}",
+        "{% macro %}{% endmacro %}",
+        "{{ a.  }}",
+        "{{ a[ }}",
+        "{% raw %}x",
+        "{{ 'a\\x4' }}",
+        "{{ 1 ]}}",
+        "{% endif %}",
+        "{% if 1 %}{% else %}{% else %}{% endif %}",
+        "{{ x | }}",
+        "{{ 99999999999999999999 }}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cn_status st;
@@ -426,17 +455,22 @@ Test(jinja, bad_input_never_crashes) {
     /* values nested far deeper than any stack allows are refused, not recursed into, and
      * freed without recursion */
     check_error("{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = [ns.t] %}{% endfor %}"
-                "{{ ns.t }}", NULL, CN_STATUS_INVALID_ARG, "nested too deeply", NULL);
+                "{{ ns.t }}",
+                NULL, CN_STATUS_INVALID_ARG, "nested too deeply", NULL);
     check_error("{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = [ns.t] %}{% endfor %}"
-                "{{ ns.t == ns.t }}", NULL, CN_STATUS_INVALID_ARG, "nested too deeply", NULL);
+                "{{ ns.t == ns.t }}",
+                NULL, CN_STATUS_INVALID_ARG, "nested too deeply", NULL);
     check_error("{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = (ns.t,) %}{% endfor %}"
-                "{{ {ns.t: 1} }}", NULL, CN_STATUS_INVALID_ARG, "unhashable", NULL);
-    check("{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = [ns.t] %}{% endfor %}{{ ns.t|length }}",
-          NULL, "1");
+                "{{ {ns.t: 1} }}",
+                NULL, CN_STATUS_INVALID_ARG, "unhashable", NULL);
+    check(
+        "{% set ns = namespace(t=1) %}{% for i in range(20000) %}{% set ns.t = [ns.t] %}{% endfor %}{{ ns.t|length }}",
+        NULL, "1");
     /* a filter calling a filter by name counts against the depth budget */
     char maps[9000];
-    size_t mk = (size_t)sprintf(maps, "{%% set ns = namespace(t=[1]) %%}{%% for i in range(1000) %%}{%% set ns.t = [ns.t] %%}"
-                                      "{%% endfor %%}{{ ns.t|map(");
+    size_t mk = (size_t)sprintf(maps,
+                                "{%% set ns = namespace(t=[1]) %%}{%% for i in range(1000) %%}{%% set ns.t = [ns.t] %%}"
+                                "{%% endfor %%}{{ ns.t|map(");
     for (int i = 0; i < 1000; i++) mk += (size_t)sprintf(maps + mk, "'map', ");
     strcpy(maps + mk, "'string')|list }}");
     check_error(maps, NULL, CN_STATUS_LIMIT, "depth budget", NULL);

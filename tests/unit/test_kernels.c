@@ -18,9 +18,8 @@ static float urand(void) {
     return (float)(g_st >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
 }
 
-static const uint32_t k_types[] = {CN_TYPE_F32, CN_TYPE_F16, CN_TYPE_BF16, CN_TYPE_Q4_0,
-                                   CN_TYPE_Q4_1, CN_TYPE_Q5_0, CN_TYPE_Q5_1, CN_TYPE_Q8_0,
-                                   CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
+static const uint32_t k_types[] = {CN_TYPE_F32,  CN_TYPE_F16,  CN_TYPE_BF16, CN_TYPE_Q4_0, CN_TYPE_Q4_1, CN_TYPE_Q5_0,
+                                   CN_TYPE_Q5_1, CN_TYPE_Q8_0, CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
 
 Test(kernels, act_formats) {
     cr_assert_eq(cn_matmul_act_type(CN_TYPE_Q4_0), CN_TYPE_Q8_0);
@@ -57,11 +56,19 @@ static void check_matmul(uint32_t wt, int64_t k, int64_t n_out, int64_t n_tok) {
     for (int64_t t = 0; t < n_tok; t++) {
         atr->to_float(xq + (size_t)t * arb, xd + t * k, k);
         for (int64_t i = 0; i < k; i++) /* the activation format keeps each value near x */
-            cr_assert(fabsf(xd[t * k + i] - xf[t * k + i]) <= 3.0f * 0.01f + 1e-6f,
-                      "%s: activation %lld off by %g", atr->name, (long long)i, xd[t * k + i] - xf[t * k + i]);
+            cr_assert(fabsf(xd[t * k + i] - xf[t * k + i]) <= 3.0f * 0.01f + 1e-6f, "%s: activation %lld off by %g",
+                      atr->name, (long long)i, xd[t * k + i] - xf[t * k + i]);
     }
-    cn_matmul_args a = {.w_type = wt, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
-                        .y = y, .ldy = n_out, .n_out = n_out, .k = k, .n_tok = n_tok};
+    cn_matmul_args a = {.w_type = wt,
+                        .w = w,
+                        .w_row_bytes = wrb,
+                        .xq = xq,
+                        .xq_row_bytes = arb,
+                        .y = y,
+                        .ldy = n_out,
+                        .n_out = n_out,
+                        .k = k,
+                        .n_tok = n_tok};
     K->matmul(&a, 0, 1);
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t o = 0; o < n_out; o++) {
@@ -82,8 +89,8 @@ static void check_matmul(uint32_t wt, int64_t k, int64_t n_out, int64_t n_tok) {
                            ((double)cn_f16_to_f32(ab->s) - (double)cn_f16_to_f32(ab->d) * sum);
                 }
             const double got = y[t * n_out + o];
-            cr_assert(fabs(got - ref) <= 1e-5 * mag + 1e-6, "%s k=%lld: y[%lld][%lld] = %.7g, want %.7g",
-                      tr->name, (long long)k, (long long)t, (long long)o, got, ref);
+            cr_assert(fabs(got - ref) <= 1e-5 * mag + 1e-6, "%s k=%lld: y[%lld][%lld] = %.7g, want %.7g", tr->name,
+                      (long long)k, (long long)t, (long long)o, got, ref);
         }
     /* any thread split gives the same bits; so does each token alone */
     for (int nth = 2; nth <= 3; nth++) {
@@ -146,8 +153,7 @@ Test(kernels, rmsnorm) {
     K->rmsnorm(x, w, y, 50, 1e-5f);
     double ss = 0;
     for (int i = 0; i < 50; i++) ss += (double)x[i] * x[i];
-    for (int i = 0; i < 50; i++)
-        cr_assert_float_eq(y[i], x[i] / sqrt(ss / 50 + 1e-5) * w[i], 1e-5 * (1 + fabs(y[i])));
+    for (int i = 0; i < 50; i++) cr_assert_float_eq(y[i], x[i] / sqrt(ss / 50 + 1e-5) * w[i], 1e-5 * (1 + fabs(y[i])));
 }
 
 Test(kernels, rope_pairings) {
@@ -177,8 +183,7 @@ Test(kernels, rope_pairings) {
     }
     float ff[6] = {1, 2, 4, 1, 1, 8}, cs2[12];
     K->rope_cache(pos, rot, 10000.0f, 1.0f, ff, cs2);
-    for (int i = 0; i < 6; i++)
-        cr_assert_float_eq(cs2[2 * i], cos(pos * pow(10000.0, -2.0 * i / rot) / ff[i]), 1e-5);
+    for (int i = 0; i < 6; i++) cr_assert_float_eq(cs2[2 * i], cos(pos * pow(10000.0, -2.0 * i / rot) / ff[i]), 1e-5);
 }
 
 Test(kernels, softmax_and_activations) {
@@ -229,13 +234,25 @@ static void check_attention(uint32_t kv_type) {
     }
     const void *kb[NB], *vb[NB];
     for (int b = 0; b < NB; b++) kb[b] = kblk[b], vb[b] = vblk[b];
-    const void *const *kr[ROWS] = {kb, kb}, *const *vr[ROWS] = {vb, vb};
+    const void *const *kr[ROWS] = {kb, kb}, *const * vr[ROWS] = {vb, vb};
     int32_t lo[ROWS] = {0, 4}, hi[ROWS] = {10, 9};
     float scratch[3 * CN_ATTN_SCRATCH(16)]; /* 3 threads */
-    cn_attn_args a = {.n_rows = ROWS, .n_head = H, .n_head_kv = HKV, .head_dim = HD, .q = &q[0][0],
-                      .out = &out[0][0], .pos_lo = lo, .pos_hi = hi, .k_blocks = kr, .v_blocks = vr,
-                      .block_tokens = BT, .kv_dim = KVD, .kv_type = kv_type, .scale = 0.3f,
-                      .scratch = scratch, .scratch_stride = CN_ATTN_SCRATCH(16)};
+    cn_attn_args a = {.n_rows = ROWS,
+                      .n_head = H,
+                      .n_head_kv = HKV,
+                      .head_dim = HD,
+                      .q = &q[0][0],
+                      .out = &out[0][0],
+                      .pos_lo = lo,
+                      .pos_hi = hi,
+                      .k_blocks = kr,
+                      .v_blocks = vr,
+                      .block_tokens = BT,
+                      .kv_dim = KVD,
+                      .kv_type = kv_type,
+                      .scale = 0.3f,
+                      .scratch = scratch,
+                      .scratch_stride = CN_ATTN_SCRATCH(16)};
     K->attention(&a, 0, 1);
     const double tol = kv_type == CN_TYPE_F16 ? 2e-3 : 1e-5;
     for (int r = 0; r < ROWS; r++)

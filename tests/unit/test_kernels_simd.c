@@ -57,9 +57,8 @@ static int simd_families(const cn_kernels **out) {
     return n;
 }
 
-static const uint32_t k_types[] = {CN_TYPE_F32,  CN_TYPE_F16,  CN_TYPE_BF16, CN_TYPE_Q4_0,
-                                   CN_TYPE_Q4_1, CN_TYPE_Q5_0, CN_TYPE_Q5_1, CN_TYPE_Q8_0,
-                                   CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
+static const uint32_t k_types[] = {CN_TYPE_F32,  CN_TYPE_F16,  CN_TYPE_BF16, CN_TYPE_Q4_0, CN_TYPE_Q4_1, CN_TYPE_Q5_0,
+                                   CN_TYPE_Q5_1, CN_TYPE_Q8_0, CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
 
 static uint16_t f16_of(float x) { return cn_f32_to_f16(x); }
 
@@ -117,11 +116,20 @@ static void check_one(const cn_kernels *K, uint32_t type, int64_t k, int64_t n_o
     float *y0 = malloc((size_t)(n_tok * ldy) * sizeof(float)), *y1 = malloc((size_t)(n_tok * ldy) * sizeof(float));
     cr_assert(w && x && xq && y0 && y1);
     fill_weights(type, w, wrb * (size_t)n_out, n_out, k);
-    for (int64_t i = 0; i < n_tok * k; i++) x[i] = g_extreme ? (i / k % 2 ? 0.75f : -0.5f) : frnd() * (1.0f + (float)(i % 5));
+    for (int64_t i = 0; i < n_tok * k; i++)
+        x[i] = g_extreme ? (i / k % 2 ? 0.75f : -0.5f) : frnd() * (1.0f + (float)(i % 5));
     R->quantize_rows(at, x, k, n_tok, xq, arb, 0, 1);
     for (int64_t i = 0; i < n_tok * ldy; i++) y0[i] = y1[i] = -7.5f;
-    cn_matmul_args a = {.w_type = type, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
-                        .y = y0, .ldy = ldy, .n_out = n_out, .k = k, .n_tok = n_tok};
+    cn_matmul_args a = {.w_type = type,
+                        .w = w,
+                        .w_row_bytes = wrb,
+                        .xq = xq,
+                        .xq_row_bytes = arb,
+                        .y = y0,
+                        .ldy = ldy,
+                        .n_out = n_out,
+                        .k = k,
+                        .n_tok = n_tok};
     R->matmul(&a, 0, 1);
     const char *tn = cn_type_traits_get(type)->name;
     /* the stored layout, then the family's packed layout if it has one for this type */
@@ -137,9 +145,10 @@ static void check_one(const cn_kernels *K, uint32_t type, int64_t k, int64_t n_o
         for (int64_t t = 0; t < n_tok; t++)
             for (int64_t o = 0; o < ldy; o++) {
                 const float r = y0[t * ldy + o], g = y1[t * ldy + o];
-                cr_assert(memcmp(&r, &g, 4) == 0, "%s %s%s k=%lld n_out=%lld n_tok=%lld: y[%lld][%lld] = %.9g, ref %.9g",
-                          K->name, tn, packed ? " packed" : "", (long long)k, (long long)n_out, (long long)n_tok,
-                          (long long)t, (long long)o, g, r);
+                cr_assert(memcmp(&r, &g, 4) == 0,
+                          "%s %s%s k=%lld n_out=%lld n_tok=%lld: y[%lld][%lld] = %.9g, ref %.9g", K->name, tn,
+                          packed ? " packed" : "", (long long)k, (long long)n_out, (long long)n_tok, (long long)t,
+                          (long long)o, g, r);
             }
     }
     free(pw), free(w), free(x), free(xq), free(y0), free(y1);
@@ -210,8 +219,16 @@ Test(kernels_simd, batch_and_thread_invariance, .timeout = 120) {
             fill_weights(type, w, wrb * (size_t)n_out, n_out, k);
             for (int64_t j = 0; j < n_tok * k; j++) x[j] = frnd() * 3;
             K->quantize_rows(at, x, k, n_tok, xq, arb, 0, 1);
-            cn_matmul_args a = {.w_type = type, .w = w, .w_row_bytes = wrb, .xq = xq, .xq_row_bytes = arb,
-                                .y = yb, .ldy = n_out, .n_out = n_out, .k = k, .n_tok = n_tok};
+            cn_matmul_args a = {.w_type = type,
+                                .w = w,
+                                .w_row_bytes = wrb,
+                                .xq = xq,
+                                .xq_row_bytes = arb,
+                                .y = yb,
+                                .ldy = n_out,
+                                .n_out = n_out,
+                                .k = k,
+                                .n_tok = n_tok};
             const size_t pb = K->packed_size ? K->packed_size(type, n_out, k) : 0;
             uint8_t *pw = pb ? malloc(pb) : NULL;
             if (pw) { /* the packed layout where the family has one: it must give the same bits */
@@ -259,10 +276,10 @@ Test(kernels_simd, quantize_rows_byte_identical_to_ref) {
     enum { K = 1024, ROWS = 5 };
     static float x[ROWS * K];
     for (int i = 0; i < ROWS * K; i++) x[i] = frnd() * (i % 3 ? 1.0f : 30.0f);
-    for (int i = 0; i < 256; i++) x[K + i] = 0.0f;                 /* row 1 starts with zero blocks */
-    x[2 * K + 5] = 4.0f, x[2 * K + 9] = -4.0f, x[2 * K + 200] = 4.0f; /* magnitude ties of both signs */
+    for (int i = 0; i < 256; i++) x[K + i] = 0.0f;                      /* row 1 starts with zero blocks */
+    x[2 * K + 5] = 4.0f, x[2 * K + 9] = -4.0f, x[2 * K + 200] = 4.0f;   /* magnitude ties of both signs */
     for (int i = 0; i < 32; i++) x[3 * K + i] = (float)(i - 16) * 0.5f; /* codes land on .5 ties */
-    x[4 * K + 3] = 1e-30f, x[4 * K + 300] = 70000.0f;                 /* tiny and f16-overflowing */
+    x[4 * K + 3] = 1e-30f, x[4 * K + 300] = 70000.0f;                   /* tiny and f16-overflowing */
     const uint32_t acts[] = {CN_TYPE_F32, CN_TYPE_F16, CN_TYPE_BF16, CN_TYPE_Q8_0, CN_TYPE_Q8_1, CN_TYPE_Q8_K};
     for (int f = 0; f < nf; f++)
         for (size_t i = 0; i < CN_ARRAY_LEN(acts); i++) {
@@ -325,18 +342,30 @@ static void check_attn(const cn_kernels *K, attn_case c) {
     }
     for (int64_t i = 0; i < (int64_t)c.n_rows * qd; i++) q[i] = frnd() * 1.5f;
     float *scratch = malloc((size_t)4 * (size_t)CN_ATTN_SCRATCH(c.n_pos) * 4);
-    cn_attn_args a = {.n_rows = c.n_rows, .n_head = c.n_head, .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
-                      .q = q, .out = o0, .pos_lo = lo, .pos_hi = hi, .k_blocks = kr, .v_blocks = vr,
-                      .block_tokens = c.block_tokens, .kv_dim = kvd, .kv_type = c.kv_type,
-                      .scale = 1.0f / sqrtf((float)c.head_dim), .scratch = scratch,
+    cn_attn_args a = {.n_rows = c.n_rows,
+                      .n_head = c.n_head,
+                      .n_head_kv = c.n_head_kv,
+                      .head_dim = c.head_dim,
+                      .q = q,
+                      .out = o0,
+                      .pos_lo = lo,
+                      .pos_hi = hi,
+                      .k_blocks = kr,
+                      .v_blocks = vr,
+                      .block_tokens = c.block_tokens,
+                      .kv_dim = kvd,
+                      .kv_type = c.kv_type,
+                      .scale = 1.0f / sqrtf((float)c.head_dim),
+                      .scratch = scratch,
                       .scratch_stride = CN_ATTN_SCRATCH(c.n_pos)};
     R->attention(&a, 0, 1);
     a.out = o1;
     K->attention(&a, 0, 1);
     const double tol = (c.kv_type == CN_TYPE_F16 ? 1e-4 : 1e-6) * vmax;
     for (int64_t i = 0; i < (int64_t)c.n_rows * qd; i++)
-        cr_assert(fabs((double)o1[i] - o0[i]) <= tol, "%s attention %s hd=%d heads %d/%d bt=%d: out[%lld] = %.7g, ref %.7g",
-                  K->name, tr->name, c.head_dim, c.n_head, c.n_head_kv, c.block_tokens, (long long)i, o1[i], o0[i]);
+        cr_assert(fabs((double)o1[i] - o0[i]) <= tol,
+                  "%s attention %s hd=%d heads %d/%d bt=%d: out[%lld] = %.7g, ref %.7g", K->name, tr->name, c.head_dim,
+                  c.n_head, c.n_head_kv, c.block_tokens, (long long)i, o1[i], o0[i]);
     for (int nth = 2; nth <= 4; nth++) {
         a.out = o2;
         for (int ith = 0; ith < nth; ith++) K->attention(&a, ith, nth);
@@ -359,7 +388,8 @@ static void check_attn(const cn_kernels *K, attn_case c) {
         one.k_blocks = kr + r;
         one.v_blocks = vr + r;
         K->attention(&one, 0, 1);
-        cr_assert(memcmp(o2, o1 + (int64_t)r * qd, (size_t)qd * 4) == 0, "%s attention: row %d alone differs", K->name, r);
+        cr_assert(memcmp(o2, o1 + (int64_t)r * qd, (size_t)qd * 4) == 0, "%s attention: row %d alone differs", K->name,
+                  r);
     }
     free(kmem), free(vmem), free(kb), free(vb), free(row), free(q), free(o0), free(o1), free(o2);
     free(lo), free(hi), free(kr), free(vr), free(scratch);
@@ -408,8 +438,8 @@ Test(kernels_simd, gated_act_vs_ref) {
         R->gated_act(CN_ACT_SILU, g, u, r, N);
         fam[f]->gated_act(CN_ACT_SILU, g, u, o, N);
         for (int i = 0; i < N; i++)
-            cr_assert(fabsf(o[i] - r[i]) <= 4e-7f * fabsf(r[i]) + 1e-37f, "%s silu(%.9g) = %.9g, ref %.9g", fam[f]->name,
-                      g[i], o[i], r[i]);
+            cr_assert(fabsf(o[i] - r[i]) <= 4e-7f * fabsf(r[i]) + 1e-37f, "%s silu(%.9g) = %.9g, ref %.9g",
+                      fam[f]->name, g[i], o[i], r[i]);
         for (int a = 0; a < 2; a++) { /* in pieces of odd lengths: the same bits */
             const cn_act act = a ? CN_ACT_GELU_TANH : CN_ACT_SILU;
             fam[f]->gated_act(act, g, u, o, N);
@@ -450,7 +480,8 @@ Test(kernels_simd, rope_bit_identical_to_ref) {
     const int nf = simd_families(fam);
     const cn_kernels *R = cn_kernels_ref();
     static float x[9 * 256], r[9 * 256], o[9 * 256], cs[256];
-    const int32_t shapes[][2] = {{64, 64}, {64, 32}, {128, 128}, {80, 80}, {64, 46}, {96, 64}, {6, 6}, {64, 63}, {256, 256}, {4, 2}};
+    const int32_t shapes[][2] = {{64, 64}, {64, 32}, {128, 128}, {80, 80},   {64, 46},
+                                 {96, 64}, {6, 6},   {64, 63},   {256, 256}, {4, 2}};
     for (int f = 0; f < nf; f++)
         for (int mode = 0; mode < 2; mode++)
             for (size_t k = 0; k < CN_ARRAY_LEN(shapes); k++) {

@@ -42,7 +42,8 @@ static float *run(const char *file, bool prefault, int threads, int *n_vocab) {
 #if defined(__linux__)
     /* with prefault the layers read a copy, not the file mapping; quantized matrices are
      * packed where the kernel family has a layout for them */
-    const cn_gguf_tensor_info *ti = cn_gguf_tensor(cn_model_gguf(m), cn_gguf_find_tensor(cn_model_gguf(m), "blk.0.attn_q.weight"));
+    const cn_gguf_tensor_info *ti = cn_gguf_tensor(cn_model_gguf(m),
+                                                   cn_gguf_find_tensor(cn_model_gguf(m), "blk.0.attn_q.weight"));
     const cn_weight *wq = &cn_model_layer(m, 0)->wq;
     cr_assert_eq(wq->data != ti->data, prefault);
     const cn_kernels *K = cn_kernels_get();
@@ -95,5 +96,9 @@ static void same_logits(const char *file) {
 }
 
 Test(kernels_simd_model, hugepage_weights_same_logits_f32) { same_logits("stories260K.gguf"); }
-Test(kernels_simd_model, packed_weights_same_logits_q4_1, .timeout = 300) { same_logits("SmolLM2-135M-Instruct.Q4_1.gguf"); }
-Test(kernels_simd_model, packed_weights_same_logits_k_quants, .timeout = 300) { same_logits("gemma-3-270m-q4_k_m.gguf"); }
+Test(kernels_simd_model, packed_weights_same_logits_q4_1, .timeout = 300) {
+    same_logits("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+Test(kernels_simd_model, packed_weights_same_logits_k_quants, .timeout = 300) {
+    same_logits("gemma-3-270m-q4_k_m.gguf");
+}

@@ -77,21 +77,21 @@ static float rng_float(uint64_t *s) { return (float)((double)(rng_next(s) >> 11)
 typedef struct {
     bool live;
     int64_t len, nblk;
-    int32_t ids[M_MAXB];  /* the block table we expect */
-    float *rows;          /* (cap_tok, n_layer, 2, kv_dim) */
-    uint8_t *written;     /* (cap_tok, n_layer) */
+    int32_t ids[M_MAXB]; /* the block table we expect */
+    float *rows;         /* (cap_tok, n_layer, 2, kv_dim) */
+    uint8_t *written;    /* (cap_tok, n_layer) */
 } mseq;
 
 typedef struct {
     cn_kv *kv;
     cn_kv_params p;
-    mseq *s;       /* (max_seqs) */
+    mseq *s; /* (max_seqs) */
     int64_t cap_tok;
-    int32_t *ref;  /* (n_blocks) expected refcounts, recomputed from the tables */
+    int32_t *ref; /* (n_blocks) expected refcounts, recomputed from the tables */
     uint64_t rng;
-    long op;       /* for messages */
+    long op;                                  /* for messages */
     long n_limit, n_cow, n_cow_limit, n_fork; /* how often the interesting cases came up */
-    float *k, *v, *got; /* (kv_dim) scratch */
+    float *k, *v, *got;                       /* (kv_dim) scratch */
 } model;
 
 static void model_init(model *m, cn_kv_params p, uint64_t seed) {
@@ -152,15 +152,14 @@ static void model_check(model *m) {
     int32_t live = 0;
     for (int32_t q = 0; q < m->p.max_seqs; q++) live += m->s[q].live;
     cr_assert_eq(st.n_blocks, m->p.n_blocks);
-    cr_assert_eq(st.n_free, n_free, "op %ld: n_free %lld, expected %lld", m->op,
-                 (long long)st.n_free, (long long)n_free);
+    cr_assert_eq(st.n_free, n_free, "op %ld: n_free %lld, expected %lld", m->op, (long long)st.n_free,
+                 (long long)n_free);
     cr_assert_eq(st.n_shared, n_shared, "op %ld: n_shared", m->op);
     cr_assert_eq(st.n_seqs, live, "op %ld: n_seqs %d, expected %d", m->op, st.n_seqs, live);
     int64_t used = 0;
     for (int32_t b = 0; b < m->p.n_blocks; b++) {
         int32_t rc = cn_kv_block_refcount(m->kv, b);
-        cr_assert_eq(rc, m->ref[b], "op %ld: block %d refcount %d, expected %d", m->op, b, rc,
-                     m->ref[b]);
+        cr_assert_eq(rc, m->ref[b], "op %ld: block %d refcount %d, expected %d", m->op, b, rc, m->ref[b]);
         used += rc > 0;
     }
     cr_assert_eq(st.n_free + used, m->p.n_blocks, "op %ld: free + used != n_blocks", m->op);
@@ -171,11 +170,11 @@ static void model_check(model *m) {
         mseq *s = &m->s[q];
         const int32_t *ids;
         int64_t n = cn_kv_seq_blocks(m->kv, q, &ids);
-        cr_assert_eq(n, s->nblk, "op %ld: seq %d has %lld blocks, expected %lld", m->op, q,
-                     (long long)n, (long long)s->nblk);
+        cr_assert_eq(n, s->nblk, "op %ld: seq %d has %lld blocks, expected %lld", m->op, q, (long long)n,
+                     (long long)s->nblk);
         for (int64_t i = 0; i < n; i++)
-            cr_assert_eq(ids[i], s->ids[i], "op %ld: seq %d table[%lld] = %d, expected %d", m->op,
-                         q, (long long)i, ids[i], s->ids[i]);
+            cr_assert_eq(ids[i], s->ids[i], "op %ld: seq %d table[%lld] = %d, expected %d", m->op, q, (long long)i,
+                         ids[i], s->ids[i]);
         cr_assert_eq(cn_kv_seq_len(m->kv, q), s->len, "op %ld: seq %d len", m->op, q);
         for (int64_t pos = 0; pos < s->len; pos++)
             for (int32_t l = 0; l < m->p.n_layer; l++) {
@@ -187,9 +186,8 @@ static void model_check(model *m) {
                     decode_row(m->p.type, base + (uint64_t)(pos % bt) * rb, m->got, d);
                     const float *want = mrow(m, q, pos, l, kvi);
                     int32_t i = row_mismatch(m->p.type, m->got, want, d);
-                    cr_assert_eq(i, -1, "op %ld seq %d pos %lld layer %d %s[%d]: read %.9g, wrote %.9g",
-                                 m->op, q, (long long)pos, l, kvi ? "V" : "K", i,
-                                 i >= 0 ? m->got[i] : 0, i >= 0 ? want[i] : 0);
+                    cr_assert_eq(i, -1, "op %ld seq %d pos %lld layer %d %s[%d]: read %.9g, wrote %.9g", m->op, q,
+                                 (long long)pos, l, kvi ? "V" : "K", i, i >= 0 ? m->got[i] : 0, i >= 0 ? want[i] : 0);
                 }
             }
     }
@@ -200,8 +198,7 @@ static void model_take_new(model *m, int32_t q, int64_t from, int64_t to) {
     const int32_t *ids;
     cr_assert_eq(cn_kv_seq_blocks(m->kv, q, &ids), to, "op %ld", m->op);
     for (int64_t i = from; i < to; i++) {
-        cr_assert_eq(m->ref[ids[i]], 0, "op %ld: seq %d got block %d, which was held", m->op, q,
-                     ids[i]);
+        cr_assert_eq(m->ref[ids[i]], 0, "op %ld: seq %d got block %d, which was held", m->op, q, ids[i]);
         m->ref[ids[i]] = -1; /* taken: a second use in this op would fail the check above */
         m->s[q].ids[i] = ids[i];
     }
@@ -215,8 +212,8 @@ static void op_reserve(model *m, int32_t q, int64_t n_tok) {
     int32_t bt = m->p.block_tokens;
     int64_t need = (n_tok + bt - 1) / bt - m->s[q].nblk;
     if (need > n_free) {
-        cr_assert_eq(st, CN_STATUS_LIMIT, "op %ld: reserve %lld with %lld free", m->op,
-                     (long long)n_tok, (long long)n_free);
+        cr_assert_eq(st, CN_STATUS_LIMIT, "op %ld: reserve %lld with %lld free", m->op, (long long)n_tok,
+                     (long long)n_free);
         cr_assert(strstr(e.msg, "cache full") != NULL, "%s", e.msg);
         m->n_limit++;
         return;
@@ -293,8 +290,7 @@ static void op_truncate(model *m, int32_t q, int64_t n_tok) {
     int32_t bt = m->p.block_tokens;
     s->nblk = CN_MIN(s->nblk, (n_tok + bt - 1) / bt);
     s->len = CN_MIN(s->len, n_tok);
-    for (int64_t pos = n_tok; pos < m->cap_tok; pos++)
-        memset(s->written + pos * m->p.n_layer, 0, (size_t)m->p.n_layer);
+    for (int64_t pos = n_tok; pos < m->cap_tok; pos++) memset(s->written + pos * m->p.n_layer, 0, (size_t)m->p.n_layer);
 }
 
 static void op_free(model *m, int32_t q) {
@@ -477,8 +473,7 @@ Test(kv, write_tracks_len_and_layout) {
     const float *slab = cn_kv_block_k(kv, 1, ids[2]);
     cr_assert_eq((uintptr_t)slab % CN_ALIGN, 0);
     for (int32_t t = 0; t < 4; t++)
-        for (int32_t i = 0; i < 8; i++)
-            cr_assert_eq(slab[t * 8 + i], (float)((8 + t) * 100 + 10) + 0.25f * (float)i);
+        for (int32_t i = 0; i < 8; i++) cr_assert_eq(slab[t * 8 + i], (float)((8 + t) * 100 + 10) + 0.25f * (float)i);
     const float *vs = cn_kv_block_v(kv, 0, ids[0]);
     cr_assert_eq(vs[3 * 8 + 1], -300.0f + 0.25f);
     /* Writing below the length keeps the length. */
@@ -690,12 +685,12 @@ Test(kv, absurd_params) {
     cn_error e;
     cr_assert_eq(try_create(ok, &e), CN_STATUS_OK, "%s", e.msg);
     cn_kv_params p;
-#define EXPECT(field, value, status)                                              \
-    do {                                                                          \
-        p = ok;                                                                   \
-        p.field = value;                                                          \
+#define EXPECT(field, value, status)                                                \
+    do {                                                                            \
+        p = ok;                                                                     \
+        p.field = value;                                                            \
         cr_assert_eq(try_create(p, &e), status, #field " = " #value ": %s", e.msg); \
-        cr_assert_eq(cn_kv_block_bytes(&p) != 0, !strcmp(#field, "n_blocks"));       \
+        cr_assert_eq(cn_kv_block_bytes(&p) != 0, !strcmp(#field, "n_blocks"));      \
     } while (0)
     EXPECT(n_blocks, 0, CN_STATUS_INVALID_ARG);
     EXPECT(n_blocks, -1, CN_STATUS_INVALID_ARG);
@@ -825,20 +820,18 @@ static cn_status prefix_write(cn_kv *kv, int32_t seq, const int32_t *tokens, int
 }
 
 /* Fails unless block holds tokens[from .. from + block_tokens) after tokens[0 .. from). */
-static void expect_block(cn_kv *kv, int32_t block, const int32_t *tokens, int64_t from,
-                         const char *what) {
+static void expect_block(cn_kv *kv, int32_t block, const int32_t *tokens, int64_t from, const char *what) {
     const cn_kv_params *p = cn_kv_params_of(kv);
     for (int32_t t = 0; t < p->block_tokens; t++) {
         uint64_t h = prefix_hash_at(tokens, from + t);
         for (int32_t l = 0; l < p->n_layer; l++)
             for (int kvi = 0; kvi < 2; kvi++) {
-                const float *row = (const float *)(kvi ? cn_kv_block_v(kv, l, block)
-                                                       : cn_kv_block_k(kv, l, block)) +
+                const float *row = (const float *)(kvi ? cn_kv_block_v(kv, l, block) : cn_kv_block_k(kv, l, block)) +
                                    (int64_t)t * p->kv_dim;
                 for (int32_t i = 0; i < p->kv_dim; i++)
                     cr_assert_eq(row[i], prefix_value(h, l, kvi, i),
-                                 "%s: block %d position %lld layer %d %s[%d] is not this prefix's",
-                                 what, block, (long long)(from + t), l, kvi ? "V" : "K", i);
+                                 "%s: block %d position %lld layer %d %s[%d] is not this prefix's", what, block,
+                                 (long long)(from + t), l, kvi ? "V" : "K", i);
             }
     }
 }
@@ -1080,12 +1073,11 @@ static void prefix_check_all(cn_kv *kv, pseq *s, const int32_t (*base)[PP_CAP], 
         for (int64_t pos = 0; pos < s[q].len; pos++) {
             uint64_t h = prefix_hash_at(s[q].tokens, pos);
             for (int32_t l = 0; l < p->n_layer; l++) {
-                const float *k = (const float *)cn_kv_block_k(kv, l, ids[pos / bt]) +
-                                 (pos % bt) * p->kv_dim;
+                const float *k = (const float *)cn_kv_block_k(kv, l, ids[pos / bt]) + (pos % bt) * p->kv_dim;
                 for (int32_t i = 0; i < p->kv_dim; i++)
                     cr_assert_eq(k[i], prefix_value(h, l, 0, i),
-                                 "op %ld: seq %d position %lld layer %d holds another prefix", op,
-                                 q, (long long)pos, l);
+                                 "op %ld: seq %d position %lld layer %d holds another prefix", op, q, (long long)pos,
+                                 l);
             }
         }
     }
@@ -1121,8 +1113,7 @@ static void prefix_property(uint64_t seed, int n_ops) {
             for (int64_t i = n - rng_below(&rng, 3); i < n; i++)
                 if (i >= 0) x->tokens[i] = (int32_t)rng_below(&rng, 4);
             int64_t expect = cn_kv_prefix_lookup(kv, x->tokens, n - 1, NULL, PP_CAP) * bt, reused;
-            cr_assert_eq(cn_kv_seq_prefix_attach(kv, q, x->tokens, n - 1, &reused, &e), CN_STATUS_OK,
-                         "%s", e.msg);
+            cr_assert_eq(cn_kv_seq_prefix_attach(kv, q, x->tokens, n - 1, &reused, &e), CN_STATUS_OK, "%s", e.msg);
             cr_assert_eq(reused, expect, "op %ld", op);
             x->live = true;
             x->len = reused;
@@ -1156,7 +1147,7 @@ static void prefix_property(uint64_t seed, int n_ops) {
             x->live = false;
             x->len = 0;
         }
-        prefix_check_all(kv, s, (const int32_t (*)[PP_CAP])base, op);
+        prefix_check_all(kv, s, (const int32_t(*)[PP_CAP])base, op);
     }
     cn_kv_stats st;
     cn_kv_get_stats(kv, &st);

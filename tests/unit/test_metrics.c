@@ -39,8 +39,10 @@ Test(metrics, one_series_per_model_and_families_once) {
     cr_assert(text);
     cr_assert_eq(count(text, "# TYPE cinder:prompt_tokens_total counter"), 1);
     cr_assert_eq(count(text, "# TYPE cinder:time_to_first_token_seconds histogram"), 1);
-    cr_assert(strstr(text, "cinder:http_requests_total{model_name=\"a\",endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"));
-    cr_assert(strstr(text, "cinder:http_requests_total{model_name=\"b\",endpoint=\"/v1/completions\",status=\"500\"} 1\n"));
+    cr_assert(strstr(
+        text, "cinder:http_requests_total{model_name=\"a\",endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"));
+    cr_assert(
+        strstr(text, "cinder:http_requests_total{model_name=\"b\",endpoint=\"/v1/completions\",status=\"500\"} 1\n"));
     cr_assert(strstr(text, "cinder:http_requests_total{model_name=\"\",endpoint=\"/health\",status=\"200\"} 1\n"));
     cr_assert(strstr(text, "cinder:prompt_tokens_total{model_name=\"a\"} 5\n"));
     cr_assert(strstr(text, "cinder:prompt_tokens_total{model_name=\"b\"} 0\n"));

@@ -63,8 +63,8 @@ static cn_fwd *make_ctx(const cn_model *m, int threads, int batch) {
 
 /* Prefill toks as one batch (all logits), then greedy-decode n_gen tokens one at a time,
  * comparing every step's logits with the reference within tol. */
-static void check_vs_reference(const cn_model *m, const cn_gguf *g, const int32_t *toks, int n,
-                               int n_gen, float tol, const char *what) {
+static void check_vs_reference(const cn_model *m, const cn_gguf *g, const int32_t *toks, int n, int n_gen, float tol,
+                               const char *what) {
     const int V = cn_model_hparams(m)->n_vocab;
     ref_model *r = ref_model_new(g, n + n_gen + 1);
     cr_assert(r, "%s: reference cannot run this model", what);
@@ -93,8 +93,8 @@ static void check_vs_reference(const cn_model *m, const cn_gguf *g, const int32_
         for (int v = 0; v < V; v++) {
             float d = fabsf(mine[v] - rl[v]);
             if (d > worst) worst = d;
-            cr_assert(d <= tol, "%s: position %d token %d: logit %d is %.6f, reference %.6f", what, i,
-                      tok, v, mine[v], rl[v]);
+            cr_assert(d <= tol, "%s: position %d token %d: logit %d is %.6f, reference %.6f", what, i, tok, v, mine[v],
+                      rl[v]);
             if (mine[v] > mine[am]) am = v;
             if (rl[v] > rl[ar]) ar = v;
         }
@@ -110,7 +110,8 @@ static void check_vs_reference(const cn_model *m, const cn_gguf *g, const int32_
     ref_model_free(r);
 }
 
-static const int32_t k_story[] = {1, 403, 407, 261, 378, 284, 261, 335, 350, 369, 268, 288, 259, 299, 361, 283, 42, 355, 271, 322};
+static const int32_t k_story[] = {1,   403, 407, 261, 378, 284, 261, 335, 350, 369,
+                                  268, 288, 259, 299, 361, 283, 42,  355, 271, 322};
 
 Test(model, stories260k_matches_float_reference) {
     cn_model *m = load_stories();
@@ -156,8 +157,7 @@ Test(model, tiny_gemma3_matches_float_reference) { tiny_vs_reference(tiny_defaul
 
 /* Logits of a prompt fed as one batch, token by token, or beside another sequence must
  * be bit-identical, at any thread count. */
-static float *run_seq(const cn_model *m, cn_fwd *c, cn_kv *kv, const int32_t *toks, int n, int seq,
-                      bool one_by_one) {
+static float *run_seq(const cn_model *m, cn_fwd *c, cn_kv *kv, const int32_t *toks, int n, int seq, bool one_by_one) {
     const int V = cn_model_hparams(m)->n_vocab;
     float *out = malloc((size_t)n * V * sizeof(float));
     cn_batch b;
@@ -179,8 +179,8 @@ static float *run_seq(const cn_model *m, cn_fwd *c, cn_kv *kv, const int32_t *to
 
 static void assert_same(const float *a, const float *b, size_t n, const char *what) {
     for (size_t i = 0; i < n; i++)
-        cr_assert(memcmp(&a[i], &b[i], sizeof(float)) == 0, "%s: first difference at %zu: %.9g vs %.9g",
-                  what, i, a[i], b[i]);
+        cr_assert(memcmp(&a[i], &b[i], sizeof(float)) == 0, "%s: first difference at %zu: %.9g vs %.9g", what, i, a[i],
+                  b[i]);
 }
 
 static void invariance(cn_model *m) {
@@ -221,8 +221,7 @@ static void invariance(cn_model *m) {
         float *mixed = malloc((size_t)(nA + nB) * V * sizeof(float));
         cr_assert_eq(cn_forward(m, c, &b, kv2, mixed, &err), CN_STATUS_OK, "%s", err.msg);
         for (int r = 0; r < nA + nB; r++) {
-            const float *want = where[r] >= 100 ? alone_b + (size_t)(where[r] - 100) * V
-                                                : alone + (size_t)where[r] * V;
+            const float *want = where[r] >= 100 ? alone_b + (size_t)(where[r] - 100) * V : alone + (size_t)where[r] * V;
             assert_same(mixed + (size_t)r * V, want, (size_t)V, "mixed batch vs alone");
         }
         /* Then one decode row per sequence in one batch vs the same rows alone. */
@@ -352,9 +351,7 @@ static void expect_load_error(tiny_spec s, cn_status want, const char *needle) {
     free(buf);
 }
 
-Test(model_bad, unknown_architecture) {
-    expect_load_error(tiny_default("mamba"), CN_STATUS_UNSUPPORTED, "mamba");
-}
+Test(model_bad, unknown_architecture) { expect_load_error(tiny_default("mamba"), CN_STATUS_UNSUPPORTED, "mamba"); }
 Test(model_bad, missing_tensor) {
     tiny_spec s = tiny_default("llama");
     s.omit_tensor = "blk.1.ffn_up.weight";
@@ -441,10 +438,8 @@ Test(model_bad, batches) {
         cn_status want;
         const char *needle;
     } cases[] = {
-        {600, 0, 0, CN_STATUS_INVALID_ARG, "token 600"},
-        {5, -1, 0, CN_STATUS_INVALID_ARG, "position -1"},
-        {5, 128, 0, CN_STATUS_LIMIT, "position 128"},
-        {5, 0, 2, CN_STATUS_INVALID_ARG, "sequence 2"},
+        {600, 0, 0, CN_STATUS_INVALID_ARG, "token 600"}, {5, -1, 0, CN_STATUS_INVALID_ARG, "position -1"},
+        {5, 128, 0, CN_STATUS_LIMIT, "position 128"},    {5, 0, 2, CN_STATUS_INVALID_ARG, "sequence 2"},
         {5, 3, 0, CN_STATUS_INVALID_ARG, "gap"},
     };
     for (size_t i = 0; i < CN_ARRAY_LEN(cases); i++) {

@@ -12,9 +12,18 @@
 #include "tensor/tensor.h"
 
 tiny_spec tiny_default(const char *arch) {
-    tiny_spec s = {.arch = arch, .n_layer = 2, .n_embd = 64, .n_ff = 96, .n_head = 4,
-                   .n_head_kv = 2, .head_dim = 0, .n_rot = 0, .n_vocab = 80, .n_swa = 0,
-                   .tied = false, .seed = 1};
+    tiny_spec s = {.arch = arch,
+                   .n_layer = 2,
+                   .n_embd = 64,
+                   .n_ff = 96,
+                   .n_head = 4,
+                   .n_head_kv = 2,
+                   .head_dim = 0,
+                   .n_rot = 0,
+                   .n_vocab = 80,
+                   .n_swa = 0,
+                   .tied = false,
+                   .seed = 1};
     if (!strcmp(arch, "gemma3")) {
         s.n_layer = 7; /* layers 0-4 and 6 slide, layer 5 is global */
         s.head_dim = 32;
@@ -30,8 +39,8 @@ static uint32_t lcg(uint32_t *st) {
 }
 static float urand(uint32_t *st) { return (float)lcg(st) / (float)(1u << 24) * 2.0f - 1.0f; }
 
-static bool add_t(cn_gguf_writer *w, const tiny_spec *s, const char *name, int64_t ne0,
-                  int64_t ne1, float scale, float offset, uint32_t *st) {
+static bool add_t(cn_gguf_writer *w, const tiny_spec *s, const char *name, int64_t ne0, int64_t ne1, float scale,
+                  float offset, uint32_t *st) {
     if (s->omit_tensor && !strcmp(name, s->omit_tensor)) return true;
     if (s->reshape_tensor && !strcmp(name, s->reshape_tensor)) ne1 += 1;
     const int64_t n = ne0 * ne1;
@@ -49,8 +58,7 @@ static bool add_t(cn_gguf_writer *w, const tiny_spec *s, const char *name, int64
     bool ok = data != NULL && rb > 0;
     if (ok) {
         for (int64_t r = 0; r < ne1; r++) tr->from_float_ref(f + r * ne0, data + r * rb, ne0);
-        ok = cn_gguf_writer_add_tensor(w, name, type, n_dims, ne, data, rb * (uint64_t)ne1, NULL) ==
-             CN_STATUS_OK;
+        ok = cn_gguf_writer_add_tensor(w, name, type, n_dims, ne, data, rb * (uint64_t)ne1, NULL) == CN_STATUS_OK;
     }
     free(data);
     free(f);
@@ -87,8 +95,7 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, size_t *n_bytes) {
     key_u32(w, s, "block_count", (uint32_t)s->n_layer);
     key_u32(w, s, "embedding_length", (uint32_t)E);
     key_u32(w, s, "feed_forward_length", (uint32_t)F);
-    key_u32(w, s, "attention.head_count",
-            (uint32_t)(s->head_count_override ? s->head_count_override : s->n_head));
+    key_u32(w, s, "attention.head_count", (uint32_t)(s->head_count_override ? s->head_count_override : s->n_head));
     key_u32(w, s, "attention.head_count_kv",
             (uint32_t)(s->head_count_kv_override ? s->head_count_kv_override : s->n_head_kv));
     key_u32(w, s, "context_length", 256);
@@ -112,9 +119,8 @@ uint8_t *tiny_model_gguf(const tiny_spec *s, size_t *n_bytes) {
     ok = ok && add_t(w, s, "output_norm.weight", E, 1, 0.1f, 1.0f, &st);
     if (!s->tied) ok = ok && add_t(w, s, "output.weight", E, s->n_vocab, 0.3f, 0.0f, &st);
     char name[96];
-#define T(suffix, ne0, ne1, scale, off)                                                     \
-    (snprintf(name, sizeof name, "blk.%d.%s", l, suffix),                                   \
-     add_t(w, s, name, ne0, ne1, scale, off, &st))
+#define T(suffix, ne0, ne1, scale, off) \
+    (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), add_t(w, s, name, ne0, ne1, scale, off, &st))
     for (int l = 0; l < s->n_layer && ok; l++) {
         ok = ok && T("attn_norm.weight", E, 1, 0.1f, 1.0f);
         ok = ok && T("attn_q.weight", E, QD, 1.0f / sqrtf((float)E), 0.0f);
@@ -347,8 +353,7 @@ void ref_model_step(ref_model *r, int token, int pos, float *logits) {
             for (int i = 0; i < hd; i++) {
                 double acc = 0;
                 for (int p = lo; p <= pos; p++)
-                    acc += exp(r->sc[p] - mx) / sum *
-                           r->vc[((size_t)l * r->max_pos + p) * KVD + kh * hd + i];
+                    acc += exp(r->sc[p] - mx) / sum * r->vc[((size_t)l * r->max_pos + p) * KVD + kh * hd + i];
                 r->att[h * hd + i] = (float)acc;
             }
         }

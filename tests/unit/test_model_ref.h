@@ -11,19 +11,19 @@
 typedef struct {
     const char *arch;
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_rot, n_vocab, n_swa;
-    bool tied;                 /* no output.weight */
+    bool tied; /* no output.weight */
     uint32_t seed;
     /* ways to break the file (NULL/0: none) */
-    const char *omit_tensor;   /* leave this tensor out */
-    const char *reshape_tensor;/* give this tensor one more row */
-    const char *f16_tensor;    /* store this tensor as F16 */
-    const char *q2k_tensor;    /* store this tensor as Q2_K (unsupported by the matmul) */
-    const char *omit_key;      /* leave this metadata key out (full name) */
-    const char *str_key;       /* write this key as a string instead */
-    int head_count_override;   /* write this attention.head_count instead */
+    const char *omit_tensor;    /* leave this tensor out */
+    const char *reshape_tensor; /* give this tensor one more row */
+    const char *f16_tensor;     /* store this tensor as F16 */
+    const char *q2k_tensor;     /* store this tensor as Q2_K (unsupported by the matmul) */
+    const char *omit_key;       /* leave this metadata key out (full name) */
+    const char *str_key;        /* write this key as a string instead */
+    int head_count_override;    /* write this attention.head_count instead */
     int head_count_kv_override;
     const char *rope_scaling_type;
-    float rope_scaling_factor;     /* written as rope.scaling.factor when > 0 */
+    float rope_scaling_factor; /* written as rope.scaling.factor when > 0 */
 } tiny_spec;
 
 tiny_spec tiny_default(const char *arch);

@@ -39,10 +39,14 @@ static void setup(void) {
     p.chat_template = "chatml"; /* stories260K has none of its own */
     cn_error err = {0};
     cr_assert_eq(cn_engine_create(model, &p, &engine, &err), CN_STATUS_OK, "%s", err.msg);
-    ctx = (oai_ctx){.tok = cn_engine_tokenizer(engine), .chat = cn_engine_chat_template(engine),
-                    .eot_stop = cn_engine_end_of_turn_stop(engine), .model_id = "stories",
-                    .n_ctx = cn_engine_n_ctx(engine), .n_vocab = cn_engine_n_vocab(engine),
-                    .max_n = cn_engine_max_running(engine), .max_draft = 8};
+    ctx = (oai_ctx){.tok = cn_engine_tokenizer(engine),
+                    .chat = cn_engine_chat_template(engine),
+                    .eot_stop = cn_engine_end_of_turn_stop(engine),
+                    .model_id = "stories",
+                    .n_ctx = cn_engine_n_ctx(engine),
+                    .n_vocab = cn_engine_n_vocab(engine),
+                    .max_n = cn_engine_max_running(engine),
+                    .max_draft = 8};
 }
 
 static void teardown(void) {
@@ -307,9 +311,9 @@ Test(openai, malformed_json_is_invalid_json) {
         json_decref(j);
     }
     /* and a good one is served by the engine the server was made from */
-    cr_expect_eq(post(cn_server_port(srv), "/v1/completions", "{\"prompt\": \"Once\", \"max_tokens\": 3}", resp,
-                      sizeof resp),
-                 200, "%s", resp);
+    cr_expect_eq(
+        post(cn_server_port(srv), "/v1/completions", "{\"prompt\": \"Once\", \"max_tokens\": 3}", resp, sizeof resp),
+        200, "%s", resp);
     cn_server_drain(srv, 5);
     cn_server_free(srv);
     cn_engine_stop(engine);

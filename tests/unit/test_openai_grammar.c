@@ -39,10 +39,15 @@ static void setup(void) {
     cr_assert_eq(cn_engine_create(model, &p, &engine, &err), CN_STATUS_OK, "%s", err.msg);
     cache = gcache_new(8, 0);
     cr_assert(cache);
-    ctx = (oai_ctx){.tok = cn_engine_tokenizer(engine), .chat = cn_engine_chat_template(engine),
-                    .eot_stop = cn_engine_end_of_turn_stop(engine), .model_id = "stories",
-                    .n_ctx = cn_engine_n_ctx(engine), .n_vocab = cn_engine_n_vocab(engine),
-                    .max_n = cn_engine_max_running(engine), .max_draft = 8, .grammars = cache};
+    ctx = (oai_ctx){.tok = cn_engine_tokenizer(engine),
+                    .chat = cn_engine_chat_template(engine),
+                    .eot_stop = cn_engine_end_of_turn_stop(engine),
+                    .model_id = "stories",
+                    .n_ctx = cn_engine_n_ctx(engine),
+                    .n_vocab = cn_engine_n_vocab(engine),
+                    .max_n = cn_engine_max_running(engine),
+                    .max_draft = 8,
+                    .grammars = cache};
 }
 
 static void teardown(void) {
@@ -139,9 +144,9 @@ static const char *PERSON =
 static void check_person(const oai_request *r) {
     cr_assert(accepts(r, "{\"name\": \"Ann\", \"age\": 31}"));
     cr_assert(accepts(r, "{\"name\":\"\",\"age\":-4}"));
-    cr_assert_not(accepts(r, "{\"name\": \"Ann\"}"));                  /* age is required */
-    cr_assert_not(accepts(r, "{\"name\": \"Ann\", \"age\": 3.5}"));    /* not an integer */
-    cr_assert_not(accepts(r, "{\"name\": 7, \"age\": 3}"));            /* not a string */
+    cr_assert_not(accepts(r, "{\"name\": \"Ann\"}"));                     /* age is required */
+    cr_assert_not(accepts(r, "{\"name\": \"Ann\", \"age\": 3.5}"));       /* not an integer */
+    cr_assert_not(accepts(r, "{\"name\": 7, \"age\": 3}"));               /* not a string */
     cr_assert_not(accepts(r, "{\"name\": \"A\", \"age\": 3, \"x\": 1}")); /* additionalProperties */
 }
 
@@ -181,8 +186,10 @@ Test(openai_grammar, completions_take_the_same_fields) {
     oai_request r;
     oai_error e;
     char f[2048];
-    snprintf(f, sizeof f, "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", "
-                          "\"schema\": %s}}", PERSON);
+    snprintf(f, sizeof f,
+             "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", "
+             "\"schema\": %s}}",
+             PERSON);
     cr_assert(completion(f, &r, &e), "%s (param %s)", e.message, e.param);
     check_person(&r);
     oai_request_free(&r);
@@ -275,7 +282,9 @@ Test(openai_grammar, malformed_fields_are_400s_naming_them) {
 
 /* What the compilers refuse comes back as a 400 carrying their message. */
 Test(openai_grammar, compile_errors_carry_the_compilers_message) {
-    const struct { const char *fields, *param; } cases[] = {
+    const struct {
+        const char *fields, *param;
+    } cases[] = {
         {"\"guided_regex\": \"(ab\"", "guided_regex"},
         {"\"guided_regex\": \"a{3,1}\"", "guided_regex"},
         {"\"grammar\": \"root ::= (\\\"a\\\"\"", "grammar"},
@@ -294,14 +303,15 @@ Test(openai_grammar, compile_errors_carry_the_compilers_message) {
         cr_assert_str_eq(e.param, cases[i].param, "%s: param %s", cases[i].fields, e.param);
         char head[64];
         snprintf(head, sizeof head, "invalid '%s': ", cases[i].param);
-        cr_assert(!strncmp(e.message, head, strlen(head)) && strlen(e.message) > strlen(head) + 4,
-                  "%s: message '%s'", cases[i].fields, e.message);
+        cr_assert(!strncmp(e.message, head, strlen(head)) && strlen(e.message) > strlen(head) + 4, "%s: message '%s'",
+                  cases[i].fields, e.message);
         oai_request_free(&r);
     }
     /* the JSON pointer of the unsupported or wrong part is named */
     oai_request r;
     oai_error e;
-    cr_assert_not(chat("\"guided_json\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"wat\"}}}", &r, &e));
+    cr_assert_not(
+        chat("\"guided_json\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"wat\"}}}", &r, &e));
     cr_assert(strstr(e.message, "/properties/a"), "%s", e.message);
     oai_request_free(&r);
 }
@@ -337,7 +347,7 @@ Test(openai_grammar, one_schema_is_compiled_once) {
     cr_assert_eq(hits(), h0 + 1);
     /* property order orders the output: another grammar */
     cr_assert(chat("\"guided_json\": {\"properties\": {\"k\": {\"type\": \"boolean\"}}, \"type\": \"object\"}", &c, &e),
-                   "%s", e.message);
+              "%s", e.message);
     cr_assert_not(c.grammar_cached);
     /* the same text as a regex is another kind: another grammar */
     cr_assert(chat("\"guided_regex\": \"{\\\"type\\\":\\\"object\\\"}\"", &d, &e), "%s", e.message);
@@ -420,8 +430,9 @@ typedef struct {
 
 static void *work(void *arg) {
     worker *w = arg;
-    static const struct { const char *re, *sample; } cases[] = {
-        {"x[0-9]+", "x12"}, {"y[a-f]*z", "yabz"}, {"(ab|cd){2,4}", "abcd"}};
+    static const struct {
+        const char *re, *sample;
+    } cases[] = {{"x[0-9]+", "x12"}, {"y[a-f]*z", "yabz"}, {"(ab|cd){2,4}", "abcd"}};
     w->ok = true;
     for (int i = 0; i < 30; i++) {
         const char *re = cases[(i + w->id) % 3].re, *sample = cases[(i + w->id) % 3].sample;

@@ -35,7 +35,7 @@ static double gauss(uint64_t *s) {
 }
 
 Test(quantize, file_quantizer_per_type) {
-    const uint32_t have[] = {CN_TYPE_F32, CN_TYPE_F16, CN_TYPE_BF16, CN_TYPE_Q4_0, CN_TYPE_Q4_1, CN_TYPE_Q5_0,
+    const uint32_t have[] = {CN_TYPE_F32,  CN_TYPE_F16,  CN_TYPE_BF16, CN_TYPE_Q4_0, CN_TYPE_Q4_1, CN_TYPE_Q5_0,
                              CN_TYPE_Q5_1, CN_TYPE_Q8_0, CN_TYPE_Q4_K, CN_TYPE_Q5_K, CN_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof have / sizeof have[0]; i++)
         cr_assert_not_null(cn_type_quantizer(have[i]), "type %u", have[i]);
@@ -69,8 +69,8 @@ Test(quantize, search_at_least_as_close_as_bounded_on_gaussians) {
         const double e_bound = sq_err(types[k], cn_type_traits_get(types[k])->from_float_ref, x, N);
         cr_log_info("%s: squared error search %.4g, bounded %.4g", cn_type_traits_get(types[k])->name, e_search,
                     e_bound);
-        cr_assert(e_search <= e_bound, "%s: search %.4g > bounded %.4g", cn_type_traits_get(types[k])->name,
-                  e_search, e_bound);
+        cr_assert(e_search <= e_bound, "%s: search %.4g > bounded %.4g", cn_type_traits_get(types[k])->name, e_search,
+                  e_bound);
     }
     free(x);
 }
@@ -149,22 +149,18 @@ Test(quantize, weighted_quantizers_spend_precision_where_the_weights_are) {
     static float x[N], qw[N], y[N];
     static uint8_t buf[N * 2];
     uint64_t s = 29;
-    for (int j = 0; j < N; j++)
-        qw[j] = j % 16 == 3 ? 50.0f : 0.2f + (float)(j % 7) * 0.1f;
+    for (int j = 0; j < N; j++) qw[j] = j % 16 == 3 ? 50.0f : 0.2f + (float)(j % 7) * 0.1f;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const cn_type_traits *tr = cn_type_traits_get(types[t]);
         double e_w = 0, e_u = 0;
         for (int r = 0; r < ROWS; r++) {
-            for (int j = 0; j < N; j++)
-                x[j] = (float)gauss(&s);
+            for (int j = 0; j < N; j++) x[j] = (float)gauss(&s);
             cn_type_quantizer_weighted(types[t])(x, buf, N, qw);
             tr->to_float(buf, y, N);
-            for (int j = 0; j < N; j++)
-                e_w += qw[j] * (double)(x[j] - y[j]) * (x[j] - y[j]);
+            for (int j = 0; j < N; j++) e_w += qw[j] * (double)(x[j] - y[j]) * (x[j] - y[j]);
             cn_type_quantizer(types[t])(x, buf, N);
             tr->to_float(buf, y, N);
-            for (int j = 0; j < N; j++)
-                e_u += qw[j] * (double)(x[j] - y[j]) * (x[j] - y[j]);
+            for (int j = 0; j < N; j++) e_u += qw[j] * (double)(x[j] - y[j]) * (x[j] - y[j]);
         }
         cr_assert_lt(e_w, e_u, "%s: weighted error %g, unweighted %g", cn_type_name((cn_type)types[t]), e_w, e_u);
     }

@@ -32,7 +32,7 @@ static gr_grammar *rx_compile(const char *re, bool json, cn_error *err) {
     gr_rule_define(b, root, e);
     gr_grammar *g = NULL;
     memset(err, 0, sizeof *err);
-    gr_limits lim = { .max_states = 200000, .max_compile_ms = 5000 };
+    gr_limits lim = {.max_states = 200000, .max_compile_ms = 5000};
     cn_status st = gr_compile(b, root, &lim, &g, err);
     gr_builder_free(b);
     if (st != CN_STATUS_OK) return NULL;
@@ -85,7 +85,10 @@ static uint32_t rnd(uint32_t n) {
 }
 
 /* An alphabet: UTF-8 pieces, one character each. */
-typedef struct { char c[64][5]; int n; } alpha;
+typedef struct {
+    char c[64][5];
+    int n;
+} alpha;
 
 static void alpha_add(alpha *a, const char *u, size_t len) {
     for (int i = 0; i < a->n; i++)
@@ -99,12 +102,13 @@ static void alpha_add(alpha *a, const char *u, size_t len) {
 /* The characters the pattern spells literally, plus ones most patterns treat specially. */
 static void alpha_of(alpha *a, const char *re, const char *extra) {
     a->n = 0;
-    const char *sets[2] = { extra, re };
+    const char *sets[2] = {extra, re};
     for (int k = 0; k < 2; k++)
         for (const char *s = sets[k]; *s;) {
             unsigned c = (unsigned char)*s;
             size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-            if (k == 1 && (c == '\\' || c == '(' || c == ')' || c == '|' || c == '*' || c == '+' || c == '?' || c == '^' || c == '$')) {
+            if (k == 1 && (c == '\\' || c == '(' || c == ')' || c == '|' || c == '*' || c == '+' || c == '?' ||
+                           c == '^' || c == '$')) {
                 s++;
                 continue;
             }
@@ -113,7 +117,10 @@ static void alpha_of(alpha *a, const char *re, const char *extra) {
         }
 }
 
-typedef struct { int ix[40]; int n; } word;
+typedef struct {
+    int ix[40];
+    int n;
+} word;
 
 static size_t word_text(const alpha *a, const word *w, char *out) {
     size_t n = 0;
@@ -126,7 +133,9 @@ static size_t word_text(const alpha *a, const word *w, char *out) {
     return n;
 }
 
-typedef struct { long n, pos, mism; } tally;
+typedef struct {
+    long n, pos, mism;
+} tally;
 
 static void compare(const char *re, gr_grammar *g, pcre2_code *pc, const char *s, size_t n, tally *t) {
     bool want = pc_match(pc, s, n), got = g && gr_matches(g, s, n);
@@ -178,7 +187,7 @@ static tally diff_full(const char *re, int n_random, int n_walks) {
     pcre2_code *pc = pc_compile(re, true);
     alpha a;
     alpha_of(&a, re, extra_chars);
-    tally t = { 0 };
+    tally t = {0};
     char buf[256];
     word w;
     for (int i = 0; i < n_random; i++) {
@@ -207,15 +216,83 @@ static tally diff_full(const char *re, int n_random, int n_walks) {
 /* ---- full match against PCRE2 ---- */
 
 static const char *const feature_patterns[] = {
-    "abc", "a|b|", "(ab|cd)*e?", "a+b*c?", "a{3}", "a{2,}b", "a{1,3}b{0,2}", "(?:ab){2,4}",
-    "a*?b+?c??d{1,2}?", "[a-c]x[^a-c]", "[-a]|[a-]|[a\\-z]", "[\\d\\s]+", "\\w+\\W\\w*", "\\D\\S",
-    "[^\\d]*", "[\\w.-]+@[\\w-]+\\.[a-z]{2,}", ".", ".*", ".+\n?", "[.]\\.", "\\/\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\^\\$\\\\",
-    "\\t\\n\\r\\f", "\\x41\\u0042\\u{43}", "\\u00e9|\\u4e2d", "[\\u0041-\\u005A]+", "[é-ü]+", "中文?",
-    "😀+", "[😀-😂]", "(?<year>\\d{4})-(?<m>\\d{2})", "(?P<x>a)b", "((a)|(b))+", "()", "(|a)b", "a{", "a{1", "a{x}", "x{2,3",
-    "}", "]", "[]", "[^]", "a[]b|c", "[^]a", "\\cJ", "\\0", "[\\b]", "^abc$", "^a|b$", "^(a|b)$", "a^b", "a$b", "(a|$)+",
-    "(a$|b)c?", "(^a|b)+", "(^)*a", "($|a)*", "x(^|a)y", "(a|^b)(c|$)", "^$", "$^", "^^a$$", "(?:^a)?b",
-    "((^a)?(b$)?)*", "[\\^$.|?*+()]", "[a-a]", "[\\]]", "[\\-]", "a||b", "(a|)+", "(a*)*", "(a|b)*a(a|b){3}",
-    "[0-9]{1,3}(\\.[0-9]{1,3}){3}", "\\s", "[\\S\\s]", "[\\W\\d]", "[^\\W]",
+    "abc",
+    "a|b|",
+    "(ab|cd)*e?",
+    "a+b*c?",
+    "a{3}",
+    "a{2,}b",
+    "a{1,3}b{0,2}",
+    "(?:ab){2,4}",
+    "a*?b+?c??d{1,2}?",
+    "[a-c]x[^a-c]",
+    "[-a]|[a-]|[a\\-z]",
+    "[\\d\\s]+",
+    "\\w+\\W\\w*",
+    "\\D\\S",
+    "[^\\d]*",
+    "[\\w.-]+@[\\w-]+\\.[a-z]{2,}",
+    ".",
+    ".*",
+    ".+\n?",
+    "[.]\\.",
+    "\\/\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\^\\$\\\\",
+    "\\t\\n\\r\\f",
+    "\\x41\\u0042\\u{43}",
+    "\\u00e9|\\u4e2d",
+    "[\\u0041-\\u005A]+",
+    "[é-ü]+",
+    "中文?",
+    "😀+",
+    "[😀-😂]",
+    "(?<year>\\d{4})-(?<m>\\d{2})",
+    "(?P<x>a)b",
+    "((a)|(b))+",
+    "()",
+    "(|a)b",
+    "a{",
+    "a{1",
+    "a{x}",
+    "x{2,3",
+    "}",
+    "]",
+    "[]",
+    "[^]",
+    "a[]b|c",
+    "[^]a",
+    "\\cJ",
+    "\\0",
+    "[\\b]",
+    "^abc$",
+    "^a|b$",
+    "^(a|b)$",
+    "a^b",
+    "a$b",
+    "(a|$)+",
+    "(a$|b)c?",
+    "(^a|b)+",
+    "(^)*a",
+    "($|a)*",
+    "x(^|a)y",
+    "(a|^b)(c|$)",
+    "^$",
+    "$^",
+    "^^a$$",
+    "(?:^a)?b",
+    "((^a)?(b$)?)*",
+    "[\\^$.|?*+()]",
+    "[a-a]",
+    "[\\]]",
+    "[\\-]",
+    "a||b",
+    "(a|)+",
+    "(a*)*",
+    "(a|b)*a(a|b){3}",
+    "[0-9]{1,3}(\\.[0-9]{1,3}){3}",
+    "\\s",
+    "[\\S\\s]",
+    "[\\W\\d]",
+    "[^\\W]",
 };
 
 Test(grammar_regex, features_agree_with_pcre2) {
@@ -253,9 +330,13 @@ static void gen_re(char *o, size_t *n, int depth) {
     case 0: o[(*n)++] = 'a'; break;
     case 1: o[(*n)++] = 'b'; break;
     case 2: o[(*n)++] = "^$"[rnd(2)]; break;
-    case 3: memcpy(o + *n, "[ab]", 4); *n += 4; break;
+    case 3:
+        memcpy(o + *n, "[ab]", 4);
+        *n += 4;
+        break;
     case 4: o[(*n)++] = '.'; break;
-    case 5: case 6:
+    case 5:
+    case 6:
         gen_re(o, n, depth + 1);
         gen_re(o, n, depth + 1);
         break;
@@ -270,7 +351,7 @@ static void gen_re(char *o, size_t *n, int depth) {
         o[(*n)++] = '(';
         gen_re(o, n, depth + 1);
         o[(*n)++] = ')';
-        static const char *q[] = { "*", "+", "?", "{2}", "{0,2}", "{1,3}", "{2,}", "{0}" };
+        static const char *q[] = {"*", "+", "?", "{2}", "{0,2}", "{1,3}", "{2,}", "{0}"};
         const char *s = q[rnd(8)];
         memcpy(o + *n, s, strlen(s));
         *n += strlen(s);
@@ -295,7 +376,7 @@ Test(grammar_regex, random_patterns_with_anchors_agree_with_pcre2, .timeout = 30
             for (int x = 0; x < lim; x++) {
                 int y = x;
                 for (int i = 0; i < len; i++, y /= 3) s[i] = "abc"[y % 3];
-                tally t = { 0 };
+                tally t = {0};
                 compare(re, g, pc, s, (size_t)len, &t);
                 mism += t.mism;
                 pos += t.pos;
@@ -323,25 +404,25 @@ static bool full(const char *re, const char *s, size_t n) {
 #define FULL(re, s) full(re, s, sizeof(s) - 1)
 
 Test(grammar_regex, ecmascript_specifics) {
-    cr_assert(FULL("\\v", "\x0b"));            /* ECMAScript \v is U+000B (PCRE: a class) */
+    cr_assert(FULL("\\v", "\x0b")); /* ECMAScript \v is U+000B (PCRE: a class) */
     cr_assert(!FULL("\\v", "\n"));
-    cr_assert(FULL("\\s", "\xc2\xa0"));        /* U+00A0 is ECMAScript whitespace */
-    cr_assert(FULL("\\s", "\xe3\x80\x80"));    /* U+3000 */
-    cr_assert(FULL("\\s", "\xef\xbb\xbf"));    /* U+FEFF */
-    cr_assert(!FULL("\\S", "\xe2\x80\xa8"));   /* U+2028 */
-    cr_assert(!FULL("\\w", "\xc3\xa9"));       /* \w is ASCII: not é */
-    cr_assert(!FULL("\\d", "\xd9\xa3"));       /* \d is ASCII: not Arabic-Indic 3 */
+    cr_assert(FULL("\\s", "\xc2\xa0"));      /* U+00A0 is ECMAScript whitespace */
+    cr_assert(FULL("\\s", "\xe3\x80\x80"));  /* U+3000 */
+    cr_assert(FULL("\\s", "\xef\xbb\xbf"));  /* U+FEFF */
+    cr_assert(!FULL("\\S", "\xe2\x80\xa8")); /* U+2028 */
+    cr_assert(!FULL("\\w", "\xc3\xa9"));     /* \w is ASCII: not é */
+    cr_assert(!FULL("\\d", "\xd9\xa3"));     /* \d is ASCII: not Arabic-Indic 3 */
     cr_assert(FULL("\\x{1F600}", "\xf0\x9f\x98\x80"));
     cr_assert(FULL("\\uD83D\\uDE00", "\xf0\x9f\x98\x80")); /* a surrogate pair is one character */
-    cr_assert(FULL("[^a]", "\xf4\x8f\xbf\xbf")); /* U+10FFFF */
+    cr_assert(FULL("[^a]", "\xf4\x8f\xbf\xbf"));           /* U+10FFFF */
     cr_assert(!FULL(".", "\n"));
-    cr_assert(FULL(".", "\r"));                /* the layer's choice: only \n (grammar.h) */
-    cr_assert(!FULL(".", "\xed\xa0\x80"));     /* an encoded surrogate is no character */
+    cr_assert(FULL(".", "\r"));            /* the layer's choice: only \n (grammar.h) */
+    cr_assert(!FULL(".", "\xed\xa0\x80")); /* an encoded surrogate is no character */
     cr_assert(!FULL(".", "\xff"));
     cr_assert(FULL("\\cA\\ca", "\x01\x01"));
     cr_assert(FULL("\\0", "\0"));
     cr_assert(FULL("a{,5}", "a{,5}"));         /* ECMAScript: not a quantifier */
-    cr_assert_null(rx_compile_or_empty("[]"));     /* ECMAScript: the empty class */
+    cr_assert_null(rx_compile_or_empty("[]")); /* ECMAScript: the empty class */
     cr_assert_null(rx_compile_or_empty("a^b"));
     cr_assert(FULL("a{1,10000}", "aaaa"));
 }
@@ -360,7 +441,7 @@ Test(grammar_regex, json_spelling_hand_worked) {
     gr_grammar *g = json_re("^a\"b$");
     cr_assert(JM(g, "a\\\"b"));
     cr_assert(JM(g, "a\\u0022b"));
-    cr_assert(!JM(g, "a\"b"));       /* a bare quote would end the JSON string */
+    cr_assert(!JM(g, "a\"b")); /* a bare quote would end the JSON string */
     cr_assert(!JM(g, "a\\\\\"b"));
     gr_grammar_free(g);
     g = json_re("^\\\\$");
@@ -372,7 +453,7 @@ Test(grammar_regex, json_spelling_hand_worked) {
     g = json_re("^x\\ny\\t\\u0001$");
     cr_assert(JM(g, "x\\ny\\t\\u0001"));
     cr_assert(JM(g, "x\\u000Ay\\u0009\\u0001"));
-    cr_assert(!JM(g, "x\ny\t\\u0001"));  /* raw controls are not JSON */
+    cr_assert(!JM(g, "x\ny\t\\u0001")); /* raw controls are not JSON */
     cr_assert(!JM(g, "x\\ny\\t\x01"));
     gr_grammar_free(g);
     g = json_re("^[^a]$");
@@ -383,9 +464,9 @@ Test(grammar_regex, json_spelling_hand_worked) {
     cr_assert(!JM(g, "\""));
     cr_assert(!JM(g, "\\"));
     cr_assert(!JM(g, "a"));
-    cr_assert(!JM(g, "\\u0061"));    /* ordinary characters only raw: one spelling */
+    cr_assert(!JM(g, "\\u0061")); /* ordinary characters only raw: one spelling */
     gr_grammar_free(g);
-    g = json_re("b");                /* search: anywhere, in any JSON string text */
+    g = json_re("b"); /* search: anywhere, in any JSON string text */
     cr_assert(JM(g, "b"));
     cr_assert(JM(g, "a\\\"b\\n"));
     cr_assert(!JM(g, "a\\\"c"));
@@ -414,8 +495,8 @@ static size_t json_spell(const char *s, size_t n, char *out) {
 }
 
 static const char *const search_patterns[] = {
-    "a", "^a", "a$", "^a$", "\"", "\\\\", "\\n", "^[^\"]*$", "[\\x00-\\x1f]", "^\\s*$", "a.b", "^.{3}$",
-    "(^x|y$)", "\\d{2}", "^$", "", "^\"?\\\\\"$", "[\"\\\\]+", "^(a|\\n)+$",
+    "a",   "^a",     "a$",      "^a$",    "\"", "\\\\", "\\n",         "^[^\"]*$",  "[\\x00-\\x1f]", "^\\s*$",
+    "a.b", "^.{3}$", "(^x|y$)", "\\d{2}", "^$", "",     "^\"?\\\\\"$", "[\"\\\\]+", "^(a|\\n)+$",
 };
 
 Test(grammar_regex, json_search_agrees_with_pcre2_on_decoded_values) {
@@ -516,14 +597,14 @@ Test(grammar_regex, deep_nesting_is_refused_not_a_crash) {
 
 Test(grammar_regex, huge_repeats_hit_the_compile_budget) {
     /* the second: the classic 2^21-state DFA (the 21st letter from the end is an a) */
-    const char *res[] = { "(a{1,1000}){1,1000}", "(a|b)*a(a|b){20}", "(.*a){20}x.{1,30}" };
+    const char *res[] = {"(a{1,1000}){1,1000}", "(a|b)*a(a|b){20}", "(.*a){20}x.{1,30}"};
     for (size_t i = 0; i < 3; i++) {
         gr_builder *b = gr_builder_new();
         int32_t root = gr_rule(b, "root");
         gr_rule_define(b, root, gr_regex_expr(b, res[i], strlen(res[i])));
         gr_grammar *g = NULL;
-        cn_error err = { 0 };
-        gr_limits lim = { .max_states = 50000, .max_compile_ms = 3000 };
+        cn_error err = {0};
+        gr_limits lim = {.max_states = 50000, .max_compile_ms = 3000};
         cn_status st = gr_compile(b, root, &lim, &g, &err);
         gr_builder_free(b);
         cr_assert_eq(st, CN_STATUS_INVALID_ARG, "/%s/ compiled (%s)", res[i], err.msg);
@@ -536,7 +617,7 @@ Test(grammar_regex, huge_repeats_hit_the_compile_budget) {
  * large the count: the fuzzer's slow unit `(|$2){04(|$2){0444304430}` spent seconds
  * expanding half a billion copies of nothing before the budget's clock was read. */
 Test(grammar_regex, repeat_of_empty_is_empty_whatever_the_count) {
-    const char *res[] = { "x(|$2){4,444304430}y", "x((|$2){3,9}){99999,400000000}y", "x(){4000000}y" };
+    const char *res[] = {"x(|$2){4,444304430}y", "x((|$2){3,9}){99999,400000000}y", "x(){4000000}y"};
     for (size_t i = 0; i < 3; i++) {
         cn_error err;
         gr_grammar *g = rx_compile(res[i], false, &err);

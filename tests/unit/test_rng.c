@@ -32,16 +32,14 @@ Test(rng, xoshiro256starstar_reference_vector) {
 
 Test(rng, splitmix64_reference_vectors) {
     uint64_t st = 0;
-    const uint64_t from0[4] = {UINT64_C(0xe220a8397b1dcdaf), UINT64_C(0x6e789e6aa1b965f4),
-                               UINT64_C(0x06c45d188009454f), UINT64_C(0xf88bb8a8724c81ec)};
+    const uint64_t from0[4] = {UINT64_C(0xe220a8397b1dcdaf), UINT64_C(0x6e789e6aa1b965f4), UINT64_C(0x06c45d188009454f),
+                               UINT64_C(0xf88bb8a8724c81ec)};
     for (int i = 0; i < 4; i++) cr_assert_eq(cn_splitmix64(&st), from0[i], "seed 0, output %d", i);
     st = 1234567;
-    const uint64_t from1234567[5] = {
-        UINT64_C(6457827717110365317), UINT64_C(3203168211198807973),
-        UINT64_C(9817491932198370423), UINT64_C(4593380528125082431),
-        UINT64_C(16408922859458223821)};
-    for (int i = 0; i < 5; i++)
-        cr_assert_eq(cn_splitmix64(&st), from1234567[i], "seed 1234567, output %d", i);
+    const uint64_t from1234567[5] = {UINT64_C(6457827717110365317), UINT64_C(3203168211198807973),
+                                     UINT64_C(9817491932198370423), UINT64_C(4593380528125082431),
+                                     UINT64_C(16408922859458223821)};
+    for (int i = 0; i < 5; i++) cr_assert_eq(cn_splitmix64(&st), from1234567[i], "seed 1234567, output %d", i);
 }
 
 /* The documented seeding: the state is four consecutive splitmix64 outputs from the seed. */

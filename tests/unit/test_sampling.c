@@ -149,12 +149,10 @@ Test(sampling_worked, temperature_sharpens_and_flattens) {
     cn_cands c;
     from_probs(&c, colours, 4);
     cn_stage_temperature(&c, 0.5f);
-    assert_kept(&c, 4, (int[]){BLUE, GRAY, CLEAR, DARK},
-                (double[]){0.724638, 0.181159, 0.065217, 0.028986});
+    assert_kept(&c, 4, (int[]){BLUE, GRAY, CLEAR, DARK}, (double[]){0.724638, 0.181159, 0.065217, 0.028986});
     from_probs(&c, colours, 4);
     cn_stage_temperature(&c, 2.0f);
-    assert_kept(&c, 4, (int[]){BLUE, GRAY, CLEAR, DARK},
-                (double[]){0.370090, 0.261693, 0.202707, 0.165509});
+    assert_kept(&c, 4, (int[]){BLUE, GRAY, CLEAR, DARK}, (double[]){0.370090, 0.261693, 0.202707, 0.165509});
 }
 
 /* The draw walks blue, gray, clear, dark (probability descending, then id). */
@@ -162,14 +160,13 @@ Test(sampling_worked, draw_is_inverse_cdf_in_canonical_order) {
     const struct {
         double u;
         int want;
-    } cases[] = {{0.0, BLUE},   {0.4999, BLUE},  {0.5001, GRAY},
-                 {0.7499, GRAY}, {0.7501, CLEAR}, {0.8999, CLEAR}, {0.9001, DARK}, {0.9999999, DARK}};
+    } cases[] = {{0.0, BLUE},     {0.4999, BLUE},  {0.5001, GRAY}, {0.7499, GRAY},
+                 {0.7501, CLEAR}, {0.8999, CLEAR}, {0.9001, DARK}, {0.9999999, DARK}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cn_cands c;
         from_probs(&c, colours, 4);
         size_t at = cn_stage_draw(&c, cases[i].u);
-        cr_assert_eq(c.data[at].id, cases[i].want, "u = %g drew %d, want %d", cases[i].u,
-                     c.data[at].id, cases[i].want);
+        cr_assert_eq(c.data[at].id, cases[i].want, "u = %g drew %d, want %d", cases[i].u, c.data[at].id, cases[i].want);
     }
     /* Equal probabilities: the lower id owns the lower part of [0, 1). */
     const float tie[3] = {0.0f, 1.0f, 1.0f};
@@ -211,8 +208,8 @@ static double psum(const cn_cands *c) {
 static const int sizes[] = {1, 2, 3, 17, 100, 1000, 5000};
 static const float scales[] = {0.3f, 2.0f, 8.0f};
 
-#define FOR_CASES                                                          \
-    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)         \
+#define FOR_CASES                                                  \
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) \
         for (size_t sc = 0; sc < sizeof scales / sizeof scales[0]; sc++)
 
 static float lg[MAXV];
@@ -234,8 +231,7 @@ static void sorted_ids_equal(const cn_cands *c, const cn_candidate *want, size_t
     memcpy(w, want, n * sizeof *w);
     qsort(w, n, sizeof *w, cmp_id);
     for (size_t i = 0; i < n; i++)
-        cr_assert_eq(got[i].id, w[i].id, "%s: kept set differs at %zu: %d vs %d", what, i,
-                     got[i].id, w[i].id);
+        cr_assert_eq(got[i].id, w[i].id, "%s: kept set differs at %zu: %d vs %d", what, i, got[i].id, w[i].id);
 }
 
 Test(sampling_props, softmax_matches_double_reference_and_sums_to_one) {
@@ -254,8 +250,8 @@ Test(sampling_props, softmax_matches_double_reference_and_sums_to_one) {
             double d = (double)c.data[i].logit - mx;
             double want = exp(d) / s;
             double tol = want * (4e-7 + 6e-8 * fabs(d)) + 1e-38;
-            cr_assert(fabs(c.data[i].p - want) <= tol, "n %d token %d: %.9g vs %.9g", n,
-                      c.data[i].id, c.data[i].p, want);
+            cr_assert(fabs(c.data[i].p - want) <= tol, "n %d token %d: %.9g vs %.9g", n, c.data[i].id, c.data[i].p,
+                      want);
         }
         cr_assert(fabs(psum(&c) - 1) < 1e-5, "sum %.9f", psum(&c));
     }
@@ -448,8 +444,8 @@ Test(sampling_props, penalties_as_defined) {
         cr_assert_eq(c.n, 5);
         for (size_t i = 0; i < c.n; i++) {
             int id = c.data[i].id;
-            cr_assert(fabs(c.data[i].logit - want[id]) < 1e-6, "path %d token %d: %.7f want %.7f",
-                      path, id, c.data[i].logit, want[id]);
+            cr_assert(fabs(c.data[i].logit - want[id]) < 1e-6, "path %d token %d: %.7f want %.7f", path, id,
+                      c.data[i].logit, want[id]);
         }
         for (int i = 0; i < 5; i++) cr_assert_eq(counts[i], 0, "counts must be left zeroed");
     }
@@ -484,8 +480,7 @@ Test(sampling_props, sort_prefix_matches_full_sort) {
         cn_cands_sort_prefix(&c, ms[mi]);
         size_t m = ms[mi] < 5000 ? ms[mi] : 5000;
         cr_assert_eq(c.n_sorted, m);
-        for (size_t i = 0; i < m; i++)
-            cr_assert_eq(c.data[i].id, ref[i].id, "m %zu: position %zu", m, i);
+        for (size_t i = 0; i < m; i++) cr_assert_eq(c.data[i].id, ref[i].id, "m %zu: position %zu", m, i);
     }
 }
 

@@ -26,8 +26,7 @@ static cn_sampler *make(const cn_sampling_params *p, int32_t n_vocab) {
     return s;
 }
 
-static int32_t sample1(cn_sampler *s, const float *l, int32_t n, const int32_t *h, size_t nh,
-                       cn_sample_info *info) {
+static int32_t sample1(cn_sampler *s, const float *l, int32_t n, const int32_t *h, size_t nh, cn_sample_info *info) {
     int32_t tok = -1;
     cn_error err = {0};
     cn_status st = cn_sampler_sample(s, l, n, h, nh, &tok, info, &err);
@@ -52,9 +51,9 @@ Test(sampling_params, defaults_are_neutral_and_valid) {
     cr_assert_eq(p.seed, CN_SAMPLING_SEED_RANDOM);
     cr_assert_eq(p.n_logprobs, -1);
     cr_assert_not(p.ignore_eos);
-    const cn_sampler_stage want[] = {CN_SAMPLER_LOGIT_BIAS, CN_SAMPLER_PENALTIES,
-                                     CN_SAMPLER_TEMPERATURE, CN_SAMPLER_TOP_K,
-                                     CN_SAMPLER_TOP_P,      CN_SAMPLER_MIN_P, CN_SAMPLER_TYPICAL};
+    const cn_sampler_stage want[] = {CN_SAMPLER_LOGIT_BIAS, CN_SAMPLER_PENALTIES, CN_SAMPLER_TEMPERATURE,
+                                     CN_SAMPLER_TOP_K,      CN_SAMPLER_TOP_P,     CN_SAMPLER_MIN_P,
+                                     CN_SAMPLER_TYPICAL};
     cr_assert_eq(p.n_chain, 7);
     for (int i = 0; i < 7; i++) cr_assert_eq(p.chain[i], want[i]);
     cr_assert_eq(cn_sampling_validate(&p, 32000, NULL), CN_STATUS_OK);
@@ -141,12 +140,11 @@ Test(sampling_params, validate_names_each_bad_value_and_its_range) {
         cn_sampling_params p = cn_sampling_default_params();
         cases[i].set(&p);
         cn_error err = {0};
-        cr_assert_eq(cn_sampling_validate(&p, 32000, &err), CN_STATUS_INVALID_ARG, "case %zu (%s) passed",
-                     i, cases[i].field);
+        cr_assert_eq(cn_sampling_validate(&p, 32000, &err), CN_STATUS_INVALID_ARG, "case %zu (%s) passed", i,
+                     cases[i].field);
         cr_assert_eq(err.status, CN_STATUS_INVALID_ARG);
         cr_assert(strstr(err.msg, cases[i].field) && strstr(err.msg, cases[i].range),
-                  "case %zu: message '%s' lacks '%s' or '%s'", i, err.msg, cases[i].field,
-                  cases[i].range);
+                  "case %zu: message '%s' lacks '%s' or '%s'", i, err.msg, cases[i].field, cases[i].range);
         cr_assert_null(strchr(err.msg, '\n'), "one line: %s", err.msg);
         /* and the sampler refuses the same params, allocating nothing */
         cn_sampler *s = (cn_sampler *)&p;
@@ -176,8 +174,8 @@ Test(sampling_params, chain_specs_and_presets) {
     cr_assert_eq(p.n_chain, 7);
     for (int i = 0; i < 7; i++) cr_assert_eq(p.chain[i], llama[i], "llama.cpp chain[%d]", i);
 
-    cr_assert_eq(cn_sampling_set_chain(&p, " penalties; top_k ;top_p,min_p;typical;temp ", &err),
-                 CN_STATUS_OK, "%s", err.msg);
+    cr_assert_eq(cn_sampling_set_chain(&p, " penalties; top_k ;top_p,min_p;typical;temp ", &err), CN_STATUS_OK, "%s",
+                 err.msg);
     const cn_sampler_stage custom[] = {CN_SAMPLER_LOGIT_BIAS, CN_SAMPLER_PENALTIES, CN_SAMPLER_TOP_K,
                                        CN_SAMPLER_TOP_P,      CN_SAMPLER_MIN_P,     CN_SAMPLER_TYPICAL,
                                        CN_SAMPLER_TEMPERATURE};
@@ -227,13 +225,12 @@ Test(sampling_draws, top_p_07_frequencies_pass_chi_square) {
     long counts[4] = {0};
     const long n = 100000;
     for (long i = 0; i < n; i++) counts[sample1(s, l, 4, NULL, 0, NULL)]++;
-    cr_assert_eq(counts[CLEAR] + counts[DARK], 0, "top-p 0.7 drew clear %ld, dark %ld times",
-                 counts[CLEAR], counts[DARK]);
+    cr_assert_eq(counts[CLEAR] + counts[DARK], 0, "top-p 0.7 drew clear %ld, dark %ld times", counts[CLEAR],
+                 counts[DARK]);
     double e0 = n * 2.0 / 3, e1 = n * 1.0 / 3;
-    double chi2 = (counts[BLUE] - e0) * (counts[BLUE] - e0) / e0 +
-                  (counts[GRAY] - e1) * (counts[GRAY] - e1) / e1;
-    fprintf(stderr, "[sampling] top-p 0.7, seed 42, 100k draws: blue %ld gray %ld, chi2 %.3f\n",
-            counts[BLUE], counts[GRAY], chi2);
+    double chi2 = (counts[BLUE] - e0) * (counts[BLUE] - e0) / e0 + (counts[GRAY] - e1) * (counts[GRAY] - e1) / e1;
+    fprintf(stderr, "[sampling] top-p 0.7, seed 42, 100k draws: blue %ld gray %ld, chi2 %.3f\n", counts[BLUE],
+            counts[GRAY], chi2);
     cr_assert(chi2 < 10.83, "chi2 = %.3f (blue %ld, gray %ld)", chi2, counts[BLUE], counts[GRAY]);
     cn_sampler_free(s);
 }
@@ -418,8 +415,8 @@ static void assert_probs(const trace *t, int k, size_t n, const int *ids, const 
     cr_assert_eq(t->n_cand[k], n, "stage %d keeps %zu, want %zu", k, t->n_cand[k], n);
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(t->top[k][i].id, ids[i]);
-        cr_assert(fabs(t->top[k][i].p - ps[i]) < 2e-6, "stage %d token %d: %.7f want %.7f", k,
-                  ids[i], t->top[k][i].p, ps[i]);
+        cr_assert(fabs(t->top[k][i].p - ps[i]) < 2e-6, "stage %d token %d: %.7f want %.7f", k, ids[i], t->top[k][i].p,
+                  ps[i]);
     }
 }
 
@@ -441,8 +438,7 @@ Test(sampling_chain, order_changes_the_result) {
     cr_assert_eq(t.n, 2);
     cr_assert_eq(t.stage[0], CN_SAMPLER_TEMPERATURE);
     cr_assert_eq(t.stage[1], CN_SAMPLER_MIN_P);
-    assert_probs(&t, 1, 4, (int[]){BLUE, GRAY, CLEAR, DARK},
-                 (double[]){0.370090, 0.261693, 0.202707, 0.165509});
+    assert_probs(&t, 1, 4, (int[]){BLUE, GRAY, CLEAR, DARK}, (double[]){0.370090, 0.261693, 0.202707, 0.165509});
     cn_sampler_free(s);
 
     cr_assert_eq(cn_sampling_set_chain(&p, "llama.cpp", NULL), CN_STATUS_OK);
@@ -595,8 +591,7 @@ Test(sampling_chain, errors_consume_no_randomness) {
     cr_assert_eq(cn_sampler_sample(s, l, 4, NULL, 3, &tok, NULL, &err), CN_STATUS_INVALID_ARG);
     cr_assert_eq(cn_sampler_sample(s, NULL, 4, NULL, 0, &tok, NULL, &err), CN_STATUS_INVALID_ARG);
     cr_assert_eq(cn_sampler_sample(s, l, 4, NULL, 0, NULL, NULL, &err), CN_STATUS_INVALID_ARG);
-    for (int i = 0; i < 100; i++)
-        cr_assert_eq(sample1(s, l, 4, NULL, 0, NULL), sample1(ref, l, 4, NULL, 0, NULL));
+    for (int i = 0; i < 100; i++) cr_assert_eq(sample1(s, l, 4, NULL, 0, NULL), sample1(ref, l, 4, NULL, 0, NULL));
     cn_sampler_free(s);
     cn_sampler_free(ref);
     cn_sampler_free(NULL);

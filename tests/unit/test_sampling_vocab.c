@@ -55,8 +55,8 @@ static void sample_once(const config *cf, int32_t *tok, int32_t *n_kept) {
     cn_error err;
     cr_assert_eq(cn_sampler_create(&p, NV, &s, &err), CN_STATUS_OK, "%s", err.msg);
     cn_sample_info info;
-    cr_assert_eq(cn_sampler_sample(s, logits, NV, NULL, 0, tok, &info, &err), CN_STATUS_OK, "%s: %s",
-                 cf->name, err.msg);
+    cr_assert_eq(cn_sampler_sample(s, logits, NV, NULL, 0, tok, &info, &err), CN_STATUS_OK, "%s: %s", cf->name,
+                 err.msg);
     *n_kept = info.n_kept;
     cn_sampler_free(s);
 }

@@ -23,13 +23,13 @@
 typedef struct sim_seq {
     cn_sched_seq q;
     int32_t n_prompt, n_gen_target, n_gen;
-    int32_t n_children;         /* forks to make when the prompt completes */
+    int32_t n_children; /* forks to make when the prompt completes */
     bool live;
     bool admitted_before;
 } sim_seq;
 
 static uint64_t rng_state;
-static bool g_drafts;           /* give decoding sequences guesses before each plan */
+static bool g_drafts; /* give decoding sequences guesses before each plan */
 static uint32_t rnd(uint32_t n) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t)(rng_state >> 33) % n;
@@ -52,7 +52,7 @@ typedef struct {
     cn_kv *kv;
     cn_sched *s;
     cn_batch b;
-    sim_seq *seqs;              /* (cap) */
+    sim_seq *seqs; /* (cap) */
     int32_t n_seqs, cap;
     sim_seq *by_slot[64];
     uint64_t next_key;
@@ -238,8 +238,7 @@ static int32_t step(world *w) {
         if (x->q.n_tokens - x->q.n_computed == 1)
             cr_assert_eq(x->q.plan_rows - x->q.plan_draft, 1, "a running decode (key %llu) got no row",
                          (unsigned long long)x->q.key);
-        else
-            cr_assert_eq(x->q.plan_draft, 0, "a prompt chunk got drafts");
+        else cr_assert_eq(x->q.plan_draft, 0, "a prompt chunk got drafts");
         cr_assert_leq(x->q.plan_draft, x->q.n_draft);
         if (x->q.key == oldest_pending) cr_assert_gt(x->q.plan_rows, 0, "the oldest sequence made no progress");
         rows += x->q.plan_rows;
@@ -312,8 +311,8 @@ typedef struct {
     int64_t n_accepted, n_rejected;
 } run_counts;
 
-static run_counts run_random(uint64_t seed, int64_t n_blocks, int32_t bt, int32_t max_running,
-                             int32_t step_tokens, bool prefix_cache, int n_ops) {
+static run_counts run_random(uint64_t seed, int64_t n_blocks, int32_t bt, int32_t max_running, int32_t step_tokens,
+                             bool prefix_cache, int n_ops) {
     run_counts rc = {0};
     rng_state = seed;
     world w;

@@ -206,8 +206,8 @@ Test(spec, limits_identical, .timeout = 120) {
 }
 
 /* The token chosen at a drafted position in a verify pass (the second one) follows the
- * target's own distribution: 4000 seeds with a self-draft, the second token's counts given the most common first token, against softmax of the
- * target's logits for that history, by Pearson's chi-square (bins of expected count
+ * target's own distribution: 4000 seeds with a self-draft, the second token's counts given the most common first token,
+ * against softmax of the target's logits for that history, by Pearson's chi-square (bins of expected count
  * >= 5, the rest pooled; the 0.999 quantile of chi-square for the bins' degrees of
  * freedom by the Wilson-Hilferty approximation). */
 Test(spec, verified_token_follows_the_target_distribution, .timeout = 300) {
@@ -270,8 +270,10 @@ Test(spec, verified_token_follows_the_target_distribution, .timeout = 300) {
     cr_assert_geq(bins, 3, "too few bins (%d) for a meaningful test", bins);
     const double k = bins - 1, zq = 3.090; /* the standard normal's 0.999 quantile */
     const double crit = k * pow(1 - 2 / (9 * k) + zq * sqrt(2 / (9 * k)), 3);
-    cr_assert_lt(chi2, crit, "chi-square %.1f over %d bins (critical %.1f at 0.001): the verified token's distribution "
-                             "is not the target's", chi2, bins, crit);
+    cr_assert_lt(chi2, crit,
+                 "chi-square %.1f over %d bins (critical %.1f at 0.001): the verified token's distribution "
+                 "is not the target's",
+                 chi2, bins, crit);
     free(lg);
     free(ids);
     free(cnt);
@@ -296,7 +298,9 @@ Test(spec, bad_parameters_and_vocabularies) {
     char path[1024];
     const char *m = getenv("CINDER_MODELS");
     if (m && *m) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", m);
-    else snprintf(path, sizeof path, "%s/.cache/cinder/models/SmolLM2-135M-Instruct.Q4_1.gguf", getenv("HOME") ? getenv("HOME") : "");
+    else
+        snprintf(path, sizeof path, "%s/.cache/cinder/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 getenv("HOME") ? getenv("HOME") : "");
     cn_model *sm = NULL;
     cn_tokenizer *st = NULL;
     cn_model_params mp = cn_model_default_params();
@@ -378,7 +382,9 @@ static void models_identical(const char *target_file, const char *draft_file, in
     gt_close(&e);
 }
 
-Test(spec_models, smollm2_135m_identical, .timeout = 300) { models_identical("SmolLM2-135M-Instruct.Q4_1.gguf", NULL, 48); }
+Test(spec_models, smollm2_135m_identical, .timeout = 300) {
+    models_identical("SmolLM2-135M-Instruct.Q4_1.gguf", NULL, 48);
+}
 Test(spec_models, gemma3_270m_identical, .timeout = 300) { models_identical("gemma-3-270m-q4_k_m.gguf", NULL, 48); }
 Test(spec_models, qwen25_coder_05b_identical, .timeout = 600) {
     models_identical("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", NULL, 32);

@@ -22,8 +22,11 @@ static bool utf8_ok(const unsigned char *s, size_t n) {
      * enough to catch a chunk that starts or ends inside a character. */
     size_t i = 0;
     while (i < n) {
-        size_t len = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3
-                   : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
+        size_t len = s[i] < 0x80             ? 1
+                     : (s[i] & 0xE0) == 0xC0 ? 2
+                     : (s[i] & 0xF0) == 0xE0 ? 3
+                     : (s[i] & 0xF8) == 0xF0 ? 4
+                                             : 0;
         if (len == 0 || n - i < len) return false;
         for (size_t k = 1; k < len; k++)
             if ((s[i + k] & 0xC0) != 0x80) return false;
@@ -59,8 +62,7 @@ static cn_stop_filter *make(sink *s, const char *const *stops, size_t n) {
 static bool push(cn_stop_filter *f, const char *piece) {
     bool stopped = true;
     cn_error e;
-    cr_assert_eq(cn_stop_filter_push(f, piece, strlen(piece), &stopped, &e), CN_STATUS_OK, "%s",
-                 e.msg);
+    cr_assert_eq(cn_stop_filter_push(f, piece, strlen(piece), &stopped, &e), CN_STATUS_OK, "%s", e.msg);
     return stopped;
 }
 
@@ -312,9 +314,7 @@ Test(stop, no_stop_strings_pass_through) {
     cn_stop_filter_free(f);
 }
 
-static void ignore(void *user, const char *text, size_t n) {
-    (void)user, (void)text, (void)n;
-}
+static void ignore(void *user, const char *text, size_t n) { (void)user, (void)text, (void)n; }
 
 Test(stop, bad_arguments) {
     cn_stop_filter *f = (cn_stop_filter *)1;
@@ -332,10 +332,8 @@ Test(stop, bad_arguments) {
 
     const char *many[CN_STOP_MAX_STRINGS + 1];
     for (int i = 0; i <= CN_STOP_MAX_STRINGS; i++) many[i] = "x";
-    cr_assert_eq(cn_stop_filter_new(many, CN_STOP_MAX_STRINGS + 1, ignore, NULL, &f, &e),
-                 CN_STATUS_INVALID_ARG);
-    cr_assert_eq(cn_stop_filter_new(many, CN_STOP_MAX_STRINGS, ignore, NULL, &f, &e),
-                 CN_STATUS_OK);
+    cr_assert_eq(cn_stop_filter_new(many, CN_STOP_MAX_STRINGS + 1, ignore, NULL, &f, &e), CN_STATUS_INVALID_ARG);
+    cr_assert_eq(cn_stop_filter_new(many, CN_STOP_MAX_STRINGS, ignore, NULL, &f, &e), CN_STATUS_OK);
     cn_stop_filter_free(f);
 
     char longest[CN_STOP_MAX_LEN + 2];
@@ -352,8 +350,7 @@ Test(stop, bad_arguments) {
      * '/', a surrogate, a truncated sequence. */
     const char *bad_utf8[] = {"\xA5", "\xC0\xAF", "\xED\xA0\x80", "\xE6\x97"};
     for (size_t i = 0; i < CN_ARRAY_LEN(bad_utf8); i++) {
-        cr_assert_eq(cn_stop_filter_new(&bad_utf8[i], 1, ignore, NULL, &f, &e),
-                     CN_STATUS_INVALID_ARG, "case %zu", i);
+        cr_assert_eq(cn_stop_filter_new(&bad_utf8[i], 1, ignore, NULL, &f, &e), CN_STATUS_INVALID_ARG, "case %zu", i);
         cr_assert(strstr(e.msg, "UTF-8"), "%s", e.msg);
     }
 
@@ -389,20 +386,16 @@ static size_t random_chars(char *out, size_t n_chars) {
     return len;
 }
 
-static size_t char_len(unsigned char c) {
-    return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
-}
+static size_t char_len(unsigned char c) { return c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4; }
 
 /* The whole text at once: the first offset where any stop string occurs; among those at
  * the same offset the shortest, then the lowest index. Returns the offset or -1. */
-static long reference(const char *text, size_t len, char stops[][64], size_t n_stops,
-                      int *idx) {
+static long reference(const char *text, size_t len, char stops[][64], size_t n_stops, int *idx) {
     for (size_t i = 0; i < len; i++) {
         int best = -1;
         for (size_t k = 0; k < n_stops; k++) {
             size_t sl = strlen(stops[k]);
-            if (sl <= len - i && memcmp(text + i, stops[k], sl) == 0 &&
-                (best < 0 || sl < strlen(stops[best])))
+            if (sl <= len - i && memcmp(text + i, stops[k], sl) == 0 && (best < 0 || sl < strlen(stops[best])))
                 best = (int)k;
         }
         if (best >= 0) {
@@ -447,8 +440,7 @@ Test(stop, property_random_texts_and_splits) {
             size_t end = pos, n_chars = rnd(6);
             for (size_t c = 0; c < n_chars && end < len; c++) end += char_len(text[end]);
             cn_error e;
-            cr_assert_eq(cn_stop_filter_push(f, text + pos, end - pos, &stopped, &e),
-                         CN_STATUS_OK, "%s", e.msg);
+            cr_assert_eq(cn_stop_filter_push(f, text + pos, end - pos, &stopped, &e), CN_STATUS_OK, "%s", e.msg);
             pos = end;
             cr_assert(s.len <= want_len && memcmp(s.text, text, s.len) == 0,
                       "iter %d: emitted text is not a prefix of the expected output", iter);

@@ -57,14 +57,11 @@ typedef struct {
 
 /* Expected values from the GGUF / ggml spec (ggml-common.h block structs). */
 static const type_row k_types[] = {
-    {CN_TYPE_F32, "f32", 1, 4},       {CN_TYPE_F16, "f16", 1, 2},
-    {CN_TYPE_BF16, "bf16", 1, 2},     {CN_TYPE_Q4_0, "q4_0", 32, 18},
-    {CN_TYPE_Q4_1, "q4_1", 32, 20},   {CN_TYPE_Q5_0, "q5_0", 32, 22},
-    {CN_TYPE_Q5_1, "q5_1", 32, 24},   {CN_TYPE_Q8_0, "q8_0", 32, 34},
-    {CN_TYPE_Q8_1, "q8_1", 32, 36},   {CN_TYPE_Q2_K, "q2_K", 256, 84},
-    {CN_TYPE_Q3_K, "q3_K", 256, 110}, {CN_TYPE_Q4_K, "q4_K", 256, 144},
-    {CN_TYPE_Q5_K, "q5_K", 256, 176}, {CN_TYPE_Q6_K, "q6_K", 256, 210},
-    {CN_TYPE_Q8_K, "q8_K", 256, 292},
+    {CN_TYPE_F32, "f32", 1, 4},       {CN_TYPE_F16, "f16", 1, 2},       {CN_TYPE_BF16, "bf16", 1, 2},
+    {CN_TYPE_Q4_0, "q4_0", 32, 18},   {CN_TYPE_Q4_1, "q4_1", 32, 20},   {CN_TYPE_Q5_0, "q5_0", 32, 22},
+    {CN_TYPE_Q5_1, "q5_1", 32, 24},   {CN_TYPE_Q8_0, "q8_0", 32, 34},   {CN_TYPE_Q8_1, "q8_1", 32, 36},
+    {CN_TYPE_Q2_K, "q2_K", 256, 84},  {CN_TYPE_Q3_K, "q3_K", 256, 110}, {CN_TYPE_Q4_K, "q4_K", 256, 144},
+    {CN_TYPE_Q5_K, "q5_K", 256, 176}, {CN_TYPE_Q6_K, "q6_K", 256, 210}, {CN_TYPE_Q8_K, "q8_K", 256, 292},
 };
 
 /* ---- traits and sizes ---------------------------------------------------------- */
@@ -88,8 +85,7 @@ Test(tensor, unknown_types_are_null) {
     uint32_t n_known = 0;
     for (uint32_t ty = 0; ty < 1000; ty++) {
         bool known = false;
-        for (size_t i = 0; i < CN_ARRAY_LEN(k_types); i++)
-            known |= k_types[i].type == ty;
+        for (size_t i = 0; i < CN_ARRAY_LEN(k_types); i++) known |= k_types[i].type == ty;
         if (known) {
             n_known++;
             continue;
@@ -114,8 +110,8 @@ Test(tensor, row_bytes_multiples_and_rejections) {
         const type_row *r = &k_types[i];
         cr_assert_eq(cn_type_row_bytes(r->type, 0), 0);
         for (int64_t k = 1; k <= 5; k++)
-            cr_assert_eq(cn_type_row_bytes(r->type, k * r->block_size), (uint64_t)k * r->type_size,
-                         "%s x%ld", r->name, (long)k);
+            cr_assert_eq(cn_type_row_bytes(r->type, k * r->block_size), (uint64_t)k * r->type_size, "%s x%ld", r->name,
+                         (long)k);
         cr_assert_eq(cn_type_row_bytes(r->type, 4096 * r->block_size), 4096u * r->type_size);
         if (r->block_size > 1) {
             cr_assert_eq(cn_type_row_bytes(r->type, 1), 0, "%s", r->name);
@@ -140,10 +136,8 @@ Test(tensor, f16_to_f32_exhaustive_against_definition) {
         float f = cn_f16_to_f32((uint16_t)h);
         int e = (h >> 10) & 31;
         if (e == 31) {
-            if (h & 1023)
-                cr_assert(isnan(f), "0x%04x", h);
-            else
-                cr_assert(isinf(f) && (signbit(f) != 0) == ((h & 0x8000) != 0), "0x%04x", h);
+            if (h & 1023) cr_assert(isnan(f), "0x%04x", h);
+            else cr_assert(isinf(f) && (signbit(f) != 0) == ((h & 0x8000) != 0), "0x%04x", h);
             continue;
         }
         cr_assert_eq((double)f, f16_value((uint16_t)h), "0x%04x: %a", h, f);
@@ -170,7 +164,8 @@ Test(tensor, f16_row_matches_scalar) {
         for (int i = 0; i < N - (int)(base % 7); i++, checked++)
             cr_assert_eq(h[i], cn_f32_to_f16(x[i]), "%a: row 0x%04x scalar 0x%04x", x[i], h[i], cn_f32_to_f16(x[i]));
     }
-    const float edge[] = {65504.0f, 65519.99f, 65520.0f, 0x1p-25f, 0x1.000002p-25f, 1.0f + 0x1p-11f, -0.0f, INFINITY, -NAN};
+    const float edge[] = {65504.0f,        65519.99f, 65520.0f, 0x1p-25f, 0x1.000002p-25f,
+                          1.0f + 0x1p-11f, -0.0f,     INFINITY, -NAN};
     for (size_t i = 0; i < CN_ARRAY_LEN(edge); i++) x[i] = edge[i];
     cn_f32_to_f16_row(x, h, CN_ARRAY_LEN(edge));
     for (size_t i = 0; i < CN_ARRAY_LEN(edge); i++) cr_assert_eq(h[i], cn_f32_to_f16(edge[i]), "%a", edge[i]);
@@ -181,26 +176,26 @@ Test(tensor, f16_edge_values) {
     cr_assert_eq(cn_f16_to_f32(0x3c00), 1.0f);
     cr_assert_eq(cn_f16_to_f32(0xc000), -2.0f);
     cr_assert_eq(cn_f16_to_f32(0x7bff), 65504.0f);
-    cr_assert_eq(cn_f16_to_f32(0x0001), 0x1p-24f);          /* smallest subnormal */
-    cr_assert_eq(cn_f16_to_f32(0x03ff), 1023 * 0x1p-24f);   /* largest subnormal */
-    cr_assert_eq(cn_f16_to_f32(0x0400), 0x1p-14f);          /* smallest normal */
+    cr_assert_eq(cn_f16_to_f32(0x0001), 0x1p-24f);        /* smallest subnormal */
+    cr_assert_eq(cn_f16_to_f32(0x03ff), 1023 * 0x1p-24f); /* largest subnormal */
+    cr_assert_eq(cn_f16_to_f32(0x0400), 0x1p-14f);        /* smallest normal */
 
     /* ties round to even */
-    cr_assert_eq(cn_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);          /* 1.0 | 1+2^-10: to 1.0 */
-    cr_assert_eq(cn_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);      /* to 1+2^-9 */
+    cr_assert_eq(cn_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);            /* 1.0 | 1+2^-10: to 1.0 */
+    cr_assert_eq(cn_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);        /* to 1+2^-9 */
     cr_assert_eq(cn_f32_to_f16(1.0f + 0x1p-11f + 0x1p-23f), 0x3c01); /* just past a tie */
     cr_assert_eq(cn_f32_to_f16(-(1.0f + 0x1p-11f)), 0xbc00);
     /* subnormal results and their ties */
     cr_assert_eq(cn_f32_to_f16(0x1p-24f), 0x0001);
-    cr_assert_eq(cn_f32_to_f16(0x1p-25f), 0x0000);                 /* tie with 0: even */
+    cr_assert_eq(cn_f32_to_f16(0x1p-25f), 0x0000); /* tie with 0: even */
     cr_assert_eq(cn_f32_to_f16(0x1.000002p-25f), 0x0001);
-    cr_assert_eq(cn_f32_to_f16(3 * 0x1p-25f), 0x0002);             /* 1.5 ulp: to 2 */
-    cr_assert_eq(cn_f32_to_f16(5 * 0x1p-25f), 0x0002);             /* 2.5 ulp: to 2 */
-    cr_assert_eq(cn_f32_to_f16(1023.5f * 0x1p-24f), 0x0400);       /* up into the normals */
+    cr_assert_eq(cn_f32_to_f16(3 * 0x1p-25f), 0x0002);       /* 1.5 ulp: to 2 */
+    cr_assert_eq(cn_f32_to_f16(5 * 0x1p-25f), 0x0002);       /* 2.5 ulp: to 2 */
+    cr_assert_eq(cn_f32_to_f16(1023.5f * 0x1p-24f), 0x0400); /* up into the normals */
     cr_assert_eq(cn_f32_to_f16(0x1p-14f - 0x1p-26f), 0x0400);
     cr_assert_eq(cn_f32_to_f16(1e-30f), 0x0000);
     cr_assert_eq(cn_f32_to_f16(-1e-30f), 0x8000);
-    cr_assert_eq(cn_f32_to_f16(0x1p-149f), 0x0000);                /* a float subnormal */
+    cr_assert_eq(cn_f32_to_f16(0x1p-149f), 0x0000); /* a float subnormal */
     cr_assert_eq(cn_f32_to_f16(-0.0f), 0x8000);
     /* overflow: 65520 is the tie between 65504 and 2^16, odd mantissa: up to Inf */
     cr_assert_eq(cn_f32_to_f16(65504.0f), 0x7bff);
@@ -258,8 +253,7 @@ Test(tensor, bf16_conversions) {
     for (uint32_t h = 0; h < 65536; h++) {
         float f = cn_bf16_to_f32((uint16_t)h);
         cr_assert_eq(f2u(f), h << 16);
-        if (!isnan(f))
-            cr_assert_eq(cn_f32_to_bf16(f), h, "round trip 0x%04x", h);
+        if (!isnan(f)) cr_assert_eq(cn_f32_to_bf16(f), h, "round trip 0x%04x", h);
     }
     cr_assert_eq(cn_f32_to_bf16(1.0f), 0x3f80);
     cr_assert_eq(cn_f32_to_bf16(u2f(0x3f808000u)), 0x3f80); /* tie, even below */
@@ -293,37 +287,29 @@ static float *gaussian_rows(uint64_t seed) {
     uint64_t s = seed;
     for (int r = 0; r < N_ROWS; r++) {
         double scale = ldexp(1.0, (int)(rng_next(&s) % 7) - 3);
-        for (int j = 0; j < ROW_LEN; j++)
-            x[r * ROW_LEN + j] = (float)(rng_gauss(&s) * scale);
+        for (int j = 0; j < ROW_LEN; j++) x[r * ROW_LEN + j] = (float)(rng_gauss(&s) * scale);
     }
     for (int j = 0; j < ROW_LEN; j++) {
         x[0 * ROW_LEN + j] = fabsf(x[0 * ROW_LEN + j]) + 0.5f;
         x[1 * ROW_LEN + j] = -fabsf(x[1 * ROW_LEN + j]) - 0.5f;
-        if (j < ROW_LEN / 2)
-            x[2 * ROW_LEN + j] *= 1e-3f;
-        if (j % 32 == 7)
-            x[3 * ROW_LEN + j] *= 20.0f;
+        if (j < ROW_LEN / 2) x[2 * ROW_LEN + j] *= 1e-3f;
+        if (j % 32 == 7) x[3 * ROW_LEN + j] *= 20.0f;
     }
     return x;
 }
 
 static double max_abs(const float *x, int n) {
     double m = 0;
-    for (int i = 0; i < n; i++)
-        m = fmax(m, fabs((double)x[i]));
+    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
     return m;
 }
 
 /* Rounding error of storing v as an f16 (nearest even): half an ulp, 2^-11 relative for
  * normal halves and 2^-25 absolute for subnormal ones. */
-static double f16_err(double v) {
-    return fmax(fabs(v) * 0x1p-11, 0x1p-25);
-}
+static double f16_err(double v) { return fmax(fabs(v) * 0x1p-11, 0x1p-25); }
 
 /* The largest value the K-quantizers' round-up of v >= 0 to an f16 can give. */
-static double f16_up(double v) {
-    return v + fmax(v * 0x1p-10, 0x1p-24);
-}
+static double f16_up(double v) { return v + fmax(v * 0x1p-10, 0x1p-24); }
 
 /* Per-element bound for x[i] (index within its row) of the given format. Each formula is
  * the worst case of the quantizer's algorithm (see quants_legacy.c, quants_k.c), with
@@ -338,21 +324,17 @@ static double elem_bound(uint32_t type, const float *row, int i) {
     }
     const double amax32 = max_abs(row + b32, 32), x = fabs((double)row[i]);
     switch (type) {
-    case CN_TYPE_F16: /* half an ulp, subnormal halves included (row 2 has some) */
-        return f16_err(x);
-    case CN_TYPE_BF16: /* half an ulp of an 8-bit significand */
-        return x * 0x1p-8;
+    case CN_TYPE_F16: /* half an ulp, subnormal halves included (row 2 has some) */ return f16_err(x);
+    case CN_TYPE_BF16: /* half an ulp of an 8-bit significand */ return x * 0x1p-8;
     case CN_TYPE_Q8_0:
     case CN_TYPE_Q8_1: /* d = amax/127: half a step, plus |q| <= 127 times d's f16 error */
         return amax32 / 127 / 2 + 127 * f16_err(amax32 / 127) + eps;
     case CN_TYPE_Q4_0: /* d = -extreme/8: the opposite side clips at +7, one full step */
         return amax32 / 8 + 8 * f16_err(amax32 / 8) + eps;
-    case CN_TYPE_Q5_0:
-        return amax32 / 16 + 16 * f16_err(amax32 / 16) + eps;
+    case CN_TYPE_Q5_0: return amax32 / 16 + 16 * f16_err(amax32 / 16) + eps;
     case CN_TYPE_Q4_1: /* d = range/15: half a step; d and the min each rounded to f16 */
         return (mx - mn) / 15 / 2 + 15 * f16_err((mx - mn) / 15) + f16_err(mn) + eps;
-    case CN_TYPE_Q5_1:
-        return (mx - mn) / 31 / 2 + 31 * f16_err((mx - mn) / 31) + f16_err(mn) + eps;
+    case CN_TYPE_Q5_1: return (mx - mn) / 31 / 2 + 31 * f16_err((mx - mn) / 31) + f16_err(mn) + eps;
     case CN_TYPE_Q8_K: /* d = extreme/-127 kept as a float: half a step */
         return max_abs(row + b256, 256) / 127 / 2 + eps;
     case CN_TYPE_Q3_K:
@@ -375,8 +357,7 @@ static double elem_bound(uint32_t type, const float *row, int i) {
             }
             mneed_max = fmax(mneed_max, -lo);
             range_max = fmax(range_max, hi - lo);
-            if (s == (i - b256) / len)
-                range_i = hi - lo;
+            if (s == (i - b256) / len) range_i = hi - lo;
         }
         const double dmin = f16_up(mneed_max / smax);
         const double d = f16_up((range_max + dmin) / qmax / smax);
@@ -403,8 +384,7 @@ static void check_round_trip(uint32_t type, double rmse_max) {
         for (int i = 0; i < ROW_LEN; i++) {
             double e = fabs((double)y[i] - row[i]);
             double b = elem_bound(type, row, i);
-            cr_assert(e <= b, "%s row %d elem %d: x=%a y=%a err=%.3g > bound %.3g", t->name, r,
-                      i, row[i], y[i], e, b);
+            cr_assert(e <= b, "%s row %d elem %d: x=%a y=%a err=%.3g > bound %.3g", t->name, r, i, row[i], y[i], e, b);
             row_err2 += e * e;
             row_sig2 += (double)row[i] * row[i];
         }
@@ -465,8 +445,7 @@ Test(tensor, zeros_round_trip_exactly) {
         memset(y, 0x55, sizeof y);
         t->from_float_ref(x, q, 512);
         t->to_float(q, y, 512);
-        for (int j = 0; j < 512; j++)
-            cr_assert_eq(y[j], 0.0f, "%s elem %d: %a", t->name, j, y[j]);
+        for (int j = 0; j < 512; j++) cr_assert_eq(y[j], 0.0f, "%s elem %d: %a", t->name, j, y[j]);
     }
 }
 
@@ -475,25 +454,21 @@ Test(tensor, zeros_round_trip_exactly) {
 Test(tensor, q8_K_block_sums_and_q8_1_sum) {
     float x[256];
     uint64_t s = 7;
-    for (int j = 0; j < 256; j++)
-        x[j] = (float)rng_gauss(&s);
+    for (int j = 0; j < 256; j++) x[j] = (float)rng_gauss(&s);
     cn_block_q8_K b;
     cn_quant_row_q8_K(x, &b, 256);
     for (int g = 0; g < 16; g++) {
         int sum = 0;
-        for (int j = 0; j < 16; j++)
-            sum += b.qs[g * 16 + j];
+        for (int j = 0; j < 16; j++) sum += b.qs[g * 16 + j];
         cr_assert_eq(b.bsums[g], sum, "group %d", g);
     }
     cn_block_q8_1 c;
     cn_quant_row_q8_1(x, &c, 32);
     int sum = 0;
-    for (int j = 0; j < 32; j++)
-        sum += c.qs[j];
+    for (int j = 0; j < 32; j++) sum += c.qs[j];
     /* s is d * sum with d before its f16 rounding (as ggml); compare within f16 precision */
     double want = sum * (max_abs(x, 32) / 127);
-    cr_assert(fabs(cn_f16_to_f32(c.s) - want) <= fabs(want) * 0x1p-10 + 1e-6, "s %g vs %g",
-              cn_f16_to_f32(c.s), want);
+    cr_assert(fabs(cn_f16_to_f32(c.s) - want) <= fabs(want) * 0x1p-10 + 1e-6, "s %g vs %g", cn_f16_to_f32(c.s), want);
 }
 
 /* Non-finite inputs give some block, never undefined behaviour (run under UBSan), and
@@ -507,8 +482,7 @@ Test(tensor, non_finite_and_random_bytes_stay_in_their_block) {
     static float x[N], x_clean[N], y[N], y2[N];
     static uint8_t q[N_BYTES], q_clean[N_BYTES];
     uint64_t s = 3;
-    for (int j = 0; j < N; j++)
-        x[j] = x_clean[j] = (float)rng_gauss(&s);
+    for (int j = 0; j < N; j++) x[j] = x_clean[j] = (float)rng_gauss(&s);
     /* super-blocks 0 and 1 get non-finite values, 2 and 3 stay finite */
     const int bad[] = {3, 40, 300, 301};
     x[3] = NAN;
@@ -530,10 +504,8 @@ Test(tensor, non_finite_and_random_bytes_stay_in_their_block) {
         int n_compared = 0;
         for (int64_t b = 0; b < n_blocks; b++) {
             bool finite = true;
-            for (int64_t j = 0; j < r->block_size; j++)
-                finite &= isfinite(x[b * r->block_size + j]) != 0;
-            if (!finite)
-                continue;
+            for (int64_t j = 0; j < r->block_size; j++) finite &= isfinite(x[b * r->block_size + j]) != 0;
+            if (!finite) continue;
             cr_assert(!memcmp(q + b * r->type_size, q_clean + b * r->type_size, r->type_size),
                       "%s block %ld: non-finite input elsewhere changed it", r->name, (long)b);
             n_compared++;
@@ -541,26 +513,22 @@ Test(tensor, non_finite_and_random_bytes_stay_in_their_block) {
         cr_assert_geq(n_compared, n_blocks / 2, "%s", r->name);
         t->to_float(q, y, N);
         if (r->block_size == 1)
-            cr_assert(isnan(y[3]) && y[40] == INFINITY && y[300] == -INFINITY && isnan(y[301]),
-                      "%s: %a %a %a %a", r->name, y[3], y[40], y[300], y[301]);
+            cr_assert(isnan(y[3]) && y[40] == INFINITY && y[300] == -INFINITY && isnan(y[301]), "%s: %a %a %a %a",
+                      r->name, y[3], y[40], y[300], y[301]);
 
-        for (size_t j = 0; j < sizeof q; j++)
-            q[j] = (uint8_t)rng_next(&s);
+        for (size_t j = 0; j < sizeof q; j++) q[j] = (uint8_t)rng_next(&s);
         t->to_float(q, y, N);
         const int64_t k = (int64_t)(rng_next(&s) % (uint64_t)n_blocks);
-        for (size_t j = 0; j < r->type_size; j++)
-            q[k * r->type_size + j] ^= 0xff;
-        for (size_t j = row_bytes; j < sizeof q; j++)
-            q[j] ^= 0xff;
+        for (size_t j = 0; j < r->type_size; j++) q[k * r->type_size + j] ^= 0xff;
+        for (size_t j = row_bytes; j < sizeof q; j++) q[j] ^= 0xff;
         t->to_float(q, y2, N);
         bool block_k_changed = false;
         for (int e = 0; e < N; e++) {
             const bool same = !memcmp(&y[e], &y2[e], sizeof(float));
-            if (e / r->block_size == k)
-                block_k_changed |= !same;
+            if (e / r->block_size == k) block_k_changed |= !same;
             else
-                cr_assert(same, "%s elem %d changed with the bytes of block %ld: %a -> %a",
-                          r->name, e, (long)k, y[e], y2[e]);
+                cr_assert(same, "%s elem %d changed with the bytes of block %ld: %a -> %a", r->name, e, (long)k, y[e],
+                          y2[e]);
         }
         cr_assert(block_k_changed, "%s: block %ld ignores its own bytes", r->name, (long)k);
     }
@@ -592,7 +560,7 @@ Test(tensor, hand_built_blocks_decode_per_layout) {
     c.qs[2 * 32 + 4] = 0x70; /* sub-block 5 = pair 2 high nibble, element 5 * 32 + 4 */
     cn_dequant_row_q4_K(&c, y, 256);
     cr_assert_eq(y[5 * 32 + 4], 35.0f * 7 - 0.25f * 17);
-    cr_assert_eq(y[4 * 32 + 4], 0.0f); /* sub-block 4: sc = 0, m = 0 */
+    cr_assert_eq(y[4 * 32 + 4], 0.0f);       /* sub-block 4: sc = 0, m = 0 */
     cr_assert_eq(y[1 * 32 + 0], -0.25f * 0); /* sub-block 1: m = scales[5] & 63 = 0 */
 
     cn_block_q6_K e = {.d = cn_f32_to_f16(2.0f)};

@@ -14,8 +14,7 @@
 
 /* The vocabularies whose cases must all pass. (bert-bge is a WordPiece vocabulary,
  * which cinder does not implement.) */
-static const char *const vocabs[] = {"gpt-2", "llama-spm", "phi-3",       "starcoder",
-                                     "mpt",   "refact",    "deepseek-llm"};
+static const char *const vocabs[] = {"gpt-2", "llama-spm", "phi-3", "starcoder", "mpt", "refact", "deepseek-llm"};
 
 /* Runs every case of one vocabulary; prints each failure; returns the pass count. */
 static int run_vocab(const char *name, int *n_cases) {
@@ -37,8 +36,7 @@ static int run_vocab(const char *name, int *n_cases) {
             fprintf(stderr,
                     "%s case %d \"%s\": first difference at index %zu: got %d, want %d "
                     "(got %zu ids, want %zu)\n",
-                    name, i, esc, k, k < n ? ids[k] : -1, k < c.n_ids[i] ? c.ids[i][k] : -1, n,
-                    c.n_ids[i]);
+                    name, i, esc, k, k < n ? ids[k] : -1, k < c.n_ids[i] ? c.ids[i][k] : -1, n, c.n_ids[i]);
         }
         free(ids);
     }
@@ -48,12 +46,12 @@ static int run_vocab(const char *name, int *n_cases) {
     return pass;
 }
 
-#define VOCAB_TEST(ident, name)                                                                    \
-    Test(tokenizer_vectors, ident) {                                                               \
-        int n = 0;                                                                                 \
-        int pass = run_vocab(name, &n);                                                            \
-        cr_assert_eq(n, 46, "%s: expected 46 cases, read %d", name, n);                            \
-        cr_assert_eq(pass, n, "%s: %d/%d cases pass", name, pass, n);                              \
+#define VOCAB_TEST(ident, name)                                         \
+    Test(tokenizer_vectors, ident) {                                    \
+        int n = 0;                                                      \
+        int pass = run_vocab(name, &n);                                 \
+        cr_assert_eq(n, 46, "%s: expected 46 cases, read %d", name, n); \
+        cr_assert_eq(pass, n, "%s: %d/%d cases pass", name, pass, n);   \
     }
 
 VOCAB_TEST(gpt2, "gpt-2")
@@ -127,8 +125,7 @@ Test(tokenizer_vectors, short_buffer_reports_full_count) {
     int32_t ids[2] = {-7, -7};
     size_t n = 0;
     cn_error e;
-    cr_assert_eq(cn_tokenize(t, "Hello world, this is", 20, false, false, ids, 1, &n, &e),
-                 CN_STATUS_OK);
+    cr_assert_eq(cn_tokenize(t, "Hello world, this is", 20, false, false, ids, 1, &n, &e), CN_STATUS_OK);
     cr_assert_eq(n, 5);
     cr_assert_eq(ids[0], 15496);
     cr_assert_eq(ids[1], -7);

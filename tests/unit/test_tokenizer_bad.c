@@ -31,8 +31,7 @@ static void expect_load(cn_gguf_writer *w, cn_status want, const char *in_msg) {
     cn_error e = {0};
     cn_status st = tt_load_written(w, &t, &e);
     cn_gguf_writer_free(w);
-    cr_assert_eq(st, want, "status %s (%s), want %s", cn_status_str(st), e.msg,
-                 cn_status_str(want));
+    cr_assert_eq(st, want, "status %s (%s), want %s", cn_status_str(st), e.msg, cn_status_str(want));
     if (want != CN_STATUS_OK) {
         cr_assert_null(t);
         cr_assert(strstr(e.msg, in_msg), "message '%s' does not mention '%s'", e.msg, in_msg);
@@ -134,8 +133,7 @@ static uint32_t rnd(void) {
 /* Random bytes: any status but OK is a failure; the text comes back with each invalid
  * UTF-8 sequence replaced by one U+FFFD (both tokenizer kinds keep every valid byte). */
 Test(tokenizer_bad, random_bytes_all_vocabs) {
-    static const char *const vocabs[] = {"gpt-2", "llama-spm", "phi-3",       "starcoder",
-                                         "mpt",   "refact",    "deepseek-llm"};
+    static const char *const vocabs[] = {"gpt-2", "llama-spm", "phi-3", "starcoder", "mpt", "refact", "deepseek-llm"};
     static const char alphabet[] = " \n\t<>|/sa'1";
     for (size_t v = 0; v < CN_ARRAY_LEN(vocabs); v++) {
         cn_tokenizer *t = tt_load_vocab(vocabs[v]);
@@ -144,15 +142,13 @@ Test(tokenizer_bad, random_bytes_all_vocabs) {
             size_t len = rnd() % sizeof text;
             for (size_t i = 0; i < len; i++) {
                 uint32_t r = rnd();
-                text[i] =
-                    (r & 3) == 0 ? alphabet[(r >> 2) % (sizeof alphabet - 1)] : (char)(r >> 8);
+                text[i] = (r & 3) == 0 ? alphabet[(r >> 2) % (sizeof alphabet - 1)] : (char)(r >> 8);
             }
             size_t n;
             int32_t *ids = tt_tokenize(t, text, len, true, true, &n);
             free(ids);
             ids = tt_tokenize(t, text, len, false, false, &n);
-            for (size_t i = 0; i < n; i++)
-                cr_assert(ids[i] >= 0 && ids[i] < cn_tokenizer_n_vocab(t));
+            for (size_t i = 0; i < n; i++) cr_assert(ids[i] >= 0 && ids[i] < cn_tokenizer_n_vocab(t));
             size_t n_back, n_clean;
             char *back = tt_detok_all(t, ids, n, false, &n_back);
             char *clean;
@@ -160,8 +156,8 @@ Test(tokenizer_bad, random_bytes_all_vocabs) {
             char e1[256], e2[256];
             tt_escape(text, len, e1, sizeof e1);
             tt_escape(back, n_back, e2, sizeof e2);
-            cr_assert(n_back == n_clean && !memcmp(back, clean, n_back),
-                      "%s: \"%s\" came back as \"%s\"", vocabs[v], e1, e2);
+            cr_assert(n_back == n_clean && !memcmp(back, clean, n_back), "%s: \"%s\" came back as \"%s\"", vocabs[v],
+                      e1, e2);
             free(clean);
             free(back);
             free(ids);
@@ -201,12 +197,9 @@ Test(tokenizer_bad, big_vocab_is_fast, .timeout = 60) {
     float *scores = malloc(N * sizeof *scores);
     for (int i = 0; i < N; i++) {
         char buf[32];
-        if (i < 259)
-            snprintf(buf, sizeof buf, i < 3 ? "<ctl%d>" : "<0x%02X>", i < 3 ? i : i - 3);
-        else if (i < 4000)
-            snprintf(buf, sizeof buf, "<unused%d>", i);
-        else
-            snprintf(buf, sizeof buf, "\xE2\x96\x81w%x", i);
+        if (i < 259) snprintf(buf, sizeof buf, i < 3 ? "<ctl%d>" : "<0x%02X>", i < 3 ? i : i - 3);
+        else if (i < 4000) snprintf(buf, sizeof buf, "<unused%d>", i);
+        else snprintf(buf, sizeof buf, "\xE2\x96\x81w%x", i);
         tokens[i] = strdup(buf);
         types[i] = i < 3 ? 3 : i < 259 ? 6 : i < 4000 ? 4 : 1;
         scores[i] = -(float)i;

@@ -38,13 +38,11 @@ Test(tokenizer_detok, pieces) {
     cn_tokenizer_free(t);
 
     t = tt_load_vocab("gpt-2");
-    n = cn_token_to_piece(t, cn_tokenizer_find(t, "\xC4\xA0the"), false, buf,
-                          sizeof buf); /* Ġthe */
+    n = cn_token_to_piece(t, cn_tokenizer_find(t, "\xC4\xA0the"), false, buf, sizeof buf); /* Ġthe */
     cr_assert(n == 4 && !memcmp(buf, " the", 4));
     n = cn_token_to_piece(t, cn_tokenizer_find(t, "\xC4\x8A"), false, buf, sizeof buf); /* Ċ */
     cr_assert(n == 1 && buf[0] == '\n');
-    n = cn_token_to_piece(t, cn_tokenizer_find(t, "\xC3\xBF"), false, buf,
-                          sizeof buf); /* ÿ = 0xFF */
+    n = cn_token_to_piece(t, cn_tokenizer_find(t, "\xC3\xBF"), false, buf, sizeof buf); /* ÿ = 0xFF */
     cr_assert(n == 1 && (uint8_t)buf[0] == 0xFF);
     cr_assert_eq(cn_token_to_piece(t, 50256, false, buf, sizeof buf), 0);
     cn_tokenizer_free(t);
@@ -79,8 +77,7 @@ Test(tokenizer_detok, holds_back_split_characters) {
         size_t m;
         cr_assert_eq(cn_detok_flush(d, &p, &m), CN_STATUS_OK);
         cr_assert_eq(m, 0);
-        cr_assert(partial_steps >= 2, "%s: the character was not split over tokens",
-                  v ? "gpt-2" : "spm");
+        cr_assert(partial_steps >= 2, "%s: the character was not split over tokens", v ? "gpt-2" : "spm");
         cr_assert(k == strlen(text) && !memcmp(all, text, k));
         cn_detok_free(d);
         free(ids);

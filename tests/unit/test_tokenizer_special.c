@@ -10,8 +10,8 @@
 #include "test_tokenizer_util.h"
 #include "text/tokenizer_impl.h"
 
-static void expect_ids(const cn_tokenizer *t, const char *text, bool parse_special,
-                       const int32_t *want, size_t n_want) {
+static void expect_ids(const cn_tokenizer *t, const char *text, bool parse_special, const int32_t *want,
+                       size_t n_want) {
     size_t n;
     int32_t *ids = tt_tokenize(t, text, strlen(text), false, parse_special, &n);
     bool same = n == n_want && !memcmp(ids, want, n * sizeof *ids);
@@ -53,8 +53,7 @@ Test(tokenizer_special, user_defined_longest_first) {
 
 /* Equal lengths: the lower id claims the text first; a longer token beats both. */
 Test(tokenizer_special, overlapping_user_defined) {
-    const char *tokens[] = {"<unk>",        "<s>", "</s>", "a",   "b",   "c",
-                            "\xE2\x96\x81", "ab",  "bc",   "<x>", "abcd"};
+    const char *tokens[] = {"<unk>", "<s>", "</s>", "a", "b", "c", "\xE2\x96\x81", "ab", "bc", "<x>", "abcd"};
     int32_t types[] = {2, 3, 3, 1, 1, 1, 1, 4, 4, 3, 4};
     float scores[11] = {0};
     cn_gguf_writer *w = cn_gguf_writer_new();
@@ -149,8 +148,7 @@ Test(tokenizer_pretok, llama3_ignores_merges) {
     cn_tokenizer_free(t);
 }
 
-static void expect_split(const char *pre, const char *text, const char *const *want,
-                         size_t n_want) {
+static void expect_split(const char *pre, const char *text, const char *const *want, size_t n_want) {
     cn_tokenizer *t = bytes_vocab(pre);
     char *clean;
     size_t *offs, n;
@@ -175,8 +173,7 @@ static void expect_split(const char *pre, const char *text, const char *const *w
 
 Test(tokenizer_pretok, llama3_family) {
     const char *text = "Hello world's 12345 ok\n\n  x We'Ve";
-    const char *want[] = {"Hello", " world", "'s", " ",  "123", "45",
-                          " ok",   "\n\n",   " ",  " x", " We", "'Ve"};
+    const char *want[] = {"Hello", " world", "'s", " ", "123", "45", " ok", "\n\n", " ", " x", " We", "'Ve"};
     expect_split("llama-bpe", text, want, CN_ARRAY_LEN(want));
     expect_split("llama3", text, want, CN_ARRAY_LEN(want));
 }

@@ -108,8 +108,8 @@ void tt_free_cases(tt_cases *c) {
     memset(c, 0, sizeof *c);
 }
 
-int32_t *tt_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                     bool parse_special, size_t *n) {
+int32_t *tt_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                     size_t *n) {
     cn_error e;
     size_t need = 0;
     cn_status st = cn_tokenize(t, text, len, add_special, parse_special, NULL, 0, &need, &e);
@@ -121,8 +121,7 @@ int32_t *tt_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool a
     return ids;
 }
 
-char *tt_detok_all(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special,
-                   size_t *n_text) {
+char *tt_detok_all(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, size_t *n_text) {
     cn_detok *d = NULL;
     cr_assert_eq(cn_detok_new(t, render_special, &d), CN_STATUS_OK);
     size_t cap = 64, k = 0;
@@ -146,16 +145,11 @@ void tt_escape(const char *s, size_t n, char *out, size_t cap) {
     size_t k = 0;
     for (size_t i = 0; i < n && k + 8 < cap; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\n')
-            k += (size_t)snprintf(out + k, cap - k, "\\n");
-        else if (c == '\t')
-            k += (size_t)snprintf(out + k, cap - k, "\\t");
-        else if (c == '"' || c == '\\')
-            k += (size_t)snprintf(out + k, cap - k, "\\%c", c);
-        else if (c < 0x20 || c == 0x7F)
-            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
-        else
-            out[k++] = (char)c;
+        if (c == '\n') k += (size_t)snprintf(out + k, cap - k, "\\n");
+        else if (c == '\t') k += (size_t)snprintf(out + k, cap - k, "\\t");
+        else if (c == '"' || c == '\\') k += (size_t)snprintf(out + k, cap - k, "\\%c", c);
+        else if (c < 0x20 || c == 0x7F) k += (size_t)snprintf(out + k, cap - k, "\\x%02x", c);
+        else out[k++] = (char)c;
     }
     out[k] = 0;
 }

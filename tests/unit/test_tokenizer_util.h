@@ -22,11 +22,10 @@ void tt_path(char *out, size_t cap, const char *file);
 cn_tokenizer *tt_load_vocab(const char *name);
 bool tt_read_cases(const char *name, tt_cases *c);
 void tt_free_cases(tt_cases *c);
-int32_t *tt_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special,
-                     bool parse_special, size_t *n);
+int32_t *tt_tokenize(const cn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                     size_t *n);
 /* Concatenation of cn_detok output for ids, then a flush; malloc'd. */
-char *tt_detok_all(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special,
-                   size_t *n_text);
+char *tt_detok_all(const cn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, size_t *n_text);
 void tt_escape(const char *s, size_t n, char *out, size_t cap);
 
 /* An in-memory vocabulary: the writer is filled by the caller, then parsed and loaded.

@@ -48,7 +48,7 @@ static void take(parsed *p, const cn_tool_event *ev, size_t n) {
 
 /* Feeds text in pieces cut at the given positions (cuts[0..n_cuts), increasing). */
 static parsed run(cn_tool_format f, bool think, bool in_think, const char *text, const size_t *cuts, size_t n_cuts) {
-    parsed p = { .order_ok = 1 };
+    parsed p = {.order_ok = 1};
     cn_tool_reader *r;
     cr_assert_eq(cn_tool_reader_new(f, think, in_think, &r, NULL), CN_STATUS_OK);
     size_t len = strlen(text), at = 0;
@@ -95,9 +95,10 @@ static parsed read_all(cn_tool_format f, bool think, bool in_think, const char *
 }
 
 Test(toolcall, hermes_calls_between_text) {
-    parsed p = read_all(CN_TOOL_FORMAT_HERMES, false, false,
-                        "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": [1, {\"a\": \"}\"}]}}\n</tool_call>\n"
-                        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+    parsed p = read_all(
+        CN_TOOL_FORMAT_HERMES, false, false,
+        "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": [1, {\"a\": \"}\"}]}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
     cr_assert_str_eq(p.content, "I'll check.\n\n");
     cr_assert_eq(p.n_calls, 2);
     cr_assert_str_eq(p.name[0], "get_weather");
@@ -123,12 +124,14 @@ Test(toolcall, hermes_text_only_and_near_misses) {
 
 Test(toolcall, hermes_tolerates_order_string_args_and_missing_close) {
     /* arguments before the name (an unconstrained model may): held until the object closes */
-    parsed p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "<tool_call>{\"arguments\": {\"x\": 1}, \"name\": \"f\"}</tool_call>");
+    parsed p = read_all(CN_TOOL_FORMAT_HERMES, false, false,
+                        "<tool_call>{\"arguments\": {\"x\": 1}, \"name\": \"f\"}</tool_call>");
     cr_assert_eq(p.n_calls, 1);
     cr_assert_str_eq(p.name[0], "f");
     cr_assert_str_eq(p.args[0], "{\"x\": 1}");
     /* arguments as a JSON string holding JSON: the decoded text */
-    p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": \\\"\\u00e9\\\"}\"}</tool_call>");
+    p = read_all(CN_TOOL_FORMAT_HERMES, false, false,
+                 "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": \\\"\\u00e9\\\"}\"}</tool_call>");
     cr_assert_str_eq(p.args[0], "{\"x\": \"\xc3\xa9\"}");
     /* no arguments at all: {} */
     p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "<tool_call>{\"name\": \"f\"}</tool_call>");
@@ -155,7 +158,8 @@ Test(toolcall, hermes_bare_and_fenced_calls_at_the_start) {
     cr_assert_str_eq(p.name[0], "f");
     cr_assert_str_eq(p.content, "\n");
     /* calls may follow calls, as the grammar lets them */
-    p = read_all(CN_TOOL_FORMAT_HERMES, false, false, "{\"name\": \"f\", \"arguments\": {}}\n{\"name\": \"g\", \"arguments\": {}}\n");
+    p = read_all(CN_TOOL_FORMAT_HERMES, false, false,
+                 "{\"name\": \"f\", \"arguments\": {}}\n{\"name\": \"g\", \"arguments\": {}}\n");
     cr_assert_eq(p.n_calls, 2);
     cr_assert_str_eq(p.name[1], "g");
     cr_assert_str_eq(p.content, "\n");
@@ -184,7 +188,8 @@ Test(toolcall, a_reply_cut_inside_a_call_is_broken) {
 }
 
 Test(toolcall, llama3_json_reply_and_python_tag) {
-    parsed p = read_all(CN_TOOL_FORMAT_LLAMA3, false, false, "\n {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}");
+    parsed p = read_all(CN_TOOL_FORMAT_LLAMA3, false, false,
+                        "\n {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}");
     cr_assert_eq(p.n_calls, 1);
     cr_assert_str_eq(p.name[0], "get_weather");
     cr_assert_str_eq(p.args[0], "{\"city\": \"Oslo\"}");
@@ -201,8 +206,9 @@ Test(toolcall, llama3_json_reply_and_python_tag) {
 }
 
 Test(toolcall, mistral_array_of_calls) {
-    parsed p = read_all(CN_TOOL_FORMAT_MISTRAL, false, false,
-                        "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"arguments\": {\"k\": \"v,]\"}}]");
+    parsed p = read_all(
+        CN_TOOL_FORMAT_MISTRAL, false, false,
+        "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"arguments\": {\"k\": \"v,]\"}}]");
     cr_assert_eq(p.n_calls, 2);
     cr_assert_str_eq(p.name[0], "a");
     cr_assert_str_eq(p.args[0], "{}");
@@ -212,8 +218,9 @@ Test(toolcall, mistral_array_of_calls) {
 }
 
 Test(toolcall, thinking_is_reasoning) {
-    parsed p = read_all(CN_TOOL_FORMAT_HERMES, true, false,
-                        "<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>");
+    parsed p = read_all(
+        CN_TOOL_FORMAT_HERMES, true, false,
+        "<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>");
     cr_assert_str_eq(p.reasoning, "\nThe user wants weather.\n");
     cr_assert_eq(p.n_calls, 1);
     cr_assert_str_eq(p.content, "\n\n");
@@ -231,7 +238,8 @@ Test(toolcall, thinking_is_reasoning) {
 }
 
 Test(toolcall, formats_from_templates) {
-    cr_assert_eq(cn_tool_format_detect("{% if tools %}<tool_call>{{ x }}</tool_call>{% endif %}"), CN_TOOL_FORMAT_HERMES);
+    cr_assert_eq(cn_tool_format_detect("{% if tools %}<tool_call>{{ x }}</tool_call>{% endif %}"),
+                 CN_TOOL_FORMAT_HERMES);
     cr_assert_eq(cn_tool_format_detect("[AVAILABLE_TOOLS]...[TOOL_CALLS]"), CN_TOOL_FORMAT_MISTRAL);
     cr_assert_eq(cn_tool_format_detect("<|start_header_id|>ipython ... <|python_tag|>"), CN_TOOL_FORMAT_LLAMA3);
     cr_assert_eq(cn_tool_format_detect("<|im_start|>{{ m.content }}<|im_end|>"), CN_TOOL_FORMAT_GENERIC);
@@ -239,7 +247,7 @@ Test(toolcall, formats_from_templates) {
     cr_assert_str_eq(cn_tool_format_name(CN_TOOL_FORMAT_MISTRAL), "mistral");
     cr_assert_null(cn_tool_format_name((cn_tool_format)99));
     cn_tool_reader *r;
-    cn_error err = { 0 };
+    cn_error err = {0};
     cr_assert_eq(cn_tool_reader_new((cn_tool_format)99, false, false, &r, &err), CN_STATUS_INVALID_ARG);
     cr_assert_null(r);
 }

@@ -12,8 +12,8 @@
 const cn_kernels *cn_kernels_neon(void);
 
 /* matmul_neon.c */
-void cn_neon_quantize_rows(uint32_t act_type, const float *x, int64_t k, int64_t n_rows,
-                           void *dst, size_t dst_row_bytes, int ith, int nth);
+void cn_neon_quantize_rows(uint32_t act_type, const float *x, int64_t k, int64_t n_rows, void *dst,
+                           size_t dst_row_bytes, int ith, int nth);
 void cn_neon_matmul(const cn_matmul_args *a, int ith, int nth);
 /* attn_neon.c */
 void cn_neon_attention(const cn_attn_args *a, int ith, int nth);

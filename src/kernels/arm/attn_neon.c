@@ -48,8 +48,8 @@ static inline float32x4_t kv4(uint32_t type, const uint8_t *row, int32_t d) {
 static inline float round_f16(float x) { return cn_ref_f16(cn_f32_to_f16(x)); }
 
 /* s[p - lo] = (q · k_p) * scale for p in [lo, hi], 4 positions per vector. */
-static void scores(const cn_attn_args *a, const void *const *kb, const float *q, int32_t first,
-                   int32_t lo, int32_t hi, float *s) {
+static void scores(const cn_attn_args *a, const void *const *kb, const float *q, int32_t first, int32_t lo, int32_t hi,
+                   float *s) {
     const int32_t hd = a->head_dim, bt = a->block_tokens;
     for (int32_t p0 = lo; p0 <= hi; p0 += 4) {
         const int n = (int)CN_MIN(4, hi - p0 + 1);
@@ -62,7 +62,8 @@ static void scores(const cn_attn_args *a, const void *const *kb, const float *q,
         for (int32_t d = 0; d < hd; d += 4) {
             const float32x4x2_t t01 = vtrnq_f32(kv4(a->kv_type, kr[0], d), kv4(a->kv_type, kr[1], d));
             const float32x4x2_t t23 = vtrnq_f32(kv4(a->kv_type, kr[2], d), kv4(a->kv_type, kr[3], d));
-            const float32x4_t c[4] = { /* c[e] lane j = k_j[d + e] */
+            const float32x4_t c[4] = {
+                /* c[e] lane j = k_j[d + e] */
                 vcombine_f32(vget_low_f32(t01.val[0]), vget_low_f32(t23.val[0])),
                 vcombine_f32(vget_low_f32(t01.val[1]), vget_low_f32(t23.val[1])),
                 vcombine_f32(vget_high_f32(t01.val[0]), vget_high_f32(t23.val[0])),
@@ -88,8 +89,8 @@ void cn_neon_attention(const cn_attn_args *a, int ith, int nth) {
     const int32_t bt = a->block_tokens;
     const bool half = type == CN_TYPE_F16;
     float *s = a->scratch + (int64_t)ith * a->scratch_stride; /* (hi - lo + 1) scores, then e */
-    float qv[CN_MAX_HEAD_DIM];  /* (head_dim) q, f16-rounded for an F16 cache */
-    float acc[CN_MAX_HEAD_DIM]; /* (head_dim) the weighted sum of V rows */
+    float qv[CN_MAX_HEAD_DIM];                                /* (head_dim) q, f16-rounded for an F16 cache */
+    float acc[CN_MAX_HEAD_DIM];                               /* (head_dim) the weighted sum of V rows */
 
     int64_t t0, t1;
     cn_split((int64_t)a->n_rows * a->n_head, ith, nth, &t0, &t1);

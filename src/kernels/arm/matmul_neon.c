@@ -114,8 +114,8 @@ static void bf16_row(const float *x, uint16_t *h, int64_t k) {
     for (; i < k; i++) h[i] = cn_f32_to_bf16(x[i]);
 }
 
-void cn_neon_quantize_rows(uint32_t act_type, const float *x, int64_t k, int64_t n_rows,
-                           void *dst, size_t dst_row_bytes, int ith, int nth) {
+void cn_neon_quantize_rows(uint32_t act_type, const float *x, int64_t k, int64_t n_rows, void *dst,
+                           size_t dst_row_bytes, int ith, int nth) {
     int64_t r0, r1;
     cn_split(n_rows, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -138,7 +138,7 @@ void cn_neon_quantize_rows(uint32_t act_type, const float *x, int64_t k, int64_t
 typedef struct {
     const uint8_t *rp[4]; /* the tile's weight rows; a tail tile repeats its last row */
     int64_t row0;
-    int n;                /* real rows, 1..4 */
+    int n; /* real rows, 1..4 */
 } rows4;
 
 INL const uint8_t *act_row(const cn_matmul_args *a, int64_t t) {
@@ -293,7 +293,8 @@ INL void tile_q45k(const bool five, const int T, const cn_matmul_args *a, const 
             const cn_block_q8_K *ab = (const cn_block_q8_K *)act_row(a, t0 + t) + b;
             const int16x8_t bs = vpaddq_s16(vld1q_s16(ab->bsums), vld1q_s16(ab->bsums + 8)); /* lane j: pair j */
             int32x4_t pm[4];
-            for (int r = 0; r < 4; r++) pm[r] = vmlal_high_s16(vmull_s16(vget_low_s16(mn[r]), vget_low_s16(bs)), mn[r], bs);
+            for (int r = 0; r < 4; r++)
+                pm[r] = vmlal_high_s16(vmull_s16(vget_low_s16(mn[r]), vget_low_s16(bs)), mn[r], bs);
             const float32x4_t ad = vdupq_n_f32(ab->d);
             const float32x4_t d = vmulq_f32(dw, ad), dmin = vmulq_f32(dmw, ad);
             acc[t] = vaddq_f32(acc[t], vsubq_f32(vmulq_f32(d, vcvtq_f32_s32(fold4(sq[t]))),
@@ -357,11 +358,11 @@ INL void tile_q6k(const int T, const cn_matmul_args *a, const rows4 *R, int64_t 
 
 /* Each tile function is specialised for a full token tile and for one token (decode);
  * other tails take the generic count. */
-#define TILE_FN(NAME, CALL)                                                                     \
-    static void NAME(const cn_matmul_args *a, const rows4 *R, int64_t t0, int T) {              \
-        if (T == TT) CALL(TT);                                                                  \
-        else if (T == 1) CALL(1);                                                               \
-        else CALL(T);                                                                           \
+#define TILE_FN(NAME, CALL)                                                        \
+    static void NAME(const cn_matmul_args *a, const rows4 *R, int64_t t0, int T) { \
+        if (T == TT) CALL(TT);                                                     \
+        else if (T == 1) CALL(1);                                                  \
+        else CALL(T);                                                              \
     }
 #define C_Q4_0(T) tile32(CN_TYPE_Q4_0, T, a, R, t0)
 #define C_Q4_1(T) tile32(CN_TYPE_Q4_1, T, a, R, t0)

@@ -14,8 +14,8 @@
 
 /* n values starting at element `first` of slot `slot` in a block of (block_tokens,
  * kv_dim) values of `type`. For Q8_0, first and n are multiples of 32. */
-static void load_kv(const void *block, uint32_t type, int32_t kv_dim, int32_t slot,
-                    int32_t first, int32_t n, float *dst) {
+static void load_kv(const void *block, uint32_t type, int32_t kv_dim, int32_t slot, int32_t first, int32_t n,
+                    float *dst) {
     const int64_t e = (int64_t)slot * kv_dim + first;
     switch (type) {
     case CN_TYPE_F32: memcpy(dst, (const float *)block + e, (size_t)n * sizeof(float)); break;

@@ -110,12 +110,11 @@ static void quantize_row(uint32_t act_type, const float *x, void *dst, int64_t k
     }
 }
 
-void cn_ref_quantize_rows(uint32_t act_type, const float *x, int64_t k, int64_t n_rows,
-                          void *dst, size_t dst_row_bytes, int ith, int nth) {
+void cn_ref_quantize_rows(uint32_t act_type, const float *x, int64_t k, int64_t n_rows, void *dst, size_t dst_row_bytes,
+                          int ith, int nth) {
     int64_t r0, r1;
     cn_split(n_rows, ith, nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++)
-        quantize_row(act_type, x + r * k, (uint8_t *)dst + (size_t)r * dst_row_bytes, k);
+    for (int64_t r = r0; r < r1; r++) quantize_row(act_type, x + r * k, (uint8_t *)dst + (size_t)r * dst_row_bytes, k);
 }
 
 /* ---- float rows ---- */
@@ -339,7 +338,7 @@ void cn_ref_matmul(const cn_matmul_args *a, int ith, int nth) {
     for (int64_t i = i0; i < i1; i++) {
         const uint8_t *wrow = (const uint8_t *)a->w + (size_t)i * a->w_row_bytes;
         for (int64_t t = 0; t < a->n_tok; t++)
-            a->y[t * a->ldy + i] = cn_ref_vec_dot(
-                a->w_type, wrow, (const uint8_t *)a->xq + (size_t)t * a->xq_row_bytes, a->k);
+            a->y[t * a->ldy + i] = cn_ref_vec_dot(a->w_type, wrow, (const uint8_t *)a->xq + (size_t)t * a->xq_row_bytes,
+                                                  a->k);
     }
 }

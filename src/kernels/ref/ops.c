@@ -33,8 +33,7 @@ void cn_ref_rmsnorm(const float *x, const float *w, float *y, int64_t n, float e
 /* The angle for pair i is built by multiplying by base^(-2/n_rot) once per pair, in
  * float, as ggml's rope cache does: computing each power afresh differs in the last
  * bits, and those bits grow with the position. */
-void cn_ref_rope_cache(int64_t pos, int32_t n_rot, float base, float freq_scale,
-                       const float *freq_factors, float *cs) {
+void cn_ref_rope_cache(int64_t pos, int32_t n_rot, float base, float freq_scale, const float *freq_factors, float *cs) {
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     float theta = (float)pos;
     for (int32_t i = 0; i < n_rot / 2; i++) {
@@ -49,8 +48,7 @@ void cn_ref_rope_cache(int64_t pos, int32_t n_rot, float base, float freq_scale,
 /* NORMAL rotates adjacent pairs (x[2i], x[2i+1]) — Llama's GGUF Q/K rows were permuted
  * by the converter for this; NEOX rotates (x[i], x[i + n_rot/2]). Dims past n_rot pass
  * through. */
-void cn_ref_rope(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot, const float *cs,
-                 cn_rope_mode mode) {
+void cn_ref_rope(float *x, int32_t n_head, int32_t head_dim, int32_t n_rot, const float *cs, cn_rope_mode mode) {
     const int32_t half = n_rot / 2;
     for (int32_t h = 0; h < n_head; h++) {
         float *v = x + (int64_t)h * head_dim;

@@ -196,25 +196,25 @@ CN_INLINE void attn_heads(const uint32_t type, const int NG, const cn_attn_args 
  * them in the caller's scratch (per-head arithmetic is the same). */
 #define SMAX 2048
 
-#define ATTN_NG(T, NAME)                                                                          \
-    static void NAME(const cn_attn_args *a, int32_t r, int32_t h0, int32_t ng, float *scratch) {  \
-        _Alignas(64) float sc[GMAX * SMAX];                                                       \
-        const int32_t n_pos = a->pos_hi[r] - a->pos_lo[r] + 1;                                    \
-        float *buf = sc;                                                                          \
-        int64_t st = SMAX;                                                                        \
-        int32_t per = GMAX;                                                                       \
-        if (n_pos > SMAX) {                                                                       \
-            buf = scratch;                                                                        \
-            st = (int64_t)n_pos + VL;                                                             \
-            per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st));              \
-        }                                                                                         \
-        for (int32_t g = 0; g < ng; g += per) {                                                   \
-            const int32_t k = CN_MIN(ng - g, per);                                                \
-            if (k == 4) attn_heads(T, 4, a, r, h0 + g, buf, st);                                  \
-            else if (k == 3) attn_heads(T, 3, a, r, h0 + g, buf, st);                             \
-            else if (k == 2) attn_heads(T, 2, a, r, h0 + g, buf, st);                             \
-            else attn_heads(T, 1, a, r, h0 + g, buf, st);                                         \
-        }                                                                                         \
+#define ATTN_NG(T, NAME)                                                                         \
+    static void NAME(const cn_attn_args *a, int32_t r, int32_t h0, int32_t ng, float *scratch) { \
+        _Alignas(64) float sc[GMAX * SMAX];                                                      \
+        const int32_t n_pos = a->pos_hi[r] - a->pos_lo[r] + 1;                                   \
+        float *buf = sc;                                                                         \
+        int64_t st = SMAX;                                                                       \
+        int32_t per = GMAX;                                                                      \
+        if (n_pos > SMAX) {                                                                      \
+            buf = scratch;                                                                       \
+            st = (int64_t)n_pos + VL;                                                            \
+            per = (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st));             \
+        }                                                                                        \
+        for (int32_t g = 0; g < ng; g += per) {                                                  \
+            const int32_t k = CN_MIN(ng - g, per);                                               \
+            if (k == 4) attn_heads(T, 4, a, r, h0 + g, buf, st);                                 \
+            else if (k == 3) attn_heads(T, 3, a, r, h0 + g, buf, st);                            \
+            else if (k == 2) attn_heads(T, 2, a, r, h0 + g, buf, st);                            \
+            else attn_heads(T, 1, a, r, h0 + g, buf, st);                                        \
+        }                                                                                        \
     }
 ATTN_NG(CN_TYPE_Q8_0, attn_q8_0)
 
@@ -246,8 +246,8 @@ CN_INLINE void k_cols(const uint32_t type, const uint8_t *const *krow, size_t of
 /* Rows r0 .. r0+QR-1 (sharing their block lists), heads h0 .. h0+NG-1 of one KV head.
  * sc: QR * NG rows of sc_stride floats; row (r, g) keeps position p's score at
  * [pad + p - lo_r] (pad >= VL - 1 when rows may start at different positions). */
-CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const cn_attn_args *a, int32_t r0,
-                         int32_t h0, float *sc, int64_t sc_stride, int pad) {
+CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const cn_attn_args *a, int32_t r0, int32_t h0,
+                         float *sc, int64_t sc_stride, int pad) {
     const int32_t hd = a->head_dim, nv = hd / VL, DG = type == CN_TYPE_F16 ? 8 : 4;
     const size_t esz = type == CN_TYPE_F16 ? 2 : 4;
     const int32_t first = (h0 / (a->n_head / a->n_head_kv)) * hd;
@@ -355,7 +355,8 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
             CN_UNROLL
             for (int g = 0; g < NG; g++) {
                 vf x = vf_zero();
-                if (to > CN_MAX(from, 0)) x = vf_mul(vf_load_range(SC(r, g) + (p0 - lo[r]), from, to), vf_set1(inv[r][g]));
+                if (to > CN_MAX(from, 0))
+                    x = vf_mul(vf_load_range(SC(r, g) + (p0 - lo[r]), from, to), vf_set1(inv[r][g]));
                 vf_storeu(w[r][g], type == CN_TYPE_F16 ? vf_round_h(x) : x);
             }
         }
@@ -392,35 +393,35 @@ CN_INLINE void attn_tile(const uint32_t type, const int QR, const int NG, const 
  * rows used to go alone and one head at a time, reading every K and V row once per row
  * and query head: a 2000-position decode step took 9.1 ms instead of 4.8, and prefill
  * attention at 2000 positions ran at 20 GMAC/s instead of 33. */
-#define ATTN_TILE(T, NAME)                                                                        \
-    static void NAME(const cn_attn_args *a, int32_t r0, int32_t qr, int32_t h0, int32_t ng, float *scratch) { \
-        _Alignas(64) float sc[QRMAX * GMAX * (TSMAX + 2 * VL)];                                   \
-        float *buf = sc;                                                                          \
-        int64_t st = TSMAX + 2 * VL, span = 0;                                                    \
-        for (int32_t r = r0; r < r0 + qr; r++) span = CN_MAX(span, (int64_t)(a->pos_hi[r] - a->pos_lo[r] + 1)); \
-        if (span > TSMAX) {                                                                       \
-            buf = scratch;                                                                        \
-            st = span + 2 * VL;                                                                   \
-        }                                                                                         \
-        const bool whole = qr == QRMAX && (buf == sc || a->scratch_stride >= (int64_t)QRMAX * GMAX * st); \
-        const int32_t per = whole || buf == sc ? GMAX                                             \
+#define ATTN_TILE(T, NAME)                                                                                          \
+    static void NAME(const cn_attn_args *a, int32_t r0, int32_t qr, int32_t h0, int32_t ng, float *scratch) {       \
+        _Alignas(64) float sc[QRMAX * GMAX * (TSMAX + 2 * VL)];                                                     \
+        float *buf = sc;                                                                                            \
+        int64_t st = TSMAX + 2 * VL, span = 0;                                                                      \
+        for (int32_t r = r0; r < r0 + qr; r++) span = CN_MAX(span, (int64_t)(a->pos_hi[r] - a->pos_lo[r] + 1));     \
+        if (span > TSMAX) {                                                                                         \
+            buf = scratch;                                                                                          \
+            st = span + 2 * VL;                                                                                     \
+        }                                                                                                           \
+        const bool whole = qr == QRMAX && (buf == sc || a->scratch_stride >= (int64_t)QRMAX * GMAX * st);           \
+        const int32_t per = whole || buf == sc ? GMAX                                                               \
                                                : (int32_t)CN_MAX(1, CN_MIN((int64_t)GMAX, a->scratch_stride / st)); \
-        for (int32_t g = 0; g < ng; g += per) {                                                   \
-            const int32_t k = CN_MIN(ng - g, per);                                                \
-            if (whole) {                                                                          \
-                if (k == 4) attn_tile(T, QRMAX, 4, a, r0, h0 + g, buf, st, VL);                   \
-                else if (k == 3) attn_tile(T, QRMAX, 3, a, r0, h0 + g, buf, st, VL);              \
-                else if (k == 2) attn_tile(T, QRMAX, 2, a, r0, h0 + g, buf, st, VL);              \
-                else attn_tile(T, QRMAX, 1, a, r0, h0 + g, buf, st, VL);                          \
-            } else {                                                                              \
-                for (int32_t r = r0; r < r0 + qr; r++) {                                          \
-                    if (k == 4) attn_tile(T, 1, 4, a, r, h0 + g, buf, st, 0);                     \
-                    else if (k == 3) attn_tile(T, 1, 3, a, r, h0 + g, buf, st, 0);                \
-                    else if (k == 2) attn_tile(T, 1, 2, a, r, h0 + g, buf, st, 0);                \
-                    else attn_tile(T, 1, 1, a, r, h0 + g, buf, st, 0);                            \
-                }                                                                                 \
-            }                                                                                     \
-        }                                                                                         \
+        for (int32_t g = 0; g < ng; g += per) {                                                                     \
+            const int32_t k = CN_MIN(ng - g, per);                                                                  \
+            if (whole) {                                                                                            \
+                if (k == 4) attn_tile(T, QRMAX, 4, a, r0, h0 + g, buf, st, VL);                                     \
+                else if (k == 3) attn_tile(T, QRMAX, 3, a, r0, h0 + g, buf, st, VL);                                \
+                else if (k == 2) attn_tile(T, QRMAX, 2, a, r0, h0 + g, buf, st, VL);                                \
+                else attn_tile(T, QRMAX, 1, a, r0, h0 + g, buf, st, VL);                                            \
+            } else {                                                                                                \
+                for (int32_t r = r0; r < r0 + qr; r++) {                                                            \
+                    if (k == 4) attn_tile(T, 1, 4, a, r, h0 + g, buf, st, 0);                                       \
+                    else if (k == 3) attn_tile(T, 1, 3, a, r, h0 + g, buf, st, 0);                                  \
+                    else if (k == 2) attn_tile(T, 1, 2, a, r, h0 + g, buf, st, 0);                                  \
+                    else attn_tile(T, 1, 1, a, r, h0 + g, buf, st, 0);                                              \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
     }
 ATTN_TILE(CN_TYPE_F32, attn_tile_f32)
 ATTN_TILE(CN_TYPE_F16, attn_tile_f16)
@@ -429,7 +430,8 @@ ATTN_TILE(CN_TYPE_F16, attn_tile_f16)
  * with the same block lists (F16/F32 caches; Q8_0 takes rows one by one). */
 static inline int32_t tile_end(const cn_attn_args *a, int32_t r, bool tiled) {
     int32_t e = r + 1;
-    while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] && a->v_blocks[e] == a->v_blocks[r])
+    while (tiled && e < a->n_rows && e - r < QRMAX && a->k_blocks[e] == a->k_blocks[r] &&
+           a->v_blocks[e] == a->v_blocks[r])
         e++;
     return e;
 }

@@ -98,7 +98,8 @@ static inline int32_t hsum_i32x8(__m256i v) {
 
 /* Sum of 32 int8. */
 static inline int32_t sum_i8x32(const int8_t *q) {
-    const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)q), _mm256_set1_epi8((char)0x80));
+    const __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)q),
+                                       _mm256_set1_epi8((char)0x80));
     const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256()); /* sums of (q + 128) */
     __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     t = _mm_add_epi64(t, _mm_unpackhi_epi64(t, t));
@@ -134,8 +135,9 @@ static void q8_K_row(const float *x, cn_block_q8_K *y, int64_t k) {
         const float iscale = -127.0f / x[j];
         const __m256i hi = _mm256_set1_epi32(127);
         for (int i = 0; i < CN_QK_K; i += 32) {
-            const __m256i q = pack32(_mm256_min_epi32(round8(x + i, iscale), hi), _mm256_min_epi32(round8(x + i + 8, iscale), hi),
-                                     _mm256_min_epi32(round8(x + i + 16, iscale), hi), _mm256_min_epi32(round8(x + i + 24, iscale), hi));
+            const __m256i q = pack32(
+                _mm256_min_epi32(round8(x + i, iscale), hi), _mm256_min_epi32(round8(x + i + 8, iscale), hi),
+                _mm256_min_epi32(round8(x + i + 16, iscale), hi), _mm256_min_epi32(round8(x + i + 24, iscale), hi));
             _mm256_storeu_si256((__m256i *)(void *)(y[b].qs + i), q);
         }
         for (int s = 0; s < CN_QK_K / 16; s++) {
@@ -149,7 +151,8 @@ static void q8_K_row(const float *x, cn_block_q8_K *y, int64_t k) {
 static void f16_row(const float *x, uint16_t *h, int64_t k) {
     int64_t i = 0;
     for (; i + 8 <= k; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(void *)(h + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < k; i++) h[i] = cn_f32_to_f16(x[i]);
 }
 
@@ -170,8 +173,8 @@ static void bf16_row(const float *x, uint16_t *h, int64_t k) {
     for (; i < k; i++) h[i] = cn_f32_to_bf16(x[i]);
 }
 
-static void CN_X86_SUFFIX(quantize_rows)(uint32_t act_type, const float *x, int64_t k, int64_t n_rows,
-                                         void *dst, size_t dst_row_bytes, int ith, int nth) {
+static void CN_X86_SUFFIX(quantize_rows)(uint32_t act_type, const float *x, int64_t k, int64_t n_rows, void *dst,
+                                         size_t dst_row_bytes, int ith, int nth) {
     int64_t r0, r1;
     cn_split(n_rows, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -193,19 +196,19 @@ static void CN_X86_SUFFIX(quantize_rows)(uint32_t act_type, const float *x, int6
 
 typedef struct {
     const cn_matmul_args *a;
-    int64_t t0;             /* first token of the tile */
-    int64_t b0, nbc;        /* block range of this K-chunk */
+    int64_t t0;      /* first token of the tile */
+    int64_t b0, nbc; /* block range of this K-chunk */
     /* per token of the tile and block of the chunk (legacy formats) */
-    const float *da;        /* activation scale */
-    const int32_t *corr;    /* offset * sum of the activation block's qs */
-    const float *sa;        /* Q8_1 s */
+    const float *da;     /* activation scale */
+    const int32_t *corr; /* offset * sum of the activation block's qs */
+    const float *sa;     /* Q8_1 s */
 } mm_ctx;
 
 typedef struct {
-    const uint8_t *rp[VL];  /* row pointers, the tail clamped to the last row */
-    vi ridx;                /* rp[r] - rp[0], for gathers */
+    const uint8_t *rp[VL]; /* row pointers, the tail clamped to the last row */
+    vi ridx;               /* rp[r] - rp[0], for gathers */
     int64_t row0;
-    int n;                  /* valid rows */
+    int n; /* valid rows */
 } tile_rows;
 
 static inline void tile_setup(const cn_matmul_args *a, int64_t tile, tile_rows *R) {
@@ -270,8 +273,8 @@ CN_INLINE void acc_store(const mm_ctx *c, const tile_rows *R, const int T, const
 /* ---------------------------------------------------------------- 32-element blocks */
 
 typedef struct {
-    vi w[8];   /* w[c] lane r: codes of elements 4c .. 4c+3 of row r's block */
-    vf d, m;   /* row scales (and Q4_1/Q5_1 offsets) as float */
+    vi w[8]; /* w[c] lane r: codes of elements 4c .. 4c+3 of row r's block */
+    vf d, m; /* row scales (and Q4_1/Q5_1 offsets) as float */
 } blk32;
 
 static size_t blk32_bytes(uint32_t type) {
@@ -419,9 +422,7 @@ static bool pack_type(uint32_t type) {
 static const int8_t Q6_SLOT[13] = {1, 4, 2, 5, 7, 10, 8, 11, 3, 6, 9, 12, 0};
 CN_INLINE int q6_dw(int c) { return 4 * Q6_SLOT[c / 4] + c % 4; }
 
-static bool pack_k_type(uint32_t type) {
-    return type == CN_TYPE_Q4_K || type == CN_TYPE_Q5_K || type == CN_TYPE_Q6_K;
-}
+static bool pack_k_type(uint32_t type) { return type == CN_TYPE_Q4_K || type == CN_TYPE_Q5_K || type == CN_TYPE_Q6_K; }
 
 static size_t CN_X86_SUFFIX(packed_size)(uint32_t type, int64_t n_out, int64_t k) {
     const int64_t bs = pack_k_type(type) ? CN_QK_K : 32;
@@ -442,8 +443,11 @@ static void pack_row_block(uint32_t type, const uint8_t *s, int r, uint8_t *o) {
         if (bb % 4) memcpy(o + n_dw * 4 * VL + 2 * (size_t)r, s + 4 * n_dw, 2); /* Q6_K's d */
         return;
     }
-    const size_t qs_src = type == CN_TYPE_Q4_0 ? 2 : type == CN_TYPE_Q4_1 ? 4 : type == CN_TYPE_Q5_0 ? 6
-                        : type == CN_TYPE_Q5_1 ? 8 : 2;
+    const size_t qs_src = type == CN_TYPE_Q4_0   ? 2
+                          : type == CN_TYPE_Q4_1 ? 4
+                          : type == CN_TYPE_Q5_0 ? 6
+                          : type == CN_TYPE_Q5_1 ? 8
+                                                 : 2;
     const int n_dw = type == CN_TYPE_Q8_0 ? 8 : 4;
     const pk_off L = pk_layout(type);
     memcpy(o + 2 * r, s, 2);
@@ -477,8 +481,7 @@ CN_INLINE vf tok32_finish(const uint32_t type, vf d, vf m, vi s, vf acc, int32_t
 }
 
 /* acc + this block's contribution for one token; aqs is the activation block's qs. */
-CN_INLINE vf tok32(const uint32_t type, const blk32 *B, const int8_t *aqs, vf acc, int32_t corr, float da,
-                   float sa) {
+CN_INLINE vf tok32(const uint32_t type, const blk32 *B, const int8_t *aqs, vf acc, int32_t corr, float da, float sa) {
     vi s0 = vi_zero(), s1 = vi_zero();
     CN_UNROLL
     for (int c = 0; c < 8; c += 2) {
@@ -509,7 +512,7 @@ CN_INLINE void tile32(const uint32_t type, const int T, const mm_ctx *c, int64_t
     for (int t = 0; t < T; t++) arow[t] = act_row(a, c->t0 + t) + (size_t)c->b0 * ab + aoff;
     prefetcher pf = pf_setup(a, &R, c->nbc == a->k / 32 ? c->nbc : 0);
     const uint8_t *pk = (const uint8_t *)a->w + (size_t)tile * VL * a->w_row_bytes; /* packed tile (contiguous,
-                                                                                      * so pf's address fits it too) */
+                                                                                     * so pf's address fits it too) */
     for (int64_t b = 0; b < c->nbc; b++) {
         pf_block(&pf, b);
         blk32 B;
@@ -578,24 +581,25 @@ CN_INLINE void amx_unpack(const uint32_t type, const cn_matmul_args *a, const ti
  * only steps after its last use (measured against a two-tile-set, one-step-apart
  * pipeline: 8-token tiles 10-15% faster, 16-token ones unchanged). */
 #define AMX_U 3
-#define AMX_UNPACK(b)                                                                     \
-    do {                                                                                  \
-        pf_block(&pf, (b));                                                               \
-        if (direct) {                                                                     \
+#define AMX_UNPACK(b)                                                                                        \
+    do {                                                                                                     \
+        pf_block(&pf, (b));                                                                                  \
+        if (direct) {                                                                                        \
             sd[(b) % 8] = vf_load_h((const uint16_t *)(const void *)(pk + (size_t)(c->b0 + (b)) * VL * bb)); \
-        } else {                                                                          \
-            blk32 B_;                                                                     \
-            amx_unpack(type, a, &R, pk, c->b0 + (b), bb, &B_, bv[(b) % 4]);               \
-            sd[(b) % 8] = B_.d;                                                           \
-            sm[(b) % 8] = B_.m;                                                           \
-        }                                                                                 \
+        } else {                                                                                             \
+            blk32 B_;                                                                                        \
+            amx_unpack(type, a, &R, pk, c->b0 + (b), bb, &B_, bv[(b) % 4]);                                  \
+            sd[(b) % 8] = B_.d;                                                                              \
+            sm[(b) % 8] = B_.m;                                                                              \
+        }                                                                                                    \
     } while (0)
-#define AMX_FINISH(b)                                                                     \
-    do {                                                                                  \
-        CN_UNROLL                                                                         \
-        for (int t = 0; t < T; t++)                                                       \
-            acc[t] = tok32_finish(type, sd[(b) % 8], sm[(b) % 8], _mm512_load_si512((const void *)cv[(b) % 4][t]), acc[t], \
-                                  direct ? 0 : c->corr[t * KCH + (b)], c->da[t * KCH + (b)], c->sa[t * KCH + (b)]); \
+#define AMX_FINISH(b)                                                                                              \
+    do {                                                                                                           \
+        CN_UNROLL                                                                                                  \
+        for (int t = 0; t < T; t++)                                                                                \
+            acc[t] = tok32_finish(type, sd[(b) % 8], sm[(b) % 8], _mm512_load_si512((const void *)cv[(b) % 4][t]), \
+                                  acc[t], direct ? 0 : c->corr[t * KCH + (b)], c->da[t * KCH + (b)],               \
+                                  c->sa[t * KCH + (b)]);                                                           \
     } while (0)
 /* clang-format off */
 #define AMX_STEP(s, TC, TA, TB, TS)                                                       \
@@ -676,12 +680,12 @@ static void prep32(uint32_t type, mm_ctx *c, int T, float *da, int32_t *corr, fl
     }
 }
 
-#define TILE32_FN(NAME, TYPE)                                                  \
-    static void NAME(const mm_ctx *c, int T, int64_t tile) {                   \
-        if (T == TMAX) TILE32_WIDE(TYPE, TMAX, c, tile);                       \
-        else if (TMAX > 8 && T == 8) TILE32_WIDE(TYPE, 8, c, tile);            \
-        else if (T == 4) tile32(TYPE, 4, c, tile);                             \
-        else tile32(TYPE, 1, c, tile);                                         \
+#define TILE32_FN(NAME, TYPE)                                       \
+    static void NAME(const mm_ctx *c, int T, int64_t tile) {        \
+        if (T == TMAX) TILE32_WIDE(TYPE, TMAX, c, tile);            \
+        else if (TMAX > 8 && T == 8) TILE32_WIDE(TYPE, 8, c, tile); \
+        else if (T == 4) tile32(TYPE, 4, c, tile);                  \
+        else tile32(TYPE, 1, c, tile);                              \
     }
 TILE32_FN(tile_q4_0, CN_TYPE_Q4_0)
 TILE32_FN(tile_q4_1, CN_TYPE_Q4_1)
@@ -712,7 +716,8 @@ static void mm32(uint32_t type, tile_fn fn, const cn_matmul_args *a, int64_t til
         }
 #endif
         for (int64_t b0 = 0; b0 < nb; b0 += KCH) {
-            mm_ctx c = {.a = a, .t0 = t0, .b0 = b0, .nbc = CN_MIN((int64_t)KCH, nb - b0), .da = da, .corr = corr, .sa = sa};
+            mm_ctx c = {
+                .a = a, .t0 = t0, .b0 = b0, .nbc = CN_MIN((int64_t)KCH, nb - b0), .da = da, .corr = corr, .sa = sa};
             prep32(type, &c, T, da, corr, sa);
             for (int64_t tile = tile0; tile < tile1; tile++) fn(&c, T, tile);
         }
@@ -822,7 +827,8 @@ CN_INLINE vi kq_dot(const vi *w, const int8_t *aq, const int n, const int g, vi 
     for (int c0 = 0; c0 < n; c0 += g) {
         __m256i p = _mm256_maddubs_epi16(w[c0], vi_bcast32(aq + 4 * c0));
         CN_UNROLL
-        for (int c = c0 + 1; c < c0 + g; c++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[c], vi_bcast32(aq + 4 * c)));
+        for (int c = c0 + 1; c < c0 + g; c++)
+            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[c], vi_bcast32(aq + 4 * c)));
         r = vi_dp2w(r, p, sc);
     }
     return r;
@@ -855,16 +861,17 @@ CN_INLINE vi byte_to_halves(vi v, int i, bool both) {
 /* Bytes i and i+1 of each dword as the dword's two 16-bit halves. */
 CN_INLINE vi bytes_to_pair(vi v, int i) {
     const int8_t z = (int8_t)0x80;
-    return vi_shuffle8(v, vi_bcast128(_mm_setr_epi8((int8_t)i, z, (int8_t)(i + 1), z, (int8_t)(4 + i), z, (int8_t)(5 + i), z,
-                                                    (int8_t)(8 + i), z, (int8_t)(9 + i), z, (int8_t)(12 + i), z,
-                                                    (int8_t)(13 + i), z)));
+    return vi_shuffle8(v, vi_bcast128(_mm_setr_epi8((int8_t)i, z, (int8_t)(i + 1), z, (int8_t)(4 + i), z,
+                                                    (int8_t)(5 + i), z, (int8_t)(8 + i), z, (int8_t)(9 + i), z,
+                                                    (int8_t)(12 + i), z, (int8_t)(13 + i), z)));
 }
 
 /* Byte i of each dword into the high byte of both 16-bit halves (low bytes zero). */
 CN_INLINE vi byte_to_high16(vi v, int i) {
     const int8_t z = (int8_t)0x80, b = (int8_t)i;
-    return vi_shuffle8(v, vi_bcast128(_mm_setr_epi8(z, b, z, b, z, (int8_t)(4 + b), z, (int8_t)(4 + b), z, (int8_t)(8 + b), z,
-                                                    (int8_t)(8 + b), z, (int8_t)(12 + b), z, (int8_t)(12 + b))));
+    return vi_shuffle8(v,
+                       vi_bcast128(_mm_setr_epi8(z, b, z, b, z, (int8_t)(4 + b), z, (int8_t)(4 + b), z, (int8_t)(8 + b),
+                                                 z, (int8_t)(8 + b), z, (int8_t)(12 + b), z, (int8_t)(12 + b))));
 }
 
 /* Sub-block j's scale (one of k4_scales' bytes) as kq_dot takes it. */
@@ -893,8 +900,9 @@ CN_INLINE void k45_finish(const int T, vi h, const vi *mn, const vi *sq, const c
          * then int16 pair dots with (m_2i, m_2i+1) */
         const int16_t *bs = arow[t][b].bsums;
         int32_t ps[4];
-        _mm_storeu_si128((__m128i *)(void *)ps, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
-                                                               _mm_loadu_si128((const __m128i *)(const void *)(bs + 8))));
+        _mm_storeu_si128((__m128i *)(void *)ps,
+                         _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)(const void *)bs),
+                                        _mm_loadu_si128((const __m128i *)(const void *)(bs + 8))));
         vi sm = vi_zero();
         CN_UNROLL
         for (int i = 0; i < 4; i++) sm = vi_dp2w(sm, mp[i], vi_set1(ps[i]));
@@ -938,7 +946,8 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                 CN_UNROLL
                 for (int cc = 0; cc < 4; cc++) w[cc] = k45_codes(w[cc], five ? qh4[cc] : w[cc], j, five);
                 CN_UNROLL
-                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, r.arow[t][b].qs + 32 * j + 16 * q, 4, 4, scj, T));
+                for (int t = 0; t < T; t++)
+                    sq[t] = vi_add(sq[t], kq_dot(w, r.arow[t][b].qs + 32 * j + 16 * q, 4, 4, scj, T));
             }
         }
         CN_UNROLL
@@ -962,7 +971,8 @@ CN_INLINE void tile_q45k(const bool five, const int T, const cn_matmul_args *a, 
                 for (int cc = 0; cc < 8; cc++) w[cc] = k45_codes(v[cc], five ? qh[cc] : v[cc], j, five);
                 const vi scj = k4_scale(sc, j);
                 CN_UNROLL
-                for (int t = 0; t < T; t++) sq[t] = vi_add(sq[t], kq_dot(w, r.arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj, T));
+                for (int t = 0; t < T; t++)
+                    sq[t] = vi_add(sq[t], kq_dot(w, r.arow[t][b].qs + 32 * j, 8, five ? 4 : 8, scj, T));
             }
         }
         k45_finish(T, h, mn, sq, r.arow, b, acc);
@@ -982,7 +992,10 @@ CN_INLINE void q6_codes(const vi *src, const vi *qh, const int kk, vi *w) {
     CN_UNROLL
     for (int cc = 0; cc < 4; cc++) {
         const vi lo = kk < 2 ? vi_and(src[cc], lo4) : vi_and(vi_srli(src[cc], 4), lo4);
-        const vi hi = kk == 0 ? vi_slli(qh[cc], 4) : kk == 1 ? vi_slli(qh[cc], 2) : kk == 2 ? qh[cc] : vi_srli(qh[cc], 2);
+        const vi hi = kk == 0   ? vi_slli(qh[cc], 4)
+                      : kk == 1 ? vi_slli(qh[cc], 2)
+                      : kk == 2 ? qh[cc]
+                                : vi_srli(qh[cc], 2);
         w[cc] = vi_or(lo, vi_and(hi, hi2));
     }
 }
@@ -1079,12 +1092,12 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
  * bv buffer), and only then are this block's dots read back. Checked bit for bit against
  * ref with software tiles (tests/unit/amx_emu_avx512.c); not yet timed on an AMX
  * machine. */
-#define KQ_AMX_MUL(TC, TA, TB, bptr, aptr)                                                \
-    do {                                                                                  \
-        _tile_loadd(TB, (bptr), VL * 4);                                                  \
-        _tile_loadd(TA, (aptr), as);                                                      \
-        _tile_zero(TC);                                                                   \
-        _tile_dpbsud(TC, TA, TB);                                                         \
+#define KQ_AMX_MUL(TC, TA, TB, bptr, aptr) \
+    do {                                   \
+        _tile_loadd(TB, (bptr), VL * 4);   \
+        _tile_loadd(TA, (aptr), as);       \
+        _tile_zero(TC);                    \
+        _tile_dpbsud(TC, TA, TB);          \
     } while (0)
 /* Sub-blocks j0 .. j0+3 of block b (n code dwords each) into cv[j0 .. j0+3]. */
 /* clang-format off */
@@ -1102,17 +1115,17 @@ CN_INLINE void tile_q6k(const int T, const cn_matmul_args *a, int64_t t0, int64_
     } while (0)
 /* clang-format on */
 /* sq[t] = sum over the nj sub-blocks of dot_j * sc(j). */
-#define KQ_AMX_READ(nj, SC)                                                               \
-    do {                                                                                  \
-        CN_UNROLL                                                                         \
-        for (int t = 0; t < T; t++) sq[t] = vi_zero();                                    \
-        CN_UNROLL                                                                         \
-        for (int j_ = 0; j_ < (nj); j_++) {                                               \
-            const vi sc_ = SC(j_);                                                        \
-            CN_UNROLL                                                                     \
-            for (int t = 0; t < T; t++)                                                   \
+#define KQ_AMX_READ(nj, SC)                                                                       \
+    do {                                                                                          \
+        CN_UNROLL                                                                                 \
+        for (int t = 0; t < T; t++) sq[t] = vi_zero();                                            \
+        CN_UNROLL                                                                                 \
+        for (int j_ = 0; j_ < (nj); j_++) {                                                       \
+            const vi sc_ = SC(j_);                                                                \
+            CN_UNROLL                                                                             \
+            for (int t = 0; t < T; t++)                                                           \
                 sq[t] = vi_add(sq[t], vi_mullo(_mm512_load_si512((const void *)cv[j_][t]), sc_)); \
-        }                                                                                 \
+        }                                                                                         \
     } while (0)
 
 /* Block b's 8 sub-blocks' code vectors (k45_block's) into B layout. */
@@ -1207,15 +1220,16 @@ CN_INLINE void tile_q6k_amx(const int T, const cn_matmul_args *a, int64_t t0, in
 #undef KQ_AMX_READ
 #endif
 
-#define TILEK_FN(NAME, CALL)                                                            \
-    static void NAME(const cn_matmul_args *a, int64_t t0, int T, int64_t tile) {        \
-        if (T == TKMAX) CALL(TKMAX, a, t0, tile);                                       \
-        else if (T == 8) CALL(8, a, t0, tile);                                          \
-        else if (T == 4) CALL(4, a, t0, tile);                                          \
-        else CALL(1, a, t0, tile);                                                      \
+#define TILEK_FN(NAME, CALL)                                                     \
+    static void NAME(const cn_matmul_args *a, int64_t t0, int T, int64_t tile) { \
+        if (T == TKMAX) CALL(TKMAX, a, t0, tile);                                \
+        else if (T == 8) CALL(8, a, t0, tile);                                   \
+        else if (T == 4) CALL(4, a, t0, tile);                                   \
+        else CALL(1, a, t0, tile);                                               \
     }
 #if CN_X86_AMX /* 16-token tiles on AMX (mmk configures it), the rest as AVX-512's */
-#define Q4K_CALL(T, a, t0, tile) ((T) == TKMAX ? tile_q45k_amx(false, T, a, t0, tile) : tile_q45k(false, T, a, t0, tile))
+#define Q4K_CALL(T, a, t0, tile) \
+    ((T) == TKMAX ? tile_q45k_amx(false, T, a, t0, tile) : tile_q45k(false, T, a, t0, tile))
 #define Q5K_CALL(T, a, t0, tile) ((T) == TKMAX ? tile_q45k_amx(true, T, a, t0, tile) : tile_q45k(true, T, a, t0, tile))
 #define Q6K_CALL(T, a, t0, tile) ((T) == TKMAX ? tile_q6k_amx(T, a, t0, tile) : tile_q6k(T, a, t0, tile))
 #else

@@ -65,12 +65,8 @@ CN_INLINE vi vi_or_bit4_where(vi w, vi a, vi m) {
 CN_INLINE vi vi_bcast128(__m128i a) { return _mm512_broadcast_i32x4(a); }
 CN_INLINE vi vi_sllv(vi a, vi n) { return _mm512_sllv_epi32(a, n); }
 CN_INLINE vi vi_srlv(vi a, vi n) { return _mm512_srlv_epi32(a, n); }
-CN_INLINE vi vi_gather32(const uint8_t *base, vi idx) {
-    return _mm512_i32gather_epi32(idx, (const void *)base, 1);
-}
-CN_INLINE vi vi_lane_index(void) {
-    return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-}
+CN_INLINE vi vi_gather32(const uint8_t *base, vi idx) { return _mm512_i32gather_epi32(idx, (const void *)base, 1); }
+CN_INLINE vi vi_lane_index(void) { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
 
 CN_INLINE vf vf_zero(void) { return _mm512_setzero_ps(); }
 CN_INLINE vf vf_set1(float x) { return _mm512_set1_ps(x); }
@@ -113,7 +109,6 @@ CN_INLINE void vi_load_t4(const uint8_t *const *p, size_t off, vi v[4]) {
     v[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-
 /* ---- float helpers for attention ---- */
 CN_INLINE vf vf_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 CN_INLINE vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
@@ -127,16 +122,25 @@ CN_INLINE __mmask16 range_mask(int from, int to) {
 }
 CN_INLINE void vf_store_range(float *p, vf v, int from, int to) { _mm512_mask_storeu_ps(p, range_mask(from, to), v); }
 CN_INLINE vf vf_load_range(const float *p, int from, int to) { return _mm512_maskz_loadu_ps(range_mask(from, to), p); }
-CN_INLINE vf vf_keep_range(vf v, int from, int to, float x) { return _mm512_mask_blend_ps(range_mask(from, to), _mm512_set1_ps(x), v); }
+CN_INLINE vf vf_keep_range(vf v, int from, int to, float x) {
+    return _mm512_mask_blend_ps(range_mask(from, to), _mm512_set1_ps(x), v);
+}
 /* x > lim ? v : y */
-CN_INLINE vf vf_if_gt(vf x, float lim, vf v, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GT_OQ), y, v); }
+CN_INLINE vf vf_if_gt(vf x, float lim, vf v, vf y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GT_OQ), y, v);
+}
 /* x >= lim ? v : y */
-CN_INLINE vf vf_if_ge(vf x, float lim, vf v, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), y, v); }
+CN_INLINE vf vf_if_ge(vf x, float lim, vf v, vf y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), y, v);
+}
 /* x <= lim ? v : y */
-CN_INLINE vf vf_if_le(vf x, float lim, vf v, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_LE_OQ), y, v); }
+CN_INLINE vf vf_if_le(vf x, float lim, vf v, vf y) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_LE_OQ), y, v);
+}
 /* table[f16 bits of x] (round to nearest even), a 65536-float table. */
 CN_INLINE vf vf_lookup_h(const float *table, vf x) {
-    return _mm512_i32gather_ps(_mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), table, 4);
+    return _mm512_i32gather_ps(_mm512_cvtepu16_epi32(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
+                               table, 4);
 }
 CN_INLINE vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
 CN_INLINE vf vf_min(vf a, vf b) { return _mm512_min_ps(a, b); }
@@ -148,33 +152,47 @@ CN_INLINE vf vf_swap_pairs(vf a) { return _mm512_permute_ps(a, 0xB1); }
 CN_INLINE vf vf_subadd(vf a, vf b) { return _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b); }
 CN_INLINE vf vf_loadu(const float *p) { return _mm512_loadu_ps(p); }
 CN_INLINE void vf_storeu(float *p, vf v) { _mm512_storeu_ps(p, v); }
-CN_INLINE vf vf_load_h(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
-CN_INLINE vf vf_load_i8(const int8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p))); }
+CN_INLINE vf vf_load_h(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+}
+CN_INLINE vf vf_load_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+}
 CN_INLINE float vf_hsum(vf v) { return _mm512_reduce_add_ps(v); }
 CN_INLINE float vf_hmax(vf v) { return _mm512_reduce_max_ps(v); }
 CN_INLINE double vf_hsum_d(vf v) {
-    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)),
-                                              _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))));
+    return _mm512_reduce_add_pd(
+        _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)),
+                      _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))));
 }
 /* Lanes >= n (0..VL) replaced by x. */
-CN_INLINE vf vf_keep_n(vf v, int n, float x) { return _mm512_mask_blend_ps((__mmask16)((1u << n) - 1), _mm512_set1_ps(x), v); }
+CN_INLINE vf vf_keep_n(vf v, int n, float x) {
+    return _mm512_mask_blend_ps((__mmask16)((1u << n) - 1), _mm512_set1_ps(x), v);
+}
 /* f32 -> f16 -> f32 (round to nearest even). */
-CN_INLINE vf vf_round_h(vf v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+CN_INLINE vf vf_round_h(vf v) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 /* y * 2^n for integral n. */
 CN_INLINE vf vf_ldexp(vf y, vf n) { return _mm512_scalef_ps(y, n); }
 CN_INLINE vf vf_round(vf x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 /* v where x >= lim (NaN: 0), else 0. */
-CN_INLINE vf vf_zero_below(vf x, float lim, vf v) { return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), v); }
+CN_INLINE vf vf_zero_below(vf x, float lim, vf v) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(lim), _CMP_GE_OQ), v);
+}
 
 /* r[j] = sum of the lanes of v[j], j < 16. */
 CN_INLINE vf vf_hsum16(const vf *v) {
     vf s1[8], s2[4], s3[2];
     for (int i = 0; i < 8; i++)
-        s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+        s1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
     for (int i = 0; i < 4; i++)
-        s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0x88), _mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0xDD));
+        s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0x88),
+                              _mm512_shuffle_f32x4(s1[2 * i], s1[2 * i + 1], 0xDD));
     for (int i = 0; i < 2; i++)
-        s3[i] = _mm512_add_ps(_mm512_unpacklo_ps(s2[2 * i], s2[2 * i + 1]), _mm512_unpackhi_ps(s2[2 * i], s2[2 * i + 1]));
+        s3[i] = _mm512_add_ps(_mm512_unpacklo_ps(s2[2 * i], s2[2 * i + 1]),
+                              _mm512_unpackhi_ps(s2[2 * i], s2[2 * i + 1]));
     const vf r = _mm512_add_ps(_mm512_unpacklo_ps(s3[0], s3[1]), _mm512_unpackhi_ps(s3[0], s3[1]));
     /* lane 4c + l of r holds v[c + {0, 8, 4, 12}[l]] */
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15), r);
@@ -247,9 +265,8 @@ CN_INLINE vf vf_load_n(const float *y, int n) {
 CN_INLINE void vi_load_t4(const uint8_t *const *p, size_t off, vi v[4]) {
     vi z[4];
     _Pragma("GCC unroll 4") for (int g = 0; g < 4; g++)
-        z[g] = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[g] + off))),
-            _mm_loadu_si128((const __m128i *)(p[g + 4] + off)), 1);
+        z[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[g] + off))),
+                                       _mm_loadu_si128((const __m128i *)(p[g + 4] + off)), 1);
     const vi t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
     const vi t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
     v[0] = _mm256_unpacklo_epi64(t0, t2);
@@ -257,7 +274,6 @@ CN_INLINE void vi_load_t4(const uint8_t *const *p, size_t off, vi v[4]) {
     v[2] = _mm256_unpacklo_epi64(t1, t3);
     v[3] = _mm256_unpackhi_epi64(t1, t3);
 }
-
 
 /* ---- float helpers for attention ---- */
 CN_INLINE vf vf_fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
@@ -273,11 +289,18 @@ CN_INLINE vf vf_load_range(const float *p, int from, int to) { return _mm256_mas
 CN_INLINE vf vf_keep_range(vf v, int from, int to, float x) {
     return _mm256_blendv_ps(_mm256_set1_ps(x), v, _mm256_castsi256_ps(range_mask(from, to)));
 }
-CN_INLINE vf vf_if_gt(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GT_OQ)); }
-CN_INLINE vf vf_if_ge(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ)); }
-CN_INLINE vf vf_if_le(vf x, float lim, vf v, vf y) { return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_LE_OQ)); }
+CN_INLINE vf vf_if_gt(vf x, float lim, vf v, vf y) {
+    return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GT_OQ));
+}
+CN_INLINE vf vf_if_ge(vf x, float lim, vf v, vf y) {
+    return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ));
+}
+CN_INLINE vf vf_if_le(vf x, float lim, vf v, vf y) {
+    return _mm256_blendv_ps(y, v, _mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_LE_OQ));
+}
 CN_INLINE vf vf_lookup_h(const float *table, vf x) {
-    return _mm256_i32gather_ps(table, _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), 4);
+    return _mm256_i32gather_ps(
+        table, _mm256_cvtepu16_epi32(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), 4);
 }
 CN_INLINE vf vf_max(vf a, vf b) { return _mm256_max_ps(a, b); }
 CN_INLINE vf vf_min(vf a, vf b) { return _mm256_min_ps(a, b); }
@@ -288,7 +311,9 @@ CN_INLINE vf vf_subadd(vf a, vf b) { return _mm256_addsub_ps(a, b); }
 CN_INLINE vf vf_loadu(const float *p) { return _mm256_loadu_ps(p); }
 CN_INLINE void vf_storeu(float *p, vf v) { _mm256_storeu_ps(p, v); }
 CN_INLINE vf vf_load_h(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
-CN_INLINE vf vf_load_i8(const int8_t *p) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p))); }
+CN_INLINE vf vf_load_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
 CN_INLINE float vf_hsum(vf v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -300,24 +325,33 @@ CN_INLINE float vf_hmax(vf v) {
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 CN_INLINE double vf_hsum_d(vf v) {
-    const __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    const __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                                    _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
     const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(d), _mm256_extractf128_pd(d, 1));
     return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
-CN_INLINE vf vf_keep_n(vf v, int n, float x) { return _mm256_blendv_ps(_mm256_set1_ps(x), v, _mm256_castsi256_ps(lane_mask(n))); }
-CN_INLINE vf vf_round_h(vf v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+CN_INLINE vf vf_keep_n(vf v, int n, float x) {
+    return _mm256_blendv_ps(_mm256_set1_ps(x), v, _mm256_castsi256_ps(lane_mask(n)));
+}
+CN_INLINE vf vf_round_h(vf v) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
 CN_INLINE vf vf_ldexp(vf y, vf n) {
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
 }
 CN_INLINE vf vf_round(vf x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-CN_INLINE vf vf_zero_below(vf x, float lim, vf v) { return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ), v); }
+CN_INLINE vf vf_zero_below(vf x, float lim, vf v) {
+    return _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(lim), _CMP_GE_OQ), v);
+}
 
 CN_INLINE vf vf_hsum16(const vf *v) { /* 8 lanes here: r[j] = sum of v[j], j < 8 */
     vf s1[4], s2[2];
     for (int i = 0; i < 4; i++)
-        s1[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20), _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+        s1[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
+                              _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
     for (int i = 0; i < 2; i++)
-        s2[i] = _mm256_add_ps(_mm256_unpacklo_ps(s1[2 * i], s1[2 * i + 1]), _mm256_unpackhi_ps(s1[2 * i], s1[2 * i + 1]));
+        s2[i] = _mm256_add_ps(_mm256_unpacklo_ps(s1[2 * i], s1[2 * i + 1]),
+                              _mm256_unpackhi_ps(s1[2 * i], s1[2 * i + 1]));
     const vf r = _mm256_add_ps(_mm256_unpacklo_ps(s2[0], s2[1]), _mm256_unpackhi_ps(s2[0], s2[1]));
     /* lane 4c + l of r holds v[c + {0, 4, 2, 6}[l]] */
     return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7));
