@@ -39,6 +39,12 @@ ARCH := $(shell uname -m)
 ISA_AVX2   = -mavx2 -mfma -mf16c
 ISA_AVX512 = -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512dq
 ISA_AMX    = $(ISA_AVX512) -mamx-tile -mamx-int8
+# The kernel files' functions are too large for gcc's variable tracking: it gives up on
+# each ("size limit exceeded ... retrying without") after doing the work, so the debug
+# info is the same without it and each file compiles in 60% of the time (same code).
+# clang knows no such flag.
+KERNEL_G  := $(shell $(CC) -fno-var-tracking-assignments -E -x c /dev/null >/dev/null 2>&1 && \
+                     echo -fno-var-tracking-assignments)
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/gguf/*.c src/tensor/*.c src/kernels/*.c \
               src/kernels/ref/*.c src/kv/*.c src/model/*.c src/quant/*.c src/jinja/*.c src/text/*.c src/grammar/*.c \
@@ -107,8 +113,8 @@ $(BUILD)/tiny/tiny-%.gguf: $(BUILD)/tools/make_tiny_model
 # Objects are rebuilt when the flags change (another SAN, CC or CFLAGS into one folder):
 # $(BUILD)/.cflags holds the last flags and is rewritten only when they differ.
 FLAGS_STAMP := $(BUILD)/.cflags
-$(shell mkdir -p $(BUILD) && { echo '$(CC) $(CFLAGS) $(KERNEL_NOSAN)' | cmp -s - $(FLAGS_STAMP) || \
-    echo '$(CC) $(CFLAGS) $(KERNEL_NOSAN)' > $(FLAGS_STAMP); })
+$(shell mkdir -p $(BUILD) && { echo '$(CC) $(CFLAGS) $(KERNEL_NOSAN) $(KERNEL_G)' | cmp -s - $(FLAGS_STAMP) || \
+    echo '$(CC) $(CFLAGS) $(KERNEL_NOSAN) $(KERNEL_G)' > $(FLAGS_STAMP); })
 
 $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
@@ -118,23 +124,23 @@ $(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 $(BUILD)/obj/src/kernels/x86/%_avx2.o: src/kernels/x86/%_avx2.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC avx2 $<"
-	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX2) -c $< -o $@
+	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX2) $(KERNEL_G) -c $< -o $@
 
 $(BUILD)/obj/src/kernels/x86/%_avx512.o: src/kernels/x86/%_avx512.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC avx512 $<"
-	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX512) -c $< -o $@
+	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX512) $(KERNEL_G) -c $< -o $@
 
 $(BUILD)/obj/src/kernels/x86/%_amx.o: src/kernels/x86/%_amx.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC amx  $<"
-	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AMX) -c $< -o $@
+	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AMX) $(KERNEL_G) -c $< -o $@
 
 # Test code built on a kernel template (tests/unit/amx_emu_avx512.c), like the kernels.
 $(BUILD)/obj/tests/unit/%_avx512.o: tests/unit/%_avx512.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC avx512 $<"
-	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX512) -c $< -o $@
+	$(Q)$(CC) $(filter-out $(KERNEL_NOSAN),$(CFLAGS)) $(ISA_AVX512) $(KERNEL_G) -c $< -o $@
 
 # The chat page is embedded with .incbin (src/serve/page.c): rebuild when it changes.
 $(BUILD)/obj/src/serve/page.o: src/serve/chat.html
