@@ -13,9 +13,12 @@ import concurrent.futures as cf
 import http.client
 import json
 import os
+import queue
+import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -44,14 +47,40 @@ def free_port():
 
 
 class Server:
+    """A `cinder serve` process on a port the kernel chose (--port 0: it prints the port it
+    got), so servers started side by side by pytest's workers never meet on one port. Its
+    stderr is read all along (by a thread, into lines): a chatty server never blocks on a
+    full pipe, and stop() checks all of it for sanitizer reports."""
+
     def __init__(self, binary, model, *args):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([str(binary), "serve", "-m", model, "--port", str(self.port), "-t", "2", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.start([str(binary), "serve", "-m", model, "-t", "2", *args])
+
+    def start(self, cmd):
+        self.proc = subprocess.Popen([*cmd, "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True, errors="replace", cwd=ROOT)
+        self.lines, fresh = [], queue.Queue()
+
+        def read():
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                fresh.put(line)
+            fresh.put(None)
+
+        self.reader = threading.Thread(target=read, daemon=True)
+        self.reader.start()
         deadline = time.time() + 120
+        self.port = None
+        while self.port is None:  # "listening on http://127.0.0.1:PORT" or "... at http://HOST:PORT/v1"
+            try:
+                line = fresh.get(timeout=max(0.01, deadline - time.time()))
+            except queue.Empty:
+                raise AssertionError("server did not say where it listens:\n" + self.stderr())
+            assert line is not None, f"server exited ({self.proc.wait()}):\n" + self.stderr()
+            m = re.search(r"http://[0-9.]+:([0-9]+)", line)
+            self.port = int(m.group(1)) if m else None
+        self.url = f"http://127.0.0.1:{self.port}"
         while time.time() < deadline:
-            assert self.proc.poll() is None, self.proc.communicate()[1]
+            assert self.proc.poll() is None, self.stderr()
             try:
                 if self.get("/health")[0] == 200:
                     return
@@ -59,6 +88,12 @@ class Server:
                 pass
             time.sleep(0.05)
         raise AssertionError("server did not become ready")
+
+    def stderr(self) -> str:
+        """What the server printed to stderr so far (all of it once it has exited)."""
+        if self.proc.poll() is not None:
+            self.reader.join(timeout=10)
+        return "".join(self.lines)
 
     def request(self, method, path, body=None, headers=None, timeout=120):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -92,11 +127,12 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                _, err = self.proc.communicate(timeout=60)
+                self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                _, err = self.proc.communicate()
+                self.proc.wait()
                 raise AssertionError("server did not exit on SIGTERM")
+            err = self.stderr()
             assert self.proc.returncode == 0, err
             assert "ERROR: AddressSanitizer" not in err and "runtime error" not in err, err
             assert "LeakSanitizer" not in err, err
@@ -670,10 +706,13 @@ def test_health_503_while_loading_then_a_bad_model_is_a_clear_error(tmp_path):
     # deterministically in its loading state; then it reads garbage and must say so
     fifo = tmp_path / "model.gguf"
     os.mkfifo(fifo)
-    port = free_port()
-    p = subprocess.Popen([str(binaries()[0]), "serve", "-m", str(fifo), "--port", str(port)],
+    p = subprocess.Popen([str(binaries()[0]), "serve", "-m", str(fifo), "--port", "0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        first = p.stderr.readline()  # "listening on http://127.0.0.1:PORT (loading ...)", before the load
+        m = re.search(r"http://[0-9.]+:([0-9]+)", first)
+        assert m, first
+        port = int(m.group(1))
         deadline = time.time() + 30
         while True:
             try:

@@ -25,7 +25,7 @@ import openai
 import pytest
 
 from conftest import sanitized
-from test_serve import ROOT, Server, binaries, free_port
+from test_serve import ROOT, Server, binaries
 
 MODELS = Path(os.environ.get("CINDER_MODELS") or os.path.expanduser("~/.cache/cinder/models"))
 SMOL, QWEN = "SmolLM2-135M-Instruct.Q4_1", "qwen2.5-coder-0.5b-instruct-q4_k_m"
@@ -45,21 +45,8 @@ def models_dir(tmp: Path) -> Path:
 
 class MultiServer(Server):
     def __init__(self, binary, folder, *args):  # Server's, with --models-dir instead of -m
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([str(binary), "serve", "--models-dir", str(folder), "--port", str(self.port),
-                                      "-t", "2", "--parallel", "2", "--ctx", "512", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            assert self.proc.poll() is None, self.proc.communicate()[1]
-            try:
-                if self.get("/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("server did not become ready")
+        self.start([str(binary), "serve", "--models-dir", str(folder), "-t", "2", "--parallel", "2", "--ctx", "512",
+                    *args])
 
     def maps_file(self, path: Path) -> bool:
         """Whether the process maps the file at path (its resolved name in /proc/PID/maps)."""
