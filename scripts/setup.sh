@@ -2,7 +2,7 @@
 # Installs everything cinder needs, idempotently: Debian packages (compiler, PCRE2,
 # jansson, libmicrohttpd, Criterion; chromium and its driver for the chat page's browser
 # tests), the Python packages the tests use (selenium 4.50: 4.51+ need a certifi newer
-# than PyPI serves here), and the real
+# than PyPI serves here; pytest-xdist runs the python checks on three workers), and the real
 # models (scripts/fetch_models.sh). Safe to run again: each step checks first.
 #
 #   scripts/setup.sh          packages + default model
@@ -22,7 +22,7 @@ if [ "$(uname -m)" = x86_64 ]; then
     APT_PKGS+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 fi
 PIP_PKGS=(numpy==2.4.6 gguf==0.19.0 pytest==9.2.0 openai==3.51.0 anthropic==2.17.0 prometheus_client==0.26.0 jsonschema==4.26.0
-          selenium==4.50.0 jinja2==3.1.6)
+          selenium==4.50.0 jinja2==3.1.6 pytest-xdist==3.8.0)
 
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -37,7 +37,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
 fi
 
-if ! python3 -c 'import numpy, gguf, pytest, openai, anthropic, prometheus_client, jsonschema, selenium, jinja2' 2>/dev/null; then
+if ! python3 -c 'import numpy, gguf, pytest, openai, anthropic, prometheus_client, jsonschema, selenium, jinja2, xdist' 2>/dev/null; then
     echo "setup: installing Python packages: ${PIP_PKGS[*]}" >&2
     python3 -m pip install --quiet --disable-pip-version-check "${PIP_PKGS[@]}" >&2 ||
         python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "${PIP_PKGS[@]}" >&2

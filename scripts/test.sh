@@ -50,15 +50,20 @@ start() { # start NAME COMMAND...: runs in the background, output to $LOGS/NAME.
     shift
     ORDER+=("$name")
     START[$name]=$SECONDS
-    ("$@") >"$LOGS/$name.log" 2>&1 </dev/null &
+    ( rc=0; "$@" || rc=$?; echo $SECONDS >"$LOGS/$name.end"; exit $rc ) >"$LOGS/$name.log" 2>&1 </dev/null &
     PID[$name]=$!
+}
+niced() { # niced N COMMAND...: runs COMMAND (a function too) at niceness N in this subshell
+    renice -n "$1" "$BASHPID" >/dev/null
+    shift
+    "$@"
 }
 finish() { # finish NAME: waits for it, prints its log; its status in RC[NAME]
     local name=$1 rc=0
     wait "${PID[$name]}" || rc=$?
-    END[$name]=$SECONDS
+    END[$name]=$(cat "$LOGS/$name.end" 2>/dev/null || echo $SECONDS)
     RC[$name]=$rc
-    echo "== $name: $( ((rc)) && echo "FAILED (exit $rc)" || echo ok ), $((END[$name] - START[$name])) s (at $((SECONDS - T0)) s) =="
+    echo "== $name: $( ((rc)) && echo "FAILED (exit $rc)" || echo ok ), $((END[$name] - START[$name])) s (ended at $((END[$name] - T0)) s) =="
     cat "$LOGS/$name.log"
 }
 
@@ -68,9 +73,9 @@ mkdir -p build
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
 
-echo "== builds: optimized, then ASan + UBSan (their logs follow when they end) =="
+echo "== builds: optimized and ASan + UBSan at once (their logs follow when they end) =="
 start build make -j"$JOBS" all
-start build-san bash -c "while kill -0 ${PID[build]} 2>/dev/null; do sleep 1; done; make -j$JOBS SAN=1 all"
+start build-san make -j"$JOBS" SAN=1 all
 finish build
 ((RC[build] == 0)) || { echo "the optimized build failed"; exit 1; }
 
@@ -89,33 +94,37 @@ arm64() {
     *) echo "skipped, not set up for a $(uname -m) host" ;;
     esac
 }
-pytest_run() {
-    CINDER_BIN=./build/cinder CINDER_SAN_BIN=./build-san/cinder python3 -m pytest -q -p no:cacheprovider tests/py
+pytest_run() { # three workers: a test that waits on a server or a subprocess leaves its core to another
+    CINDER_BIN=./build/cinder CINDER_SAN_BIN=./build-san/cinder python3 -m pytest -q -p no:cacheprovider \
+        -n "${PYTEST_WORKERS:-3}" --dist loadfile --durations=25 tests/py
 }
 
-start unit-opt ./build/test_unit --jobs "$JOBS"
-start unit-isa unit_isa
-start arm64 arm64
-start installed ./scripts/test_installed.sh
+# What the optimized build alone needs runs at a lower priority: the sanitized build,
+# and pytest after it, are the longest road through the run.
+start unit-opt niced 10 ./build/test_unit --jobs "$JOBS"
+start unit-isa niced 10 unit_isa
+start arm64 niced 10 arm64
+start installed niced 10 ./scripts/test_installed.sh
 
 finish build-san
 if ((RC[build-san] == 0)); then
-    start unit-san env "${SAN_ENV[@]}" ./build-san/test_unit --jobs "$JOBS" --filter="$NOT_BIG"
-    start alloc-fail-1 env "${SAN_ENV[@]}" ./build-san/tests/alloc_fail --shard 0/2
-    start alloc-fail-2 env "${SAN_ENV[@]}" ./build-san/tests/alloc_fail --shard 1/2
+    start pytest pytest_run
+    start unit-san niced 5 env "${SAN_ENV[@]}" ./build-san/test_unit --jobs "$JOBS" --filter="$NOT_BIG"
+    start alloc-fail-1 niced 5 env "${SAN_ENV[@]}" ./build-san/tests/alloc_fail --shard 0/2
+    start alloc-fail-2 niced 5 env "${SAN_ENV[@]}" ./build-san/tests/alloc_fail --shard 1/2
     start api env "${SAN_ENV[@]}" ./build-san/tests/api_test "${CINDER_TESTDATA:-../shared/testdata}/models" \
         tests/golden/stories260k.json
-    start pytest pytest_run
 fi
 
 for name in unit-opt unit-san alloc-fail-1 alloc-fail-2 api unit-isa arm64 installed pytest; do
     [ -n "${PID[$name]:-}" ] && finish "$name"
 done
 
-echo "== phases (wall seconds; they overlap) =="
+echo "== phases (wall seconds from the start of the run; they overlap) =="
 failed=()
 for name in "${ORDER[@]}"; do
-    printf '  %-14s %5d s  %s\n' "$name" $((END[$name] - START[$name])) "$( ((RC[$name])) && echo FAILED || echo ok )"
+    printf '  %-14s %5d -> %5d s  %5d s  %s\n' "$name" $((START[$name] - T0)) $((END[$name] - T0)) \
+        $((END[$name] - START[$name])) "$( ((RC[$name])) && echo FAILED || echo ok )"
     ((RC[$name] == 0)) || failed+=("$name")
 done
 if ((${#failed[@]})); then
