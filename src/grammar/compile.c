@@ -339,15 +339,37 @@ typedef struct {
     uint8_t rep[256]; /* class -> its smallest byte */
 } det;
 
+/* Whether bits was met before, remembering it if not: an open-addressing set of byte
+ * sets by content (cap a power of two, at least twice what it holds). */
+static bool set_seen(const uint8_t **tab, size_t cap, const uint8_t *bits) {
+    uint64_t w[4], h = 0x9E3779B97F4A7C15ull;
+    memcpy(w, bits, 32);
+    for (int k = 0; k < 4; k++) h = (h ^ w[k]) * 0x100000001B3ull;
+    for (size_t j = (size_t)(h >> 17) & (cap - 1);; j = (j + 1) & (cap - 1)) {
+        if (!tab[j]) {
+            tab[j] = bits;
+            return false;
+        }
+        if (!memcmp(tab[j], bits, 32)) return true;
+    }
+}
+
 /* The byte classes of rule a: bytes no edge's set tells apart share one (cls); their
- * count. */
+ * count. A set refines the classes once: refining by an equal set again splits nothing
+ * and numbers the classes as they were (in the order of their first byte), so each
+ * distinct set is applied at its first edge only (when the memory to remember them is
+ * there; without it every edge's set is applied, to the same classes). */
 static uint32_t byte_classes(const nfa *a, uint8_t cls[256]) {
     uint32_t n_class = 1;
     int16_t map[256][2];
     memset(cls, 0, 256);
+    size_t cap = 16;
+    while (cap < 2 * (size_t)a->n_e) cap *= 2;
+    const uint8_t **seen = calloc(cap, sizeof *seen);
     for (uint32_t e = 0; e < a->n_e; e++) {
         if (!is_bytes(&a->e[e])) continue;
         const uint8_t *bits = edge_bits(a, &a->e[e]);
+        if (seen && set_seen(seen, cap, bits)) continue;
         for (unsigned i = 0; i < n_class; i++) map[i][0] = map[i][1] = -1;
         uint32_t nn = 0;
         for (unsigned c = 0; c < 256; c++) {
@@ -357,6 +379,7 @@ static uint32_t byte_classes(const nfa *a, uint8_t cls[256]) {
         }
         n_class = nn;
     }
+    free(seen);
     return n_class;
 }
 
@@ -606,6 +629,32 @@ static int32_t pair_get(pairmap *m, uint64_t key, int32_t next, bool *is_new) {
     return next;
 }
 
+/* One edge from `from` per target, with the bytes of every joint class j that goes there
+ * (tgt[j] >= 0: an index into state_of), the edges in the order the targets first
+ * appear among the classes. */
+static void edges_by_target(nfa *a, int32_t from, const int32_t *tgt, uint32_t n_jc, const uint64_t (*cbits)[4],
+                            const int32_t *state_of) {
+    int32_t targets[256];
+    uint64_t bytes[256][4];
+    uint32_t n_t = 0;
+    for (uint32_t j = 0; j < n_jc; j++) {
+        if (tgt[j] < 0) continue;
+        uint32_t k = 0;
+        while (k < n_t && targets[k] != tgt[j]) k++;
+        if (k == n_t) {
+            targets[n_t] = tgt[j];
+            memset(bytes[n_t++], 0, sizeof bytes[0]);
+        }
+        for (int w = 0; w < 4; w++) bytes[k][w] |= cbits[j][w];
+    }
+    for (uint32_t k = 0; k < n_t && a->st == CN_STATUS_OK; k++) {
+        uint8_t bits[32];
+        for (int b = 0; b < 32; b++) bits[b] = (uint8_t)(bytes[k][b >> 3] >> ((b & 7) * 8));
+        int64_t set = lset_add(a, bits);
+        if (set >= 0) nfa_edge_add(a, from, E_LBYTES, (uint32_t)set, state_of[targets[k]]);
+    }
+}
+
 static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
     bool neg = n->kind == GR_N_NOT;
     gr_dfa d[2] = {0};
@@ -639,6 +688,10 @@ static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
             jc[c] = (uint8_t)seen[c0][c1];
         }
     }
+    /* each joint class's bytes, as a 256-bit set (bit c of word c / 64) */
+    uint64_t cbits[256][4];
+    memset(cbits, 0, sizeof cbits);
+    for (int c = 0; c < 256; c++) cbits[jc[c]][c >> 6] |= 1ull << (c & 63);
     int32_t tgt[256];
     for (uint32_t i = 0; i < ids.n && a->st == CN_STATUS_OK; i++) {
         int32_t p = ps.v[i], q = qs.v[i];
@@ -667,20 +720,7 @@ static int32_t frag_dfa_ops(nfa *a, const gr_node *n, int32_t in, int depth) {
             }
             tgt[j] = t;
         }
-        /* one edge per target, with the bytes of the joint classes that go there */
-        for (uint32_t j = 0; j < n_jc && a->st == CN_STATUS_OK; j++) {
-            if (tgt[j] < 0) continue;
-            int32_t t = tgt[j];
-            uint8_t bits[32] = {0};
-            for (uint32_t j2 = j; j2 < n_jc; j2++)
-                if (tgt[j2] == t) {
-                    for (int c = 0; c < 256; c++)
-                        if (jc[c] == j2) bits[c >> 3] |= (uint8_t)(1u << (c & 7));
-                    if (j2 > j) tgt[j2] = -1;
-                }
-            int64_t set = lset_add(a, bits);
-            if (set >= 0) nfa_edge_add(a, ids.v[i], E_LBYTES, (uint32_t)set, ids.v[t]);
-        }
+        edges_by_target(a, ids.v[i], tgt, n_jc, cbits, ids.v);
     }
 done:
     gr_dfa_free_tables(&d[0]);
